@@ -1,0 +1,64 @@
+//! Resource types: group, version and kind.
+
+use std::fmt;
+
+/// A resource type: API group (empty for the core group), version and kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gvk {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// API version within the group.
+    pub version: String,
+    /// Kind, for example `Deployment`.
+    pub kind: String,
+}
+
+impl Gvk {
+    /// A resource type from its three parts.
+    pub fn new(group: &str, version: &str, kind: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+        }
+    }
+
+    /// A resource type from an object's `apiVersion` (`apps/v1` or `v1`) and `kind`.
+    pub fn from_api_version(api_version: &str, kind: &str) -> Self {
+        match api_version.split_once('/') {
+            Some((group, version)) => Self::new(group, version, kind),
+            None => Self::new("", api_version, kind),
+        }
+    }
+
+    /// The `apiVersion` string: `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+impl fmt::Display for Gvk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.api_version(), self.kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_version_round_trips_core_and_named_groups() {
+        let core = Gvk::from_api_version("v1", "Pod");
+        assert_eq!(core, Gvk::new("", "v1", "Pod"));
+        assert_eq!(core.api_version(), "v1");
+        let apps = Gvk::from_api_version("apps/v1", "Deployment");
+        assert_eq!(apps.group, "apps");
+        assert_eq!(apps.api_version(), "apps/v1");
+        assert_eq!(apps.to_string(), "apps/v1/Deployment");
+    }
+}

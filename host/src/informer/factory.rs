@@ -1,0 +1,111 @@
+//! Shared informers: one per resource type, started on first use and stopped after the last.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use futures::StreamExt;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use crate::gvk::Gvk;
+use crate::informer::Informer;
+use crate::source::Source;
+
+struct Entry {
+    informer: Arc<Informer>,
+    users: usize,
+    task: JoinHandle<()>,
+}
+
+/// Hands out shared informers by resource type, all fed by one source.
+pub struct InformerFactory {
+    source: Arc<dyn Source>,
+    runtime: Handle,
+    entries: Mutex<HashMap<Gvk, Entry>>,
+}
+
+impl InformerFactory {
+    /// A factory whose informers watch `source`, running their tasks on `runtime`.
+    pub fn new(source: Arc<dyn Source>, runtime: Handle) -> Arc<Self> {
+        Arc::new(Self {
+            source,
+            runtime,
+            entries: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn entries(&self) -> MutexGuard<'_, HashMap<Gvk, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The informer for `gvk`, started if this is its first user. It runs while the lease lives.
+    pub fn acquire(self: &Arc<Self>, gvk: &Gvk) -> Lease {
+        let mut entries = self.entries();
+        let entry = entries.entry(gvk.clone()).or_insert_with(|| {
+            tracing::info!(resource = %gvk, "starting informer");
+            let informer = Arc::new(Informer::new(gvk.clone()));
+            let mut stream = self.source.watch(gvk);
+            let feed = informer.clone();
+            let task = self.runtime.spawn(async move {
+                while let Some(event) = stream.next().await {
+                    feed.apply(event);
+                }
+            });
+            Entry {
+                informer,
+                users: 0,
+                task,
+            }
+        });
+        entry.users += 1;
+        Lease {
+            factory: self.clone(),
+            informer: entry.informer.clone(),
+        }
+    }
+
+    fn release(&self, gvk: &Gvk) {
+        let mut entries = self.entries();
+        let Some(entry) = entries.get_mut(gvk) else {
+            return;
+        };
+        entry.users -= 1;
+        if entry.users == 0
+            && let Some(entry) = entries.remove(gvk)
+        {
+            tracing::info!(resource = %gvk, "stopping informer: no plugin needs it");
+            entry.task.abort();
+        }
+    }
+
+    /// The running informer for `gvk`, if any.
+    pub fn get(&self, gvk: &Gvk) -> Option<Arc<Informer>> {
+        self.entries().get(gvk).map(|e| e.informer.clone())
+    }
+
+    /// The resource types with a running informer, sorted.
+    pub fn running(&self) -> Vec<Gvk> {
+        let mut gvks: Vec<Gvk> = self.entries().keys().cloned().collect();
+        gvks.sort();
+        gvks
+    }
+}
+
+/// A claim on a running informer; the informer stops when its last lease is dropped.
+pub struct Lease {
+    factory: Arc<InformerFactory>,
+    informer: Arc<Informer>,
+}
+
+impl Lease {
+    /// The informer.
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.factory.release(self.informer.gvk());
+    }
+}

@@ -1,0 +1,311 @@
+//! The informer pipeline: store and indexes, per-type informers, and the shared factory.
+
+pub mod factory;
+pub mod index;
+pub mod store;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use kubewasm_sdk::selector::Selector;
+
+use crate::gvk::Gvk;
+use crate::object::KubeObject;
+use crate::source::SourceEvent;
+use store::Store;
+
+/// One change as a subscriber sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notification {
+    /// An object appeared; `initial` when it is part of the subscriber's initial state.
+    Added {
+        /// The object.
+        object: Arc<KubeObject>,
+        /// True when sent as initial state rather than because it was just created.
+        initial: bool,
+    },
+    /// An object changed.
+    Updated {
+        /// The previous state.
+        old: Arc<KubeObject>,
+        /// The new state.
+        new: Arc<KubeObject>,
+    },
+    /// An object went away (or left the subscriber's filter).
+    Deleted {
+        /// Its last known state.
+        object: Arc<KubeObject>,
+        /// True when the deletion was seen only through a relist, so the state may be stale.
+        stale: bool,
+    },
+    /// A periodic resync of an unchanged object.
+    Sync(Arc<KubeObject>),
+}
+
+impl Notification {
+    /// The newest state of the object this is about.
+    pub fn object(&self) -> &Arc<KubeObject> {
+        match self {
+            Self::Added { object, .. } | Self::Deleted { object, .. } | Self::Sync(object) => {
+                object
+            }
+            Self::Updated { new, .. } => new,
+        }
+    }
+}
+
+/// Which objects of a type a subscriber wants.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only these namespaces; empty for all.
+    pub namespaces: Vec<String>,
+    /// Only objects whose labels match.
+    pub selector: Selector,
+}
+
+impl Filter {
+    /// True when `object` passes the filter.
+    pub fn matches(&self, object: &KubeObject) -> bool {
+        let ns_ok = self.namespaces.is_empty()
+            || object
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| self.namespaces.contains(ns));
+        ns_ok && self.selector.matches(&object.labels)
+    }
+
+    /// What a subscriber with this filter sees of `n`: an update that moves an object into
+    /// the filter is an add, one that moves it out is a delete.
+    fn view(&self, n: &Notification) -> Option<Notification> {
+        match n {
+            Notification::Updated { old, new } => match (self.matches(old), self.matches(new)) {
+                (true, true) => Some(n.clone()),
+                (false, true) => Some(Notification::Added {
+                    object: new.clone(),
+                    initial: false,
+                }),
+                (true, false) => Some(Notification::Deleted {
+                    object: new.clone(),
+                    stale: false,
+                }),
+                (false, false) => None,
+            },
+            other => self.matches(other.object()).then(|| other.clone()),
+        }
+    }
+}
+
+struct Subscriber {
+    id: u64,
+    filter: Filter,
+    tx: Sender<Notification>,
+}
+
+#[derive(Default)]
+struct State {
+    subscribers: Vec<Subscriber>,
+    synced: bool,
+}
+
+/// One resource type's cache and its subscribers. Events are applied to the store and fanned
+/// out to subscribers under one lock, so every subscriber sees the store's order.
+pub struct Informer {
+    gvk: Gvk,
+    store: Store,
+    state: Mutex<State>,
+    synced: Condvar,
+    next_id: AtomicU64,
+}
+
+impl Informer {
+    /// An empty, not yet synced informer for `gvk`.
+    pub fn new(gvk: Gvk) -> Self {
+        Self {
+            gvk,
+            store: Store::new(),
+            state: Mutex::new(State::default()),
+            synced: Condvar::new(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// The resource type.
+    pub fn gvk(&self) -> &Gvk {
+        &self.gvk
+    }
+
+    /// The cache, for queries.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// True once the first complete list has been applied.
+    pub fn has_synced(&self) -> bool {
+        self.state().synced
+    }
+
+    /// Waits up to `timeout` for the first complete list; returns whether it arrived.
+    pub fn wait_synced(&self, timeout: Duration) -> bool {
+        let state = self.state();
+        let (state, _) = self
+            .synced
+            .wait_timeout_while(state, timeout, |s| !s.synced)
+            .unwrap_or_else(PoisonError::into_inner);
+        state.synced
+    }
+
+    /// Applies one source event to the store and notifies subscribers.
+    pub fn apply(&self, event: SourceEvent) {
+        let mut state = self.state();
+        match event {
+            SourceEvent::Listed(objects) => {
+                let initial = !state.synced;
+                let mut seen = HashSet::with_capacity(objects.len());
+                for object in objects {
+                    seen.insert(object.key.clone());
+                    self.apply_one(&mut state, object, initial);
+                }
+                for key in self.store.keys() {
+                    if !seen.contains(&key)
+                        && let Some(object) = self.store.remove(&key)
+                    {
+                        fan_out(
+                            &mut state,
+                            &Notification::Deleted {
+                                object,
+                                stale: true,
+                            },
+                        );
+                    }
+                }
+                state.synced = true;
+                self.synced.notify_all();
+            }
+            SourceEvent::Applied(object) => self.apply_one(&mut state, object, false),
+            SourceEvent::Deleted(object) => {
+                if self.store.remove(&object.key).is_some() {
+                    fan_out(
+                        &mut state,
+                        &Notification::Deleted {
+                            object,
+                            stale: false,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn apply_one(&self, state: &mut State, object: Arc<KubeObject>, initial: bool) {
+        if let Some(old) = self.store.get(&object.key)
+            && unchanged(&old, &object)
+        {
+            return;
+        }
+        let notification = match self.store.upsert(object.clone()) {
+            Some(old) => Notification::Updated { old, new: object },
+            None => Notification::Added { object, initial },
+        };
+        fan_out(state, &notification);
+    }
+
+    /// Registers a subscriber. It first receives every current object passing `filter` as an
+    /// initial add, then every later change, with no gap and no duplicate.
+    pub fn subscribe(self: &Arc<Self>, filter: Filter, tx: Sender<Notification>) -> Subscription {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.state();
+        let mut objects = self.store.list();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        for object in objects.into_iter().filter(|o| filter.matches(o)) {
+            // A closed receiver means the subscriber is already gone: nothing to register.
+            if tx
+                .send(Notification::Added {
+                    object,
+                    initial: true,
+                })
+                .is_err()
+            {
+                break;
+            }
+        }
+        state.subscribers.push(Subscriber { id, filter, tx });
+        Subscription {
+            informer: self.clone(),
+            id,
+        }
+    }
+
+    /// Sends every current object passing the subscriber's filter as a sync event.
+    fn resync(&self, id: u64) {
+        let state = self.state();
+        let Some(sub) = state.subscribers.iter().find(|s| s.id == id) else {
+            return;
+        };
+        let mut objects = self.store.list();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        for object in objects.into_iter().filter(|o| sub.filter.matches(o)) {
+            if sub.tx.send(Notification::Sync(object)).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        self.state().subscribers.retain(|s| s.id != id);
+    }
+
+    /// Number of registered subscribers.
+    pub fn subscriber_count(&self) -> usize {
+        self.state().subscribers.len()
+    }
+}
+
+/// Same object state: equal resource versions, or equal text when versions are absent.
+fn unchanged(old: &KubeObject, new: &KubeObject) -> bool {
+    if old.resource_version.is_empty() || new.resource_version.is_empty() {
+        old.json == new.json
+    } else {
+        old.resource_version == new.resource_version
+    }
+}
+
+fn fan_out(state: &mut State, n: &Notification) {
+    state.subscribers.retain(|sub| match sub.filter.view(n) {
+        Some(view) => sub.tx.send(view).is_ok(),
+        None => true,
+    });
+}
+
+/// A registration with an informer; dropping it unsubscribes.
+pub struct Subscription {
+    informer: Arc<Informer>,
+    id: u64,
+}
+
+impl Subscription {
+    /// The informer subscribed to.
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+
+    /// Queues a sync event for every current object passing this subscription's filter.
+    pub fn resync(&self) {
+        self.informer.resync(self.id);
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.informer.unsubscribe(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests;

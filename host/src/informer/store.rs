@@ -1,0 +1,344 @@
+//! The thread-safe object cache with named indexes (client-go's `Indexer`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use serde_json::Value;
+
+use crate::informer::index::{self, IndexFunc};
+use crate::object::KubeObject;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    /// No index with that name.
+    #[error("no index named {0:?}")]
+    UnknownIndex(String),
+    /// An index with that name exists with a different function.
+    #[error("index {name:?} already exists as {existing:?}, cannot redefine it as {requested:?}")]
+    IndexConflict {
+        /// The index name.
+        name: String,
+        /// Its current function.
+        existing: IndexFunc,
+        /// The function asked for.
+        requested: IndexFunc,
+    },
+}
+
+/// Index name to index value to the keys of the objects filed under it.
+type Indices = HashMap<String, BTreeMap<String, BTreeSet<String>>>;
+
+#[derive(Default)]
+struct Inner {
+    objects: HashMap<String, Arc<KubeObject>>,
+    indexers: BTreeMap<String, IndexFunc>,
+    indices: Indices,
+}
+
+/// Objects by key (`namespace/name`), with named indexes kept current on every change.
+pub struct Store {
+    inner: RwLock<Inner>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    /// An empty store with the built-in indexes.
+    pub fn new() -> Self {
+        let mut inner = Inner::default();
+        for (name, func) in index::builtins() {
+            inner.indexers.insert(name.to_owned(), func);
+            inner.indices.insert(name.to_owned(), BTreeMap::new());
+        }
+        Self {
+            inner: RwLock::new(inner),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a named index and files every stored object in it. Adding the same index twice is
+    /// a no-op; the same name with another function is an error.
+    pub fn add_index(&self, name: &str, func: IndexFunc) -> Result<(), StoreError> {
+        let mut inner = self.write();
+        if let Some(existing) = inner.indexers.get(name) {
+            if *existing == func {
+                return Ok(());
+            }
+            return Err(StoreError::IndexConflict {
+                name: name.to_owned(),
+                existing: existing.clone(),
+                requested: func,
+            });
+        }
+        let mut index: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (key, object) in &inner.objects {
+            let json = parse_if(func.needs_json(), object);
+            for value in func.values(object, json.as_ref()) {
+                index.entry(value).or_default().insert(key.clone());
+            }
+        }
+        inner.indexers.insert(name.to_owned(), func);
+        inner.indices.insert(name.to_owned(), index);
+        Ok(())
+    }
+
+    /// Inserts or replaces an object; returns the previous state.
+    pub fn upsert(&self, object: Arc<KubeObject>) -> Option<Arc<KubeObject>> {
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let old = inner.objects.insert(object.key.clone(), object.clone());
+        reindex(inner, &object.key, old.as_deref(), Some(&object));
+        old
+    }
+
+    /// Removes an object by key; returns its last state.
+    pub fn remove(&self, key: &str) -> Option<Arc<KubeObject>> {
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let old = inner.objects.remove(key)?;
+        reindex(inner, key, Some(&old), None);
+        Some(old)
+    }
+
+    /// The object with this key.
+    pub fn get(&self, key: &str) -> Option<Arc<KubeObject>> {
+        self.read().objects.get(key).cloned()
+    }
+
+    /// Every object, in no particular order.
+    pub fn list(&self) -> Vec<Arc<KubeObject>> {
+        self.read().objects.values().cloned().collect()
+    }
+
+    /// Every key, in no particular order.
+    pub fn keys(&self) -> Vec<String> {
+        self.read().objects.keys().cloned().collect()
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// True when the store holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The objects filed under `value` in index `index` (client-go's `ByIndex`), sorted by key.
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<KubeObject>>, StoreError> {
+        let inner = self.read();
+        let keys = index_entry(&inner, index, value)?;
+        Ok(keys
+            .into_iter()
+            .flatten()
+            .filter_map(|k| inner.objects.get(k).cloned())
+            .collect())
+    }
+
+    /// The keys filed under `value` in index `index` (client-go's `IndexKeys`), sorted.
+    pub fn index_keys(&self, index: &str, value: &str) -> Result<Vec<String>, StoreError> {
+        let inner = self.read();
+        Ok(index_entry(&inner, index, value)?
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect())
+    }
+
+    /// Every value of index `index` (client-go's `ListIndexFuncValues`), sorted.
+    pub fn index_values(&self, index: &str) -> Result<Vec<String>, StoreError> {
+        let inner = self.read();
+        let idx = inner
+            .indices
+            .get(index)
+            .ok_or_else(|| StoreError::UnknownIndex(index.to_owned()))?;
+        Ok(idx.keys().cloned().collect())
+    }
+
+    /// The names of the indexes, sorted.
+    pub fn index_names(&self) -> Vec<String> {
+        self.read().indexers.keys().cloned().collect()
+    }
+}
+
+fn index_entry<'a>(
+    inner: &'a Inner,
+    index: &str,
+    value: &str,
+) -> Result<Option<&'a BTreeSet<String>>, StoreError> {
+    let idx = inner
+        .indices
+        .get(index)
+        .ok_or_else(|| StoreError::UnknownIndex(index.to_owned()))?;
+    Ok(idx.get(value))
+}
+
+fn parse_if(needed: bool, object: &KubeObject) -> Option<Value> {
+    if needed {
+        serde_json::from_str(&object.json).ok()
+    } else {
+        None
+    }
+}
+
+/// Moves `key` from the index values of `old` to those of `new`.
+fn reindex(inner: &mut Inner, key: &str, old: Option<&KubeObject>, new: Option<&KubeObject>) {
+    let needs_json = inner.indexers.values().any(IndexFunc::needs_json);
+    let old_json = old.and_then(|o| parse_if(needs_json, o));
+    let new_json = new.and_then(|o| parse_if(needs_json, o));
+    for (name, func) in &inner.indexers {
+        let before = old.map_or_else(Vec::new, |o| func.values(o, old_json.as_ref()));
+        let after = new.map_or_else(Vec::new, |o| func.values(o, new_json.as_ref()));
+        if before == after {
+            continue;
+        }
+        let Some(index) = inner.indices.get_mut(name) else {
+            continue;
+        };
+        for value in before.iter().filter(|v| !after.contains(v)) {
+            if let Some(keys) = index.get_mut(value) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    index.remove(value);
+                }
+            }
+        }
+        for value in after {
+            index.entry(value).or_default().insert(key.to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::Transform;
+    use serde_json::json;
+
+    fn pod(
+        name: &str,
+        ns: &str,
+        labels: Value,
+        owner: Option<&str>,
+        node: &str,
+    ) -> Arc<KubeObject> {
+        let owners: Vec<Value> = owner
+            .into_iter()
+            .map(|uid| json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": uid}))
+            .collect();
+        let value = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": owners,
+                         "finalizers": ["f1", "f2"]},
+            "spec": {"nodeName": node}
+        });
+        Arc::new(KubeObject::from_value(value, &Transform::default()).expect("valid pod"))
+    }
+
+    #[test]
+    fn builtin_indexes_follow_add_update_delete() {
+        let store = Store::new();
+        store.upsert(pod("a", "ns1", json!({"app": "web"}), Some("rs-1"), "n1"));
+        store.upsert(pod("b", "ns1", json!({"app": "db"}), Some("rs-1"), "n1"));
+        store.upsert(pod("c", "ns2", json!({"app": "web"}), None, "n2"));
+
+        assert_eq!(
+            store.index_keys("namespace", "ns1"),
+            Ok(vec!["ns1/a".into(), "ns1/b".into()])
+        );
+        assert_eq!(
+            store.index_keys("owner-uid", "rs-1"),
+            Ok(vec!["ns1/a".into(), "ns1/b".into()])
+        );
+        assert_eq!(
+            store.index_keys("label", "app=web"),
+            Ok(vec!["ns1/a".into(), "ns2/c".into()])
+        );
+        assert_eq!(store.index_values("label-key"), Ok(vec!["app".into()]));
+
+        // An update moves the object between index values.
+        let old = store.upsert(pod("a", "ns1", json!({"app": "db"}), None, "n1"));
+        assert!(old.is_some());
+        assert_eq!(
+            store.index_keys("label", "app=web"),
+            Ok(vec!["ns2/c".into()])
+        );
+        assert_eq!(
+            store.index_keys("owner-uid", "rs-1"),
+            Ok(vec!["ns1/b".into()])
+        );
+
+        // A delete removes it everywhere, and empty values disappear.
+        assert!(store.remove("ns2/c").is_some());
+        assert_eq!(store.index_values("label"), Ok(vec!["app=db".into()]));
+        assert_eq!(store.index_values("namespace"), Ok(vec!["ns1".into()]));
+        assert!(store.remove("ns2/c").is_none());
+        assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn field_index_added_late_covers_existing_objects() {
+        let store = Store::new();
+        store.upsert(pod("a", "ns", json!({}), None, "n1"));
+        store
+            .add_index("node", IndexFunc::JsonPointer("/spec/nodeName".into()))
+            .expect("new index");
+        store.upsert(pod("b", "ns", json!({}), None, "n2"));
+        let on_n1: Vec<String> = store
+            .by_index("node", "n1")
+            .expect("index exists")
+            .iter()
+            .map(|o| o.key.clone())
+            .collect();
+        assert_eq!(on_n1, ["ns/a"]);
+        assert_eq!(
+            store.index_values("node"),
+            Ok(vec!["n1".into(), "n2".into()])
+        );
+        // Re-adding the same definition is fine, a different one is refused.
+        assert!(
+            store
+                .add_index("node", IndexFunc::JsonPointer("/spec/nodeName".into()))
+                .is_ok()
+        );
+        assert!(matches!(
+            store.add_index("node", IndexFunc::Namespace),
+            Err(StoreError::IndexConflict { .. })
+        ));
+    }
+
+    #[test]
+    fn array_pointers_index_each_scalar_and_unknown_index_is_an_error() {
+        let store = Store::new();
+        store.upsert(pod("a", "ns", json!({}), None, "n1"));
+        store
+            .add_index(
+                "finalizer",
+                IndexFunc::JsonPointer("/metadata/finalizers".into()),
+            )
+            .expect("new index");
+        assert_eq!(
+            store.index_values("finalizer"),
+            Ok(vec!["f1".into(), "f2".into()])
+        );
+        assert_eq!(store.index_keys("finalizer", "f2"), Ok(vec!["ns/a".into()]));
+        assert_eq!(
+            store.by_index("nope", "x").map(|v| v.len()),
+            Err(StoreError::UnknownIndex("nope".into()))
+        );
+        assert_eq!(store.index_keys("namespace", "absent"), Ok(vec![]));
+    }
+}

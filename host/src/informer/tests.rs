@@ -1,0 +1,173 @@
+use std::sync::mpsc::{Receiver, channel};
+
+use serde_json::json;
+
+use super::*;
+use crate::object::Transform;
+
+fn obj(name: &str, rv: &str, labels: serde_json::Value) -> Arc<KubeObject> {
+    let value = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "labels": labels}
+    });
+    Arc::new(KubeObject::from_value(value, &Transform::default()).expect("valid object"))
+}
+
+/// Short text per notification: `+a@1` (add), `+a@1*` (initial add), `~a@1>2`, `-a@1`,
+/// `-a@1?` (stale delete), `=a@1` (sync).
+fn describe(n: &Notification) -> String {
+    match n {
+        Notification::Added { object, initial } => {
+            format!(
+                "+{}@{}{}",
+                object.name,
+                object.resource_version,
+                if *initial { "*" } else { "" }
+            )
+        }
+        Notification::Updated { old, new } => {
+            format!(
+                "~{}@{}>{}",
+                new.name, old.resource_version, new.resource_version
+            )
+        }
+        Notification::Deleted { object, stale } => {
+            format!(
+                "-{}@{}{}",
+                object.name,
+                object.resource_version,
+                if *stale { "?" } else { "" }
+            )
+        }
+        Notification::Sync(object) => format!("={}@{}", object.name, object.resource_version),
+    }
+}
+
+fn drain(rx: &Receiver<Notification>) -> Vec<String> {
+    rx.try_iter().map(|n| describe(&n)).collect()
+}
+
+fn informer() -> Arc<Informer> {
+    Arc::new(Informer::new(Gvk::new("", "v1", "ConfigMap")))
+}
+
+#[test]
+fn relist_diffs_against_the_store_with_stale_tombstones() {
+    let inf = informer();
+    let (tx, rx) = channel();
+    let _sub = inf.subscribe(Filter::default(), tx);
+    assert!(!inf.has_synced());
+
+    inf.apply(SourceEvent::Listed(vec![
+        obj("a", "1", json!({})),
+        obj("b", "1", json!({})),
+    ]));
+    assert!(inf.has_synced());
+    assert_eq!(
+        drain(&rx),
+        ["+a@1*", "+b@1*"],
+        "first list is the initial state"
+    );
+
+    inf.apply(SourceEvent::Applied(obj("c", "2", json!({}))));
+    inf.apply(SourceEvent::Applied(obj("a", "3", json!({}))));
+    inf.apply(SourceEvent::Applied(obj("a", "3", json!({}))));
+    assert_eq!(
+        drain(&rx),
+        ["+c@2", "~a@1>3"],
+        "a replayed version is no event"
+    );
+
+    // Relist after a disconnect: b vanished, c changed, a unchanged, d is new.
+    inf.apply(SourceEvent::Listed(vec![
+        obj("a", "3", json!({})),
+        obj("c", "5", json!({})),
+        obj("d", "5", json!({})),
+    ]));
+    assert_eq!(drain(&rx), ["~c@2>5", "+d@5", "-b@1?"]);
+    let mut keys = inf.store().keys();
+    keys.sort();
+    assert_eq!(keys, ["ns/a", "ns/c", "ns/d"]);
+
+    inf.apply(SourceEvent::Deleted(obj("d", "6", json!({}))));
+    inf.apply(SourceEvent::Deleted(obj("zz", "6", json!({}))));
+    assert_eq!(drain(&rx), ["-d@6"], "deleting an unknown key is no event");
+}
+
+#[test]
+fn late_subscriber_gets_current_state_then_live_events() {
+    let inf = informer();
+    inf.apply(SourceEvent::Listed(vec![
+        obj("b", "1", json!({})),
+        obj("a", "1", json!({})),
+    ]));
+    let (tx, rx) = channel();
+    let _sub = inf.subscribe(Filter::default(), tx);
+    inf.apply(SourceEvent::Applied(obj("a", "2", json!({}))));
+    assert_eq!(drain(&rx), ["+a@1*", "+b@1*", "~a@1>2"]);
+}
+
+#[test]
+fn filters_turn_label_changes_into_adds_and_deletes() {
+    let inf = informer();
+    inf.apply(SourceEvent::Listed(vec![]));
+    let (tx, rx) = channel();
+    let filter = Filter {
+        namespaces: vec!["ns".into()],
+        selector: Selector::parse("app=web").expect("valid selector"),
+    };
+    let _sub = inf.subscribe(filter, tx);
+    inf.apply(SourceEvent::Applied(obj("a", "1", json!({"app": "db"}))));
+    inf.apply(SourceEvent::Applied(obj("a", "2", json!({"app": "web"}))));
+    inf.apply(SourceEvent::Applied(obj(
+        "a",
+        "3",
+        json!({"app": "web", "x": "y"}),
+    )));
+    inf.apply(SourceEvent::Applied(obj("a", "4", json!({"app": "db"}))));
+    assert_eq!(drain(&rx), ["+a@2", "~a@2>3", "-a@4"]);
+
+    let (tx2, rx2) = channel();
+    let other_ns = Filter {
+        namespaces: vec!["elsewhere".into()],
+        selector: Selector::everything(),
+    };
+    let _sub2 = inf.subscribe(other_ns, tx2);
+    inf.apply(SourceEvent::Applied(obj("b", "5", json!({}))));
+    assert!(drain(&rx2).is_empty());
+}
+
+#[test]
+fn resync_sends_sync_events_and_dropping_unsubscribes() {
+    let inf = informer();
+    inf.apply(SourceEvent::Listed(vec![obj("a", "1", json!({}))]));
+    let (tx, rx) = channel();
+    let sub = inf.subscribe(Filter::default(), tx);
+    sub.resync();
+    assert_eq!(drain(&rx), ["+a@1*", "=a@1"]);
+    assert_eq!(inf.subscriber_count(), 1);
+    drop(sub);
+    assert_eq!(inf.subscriber_count(), 0);
+}
+
+#[test]
+fn a_gone_receiver_is_unsubscribed_on_the_next_event() {
+    let inf = informer();
+    inf.apply(SourceEvent::Listed(vec![]));
+    let (tx, rx) = channel();
+    let sub = inf.subscribe(Filter::default(), tx);
+    drop(rx);
+    inf.apply(SourceEvent::Applied(obj("a", "1", json!({}))));
+    assert_eq!(inf.subscriber_count(), 0);
+    drop(sub);
+}
+
+#[test]
+fn wait_synced_times_out_then_sees_the_list() {
+    let inf = informer();
+    assert!(!inf.wait_synced(Duration::from_millis(10)));
+    let feeder = inf.clone();
+    let t = std::thread::spawn(move || feeder.apply(SourceEvent::Listed(vec![])));
+    assert!(inf.wait_synced(Duration::from_secs(5)));
+    t.join().expect("feeder thread");
+}

@@ -1,0 +1,10 @@
+//! kubewasm: Kubernetes informers whose events are handled by WebAssembly components.
+//!
+//! The path of one event: a [`source`] lists and watches a resource type, an
+//! [`informer::Informer`] applies it to its [`informer::store::Store`] and fans it out to
+//! subscribers, and [`plugins`] deliver it to each plugin's component through [`runtime`].
+
+pub mod gvk;
+pub mod informer;
+pub mod object;
+pub mod source;

@@ -1,0 +1,199 @@
+use std::fs;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+
+use super::*;
+
+const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: NAME\n  namespace: ns\ndata:\n  k: VALUE\n";
+
+fn cm(name: &str, value: &str) -> String {
+    CM.replace("NAME", name).replace("VALUE", value)
+}
+
+fn configmaps() -> Gvk {
+    Gvk::new("", "v1", "ConfigMap")
+}
+
+/// Short text per event: `list[a,b]`, `apply a`, `delete a`.
+fn describe(e: &SourceEvent) -> String {
+    match e {
+        SourceEvent::Listed(objects) => {
+            let names: Vec<&str> = objects.iter().map(|o| o.name.as_str()).collect();
+            format!("list[{}]", names.join(","))
+        }
+        SourceEvent::Applied(o) => format!("apply {}", o.name),
+        SourceEvent::Deleted(o) => format!("delete {}", o.name),
+    }
+}
+
+/// Everything the stream has ready now.
+fn ready(stream: &mut BoxStream<'static, SourceEvent>) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(Some(e)) = stream.next().now_or_never() {
+        out.push(describe(&e));
+    }
+    out
+}
+
+#[test]
+fn lists_multi_document_yaml_json_and_list_kinds_by_type() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        dir.path().join("a.yaml"),
+        format!("{}---\n{}", cm("a", "1"), cm("b", "1")),
+    )
+    .expect("write");
+    fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    fs::write(
+        dir.path().join("sub/c.json"),
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"}}"#,
+    )
+    .expect("write");
+    fs::write(
+        dir.path().join("list.yml"),
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Namespace\n  metadata:\n    name: ns\n",
+    )
+    .expect("write");
+    fs::write(dir.path().join(".hidden.yaml"), cm("hidden", "1")).expect("write");
+    fs::write(dir.path().join("notes.txt"), "not a manifest").expect("write");
+
+    let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
+    assert_eq!(folder.len(), 4);
+    let mut cms = folder.watch(&configmaps());
+    assert_eq!(ready(&mut cms), ["list[a,b,c]"]);
+    let mut namespaces = folder.watch(&Gvk::new("", "v1", "Namespace"));
+    assert_eq!(ready(&mut namespaces), ["list[ns]"]);
+}
+
+#[test]
+fn changes_become_applies_and_deletes_and_renames_are_silent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("a.yaml");
+    fs::write(&file, format!("{}---\n{}", cm("a", "1"), cm("b", "1"))).expect("write");
+    let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
+    let mut events = folder.watch(&configmaps());
+    assert_eq!(ready(&mut events), ["list[a,b]"]);
+
+    // Edit one document, drop the other.
+    fs::write(&file, cm("a", "2")).expect("write");
+    folder.rescan();
+    assert_eq!(ready(&mut events), ["apply a", "delete b"]);
+
+    // Rename the file: same objects, no event.
+    fs::rename(&file, dir.path().join("renamed.yaml")).expect("rename");
+    folder.rescan();
+    assert!(ready(&mut events).is_empty());
+
+    // Rewrite with identical content: no event either.
+    fs::write(dir.path().join("renamed.yaml"), cm("a", "2")).expect("write");
+    folder.rescan();
+    assert!(ready(&mut events).is_empty());
+
+    fs::remove_file(dir.path().join("renamed.yaml")).expect("remove");
+    folder.rescan();
+    assert_eq!(ready(&mut events), ["delete a"]);
+}
+
+#[test]
+fn resource_versions_grow_and_uids_are_derived_when_absent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("a.yaml");
+    fs::write(&file, cm("a", "1")).expect("write");
+    let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
+    let mut events = folder.watch(&configmaps());
+    let Some(Some(SourceEvent::Listed(first))) = events.next().now_or_never() else {
+        panic!("expected a list first");
+    };
+    fs::write(&file, cm("a", "2")).expect("write");
+    folder.rescan();
+    let Some(Some(SourceEvent::Applied(second))) = events.next().now_or_never() else {
+        panic!("expected an apply");
+    };
+    let rv = |o: &KubeObject| o.resource_version.parse::<u64>().expect("numeric rv");
+    assert!(rv(&second) > rv(&first[0]));
+    assert_eq!(first[0].uid, second.uid, "uid is stable across edits");
+    assert_eq!(first[0].uid.len(), 36);
+    assert!(second.json.contains(&second.resource_version));
+}
+
+#[test]
+fn an_invalid_file_is_reported_and_keeps_its_last_good_objects() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("a.yaml");
+    fs::write(&file, cm("a", "1")).expect("write");
+    fs::write(
+        dir.path().join("broken.yaml"),
+        "apiVersion: v1\nkind: [oops\n",
+    )
+    .expect("write");
+    let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
+    let errors = folder.errors();
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].0.ends_with("broken.yaml"));
+
+    let mut events = folder.watch(&configmaps());
+    assert_eq!(ready(&mut events), ["list[a]"]);
+
+    // A half-written edit: a.yaml now fails to parse; a stays as it was.
+    fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns\n",
+    )
+    .expect("write");
+    folder.rescan();
+    assert!(ready(&mut events).is_empty());
+    assert_eq!(folder.len(), 1);
+    let reasons: Vec<String> = folder.errors().into_iter().map(|(_, e)| e).collect();
+    assert_eq!(reasons.len(), 2);
+
+    // A document without a name is invalid too, and the message names the field.
+    fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ns}\n",
+    )
+    .expect("write");
+    folder.rescan();
+    let a_error = folder
+        .errors()
+        .into_iter()
+        .find(|(p, _)| p.ends_with("a.yaml"))
+        .map(|(_, e)| e)
+        .expect("a.yaml has an error");
+    assert!(a_error.contains("metadata.name"), "{a_error}");
+
+    // Fixed: the edit lands as an update and the error clears.
+    fs::write(&file, cm("a", "2")).expect("write");
+    folder.rescan();
+    assert_eq!(ready(&mut events), ["apply a"]);
+    assert_eq!(folder.errors().len(), 1);
+}
+
+#[test]
+fn missing_folder_is_a_clear_error() {
+    let err = ManifestFolder::snapshot(Path::new("/no/such/folder"), Transform::default())
+        .err()
+        .expect("must fail");
+    assert!(err.to_string().contains("/no/such/folder"), "{err}");
+}
+
+#[tokio::test]
+async fn follows_file_changes_through_the_watcher() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = ManifestFolder::open(dir.path(), Transform::default()).expect("open");
+    let mut events = folder.watch(&configmaps());
+    let next = async |events: &mut BoxStream<'static, SourceEvent>| {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event within 10 s")
+            .expect("stream open");
+        describe(&e)
+    };
+    assert_eq!(next(&mut events).await, "list[]");
+    fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");
+    assert_eq!(next(&mut events).await, "apply a");
+    fs::write(dir.path().join("a.yaml"), cm("a", "2")).expect("write");
+    assert_eq!(next(&mut events).await, "apply a");
+    fs::remove_file(dir.path().join("a.yaml")).expect("remove");
+    assert_eq!(next(&mut events).await, "delete a");
+}

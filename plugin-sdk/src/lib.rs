@@ -1,0 +1,2 @@
+//! Write kubewasm plugins in Rust.
+pub mod selector;
