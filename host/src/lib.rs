@@ -7,4 +7,6 @@
 pub mod gvk;
 pub mod informer;
 pub mod object;
+pub mod plugins;
+pub mod runtime;
 pub mod source;

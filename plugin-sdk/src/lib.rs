@@ -1,2 +1,45 @@
 //! Write kubewasm plugins in Rust.
+//!
+//! A plugin is a WASI 0.2 component built for `wasm32-wasip2` that implements [`Plugin`] and
+//! exports it with [`export_plugin!`]. The host owns every watch and the cache: the plugin
+//! says what it wants in [`Plugin::describe`], receives [`Event`]s in [`Plugin::handle`], and
+//! asks the cache questions through [`cache`]. Instances are disposable (after a trap, on a
+//! reload), so keep no state that the cache cannot give back.
+//!
+//! ```no_run
+//! use kubewasm_sdk::{Event, Gvk, HandleError, Manifest, Plugin, Subscription, export_plugin, log};
+//!
+//! struct NewPods;
+//!
+//! impl Plugin for NewPods {
+//!     fn describe() -> Manifest {
+//!         Manifest::new().subscribe(Subscription::to(Gvk::pod()).selector("app=web"))
+//!     }
+//!
+//!     fn handle(event: Event) -> Result<(), HandleError> {
+//!         if let Event::Added(added) = &event {
+//!             let pod: serde_json::Value = added.object.parse().map_err(HandleError::fatal)?;
+//!             let node = pod.pointer("/spec/nodeName").and_then(|n| n.as_str()).unwrap_or("-");
+//!             log::info("new pod", &[("pod", &added.object.key()), ("node", node)]);
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! export_plugin!(NewPods);
+//! # fn main() {}
+//! ```
+//!
+//! Build with `cargo build --target wasm32-wasip2 --release` and drop the `.wasm` into the
+//! host's plugins folder.
+
 pub mod selector;
+
+#[cfg(feature = "guest")]
+mod guest;
+#[cfg(feature = "guest")]
+pub use guest::*;
+
+/// Typed Kubernetes objects (the `k8s` feature): `object.parse::<k8s::api::core::v1::Pod>()`.
+#[cfg(feature = "k8s")]
+pub use k8s_openapi as k8s;

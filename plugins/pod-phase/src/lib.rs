@@ -1,1 +1,70 @@
+//! Logs pod phase transitions (Pending, Running, Succeeded, Failed) from old and new states.
 
+use kubewasm_sdk::{
+    Event, Gvk, HandleError, Manifest, Object, Plugin, Subscription, export_plugin, log,
+};
+use serde::Deserialize;
+
+/// The part of a Pod this plugin reads.
+#[derive(Deserialize)]
+struct Pod {
+    #[serde(default)]
+    status: Status,
+}
+
+#[derive(Deserialize, Default)]
+struct Status {
+    phase: Option<String>,
+}
+
+fn phase(object: &Object) -> Result<String, HandleError> {
+    let pod: Pod = object
+        .parse()
+        .map_err(|e| HandleError::fatal(format!("{}: not a pod: {e}", object.key())))?;
+    Ok(pod.status.phase.unwrap_or_else(|| "Unknown".into()))
+}
+
+struct PodPhase;
+
+impl Plugin for PodPhase {
+    fn describe() -> Manifest {
+        Manifest::new().subscribe(Subscription::to(Gvk::pod()))
+    }
+
+    fn handle(event: Event) -> Result<(), HandleError> {
+        match &event {
+            Event::Added(added) => {
+                let key = added.object.key();
+                let phase = phase(&added.object)?;
+                let initial = if added.initial { "true" } else { "false" };
+                log::info(
+                    "pod seen",
+                    &[("pod", &key), ("phase", &phase), ("initial", initial)],
+                );
+            }
+            Event::Updated(updated) => {
+                let (from, to) = (phase(&updated.old)?, phase(&updated.new)?);
+                if from != to {
+                    let key = updated.new.key();
+                    log::info(
+                        "pod phase changed",
+                        &[("pod", &key), ("from", &from), ("to", &to)],
+                    );
+                }
+            }
+            Event::Deleted(deleted) => {
+                let key = deleted.object.key();
+                let phase = phase(&deleted.object)?;
+                let stale = if deleted.stale { "true" } else { "false" };
+                log::info(
+                    "pod deleted",
+                    &[("pod", &key), ("last-phase", &phase), ("stale", stale)],
+                );
+            }
+            Event::Sync(_) => {}
+        }
+        Ok(())
+    }
+}
+
+export_plugin!(PodPhase);

@@ -1,0 +1,220 @@
+//! The wasmtime side: engine, limits, pre-linked components, instances and host imports.
+
+pub mod convert;
+pub mod logging;
+mod queries;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::gvk::Gvk;
+use crate::informer::Informer;
+use logging::LogSink;
+
+/// Bindings generated from `wit/plugin.wit`.
+#[allow(missing_docs)]
+pub mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "kubewasm:plugin/plugin",
+    });
+}
+
+use bindings::exports::kubewasm::plugin::handler::{Event, HandleError, Manifest};
+
+/// How often the engine's epoch advances: the granularity of call deadlines.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Per-plugin resource limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest time one call into the plugin may run.
+    pub deadline: Duration,
+    /// Largest linear memory one instance may grow to, in bytes.
+    pub memory_bytes: usize,
+    /// Largest total JSON size one query may return, in bytes.
+    pub query_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(1),
+            memory_bytes: 64 << 20,
+            query_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Why a plugin file could not be turned into runnable code.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not a valid WebAssembly component.
+    #[error("not a WebAssembly component: {0}")]
+    NotAComponent(String),
+    /// The component does not fit the `kubewasm:plugin@0.1.0` world.
+    #[error("does not match the kubewasm:plugin@0.1.0 world: {0}")]
+    WrongWorld(String),
+}
+
+/// What a plugin instance can reach in the host: its name, its granted caches and its log.
+#[derive(Clone)]
+pub struct PluginContext {
+    /// The plugin's name.
+    pub name: String,
+    /// The informers this plugin may query, by resource type.
+    pub grants: HashMap<Gvk, Arc<Informer>>,
+    /// Where its log lines go.
+    pub log: Arc<dyn LogSink>,
+    /// Its limits.
+    pub limits: Limits,
+}
+
+/// The data of one instance's store.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    ctx: Arc<PluginContext>,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The wasmtime engine and linker shared by every plugin.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+}
+
+/// A compiled, type-checked and pre-linked plugin, ready to instantiate cheaply.
+#[derive(Clone)]
+pub struct PluginCode {
+    pre: bindings::PluginPre<HostState>,
+}
+
+impl Runtime {
+    /// An engine with epoch deadlines, and a linker with WASI and the kubewasm imports.
+    pub fn new() -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        Ok(Self { engine, linker })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles component bytes and checks them against the plugin world. Blocking: seconds
+    /// for large components, so call it off the async runtime.
+    pub fn compile(&self, bytes: &[u8]) -> Result<PluginCode, LoadError> {
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .and_then(bindings::PluginPre::new)
+            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        Ok(PluginCode { pre })
+    }
+
+    /// A fresh instance of `code` in a store of its own, with no ambient authority.
+    pub fn instantiate(
+        &self,
+        code: &PluginCode,
+        ctx: Arc<PluginContext>,
+    ) -> wasmtime::Result<Instance> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(ctx.limits.memory_bytes)
+            .trap_on_grow_failure(true)
+            .build();
+        let deadline_ticks = ticks(ctx.limits.deadline);
+        let state = HostState {
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+            limits,
+            ctx,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(deadline_ticks);
+        let plugin = code.pre.instantiate(&mut store)?;
+        Ok(Instance {
+            store,
+            plugin,
+            deadline_ticks,
+        })
+    }
+}
+
+fn ticks(d: Duration) -> u64 {
+    (d.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+}
+
+/// One live instance of a plugin. After any error from a call (a trap), throw it away.
+pub struct Instance {
+    store: Store<HostState>,
+    plugin: bindings::Plugin,
+    deadline_ticks: u64,
+}
+
+impl Instance {
+    fn arm(&mut self) {
+        self.store.set_epoch_deadline(self.deadline_ticks);
+    }
+
+    /// Calls `describe`.
+    pub fn describe(&mut self) -> wasmtime::Result<Manifest> {
+        self.arm();
+        self.plugin
+            .kubewasm_plugin_handler()
+            .call_describe(&mut self.store)
+    }
+
+    /// Calls `init`; the inner error is the plugin's own refusal.
+    pub fn init(&mut self, config: &str) -> wasmtime::Result<Result<(), String>> {
+        self.arm();
+        self.plugin
+            .kubewasm_plugin_handler()
+            .call_init(&mut self.store, config)
+    }
+
+    /// Calls `handle`; the inner error is the plugin's own failure report.
+    pub fn handle(&mut self, event: &Event) -> wasmtime::Result<Result<(), HandleError>> {
+        self.arm();
+        self.plugin
+            .kubewasm_plugin_handler()
+            .call_handle(&mut self.store, event)
+    }
+
+    /// Replaces what this instance can reach (after `describe` told what it needs).
+    pub fn set_context(&mut self, ctx: Arc<PluginContext>) {
+        self.store.data_mut().ctx = ctx;
+    }
+}

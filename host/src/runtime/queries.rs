@@ -1,0 +1,139 @@
+//! The host side of the `cache` and `logging` imports.
+
+use std::sync::Arc;
+
+use kubewasm_sdk::selector::Selector;
+
+use crate::informer::Informer;
+use crate::informer::store::StoreError;
+use crate::object::{KubeObject, object_key};
+use crate::runtime::bindings::kubewasm::plugin::{cache, logging, types};
+use crate::runtime::logging::{Level, PluginLogRecord};
+use crate::runtime::{HostState, convert};
+
+use types::{Gvk as WitGvk, Object, QueryError};
+
+impl types::Host for HostState {}
+
+impl HostState {
+    /// The informer for `gvk` if this plugin may query it.
+    fn granted(&self, gvk: &WitGvk) -> Result<&Arc<Informer>, QueryError> {
+        let gvk = convert::gvk(gvk);
+        self.ctx.grants.get(&gvk).ok_or_else(|| {
+            QueryError::NotCached(format!(
+                "plugin {} has no cache of {gvk}: declare it in its manifest's subscriptions or queries",
+                self.ctx.name
+            ))
+        })
+    }
+
+    /// Converts objects, refusing answers above the plugin's query size limit.
+    fn answer(&self, objects: Vec<Arc<KubeObject>>) -> Result<Vec<Object>, QueryError> {
+        let bytes: usize = objects.iter().map(|o| o.json.len()).sum();
+        let limit = self.ctx.limits.query_bytes;
+        if bytes > limit {
+            return Err(QueryError::TooLarge(format!(
+                "{} objects of {bytes} bytes exceed the limit of {limit} bytes per query; narrow it with a namespace, selector or index",
+                objects.len()
+            )));
+        }
+        Ok(objects.iter().map(|o| convert::object(o)).collect())
+    }
+}
+
+fn index_error(e: StoreError) -> QueryError {
+    match e {
+        StoreError::UnknownIndex(name) => QueryError::UnknownIndex(format!(
+            "no index named {name:?}: declare it in the plugin's manifest"
+        )),
+        other => QueryError::InvalidArgument(other.to_string()),
+    }
+}
+
+impl cache::Host for HostState {
+    fn get(
+        &mut self,
+        gvk: WitGvk,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<Object>, QueryError> {
+        let informer = self.granted(&gvk)?;
+        let key = object_key(namespace.as_deref(), &name);
+        Ok(informer.store().get(&key).map(|o| convert::object(&o)))
+    }
+
+    fn list_objects(
+        &mut self,
+        gvk: WitGvk,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+    ) -> Result<Vec<Object>, QueryError> {
+        let selector = match label_selector.as_deref() {
+            Some(s) => {
+                Selector::parse(s).map_err(|e| QueryError::InvalidArgument(e.to_string()))?
+            }
+            None => Selector::everything(),
+        };
+        let store = self.granted(&gvk)?.store();
+        let mut objects = match namespace.as_deref() {
+            Some(ns) => store
+                .by_index(crate::informer::index::NAMESPACE, ns)
+                .map_err(index_error)?,
+            None => store.list(),
+        };
+        objects.retain(|o| selector.matches(&o.labels));
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        self.answer(objects)
+    }
+
+    fn by_index(
+        &mut self,
+        gvk: WitGvk,
+        index: String,
+        value: String,
+    ) -> Result<Vec<Object>, QueryError> {
+        let objects = self
+            .granted(&gvk)?
+            .store()
+            .by_index(&index, &value)
+            .map_err(index_error)?;
+        self.answer(objects)
+    }
+
+    fn index_keys(
+        &mut self,
+        gvk: WitGvk,
+        index: String,
+        value: String,
+    ) -> Result<Vec<String>, QueryError> {
+        self.granted(&gvk)?
+            .store()
+            .index_keys(&index, &value)
+            .map_err(index_error)
+    }
+
+    fn index_values(&mut self, gvk: WitGvk, index: String) -> Result<Vec<String>, QueryError> {
+        self.granted(&gvk)?
+            .store()
+            .index_values(&index)
+            .map_err(index_error)
+    }
+}
+
+impl logging::Host for HostState {
+    fn log(&mut self, level: logging::Level, message: String, fields: Vec<(String, String)>) {
+        let level = match level {
+            logging::Level::Trace => Level::Trace,
+            logging::Level::Debug => Level::Debug,
+            logging::Level::Info => Level::Info,
+            logging::Level::Warn => Level::Warn,
+            logging::Level::Error => Level::Error,
+        };
+        self.ctx.log.record(PluginLogRecord {
+            plugin: self.ctx.name.clone(),
+            level,
+            message,
+            fields,
+        });
+    }
+}

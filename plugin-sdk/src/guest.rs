@@ -1,0 +1,399 @@
+//! The guest API: bindings generated from `wit/plugin.wit`, and helpers over them.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+/// Bindings generated from `wit/plugin.wit` by wit-bindgen.
+#[allow(missing_docs, unsafe_code)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "kubewasm:plugin/plugin",
+        pub_export_macro: true,
+        export_macro_name: "__export_kubewasm_plugin",
+        default_bindings_module: "kubewasm_sdk::bindings",
+    });
+}
+
+pub use bindings::kubewasm::plugin::types::{
+    Added, Deleted, Event, Gvk, HandleError, Index, Manifest, Object, OwnerReference, QueryError,
+    Subscription, Updated,
+};
+
+/// What a plugin implements. Export it with [`export_plugin!`](crate::export_plugin).
+pub trait Plugin {
+    /// Prepares a fresh instance with the operator's configuration (JSON text, `{}` if none).
+    /// Runs before [`Plugin::describe`]; cache queries are not available yet.
+    fn init(config: &str) -> Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// What the plugin needs: subscriptions, queried types, indexes, resync period.
+    fn describe() -> Manifest;
+
+    /// Handles one event.
+    fn handle(event: Event) -> Result<(), HandleError>;
+}
+
+/// Exports a [`Plugin`] implementation as the component's `handler`.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        const _: () = {
+            struct KubewasmExport;
+            impl $crate::bindings::exports::kubewasm::plugin::handler::Guest for KubewasmExport {
+                fn describe() -> $crate::Manifest {
+                    <$plugin as $crate::Plugin>::describe()
+                }
+                fn init(config: ::std::string::String) -> ::std::result::Result<(), ::std::string::String> {
+                    <$plugin as $crate::Plugin>::init(&config)
+                }
+                fn handle(event: $crate::Event) -> ::std::result::Result<(), $crate::HandleError> {
+                    <$plugin as $crate::Plugin>::handle(event)
+                }
+            }
+            $crate::bindings::__export_kubewasm_plugin!(KubewasmExport with_types_in $crate::bindings);
+        };
+    };
+}
+
+impl Gvk {
+    /// A resource type from group (empty for core), version and kind.
+    pub fn new(group: &str, version: &str, kind: &str) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+        }
+    }
+
+    /// `v1` Pod.
+    pub fn pod() -> Self {
+        Self::new("", "v1", "Pod")
+    }
+
+    /// `v1` Event (core events, with `involvedObject`).
+    pub fn event() -> Self {
+        Self::new("", "v1", "Event")
+    }
+
+    /// `v1` ConfigMap.
+    pub fn config_map() -> Self {
+        Self::new("", "v1", "ConfigMap")
+    }
+
+    /// `v1` Namespace.
+    pub fn namespace() -> Self {
+        Self::new("", "v1", "Namespace")
+    }
+
+    /// `apps/v1` Deployment.
+    pub fn deployment() -> Self {
+        Self::new("apps", "v1", "Deployment")
+    }
+
+    /// `apps/v1` ReplicaSet.
+    pub fn replica_set() -> Self {
+        Self::new("apps", "v1", "ReplicaSet")
+    }
+
+    /// The `apiVersion` string.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+impl fmt::Display for Gvk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.api_version(), self.kind)
+    }
+}
+
+impl Manifest {
+    /// An empty manifest: no subscriptions, queries, indexes or resync.
+    pub fn new() -> Self {
+        Self {
+            subscriptions: Vec::new(),
+            queries: Vec::new(),
+            indexes: Vec::new(),
+            resync_seconds: 0,
+        }
+    }
+
+    /// Adds a subscription.
+    pub fn subscribe(mut self, subscription: Subscription) -> Self {
+        self.subscriptions.push(subscription);
+        self
+    }
+
+    /// Adds a resource type to query without subscribing to its events.
+    pub fn query(mut self, gvk: Gvk) -> Self {
+        self.queries.push(gvk);
+        self
+    }
+
+    /// Asks for a field index: `name` on `gvk`, valued by the JSON pointer.
+    pub fn index(mut self, gvk: Gvk, name: &str, json_pointer: &str) -> Self {
+        self.indexes.push(Index {
+            gvk,
+            name: name.into(),
+            json_pointer: json_pointer.into(),
+        });
+        self
+    }
+
+    /// Asks for a sync event per subscribed object every `seconds`.
+    pub fn resync_every(mut self, seconds: u32) -> Self {
+        self.resync_seconds = seconds;
+        self
+    }
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Subscription {
+    /// Every object of `gvk`.
+    pub fn to(gvk: Gvk) -> Self {
+        Self {
+            gvk,
+            namespaces: Vec::new(),
+            label_selector: None,
+        }
+    }
+
+    /// Only objects in these namespaces.
+    pub fn in_namespaces(mut self, namespaces: &[&str]) -> Self {
+        self.namespaces = namespaces.iter().map(|n| (*n).into()).collect();
+        self
+    }
+
+    /// Only objects matching this label selector (see [`crate::selector`]).
+    pub fn selector(mut self, selector: impl ToString) -> Self {
+        self.label_selector = Some(selector.to_string());
+        self
+    }
+}
+
+impl Object {
+    /// The cache key: `namespace/name`, or `name` when cluster-scoped.
+    pub fn key(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// Parses the JSON text into any deserializable type (`serde_json::Value`, a struct of
+    /// your own, or a k8s-openapi type with the `k8s` feature).
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.json)
+    }
+
+    /// The value of a label.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The owner reference marked as controller, if any.
+    pub fn controller(&self) -> Option<&OwnerReference> {
+        self.owner_references.iter().find(|o| o.controller)
+    }
+}
+
+impl Event {
+    /// The newest state of the object this event is about.
+    pub fn object(&self) -> &Object {
+        match self {
+            Event::Added(a) => &a.object,
+            Event::Updated(u) => &u.new,
+            Event::Deleted(d) => &d.object,
+            Event::Sync(o) => o,
+        }
+    }
+
+    /// The previous state, for updates.
+    pub fn old(&self) -> Option<&Object> {
+        match self {
+            Event::Updated(u) => Some(&u.old),
+            _ => None,
+        }
+    }
+}
+
+impl HandleError {
+    /// A failure worth retrying later (with backoff).
+    pub fn retry(message: impl fmt::Display) -> Self {
+        Self {
+            message: message.to_string(),
+            retry: true,
+        }
+    }
+
+    /// A failure that retrying will not fix.
+    pub fn fatal(message: impl fmt::Display) -> Self {
+        Self {
+            message: message.to_string(),
+            retry: false,
+        }
+    }
+}
+
+impl QueryError {
+    /// A one-line explanation: what kind of failure, then the host's detail.
+    pub fn explain(&self) -> String {
+        let (what, detail) = match self {
+            QueryError::Denied(d) => ("denied", d),
+            QueryError::NotCached(d) => ("not cached", d),
+            QueryError::UnknownIndex(d) => ("unknown index", d),
+            QueryError::InvalidArgument(d) => ("invalid argument", d),
+            QueryError::TooLarge(d) => ("too large", d),
+        };
+        format!("{what}: {detail}")
+    }
+}
+
+impl From<QueryError> for HandleError {
+    /// A failed query: retried, unless the request itself is wrong or forbidden.
+    fn from(e: QueryError) -> Self {
+        let retry = matches!(e, QueryError::TooLarge(_));
+        Self {
+            message: e.explain(),
+            retry,
+        }
+    }
+}
+
+/// Queries against the host's cache (client-go's listers and indexers).
+pub mod cache {
+    use super::{Gvk, Object, QueryError};
+    use crate::bindings::kubewasm::plugin::cache as host;
+
+    /// One object by namespace (`None` for cluster-scoped) and name.
+    pub fn get(
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Object>, QueryError> {
+        host::get(gvk, namespace, name)
+    }
+
+    /// Every object of a type, optionally in one namespace and matching a label selector.
+    pub fn list(
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Object>, QueryError> {
+        host::list_objects(gvk, namespace, label_selector)
+    }
+
+    /// Objects filed under `value` in index `index` (built-in: `namespace`, `owner-uid`,
+    /// `label-key`, `label`; or one the plugin declared).
+    pub fn by_index(gvk: &Gvk, index: &str, value: &str) -> Result<Vec<Object>, QueryError> {
+        host::by_index(gvk, index, value)
+    }
+
+    /// Keys of the objects filed under `value` in index `index`.
+    pub fn index_keys(gvk: &Gvk, index: &str, value: &str) -> Result<Vec<String>, QueryError> {
+        host::index_keys(gvk, index, value)
+    }
+
+    /// Every value present in index `index`.
+    pub fn index_values(gvk: &Gvk, index: &str) -> Result<Vec<String>, QueryError> {
+        host::index_values(gvk, index)
+    }
+}
+
+/// Structured logging into the host's log, tagged with the plugin's name.
+pub mod log {
+    use crate::bindings::kubewasm::plugin::logging::{self as host, Level};
+
+    fn write(level: Level, message: &str, fields: &[(&str, &str)]) {
+        let fields: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        host::log(level, message, &fields);
+    }
+
+    /// Logs at debug level.
+    pub fn debug(message: &str, fields: &[(&str, &str)]) {
+        write(Level::Debug, message, fields);
+    }
+
+    /// Logs at info level.
+    pub fn info(message: &str, fields: &[(&str, &str)]) {
+        write(Level::Info, message, fields);
+    }
+
+    /// Logs at warn level.
+    pub fn warn(message: &str, fields: &[(&str, &str)]) {
+        write(Level::Warn, message, fields);
+    }
+
+    /// Logs at error level.
+    pub fn error(message: &str, fields: &[(&str, &str)]) {
+        write(Level::Error, message, fields);
+    }
+}
+
+impl crate::selector::Selector {
+    /// A selector from a Kubernetes `LabelSelector` value (`matchLabels` and
+    /// `matchExpressions`), as found in `spec.selector` of Deployments and ReplicaSets.
+    pub fn from_label_selector(
+        value: &serde_json::Value,
+    ) -> Result<Self, crate::selector::SelectorError> {
+        use crate::selector::SelectorError;
+        let err = |reason: String| SelectorError {
+            input: value.to_string(),
+            reason,
+        };
+        let mut selector = Self::everything();
+        if let Some(labels) = value.get("matchLabels").and_then(|m| m.as_object()) {
+            for (k, v) in labels {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| err(format!("matchLabels.{k} is not a string")))?;
+                selector = selector.eq(k, v);
+            }
+        }
+        for expr in value
+            .get("matchExpressions")
+            .and_then(|m| m.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let key = expr
+                .get("key")
+                .and_then(|k| k.as_str())
+                .ok_or_else(|| err("matchExpressions[].key is missing".into()))?;
+            let values: Vec<&str> = expr
+                .get("values")
+                .and_then(|v| v.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .collect();
+            selector = match expr.get("operator").and_then(|o| o.as_str()) {
+                Some("In") => selector.is_in(key, &values),
+                Some("NotIn") => selector.not_in(key, &values),
+                Some("Exists") => selector.exists(key),
+                Some("DoesNotExist") => selector.absent(key),
+                other => return Err(err(format!("unknown operator {other:?} for key {key:?}"))),
+            };
+        }
+        Ok(selector)
+    }
+}
