@@ -134,8 +134,17 @@ impl Runtime {
     /// Compiles component bytes and checks them against the plugin world. Blocking: seconds
     /// for large components, so call it off the async runtime.
     pub fn compile(&self, bytes: &[u8]) -> Result<PluginCode, LoadError> {
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+        let component = Component::new(&self.engine, bytes).map_err(|e| {
+            // Text (WAT) is accepted too, but a file that is neither says so plainly.
+            let looks_textual = bytes.trim_ascii_start().starts_with(b"(");
+            if !bytes.starts_with(b"\0asm") && !looks_textual {
+                LoadError::NotAComponent(
+                    "no WebAssembly header (\\0asm) at the start of the file".into(),
+                )
+            } else {
+                LoadError::NotAComponent(format!("{e:#}"))
+            }
+        })?;
         let pre = self
             .linker
             .instantiate_pre(&component)

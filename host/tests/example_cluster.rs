@@ -1,0 +1,354 @@
+//! The example plugins driven through the host against a copy of examples/cluster.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubewasm::gvk::Gvk;
+use kubewasm::informer::factory::InformerFactory;
+use kubewasm::object::Transform;
+use kubewasm::plugins::{PluginHost, Reason};
+use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
+use kubewasm::runtime::{Limits, LoadError, Runtime};
+use kubewasm::source::manifests::ManifestFolder;
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Harness {
+    _runtime: tokio::runtime::Runtime,
+    cluster: tempfile::TempDir,
+    plugins: tempfile::TempDir,
+    folder: Arc<ManifestFolder>,
+    factory: Arc<InformerFactory>,
+    host: PluginHost,
+    sink: Arc<MemorySink>,
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).expect("read examples") {
+        let entry = entry.expect("dir entry");
+        fs::copy(entry.path(), to.join(entry.file_name())).expect("copy manifest");
+    }
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
+}
+
+/// A host on a copy of the example cluster, with `configs` for plugins by name.
+fn harness(configs: &[(&str, &str)]) -> Harness {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cluster = tempfile::tempdir().expect("temp dir");
+    copy_dir(&examples(), cluster.path());
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let folder = Arc::new({
+        let _guard = runtime.enter();
+        ManifestFolder::open(cluster.path(), Transform::default()).expect("open cluster folder")
+    });
+    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
+    let sink = Arc::new(MemorySink::default());
+    let wasm = Arc::new(Runtime::new().expect("wasm runtime"));
+    let mut host = PluginHost::new(wasm, factory.clone(), sink.clone(), Limits::default());
+    for (name, config) in configs {
+        host.set_config(name, (*config).to_owned());
+    }
+    Harness {
+        _runtime: runtime,
+        cluster,
+        plugins,
+        folder,
+        factory,
+        host,
+        sink,
+    }
+}
+
+impl Harness {
+    fn install(&self, built: &str, name: &str) -> PathBuf {
+        let path = self.plugins.path().join(format!("{name}.wasm"));
+        fs::copy(built, &path).expect("copy plugin");
+        path
+    }
+
+    /// Waits until some line of `plugin` satisfies `pred`; panics with every line otherwise.
+    fn expect_line(&self, plugin: &str, what: &str, pred: impl Fn(&PluginLogRecord) -> bool) {
+        let lines = self
+            .sink
+            .wait_until(WAIT, |rs| rs.iter().any(|r| r.plugin == plugin && pred(r)));
+        assert!(
+            lines.iter().any(|r| r.plugin == plugin && pred(r)),
+            "{plugin} never logged {what}; it logged:\n{}",
+            render(&lines)
+        );
+    }
+
+    fn lines_of(&self, plugin: &str) -> Vec<PluginLogRecord> {
+        self.sink
+            .records()
+            .into_iter()
+            .filter(|r| r.plugin == plugin)
+            .collect()
+    }
+
+    /// Rewrites the manifest `file`, applying `edit` to the document named `name`.
+    fn edit(&self, file: &str, name: &str, edit: impl Fn(&mut Value)) {
+        let path = self.cluster.path().join(file);
+        let text = fs::read_to_string(&path).expect("read manifest");
+        let mut out = String::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let mut value: Value = serde::Deserialize::deserialize(doc).expect("valid yaml");
+            if value.is_null() {
+                continue;
+            }
+            if value.pointer("/metadata/name").and_then(Value::as_str) == Some(name) {
+                edit(&mut value);
+            }
+            out.push_str("---\n");
+            out.push_str(&serde_yaml_ng::to_string(&value).expect("yaml"));
+        }
+        fs::write(&path, out).expect("write manifest");
+    }
+}
+
+fn render(lines: &[PluginLogRecord]) -> String {
+    lines
+        .iter()
+        .map(|r| format!("  [{}] {} {:?}", r.plugin, r.message, r.fields))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn summary(r: &PluginLogRecord, deployment: &str, ready: &str) -> bool {
+    r.message == "deployment summary"
+        && r.field("deployment") == Some(deployment)
+        && r.field("ready") == Some(ready)
+}
+
+fn set_ready(pod: &mut Value) {
+    pod["status"]["phase"] = "Running".into();
+    if let Some(conditions) = pod["status"]["conditions"].as_array_mut() {
+        for c in conditions {
+            c["status"] = "True".into();
+        }
+    }
+}
+
+#[test]
+fn plugins_react_to_the_example_cluster_and_its_edits() {
+    let h = harness(&[]);
+    h.host
+        .load(&h.install(kubewasm_plugin_artifacts::POD_PHASE, "pod-phase"))
+        .expect("pod-phase loads");
+    h.host
+        .load(&h.install(
+            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+            "deployment-view",
+        ))
+        .expect("deployment-view loads");
+
+    // Initial state: the summaries come from owner-index and involved-uid-index queries.
+    h.expect_line("deployment-view", "web at 2/3", |r| {
+        summary(r, "shop/web", "2/3")
+            && r.field("replicaset") == Some("web-5d8f7c9b6")
+            && r.field("revision") == Some("2")
+            && r.field("not-ready")
+                == Some("web-5d8f7c9b6-hv4rd: Back-off pulling image \"ghcr.io/example/web:1.8.1\"")
+    });
+    h.expect_line("deployment-view", "api at 1/2", |r| {
+        summary(r, "shop/api", "1/2")
+            && r.field("not-ready")
+                == Some("api-7c6d5b4f9-8fjzc: 0/2 nodes are available: 2 Insufficient memory.")
+    });
+    h.expect_line("pod-phase", "the stuck pod as initial", |r| {
+        r.message == "pod seen"
+            && r.field("pod") == Some("shop/web-5d8f7c9b6-hv4rd")
+            && r.field("phase") == Some("Pending")
+            && r.field("initial") == Some("true")
+    });
+    let initial: Vec<_> = h
+        .lines_of("pod-phase")
+        .into_iter()
+        .filter(|r| r.message == "pod seen")
+        .collect();
+    assert_eq!(initial.len(), 6, "every pod once:\n{}", render(&initial));
+
+    // The plugin-declared index exists on the shared Event informer.
+    let events = h
+        .factory
+        .get(&Gvk::new("", "v1", "Event"))
+        .expect("event informer");
+    let involved = events
+        .store()
+        .index_values("involved-uid")
+        .expect("declared index");
+    assert_eq!(involved.len(), 2, "two pods have events: {involved:?}");
+
+    // Update: the stuck pod becomes ready.
+    h.edit("shop-web-stuck-pod.yaml", "web-5d8f7c9b6-hv4rd", set_ready);
+    h.expect_line("pod-phase", "Pending to Running", |r| {
+        r.message == "pod phase changed"
+            && r.field("pod") == Some("shop/web-5d8f7c9b6-hv4rd")
+            && r.field("from") == Some("Pending")
+            && r.field("to") == Some("Running")
+    });
+    h.expect_line("deployment-view", "web at 3/3", |r| {
+        summary(r, "shop/web", "3/3") && r.field("not-ready") == Some("")
+    });
+
+    // Delete: the batch pod's file goes away.
+    fs::remove_file(h.cluster.path().join("batch-report.yaml")).expect("remove");
+    h.expect_line("pod-phase", "the batch pod deleted", |r| {
+        r.message == "pod deleted"
+            && r.field("pod") == Some("batch/report-29371840-kd9wq")
+            && r.field("last-phase") == Some("Running")
+            && r.field("stale") == Some("false")
+    });
+
+    // Per-plugin order: the stuck pod was seen, then changed, in that order.
+    let about_stuck: Vec<String> = h
+        .lines_of("pod-phase")
+        .into_iter()
+        .filter(|r| r.field("pod") == Some("shop/web-5d8f7c9b6-hv4rd"))
+        .map(|r| r.message)
+        .collect();
+    assert_eq!(about_stuck, ["pod seen", "pod phase changed"]);
+
+    // A broken manifest is reported and changes elsewhere still flow.
+    fs::write(h.cluster.path().join("broken.yaml"), "kind: [unclosed\n").expect("write");
+    h.edit("shop-api.yaml", "api-7c6d5b4f9-8fjzc", set_ready);
+    h.expect_line("deployment-view", "api at 2/2", |r| {
+        summary(r, "shop/api", "2/2")
+    });
+    let errors = h.folder.errors();
+    assert!(
+        errors.iter().any(|(p, _)| p.ends_with("broken.yaml")),
+        "{errors:?}"
+    );
+
+    let status = h.host.status();
+    assert_eq!(status.len(), 2);
+    assert!(
+        status.iter().all(|s| s.given_up == 0 && s.traps == 0),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn unloading_stops_delivery_and_releases_informers() {
+    let h = harness(&[]);
+    h.host
+        .load(&h.install(kubewasm_plugin_artifacts::POD_PHASE, "pod-phase"))
+        .expect("pod-phase loads");
+    h.host
+        .load(&h.install(
+            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+            "deployment-view",
+        ))
+        .expect("deployment-view loads");
+    h.expect_line("deployment-view", "web summary", |r| {
+        summary(r, "shop/web", "2/3")
+    });
+    h.expect_line("pod-phase", "initial pods", |r| r.message == "pod seen");
+
+    assert!(h.host.unload("pod-phase"));
+    assert!(!h.host.unload("pod-phase"), "already gone");
+    let before = h.lines_of("pod-phase").len();
+    h.edit("shop-web-stuck-pod.yaml", "web-5d8f7c9b6-hv4rd", set_ready);
+    // deployment-view still sees pods: the shared Pod informer lives on for it.
+    h.expect_line("deployment-view", "web at 3/3", |r| {
+        summary(r, "shop/web", "3/3")
+    });
+    assert_eq!(
+        h.lines_of("pod-phase").len(),
+        before,
+        "nothing after unload"
+    );
+
+    assert!(h.host.unload("deployment-view"));
+    assert!(h.factory.running().is_empty(), "{:?}", h.factory.running());
+}
+
+#[test]
+fn configuration_shapes_subscriptions() {
+    let h = harness(&[("deployment-view", r#"{"namespaces": ["batch"]}"#)]);
+    h.host
+        .load(&h.install(
+            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+            "deployment-view",
+        ))
+        .expect("deployment-view loads");
+    // It handles the one pod in `batch` (which no Deployment owns) and reports nothing.
+    let deadline = std::time::Instant::now() + WAIT;
+    while h.host.status()[0].delivered < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(h.host.status()[0].delivered, 1, "only the batch pod");
+    let lines = h.lines_of("deployment-view");
+    assert!(
+        lines.is_empty(),
+        "shop is filtered out:\n{}",
+        render(&lines)
+    );
+}
+
+#[test]
+fn bad_plugins_get_one_clear_error_each_and_the_good_one_runs() {
+    let h = harness(&[("bad-config", "this is not json")]);
+    fs::write(h.plugins.path().join("garbage.wasm"), b"not wasm at all").expect("write");
+    fs::write(h.plugins.path().join("core-module.wasm"), "(module)").expect("write");
+    fs::write(
+        h.plugins.path().join("wrong-world.wasm"),
+        "(component (import \"kubewasm:plugin/elsewhere@9.9.9\" (instance)))",
+    )
+    .expect("write");
+    h.install(kubewasm_plugin_artifacts::DEPLOYMENT_VIEW, "bad-config");
+    h.install(kubewasm_plugin_artifacts::POD_PHASE, "pod-phase");
+
+    let failures = h
+        .host
+        .load_dir(h.plugins.path())
+        .expect("read plugins folder");
+    let mut by_name: Vec<(String, String)> = failures
+        .iter()
+        .map(|f| (f.plugin.clone(), f.to_string()))
+        .collect();
+    by_name.sort();
+    let names: Vec<&str> = by_name.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["bad-config", "core-module", "garbage", "wrong-world"]
+    );
+    for failure in &failures {
+        let text = failure.to_string();
+        assert!(text.contains(&failure.plugin), "names the plugin: {text}");
+        assert!(text.contains(".wasm"), "names the file: {text}");
+        match failure.plugin.as_str() {
+            "garbage" | "core-module" => assert!(
+                matches!(failure.reason, Reason::Load(LoadError::NotAComponent(_))),
+                "{text}"
+            ),
+            "wrong-world" => assert!(
+                matches!(failure.reason, Reason::Load(LoadError::WrongWorld(_))),
+                "{text}"
+            ),
+            "bad-config" => {
+                assert!(matches!(failure.reason, Reason::Init(_)), "{text}");
+                assert!(text.contains("invalid configuration"), "{text}");
+            }
+            other => panic!("unexpected failure for {other}: {text}"),
+        }
+    }
+
+    let status = h.host.status();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].name, "pod-phase");
+    h.expect_line("pod-phase", "initial pods", |r| r.message == "pod seen");
+    // The failed plugins hold no informers: only the Pod informer for pod-phase runs.
+    assert_eq!(h.factory.running(), [Gvk::new("", "v1", "Pod")]);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The main job: the host with the example plugins against a copy of examples/cluster.
+#
+# It builds the plugins, copies the example cluster to target/demo/cluster (so your edits never
+# touch the repository), starts the host, and after a few seconds plays a short tour: the stuck
+# web pod becomes ready (an update), then the batch pod's file is removed (a delete). The host
+# keeps running afterwards: edit, add or delete files in target/demo/cluster and watch the
+# plugins react. Ctrl-C stops it. DEMO_SECONDS=N stops it by itself after N seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+echo "demo: building the example plugins (wasm32-wasip2)..." >&2
+cargo build --quiet --profile plugin --target wasm32-wasip2 --target-dir target/plugins \
+  -p pod-phase -p deployment-view
+cargo build --quiet -p kubewasm
+
+demo=target/demo
+rm -rf "$demo"
+mkdir -p "$demo/plugins" "$demo/cluster"
+cp target/plugins/wasm32-wasip2/plugin/pod_phase.wasm "$demo/plugins/pod-phase.wasm"
+cp target/plugins/wasm32-wasip2/plugin/deployment_view.wasm "$demo/plugins/deployment-view.wasm"
+cp examples/cluster/*.yaml "$demo/cluster/"
+
+./target/debug/kubewasm run --plugins "$demo/plugins" --cluster "$demo/cluster" &
+host=$!
+trap 'kill "$host" 2>/dev/null || true; wait "$host" 2>/dev/null || true' EXIT INT TERM
+
+sleep 4
+echo "demo: the stuck pod shop/web-5d8f7c9b6-hv4rd becomes ready (edit of shop-web-stuck-pod.yaml)" >&2
+sed -i "s/phase: Pending/phase: Running/; s/status: 'False'/status: 'True'/" "$demo/cluster/shop-web-stuck-pod.yaml"
+sleep 2
+echo "demo: the batch pod's manifest is deleted (rm batch-report.yaml)" >&2
+rm "$demo/cluster/batch-report.yaml"
+sleep 2
+echo "demo: now edit files in $demo/cluster and watch the plugins; Ctrl-C to stop" >&2
+
+if [[ -n "${DEMO_SECONDS:-}" ]]; then
+  sleep "$DEMO_SECONDS"
+else
+  wait "$host"
+fi

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints (host and guests), unit, integration and doc tests.
+# Guest plugins are built for wasm32-wasip2 by plugins/artifacts' build script during the test
+# build; nothing is downloaded but crates.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
+# The SDK's optional k8s-openapi types compile and their doc example builds.
+cargo test --locked -p kubewasm-sdk --features k8s --doc
