@@ -33,11 +33,7 @@ impl Gvk {
 
     /// The `apiVersion` string: `group/version`, or `version` for the core group.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        kubewasm_sdk::api_version(&self.group, &self.version)
     }
 }
 

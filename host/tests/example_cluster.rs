@@ -70,6 +70,18 @@ fn harness(configs: &[(&str, &str)]) -> Harness {
 }
 
 impl Harness {
+    /// Installs and loads an example plugin by its package name.
+    fn load(&self, name: &str) {
+        let built = match name {
+            "pod-phase" => kubewasm_plugin_artifacts::POD_PHASE,
+            "deployment-view" => kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+            other => panic!("no example plugin {other}"),
+        };
+        if let Err(e) = self.host.load(&self.install(built, name)) {
+            panic!("{name} must load: {e}");
+        }
+    }
+
     fn install(&self, built: &str, name: &str) -> PathBuf {
         let path = self.plugins.path().join(format!("{name}.wasm"));
         fs::copy(built, &path).expect("copy plugin");
@@ -142,15 +154,8 @@ fn set_ready(pod: &mut Value) {
 #[test]
 fn plugins_react_to_the_example_cluster_and_its_edits() {
     let h = harness(&[]);
-    h.host
-        .load(&h.install(kubewasm_plugin_artifacts::POD_PHASE, "pod-phase"))
-        .expect("pod-phase loads");
-    h.host
-        .load(&h.install(
-            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
-            "deployment-view",
-        ))
-        .expect("deployment-view loads");
+    h.load("pod-phase");
+    h.load("deployment-view");
 
     // Initial state: the summaries come from owner-index and involved-uid-index queries.
     h.expect_line("deployment-view", "web at 2/3", |r| {
@@ -242,15 +247,8 @@ fn plugins_react_to_the_example_cluster_and_its_edits() {
 #[test]
 fn unloading_stops_delivery_and_releases_informers() {
     let h = harness(&[]);
-    h.host
-        .load(&h.install(kubewasm_plugin_artifacts::POD_PHASE, "pod-phase"))
-        .expect("pod-phase loads");
-    h.host
-        .load(&h.install(
-            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
-            "deployment-view",
-        ))
-        .expect("deployment-view loads");
+    h.load("pod-phase");
+    h.load("deployment-view");
     h.expect_line("deployment-view", "web summary", |r| {
         summary(r, "shop/web", "2/3")
     });
@@ -277,12 +275,7 @@ fn unloading_stops_delivery_and_releases_informers() {
 #[test]
 fn configuration_shapes_subscriptions() {
     let h = harness(&[("deployment-view", r#"{"namespaces": ["batch"]}"#)]);
-    h.host
-        .load(&h.install(
-            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
-            "deployment-view",
-        ))
-        .expect("deployment-view loads");
+    h.load("deployment-view");
     // It handles the one pod in `batch` (which no Deployment owns) and reports nothing.
     let deadline = std::time::Instant::now() + WAIT;
     while h.host.status()[0].delivered < 1 && std::time::Instant::now() < deadline {

@@ -101,11 +101,7 @@ impl Gvk {
 
     /// The `apiVersion` string.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        crate::api_version(&self.group, &self.version)
     }
 }
 

@@ -35,6 +35,16 @@
 
 pub mod selector;
 
+/// The `apiVersion` string for a group and version: `group/version`, or `version` for the
+/// core group (empty group).
+pub fn api_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
 #[cfg(feature = "guest")]
 mod guest;
 #[cfg(feature = "guest")]
