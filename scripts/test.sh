@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints (host and guests), unit, integration and doc tests.
+# The whole test suite: formatting, lints (host and guests), unit, integration, end-to-end (a
+# real etcd and kube-apiserver on loopback) and doc tests.
 # Guest plugins are built for wasm32-wasip2 by plugins/artifacts' build script during the test
 # build; nothing is downloaded but crates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The real etcd and kube-apiserver for the end-to-end tests, built once per version and cached.
+KUBEWASM_SERVERS=$(bash scripts/k8s-servers.sh)
+export KUBEWASM_SERVERS
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

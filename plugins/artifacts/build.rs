@@ -11,6 +11,7 @@ use std::process::Command;
 const PLUGINS: &[(&str, &str)] = &[
     ("pod-phase", "POD_PHASE"),
     ("deployment-view", "DEPLOYMENT_VIEW"),
+    ("audit-log", "AUDIT_LOG"),
 ];
 
 fn main() {

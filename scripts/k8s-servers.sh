@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds pinned etcd and kube-apiserver from the Go module proxy with the machine's Go, into a
+# cache outside the repository keyed by version, and reuses them when present. Prints the
+# folder holding both binaries (what KUBEWASM_SERVERS must point at for the end-to-end tests).
+#
+# Sources: tests/k8s-servers/{etcd,kube-apiserver} (wrapper mains and pinned go.mod/go.sum).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The pinned versions, from the go.mod files (`require X vN` or a line of a require block).
+pinned() { awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) { print $NF; exit }' "$2"; }
+kube_version=$(pinned k8s.io/kubernetes tests/k8s-servers/kube-apiserver/go.mod)
+etcd_version=$(pinned go.etcd.io/etcd/server/v3 tests/k8s-servers/etcd/go.mod)
+if [[ -z "$kube_version" || -z "$etcd_version" ]]; then
+  echo "k8s-servers: cannot read the pinned versions from tests/k8s-servers/*/go.mod" >&2
+  exit 1
+fi
+cache=${KUBEWASM_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubewasm/servers}
+dir="$cache/kube-$kube_version-etcd-$etcd_version"
+
+if [[ -x "$dir/etcd" && -x "$dir/kube-apiserver" ]]; then
+  echo "$dir"
+  exit 0
+fi
+if ! command -v go >/dev/null 2>&1; then
+  echo "k8s-servers: Go is required to build etcd and kube-apiserver (https://go.dev/dl)" >&2
+  exit 1
+fi
+mkdir -p "$dir"
+for server in etcd kube-apiserver; do
+  if [[ ! -x "$dir/$server" ]]; then
+    echo "k8s-servers: building $server ($([[ $server == etcd ]] && echo "$etcd_version" || echo "$kube_version")); the first build takes minutes" >&2
+    start=$SECONDS
+    (cd "tests/k8s-servers/$server" && go build -trimpath -o "$dir/$server.partial" .)
+    mv "$dir/$server.partial" "$dir/$server"
+    echo "k8s-servers: built $server in $((SECONDS - start)) s" >&2
+  fi
+done
+echo "$dir"

@@ -1,0 +1,373 @@
+//! A real etcd and kube-apiserver on loopback for end-to-end tests, the way envtest does it.
+//!
+//! [`TestEnv::start`] builds (or reuses) the pinned servers through `scripts/k8s-servers.sh`,
+//! generates a CA, serving and client certificates and a service-account key, starts etcd and
+//! kube-apiserver (RBAC on) on free loopback ports in a temporary folder, waits for `/readyz`,
+//! and writes an admin kubeconfig. Dropping it stops both servers and removes the folder.
+//! A failed start says which server failed and shows the last lines of its log.
+
+mod pki;
+mod process;
+pub mod resources;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+
+use pki::Pki;
+use process::Server;
+
+/// How long a server may take to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The user the admin kubeconfig authenticates as (in group `system:masters`).
+pub const ADMIN: &str = "kubewasm-admin";
+
+/// Choices for a test environment.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Serve watches from kube-apiserver's watch cache (the default, as in clusters). With
+    /// `false`, watches read etcd directly, so an etcd compaction makes old resource versions
+    /// answer 410 Gone at once.
+    pub watch_cache: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { watch_cache: true }
+    }
+}
+
+/// A running etcd and kube-apiserver.
+pub struct TestEnv {
+    // Field order is drop order: servers stop before their folder is removed.
+    apiserver: Option<Server>,
+    // Held so that etcd stops on drop (after kube-apiserver).
+    _etcd: Server,
+    etcd_port: u16,
+    port: u16,
+    apiserver_program: PathBuf,
+    apiserver_args: Vec<String>,
+    pki: Pki,
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// The folder holding the `etcd` and `kube-apiserver` binaries: `$KUBEWASM_SERVERS`, or what
+/// `scripts/k8s-servers.sh` prints (it builds them on first use).
+pub fn servers_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("KUBEWASM_SERVERS") {
+        return Ok(dir.into());
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/k8s-servers.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: cannot build etcd and kube-apiserver (is Go installed?)",
+            script.display()
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().into())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+impl TestEnv {
+    /// Starts etcd and kube-apiserver with default options.
+    pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Starts etcd and kube-apiserver.
+    pub async fn start_with(options: Options) -> anyhow::Result<Self> {
+        let servers = servers_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("kubewasm-testenv-")
+            .tempdir()?;
+        let path = |name: &str| dir.path().join(name);
+        let pki = Pki::new()?;
+        let server = pki.server()?;
+        for (name, text) in [
+            ("ca.crt", pki.ca_cert()),
+            ("server.crt", server.cert),
+            ("server.key", server.key),
+            ("sa.key", pki.service_account_key.clone()),
+            ("sa.pub", pki.service_account_public.clone()),
+        ] {
+            std::fs::write(path(name), text)?;
+        }
+
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let client_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd_args: Vec<String> = vec![
+            "--name=default".into(),
+            format!("--data-dir={}", path("etcd").display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            "--unsafe-no-fsync".into(),
+            "--log-level=warn".into(),
+        ];
+        let mut etcd = Server::start("etcd", &servers.join("etcd"), &etcd_args, &path("etcd.log"))?;
+        wait_for(&mut etcd, || {
+            etcd_request(etcd_port, "GET", "/health", "").is_ok_and(|b| b.contains("true"))
+        })
+        .await?;
+
+        let port = free_port()?;
+        let issuer = "https://kubernetes.default.svc.cluster.local";
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers={client_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", path("certs").display()),
+            format!("--tls-cert-file={}", path("server.crt").display()),
+            format!("--tls-private-key-file={}", path("server.key").display()),
+            format!("--client-ca-file={}", path("ca.crt").display()),
+            format!("--service-account-issuer={issuer}"),
+            format!("--service-account-key-file={}", path("sa.pub").display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                path("sa.key").display()
+            ),
+            "--authorization-mode=RBAC".into(),
+            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            // No controller-manager creates default service accounts here.
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--enable-priority-and-fairness=false".into(),
+            format!("--watch-cache={}", options.watch_cache),
+        ];
+        let mut env = Self {
+            apiserver: None,
+            _etcd: etcd,
+            etcd_port,
+            port,
+            apiserver_program: servers.join("kube-apiserver"),
+            apiserver_args,
+            pki,
+            kubeconfig: path("admin.kubeconfig"),
+            dir,
+        };
+        env.write_kubeconfig(&env.kubeconfig, ADMIN, &["system:masters"])?;
+        env.start_apiserver().await?;
+        Ok(env)
+    }
+
+    async fn start_apiserver(&mut self) -> anyhow::Result<()> {
+        let log = self.dir.path().join("kube-apiserver.log");
+        let mut server = Server::start(
+            "kube-apiserver",
+            &self.apiserver_program,
+            &self.apiserver_args,
+            &log,
+        )?;
+        let client = self.client().await?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let ready = client
+                .request_text(http::Request::get("/readyz").body(Vec::new())?)
+                .await
+                .is_ok_and(|body| body.trim() == "ok");
+            if ready {
+                break;
+            }
+            if !server.is_running() || Instant::now() > deadline {
+                bail!(
+                    "kube-apiserver did not become ready (running: {}); last log lines:\n{}",
+                    server.is_running(),
+                    server.log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        self.apiserver = Some(server);
+        Ok(())
+    }
+
+    /// The admin kubeconfig (user [`ADMIN`], group `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's URL.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The temporary folder holding certificates, data and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a kubeconfig for `user` in `groups` (a client certificate signed by the test
+    /// CA) and returns its path. Grant it permissions with [`resources::grant`].
+    pub fn identity(&self, user: &str, groups: &[&str]) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join(format!("{user}.kubeconfig"));
+        self.write_kubeconfig(&path, user, groups)?;
+        Ok(path)
+    }
+
+    fn write_kubeconfig(&self, path: &Path, user: &str, groups: &[&str]) -> anyhow::Result<()> {
+        let cert = self.pki.client(user, groups)?;
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {
+                "server": self.url(),
+                "certificate-authority-data": b64(&self.pki.ca_cert()),
+            }}],
+            "users": [{"name": user, "user": {
+                "client-certificate-data": b64(&cert.cert),
+                "client-key-data": b64(&cert.key),
+            }}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
+            "current-context": "test",
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&config)?)?;
+        Ok(())
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        client_from(&self.kubeconfig).await
+    }
+
+    /// Stops kube-apiserver and starts it again on the same port and etcd; waits for ready.
+    pub async fn restart_apiserver(&mut self) -> anyhow::Result<()> {
+        if let Some(mut server) = self.apiserver.take() {
+            server.stop();
+        }
+        self.start_apiserver().await
+    }
+
+    /// Stops kube-apiserver (until [`Self::restart_apiserver`]).
+    pub fn stop_apiserver(&mut self) {
+        if let Some(mut server) = self.apiserver.take() {
+            server.stop();
+        }
+    }
+
+    /// Compacts etcd's history up to its current revision, so watches from older resource
+    /// versions get 410 Gone. Returns the revision compacted to.
+    pub fn compact_etcd(&self) -> anyhow::Result<u64> {
+        // The key "\0" with range_end "\0" asks for every key; count_only keeps it cheap.
+        let body = etcd_request(
+            self.etcd_port,
+            "POST",
+            "/v3/kv/range",
+            r#"{"key":"AA==","range_end":"AA==","count_only":true}"#,
+        )?;
+        let value: serde_json::Value = serde_json::from_str(&body)?;
+        let revision: u64 = value
+            .pointer("/header/revision")
+            .and_then(|r| r.as_str())
+            .context("etcd range answer has no header.revision")?
+            .parse()?;
+        etcd_request(
+            self.etcd_port,
+            "POST",
+            "/v3/kv/compaction",
+            &format!(r#"{{"revision":"{revision}","physical":true}}"#),
+        )?;
+        Ok(revision)
+    }
+
+    /// Deletes one object behind the API server's back, straight from etcd (for example
+    /// `/registry/configmaps/ns/name`), as if the deletion happened while a client was away.
+    /// Returns whether a key was deleted.
+    pub fn etcd_delete(&self, key: &str) -> anyhow::Result<bool> {
+        let body = etcd_request(
+            self.etcd_port,
+            "POST",
+            "/v3/kv/deleterange",
+            &format!(r#"{{"key":"{}"}}"#, b64(key)),
+        )?;
+        let value: serde_json::Value = serde_json::from_str(&body)?;
+        Ok(value.get("deleted").and_then(|d| d.as_str()) == Some("1"))
+    }
+
+    /// The last lines of a server's log (`etcd` or `kube-apiserver`).
+    pub fn log_tail(&self, server: &str, lines: usize) -> String {
+        process::log_tail(&self.dir.path().join(format!("{server}.log")), lines)
+    }
+}
+
+/// A client from a kubeconfig file.
+pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn wait_for(server: &mut Server, ready: impl Fn() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while !ready() {
+        if !server.is_running() || Instant::now() > deadline {
+            bail!(
+                "{} did not become ready; last log lines:\n{}",
+                server.name(),
+                server.log_tail(30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// One plain HTTP/1.1 request to etcd's JSON gateway; returns the body of a 200 answer.
+fn etcd_request(port: u16, method: &str, path: &str, body: &str) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP answer from etcd")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!(
+            "etcd {method} {path}: {}",
+            head.lines().next().unwrap_or("")
+        );
+    }
+    // A chunked body: drop the chunk-size lines (the gateway answers are small).
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let joined: String = body
+            .split("\r\n")
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, s)| s)
+            .collect();
+        return Ok(joined);
+    }
+    Ok(body.to_owned())
+}
