@@ -103,6 +103,7 @@ impl Worker {
                 }
             }
         }
+        self.stats.synced.store(true, Ordering::Relaxed);
         tracing::debug!(plugin = %self.ctx.name, "caches synced, delivering");
         let mut next_resync = self.resync.map(|p| Instant::now() + p);
         while !self.stopped() {

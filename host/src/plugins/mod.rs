@@ -66,6 +66,8 @@ pub struct PluginStats {
     pub traps: AtomicU64,
     /// Events given up after the last attempt, or on a non-retryable error.
     pub given_up: AtomicU64,
+    /// Set once every informer the plugin needs has synced (delivery starts then).
+    pub synced: AtomicBool,
 }
 
 /// A snapshot of one plugin's state.
@@ -85,6 +87,8 @@ pub struct PluginStatus {
     pub traps: u64,
     /// Events given up.
     pub given_up: u64,
+    /// True once every informer the plugin needs has synced.
+    pub synced: bool,
 }
 
 struct Running {
@@ -292,6 +296,7 @@ impl PluginHost {
                 failed: r.stats.failed.load(Ordering::Relaxed),
                 traps: r.stats.traps.load(Ordering::Relaxed),
                 given_up: r.stats.given_up.load(Ordering::Relaxed),
+                synced: r.stats.synced.load(Ordering::Relaxed),
             })
             .collect()
     }

@@ -2,7 +2,9 @@
 //!
 //! Basic for now: paging, bookmarks, 410 relists and jittered backoff come from kube-runtime's
 //! watcher; a relist is reported as one `Listed` that the informer diffs into adds, updates and
-//! stale deletes. A resource type that does not exist yet (a CRD installed later) is retried.
+//! stale deletes. A resource type the server does not serve yet (a CRD installed later) is
+//! reported as empty, so it does not hold back readiness, and discovery is retried until it
+//! appears; its objects then arrive as adds.
 
 use std::time::Duration;
 
@@ -55,11 +57,24 @@ impl Source for KubeSource {
 
 async fn run(client: Client, gvk: Gvk, transform: Transform, tx: UnboundedSender<SourceEvent>) {
     let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+    let mut reported_absent = false;
     let resource = loop {
         match discovery::pinned_kind(&client, &wanted).await {
             Ok((resource, _)) => break resource,
             Err(e) => {
-                tracing::error!(resource = %gvk, "cannot resolve resource type, retrying in {DISCOVERY_RETRY:?}: {e}");
+                // A type the server does not serve (yet) has no objects: say so once, so plugins
+                // that also watch other types are not held back, and keep looking for it.
+                let absent = matches!(&e, kube::Error::Discovery(_))
+                    || matches!(&e, kube::Error::Api(s) if s.code == 404);
+                if absent && !reported_absent {
+                    reported_absent = true;
+                    tracing::warn!(resource = %gvk, "the API server does not serve this type (yet); treating it as empty and retrying every {DISCOVERY_RETRY:?}: {e}");
+                    if tx.send(SourceEvent::Listed(Vec::new())).is_err() {
+                        return;
+                    }
+                } else if !absent {
+                    tracing::error!(resource = %gvk, "cannot resolve resource type, retrying in {DISCOVERY_RETRY:?}: {e}");
+                }
                 if tx.is_closed() {
                     return;
                 }

@@ -1,0 +1,355 @@
+//! End to end on a real kube-apiserver and etcd (started by kubewasm-testenv on loopback):
+//! the host's Kubernetes source, informers and the example plugins.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubewasm::informer::factory::InformerFactory;
+use kubewasm::object::Transform;
+use kubewasm::plugins::PluginHost;
+use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
+use kubewasm::runtime::{Limits, Runtime};
+use kubewasm::source::kube::KubeSource;
+use kubewasm_testenv::{TestEnv, resources};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The host on the test server with the given plugins (name, built path, configuration),
+/// returned once every plugin's caches have synced.
+struct Host {
+    host: Arc<PluginHost>,
+    sink: Arc<MemorySink>,
+}
+
+async fn host(env: &TestEnv, plugins: &[(&str, &str, &str)]) -> anyhow::Result<Host> {
+    let client = env.client().await?;
+    let handle = tokio::runtime::Handle::current();
+    let source = Arc::new(KubeSource::new(
+        client,
+        Transform::default(),
+        handle.clone(),
+    ));
+    let factory = InformerFactory::new(source, handle);
+    let sink = Arc::new(MemorySink::default());
+    let wasm = Arc::new(Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?);
+    let mut host = PluginHost::new(wasm, factory, sink.clone(), Limits::default());
+    let dir = tempfile::tempdir()?;
+    let mut paths = Vec::new();
+    for (name, built, config) in plugins {
+        host.set_config(name, (*config).to_owned());
+        let path = dir.path().join(format!("{name}.wasm"));
+        std::fs::copy(built, &path)?;
+        paths.push(path);
+    }
+    let host = Arc::new(host);
+    let loader = host.clone();
+    tokio::task::spawn_blocking(move || {
+        for path in paths {
+            loader.load(&path)?;
+        }
+        Ok::<_, kubewasm::plugins::PluginError>(())
+    })
+    .await??;
+    let deadline = Instant::now() + WAIT;
+    while !host.status().iter().all(|s| s.synced) {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "plugins never synced: {:?}",
+            host.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(Host { host, sink })
+}
+
+impl Host {
+    /// Waits until `done` holds for the lines of `plugin`; fails with every line otherwise.
+    async fn wait(
+        &self,
+        plugin: &str,
+        what: &str,
+        done: impl Fn(&[PluginLogRecord]) -> bool,
+    ) -> anyhow::Result<Vec<PluginLogRecord>> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let lines: Vec<PluginLogRecord> = self
+                .sink
+                .records()
+                .into_iter()
+                .filter(|r| r.plugin == plugin)
+                .collect();
+            if done(&lines) {
+                return Ok(lines);
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "{plugin}: {what} did not happen; lines:\n{}",
+                    render(&lines)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let host = self.host.clone();
+        // Dispatch threads are joined off the async runtime's workers.
+        let _ = std::thread::spawn(move || host.shutdown()).join();
+    }
+}
+
+fn render(lines: &[PluginLogRecord]) -> String {
+    lines
+        .iter()
+        .map(|r| format!("  {} {:?}", r.message, r.fields))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `event key flag` for each audit line about `kind`.
+fn audit(lines: &[PluginLogRecord], kind: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|r| r.field("kind") == Some(kind))
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r.message,
+                r.field("key").unwrap_or(""),
+                r.field("flag").unwrap_or("")
+            )
+            .trim_end()
+            .to_owned()
+        })
+        .collect()
+}
+
+fn config_map(name: &str, value: &str) -> anyhow::Result<ConfigMap> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name}, "data": {"value": value}
+    }))?)
+}
+
+fn backup_crd() -> serde_json::Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "backups.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"kind": "Backup", "plural": "backups", "singular": "backup", "listKind": "BackupList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_updates_deletes_crds_restart_and_relist_after_compaction() -> anyhow::Result<()> {
+    let mut env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "e2e").await?;
+    let config =
+        r#"{"resources": ["v1/ConfigMap", "example.com/v1/Backup"], "namespaces": ["e2e"]}"#;
+    let h = host(
+        &env,
+        &[("audit", kubewasm_plugin_artifacts::AUDIT_LOG, config)],
+    )
+    .await?;
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), "e2e");
+
+    // Create, update, delete.
+    cms.create(&PostParams::default(), &config_map("a", "1")?)
+        .await?;
+    cms.create(&PostParams::default(), &config_map("b", "1")?)
+        .await?;
+    cms.replace("a", &PostParams::default(), &{
+        let mut a = cms.get("a").await?;
+        a.data = Some([("value".to_owned(), "2".to_owned())].into());
+        a
+    })
+    .await?;
+    cms.delete("b", &DeleteParams::default()).await?;
+    let expected = [
+        "added e2e/a",
+        "added e2e/b",
+        "updated e2e/a",
+        "deleted e2e/b",
+    ];
+    h.wait("audit", "create, update, delete", |l| {
+        audit(l, "ConfigMap").len() >= 4
+    })
+    .await?;
+    let lines = h.wait("audit", "", |_| true).await?;
+    assert_eq!(audit(&lines, "ConfigMap"), expected, "{}", render(&lines));
+    let update = lines
+        .iter()
+        .find(|r| r.message == "updated")
+        .expect("an update line");
+    let (old, new) = (update.field("old-rv"), update.field("rv"));
+    assert!(
+        old.is_some() && old != new,
+        "update carries old and new: {update:?}"
+    );
+
+    // A CRD installed after the plugin started: its informer was retrying discovery.
+    resources::install_crd(&admin, backup_crd()).await?;
+    let backups: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        "e2e",
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "example.com",
+            "v1",
+            "Backup",
+        )),
+    );
+    let backup: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Backup",
+        "metadata": {"name": "nightly"}, "spec": {"schedule": "0 2 * * *"}
+    }))?;
+    backups.create(&PostParams::default(), &backup).await?;
+    h.wait("audit", "the Backup add", |l| {
+        audit(l, "Backup") == ["added e2e/nightly"]
+    })
+    .await?;
+
+    // An API server restart loses nothing and replays nothing.
+    env.restart_apiserver().await?;
+    let admin = env.client().await?;
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), "e2e");
+    cms.create(&PostParams::default(), &config_map("c", "1")?)
+        .await?;
+    h.wait("audit", "c after the restart", |l| {
+        audit(l, "ConfigMap").len() >= 5
+    })
+    .await?;
+
+    // While the server is down, a is deleted behind its back and etcd is compacted: on
+    // reconnect the watch gets 410 Gone, the relist misses a, and a stale delete follows.
+    env.stop_apiserver();
+    assert!(env.etcd_delete("/registry/configmaps/e2e/a")?);
+    env.compact_etcd()?;
+    env.restart_apiserver().await?;
+    let lines = h
+        .wait("audit", "the stale delete of a", |l| {
+            audit(l, "ConfigMap").len() >= 6
+        })
+        .await?;
+    assert_eq!(
+        audit(&lines, "ConfigMap"),
+        [
+            "added e2e/a",
+            "added e2e/b",
+            "updated e2e/a",
+            "deleted e2e/b",
+            "added e2e/c",
+            "deleted e2e/a stale"
+        ],
+        "{}",
+        render(&lines)
+    );
+    assert_eq!(
+        audit(&lines, "Backup"),
+        ["added e2e/nightly"],
+        "nothing replayed"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_view_summarizes_a_real_deployment() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "shop").await?;
+    let h = host(
+        &env,
+        &[(
+            "deployment-view",
+            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+            "{}",
+        )],
+    )
+    .await?;
+    let pp = PostParams::default();
+    let template = json!({"metadata": {"labels": {"app": "web"}},
+                          "spec": {"containers": [{"name": "web", "image": "example/web:1"}]}});
+    let revision = json!({"deployment.kubernetes.io/revision": "1"});
+
+    // There is no controller-manager: create what the controllers would, with owner references.
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": revision},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template}
+    }))?;
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), "shop")
+        .create(&pp, &deployment)
+        .await?;
+    let owner = |kind: &str, name: &str, uid: &Option<String>| {
+        json!([{"apiVersion": "apps/v1",
+                "kind": kind, "name": name, "uid": uid, "controller": true}])
+    };
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web-7d9f", "annotations": revision,
+                     "labels": {"app": "web", "pod-template-hash": "7d9f"},
+                     "ownerReferences": owner("Deployment", "web", &deployment.metadata.uid)},
+        "spec": {"replicas": 2,
+                 "selector": {"matchLabels": {"app": "web", "pod-template-hash": "7d9f"}},
+                 "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "7d9f"}},
+                              "spec": template["spec"]}}
+    }))?;
+    let rs = Api::<ReplicaSet>::namespaced(admin.clone(), "shop")
+        .create(&pp, &rs)
+        .await?;
+    let pods = Api::<Pod>::namespaced(admin.clone(), "shop");
+    let mut uids = Vec::new();
+    for (name, ready) in [("web-7d9f-a", "True"), ("web-7d9f-b", "False")] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "web", "pod-template-hash": "7d9f"},
+                         "ownerReferences": owner("ReplicaSet", "web-7d9f", &rs.metadata.uid)},
+            "spec": template["spec"]
+        }))?;
+        let pod = pods.create(&pp, &pod).await?;
+        uids.push(pod.metadata.uid.clone().unwrap_or_default());
+        let status = json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": ready}]}});
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+    }
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": "web-7d9f-b.1"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": "shop",
+                           "name": "web-7d9f-b", "uid": uids[1]},
+        "reason": "BackOff", "message": "Back-off restarting failed container web",
+        "type": "Warning", "source": {"component": "kubelet"},
+        "firstTimestamp": "2026-11-20T10:00:00Z", "lastTimestamp": "2026-11-20T10:00:00Z"
+    }))?;
+    Api::<Event>::namespaced(admin.clone(), "shop")
+        .create(&pp, &event)
+        .await?;
+    // The event may land after the pod's last change: touch the pod so a summary follows it.
+    pods.patch(
+        "web-7d9f-b",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"labels": {"seen": "event"}}})),
+    )
+    .await?;
+
+    h.wait("deployment-view", "a 1/2 summary with the event", |lines| {
+        lines.iter().any(|r| {
+            r.message == "deployment summary"
+                && r.field("deployment") == Some("shop/web")
+                && r.field("replicaset") == Some("web-7d9f")
+                && r.field("ready") == Some("1/2")
+                && r.field("not-ready")
+                    == Some("web-7d9f-b: Back-off restarting failed container web")
+        })
+    })
+    .await?;
+    Ok(())
+}
