@@ -1,10 +1,14 @@
 //! One plugin's dispatch thread: waits for its caches, then delivers its queue in order.
 //!
 //! Wasm calls are synchronous and run here, never on the async runtime's workers. A failed
-//! event is retried in place (so later events for the same object cannot overtake it) with
-//! exponential backoff, then given up with a log line and a counter. A trap discards the
-//! instance; the next attempt gets a fresh one from the pre-linked code.
+//! event (error result or trap) is retried per object key with exponential backoff: events for
+//! other objects keep flowing, later events for the same object wait behind it. After the
+//! configured number of attempts, or at once for a non-retryable error, it is given up with a
+//! log line and a counter. A trap discards the instance; the next attempt gets a fresh one from
+//! the pre-linked code. A plugin whose attempts keep failing is marked degraded and slowed down
+//! (a growing pause before each attempt) instead of spinning.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
@@ -15,12 +19,15 @@ use crate::informer::factory::Lease;
 use crate::informer::{Notification, Subscription};
 use crate::plugins::PluginStats;
 use crate::plugins::manifest::PluginManifest;
+use crate::plugins::retry::RetryQueue;
 use crate::runtime::{Instance, PluginCode, PluginContext, Runtime, convert};
 
-/// Attempts per event before it is given up.
-pub const MAX_ATTEMPTS: u32 = 5;
-/// Backoff before the second attempt; it doubles for each further one.
-pub const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+/// Consecutive failed attempts (any key) after which a plugin counts as degraded.
+pub const DEGRADED_AFTER: u64 = 10;
+/// Pause before each attempt of a degraded plugin: doubles from this...
+const PENALTY_BASE: Duration = Duration::from_millis(50);
+/// ...up to this.
+const PENALTY_CAP: Duration = Duration::from_secs(30);
 /// How often an idle worker checks whether it must stop.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -56,8 +63,21 @@ struct Worker {
     leases: Vec<Lease>,
     subscriptions: Vec<Subscription>,
     rx: Receiver<Notification>,
+    retries: RetryQueue<Notification>,
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
+}
+
+/// Why an attempt failed, and whether trying again may help.
+struct Failure {
+    reason: String,
+    retry: bool,
+}
+
+/// The retry key of a notification: resource type and object key.
+fn retry_key(n: &Notification) -> String {
+    let o = n.object();
+    format!("{}/{}", o.gvk, o.key)
 }
 
 /// Subscribes to the plugin's informers and starts its dispatch thread.
@@ -81,6 +101,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         leases: setup.leases,
         subscriptions,
         rx,
+        retries: RetryQueue::default(),
         stats: setup.stats,
         stop: setup.stop,
     };
@@ -107,11 +128,23 @@ impl Worker {
         tracing::debug!(plugin = %self.ctx.name, "caches synced, delivering");
         let mut next_resync = self.resync.map(|p| Instant::now() + p);
         while !self.stopped() {
-            let wait = next_resync.map_or(POLL, |at| {
-                at.saturating_duration_since(Instant::now()).min(POLL)
-            });
+            let now = Instant::now();
+            if let Some((key, events, failures)) = self.retries.take_due(now) {
+                self.run_key(key, events, failures);
+                continue;
+            }
+            let wait = [self.retries.next_due(), next_resync]
+                .into_iter()
+                .flatten()
+                .map(|at| at.saturating_duration_since(now))
+                .fold(POLL, Duration::min);
             match self.rx.recv_timeout(wait) {
-                Ok(n) => self.deliver(&n),
+                Ok(n) => {
+                    let key = retry_key(&n);
+                    if let Some(n) = self.retries.enqueue(&key, n) {
+                        self.run_key(key, VecDeque::from([n]), 0);
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
@@ -123,6 +156,61 @@ impl Worker {
                 }
                 next_resync = Some(at + period);
             }
+        }
+    }
+
+    /// Delivers `events` of one key in order until one fails; that one and those behind it
+    /// then wait for their retry.
+    fn run_key(&mut self, key: String, mut events: VecDeque<Notification>, mut failures: u32) {
+        let max_attempts = self.ctx.limits.max_attempts.max(1);
+        while let Some(n) = events.front() {
+            if self.stopped() {
+                return;
+            }
+            self.pause_if_degraded();
+            let Err(failure) = self.attempt(n) else {
+                events.pop_front();
+                failures = 0;
+                continue;
+            };
+            failures += 1;
+            let name = &self.ctx.name;
+            let object = &n.object().key;
+            if !failure.retry || failures >= max_attempts {
+                self.stats.given_up.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    plugin = %name, key = %object, attempts = failures,
+                    "event given up: {}", failure.reason
+                );
+                events.pop_front();
+                failures = 0;
+                continue;
+            }
+            let delay = self.ctx.limits.backoff.delay(failures);
+            self.stats.retried.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                plugin = %name, key = %object, attempt = failures,
+                "handler failed, retrying in {delay:?}: {}", failure.reason
+            );
+            self.retries
+                .block(key, events, failures, Instant::now() + delay);
+            return;
+        }
+    }
+
+    /// A plugin failing attempt after attempt waits longer and longer before each new one.
+    fn pause_if_degraded(&self) {
+        let failing = self.stats.consecutive_failures.load(Ordering::Relaxed);
+        if failing < DEGRADED_AFTER {
+            return;
+        }
+        let doublings = u32::try_from(failing - DEGRADED_AFTER)
+            .unwrap_or(u32::MAX)
+            .min(16);
+        let pause = PENALTY_BASE.saturating_mul(1 << doublings).min(PENALTY_CAP);
+        let until = Instant::now() + pause;
+        while !self.stopped() && Instant::now() < until {
+            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
         }
     }
 
@@ -145,42 +233,43 @@ impl Worker {
             .ok_or_else(|| "no instance".to_owned())
     }
 
-    fn deliver(&mut self, n: &Notification) {
+    /// One attempt at delivering `n`, with the counters and status it implies.
+    fn attempt(&mut self, n: &Notification) -> Result<(), Failure> {
         let event = convert::event(n);
-        let key = n.object().key.clone();
-        let name = self.ctx.name.clone();
-        let mut backoff = FIRST_BACKOFF;
-        for attempt in 1..=MAX_ATTEMPTS {
-            let outcome = match self.instance() {
-                Err(e) => Err((e, true)),
-                Ok(instance) => match instance.handle(&event) {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err((e.message, e.retry)),
-                    Err(trap) => {
-                        self.instance = None;
-                        self.stats.traps.fetch_add(1, Ordering::Relaxed);
-                        Err((format!("trapped, instance discarded: {trap:#}"), true))
-                    }
-                },
-            };
-            let (reason, retry) = match outcome {
-                Ok(()) => {
-                    self.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                    return;
+        let outcome = match self.instance() {
+            Err(reason) => Err(Failure {
+                reason,
+                retry: true,
+            }),
+            Ok(instance) => match instance.handle(&event) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Failure {
+                    reason: e.message,
+                    retry: e.retry,
+                }),
+                Err(trap) => {
+                    self.instance = None;
+                    self.stats.traps.fetch_add(1, Ordering::Relaxed);
+                    Err(Failure {
+                        reason: format!("trapped, instance discarded: {trap:#}"),
+                        retry: true,
+                    })
                 }
-                Err(failure) => failure,
-            };
-            self.stats.failed.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(plugin = %name, key = %key, attempt, "handler failed: {reason}");
-            if !retry || self.stopped() {
-                break;
+            },
+        };
+        match &outcome {
+            Ok(()) => {
+                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                self.stats.consecutive_failures.store(0, Ordering::Relaxed);
             }
-            if attempt < MAX_ATTEMPTS {
-                std::thread::sleep(backoff);
-                backoff *= 2;
+            Err(failure) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .consecutive_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.set_last_error(&failure.reason);
             }
         }
-        self.stats.given_up.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(plugin = %name, key = %key, "event given up");
+        outcome
     }
 }

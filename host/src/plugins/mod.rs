@@ -2,6 +2,7 @@
 
 mod dispatch;
 pub mod manifest;
+pub mod retry;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -62,12 +63,32 @@ pub struct PluginStats {
     pub delivered: AtomicU64,
     /// Failed attempts (error results and traps).
     pub failed: AtomicU64,
+    /// Failed attempts scheduled for a retry.
+    pub retried: AtomicU64,
+    /// Failed attempts since the last success.
+    pub consecutive_failures: AtomicU64,
+    /// The reason of the latest failed attempt.
+    pub last_error: Mutex<Option<String>>,
     /// Traps (each discards the instance).
     pub traps: AtomicU64,
     /// Events given up after the last attempt, or on a non-retryable error.
     pub given_up: AtomicU64,
     /// Set once every informer the plugin needs has synced (delivery starts then).
     pub synced: AtomicBool,
+}
+
+impl PluginStats {
+    fn set_last_error(&self, reason: &str) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
+    }
+
+    /// True while the plugin's attempts keep failing (10 or more in a row).
+    pub fn degraded(&self) -> bool {
+        self.consecutive_failures.load(Ordering::Relaxed) >= dispatch::DEGRADED_AFTER
+    }
 }
 
 /// A snapshot of one plugin's state.
@@ -83,6 +104,12 @@ pub struct PluginStatus {
     pub delivered: u64,
     /// Failed attempts.
     pub failed: u64,
+    /// Failed attempts scheduled for a retry.
+    pub retried: u64,
+    /// True while its attempts keep failing.
+    pub degraded: bool,
+    /// The reason of its latest failed attempt.
+    pub last_error: Option<String>,
     /// Traps.
     pub traps: u64,
     /// Events given up.
@@ -294,6 +321,14 @@ impl PluginHost {
                 hash: r.hash.clone(),
                 delivered: r.stats.delivered.load(Ordering::Relaxed),
                 failed: r.stats.failed.load(Ordering::Relaxed),
+                retried: r.stats.retried.load(Ordering::Relaxed),
+                degraded: r.stats.degraded(),
+                last_error: r
+                    .stats
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone(),
                 traps: r.stats.traps.load(Ordering::Relaxed),
                 given_up: r.stats.given_up.load(Ordering::Relaxed),
                 synced: r.stats.synced.load(Ordering::Relaxed),

@@ -39,6 +39,10 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Largest total JSON size one query may return, in bytes.
     pub query_bytes: usize,
+    /// Attempts per event before it is given up.
+    pub max_attempts: u32,
+    /// Backoff between attempts of one event.
+    pub backoff: crate::plugins::retry::Backoff,
 }
 
 impl Default for Limits {
@@ -47,6 +51,8 @@ impl Default for Limits {
             deadline: Duration::from_secs(1),
             memory_bytes: 64 << 20,
             query_bytes: 16 << 20,
+            max_attempts: 10,
+            backoff: crate::plugins::retry::Backoff::default(),
         }
     }
 }
