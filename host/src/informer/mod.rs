@@ -64,6 +64,8 @@ pub struct Filter {
     pub namespaces: Vec<String>,
     /// Only objects whose labels match.
     pub selector: Selector,
+    /// Only objects with these keys (`namespace/name`), when set.
+    pub keys: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Filter {
@@ -74,7 +76,9 @@ impl Filter {
                 .namespace
                 .as_ref()
                 .is_some_and(|ns| self.namespaces.contains(ns));
-        ns_ok && self.selector.matches(&object.labels)
+        ns_ok
+            && self.keys.as_ref().is_none_or(|k| k.contains(&object.key))
+            && self.selector.matches(&object.labels)
     }
 
     /// What a subscriber with this filter sees of `n`: an update that moves an object into

@@ -115,6 +115,7 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
     let filter = Filter {
         namespaces: vec!["ns".into()],
         selector: Selector::parse("app=web").expect("valid selector"),
+        keys: None,
     };
     let _sub = inf.subscribe(filter, tx);
     inf.apply(SourceEvent::Applied(obj("a", "1", json!({"app": "db"}))));
@@ -131,10 +132,19 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
     let other_ns = Filter {
         namespaces: vec!["elsewhere".into()],
         selector: Selector::everything(),
+        keys: None,
     };
+    let (tx3, rx3) = channel();
+    let only_c = Filter {
+        keys: Some(["ns/c".to_owned()].into()),
+        ..Filter::default()
+    };
+    let _sub3 = inf.subscribe(only_c, tx3);
     let _sub2 = inf.subscribe(other_ns, tx2);
     inf.apply(SourceEvent::Applied(obj("b", "5", json!({}))));
+    inf.apply(SourceEvent::Applied(obj("c", "6", json!({}))));
     assert!(drain(&rx2).is_empty());
+    assert_eq!(drain(&rx3), ["+c@6"], "a key filter passes only its keys");
 }
 
 #[test]

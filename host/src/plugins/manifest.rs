@@ -55,14 +55,7 @@ fn check_gvk(field: String, g: &wit::Gvk) -> Result<Gvk, ManifestError> {
     if g.version.is_empty() || g.kind.is_empty() {
         return Err(error(field, "version and kind must not be empty"));
     }
-    let gvk = convert::gvk(g);
-    if gvk.group.is_empty() && gvk.kind == "Secret" {
-        return Err(error(
-            field,
-            "Secrets are only readable with an explicit operator grant, which this host cannot configure yet",
-        ));
-    }
-    Ok(gvk)
+    Ok(convert::gvk(g))
 }
 
 impl PluginManifest {
@@ -86,6 +79,7 @@ impl PluginManifest {
                 Filter {
                     namespaces: s.namespaces.clone(),
                     selector,
+                    keys: None,
                 },
             ));
         }

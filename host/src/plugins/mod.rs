@@ -12,10 +12,11 @@ use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 
+use crate::gvk::Gvk;
 use crate::informer::factory::{InformerFactory, Lease};
 use crate::informer::store::StoreError;
-use crate::runtime::logging::LogSink;
-use crate::runtime::{Limits, LoadError, PluginContext, Runtime};
+use crate::runtime::logging::{LogSink, PluginLogger};
+use crate::runtime::{Limits, LoadError, PluginContext, Runtime, is_secret};
 use manifest::{ManifestError, PluginManifest};
 
 /// Why a plugin did not load.
@@ -51,9 +52,61 @@ pub enum Reason {
     /// A declared index clashes with another plugin's index of the same name.
     #[error("index conflict: {0}")]
     Index(#[from] StoreError),
+    /// The plugin subscribes to a type the operator's configuration does not grant it.
+    #[error(
+        "manifest field `{field}`: subscribes to {gvk}, which the configuration does not grant this plugin"
+    )]
+    NotGranted {
+        /// The manifest field.
+        field: String,
+        /// The type.
+        gvk: Gvk,
+    },
     /// `init` refused or trapped (it runs before `describe`).
     #[error("init failed: {0}")]
     Init(String),
+}
+
+/// What the operator grants one plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// Types the plugin may subscribe to and query. `None`: whatever its manifest declares,
+    /// except Secrets.
+    pub resources: Option<Vec<Gvk>>,
+    /// The only Secrets (`namespace/name`) it may see. Secrets are denied without this.
+    pub secrets: Vec<String>,
+}
+
+impl Grants {
+    /// True when the plugin may subscribe to or query `gvk`.
+    pub fn allows(&self, gvk: &Gvk) -> bool {
+        if is_secret(gvk) {
+            !self.secrets.is_empty()
+        } else {
+            self.resources.as_ref().is_none_or(|r| r.contains(gvk))
+        }
+    }
+}
+
+/// The operator's settings for one plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginSettings {
+    /// Resource limits.
+    pub limits: Limits,
+    /// Configuration handed to `init` (JSON text).
+    pub config: String,
+    /// What it may read.
+    pub grants: Grants,
+}
+
+impl Default for PluginSettings {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            config: "{}".to_owned(),
+            grants: Grants::default(),
+        }
+    }
 }
 
 /// Counters of one plugin's deliveries.
@@ -116,11 +169,14 @@ pub struct PluginStatus {
     pub given_up: u64,
     /// True once every informer the plugin needs has synced.
     pub synced: bool,
+    /// Log lines dropped for exceeding its log rate.
+    pub log_dropped: u64,
 }
 
 struct Running {
     path: PathBuf,
     hash: String,
+    logger: Arc<PluginLogger>,
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -142,8 +198,8 @@ pub struct PluginHost {
     runtime: Arc<Runtime>,
     factory: Arc<InformerFactory>,
     log: Arc<dyn LogSink>,
-    limits: Limits,
-    configs: HashMap<String, String>,
+    defaults: PluginSettings,
+    settings: HashMap<String, PluginSettings>,
     plugins: Mutex<BTreeMap<String, Running>>,
 }
 
@@ -155,7 +211,7 @@ pub fn plugin_name(path: &Path) -> String {
 }
 
 impl PluginHost {
-    /// A host with no plugins yet.
+    /// A host with no plugins yet; plugins without settings of their own get `limits`.
     pub fn new(
         runtime: Arc<Runtime>,
         factory: Arc<InformerFactory>,
@@ -166,15 +222,26 @@ impl PluginHost {
             runtime,
             factory,
             log,
-            limits,
-            configs: HashMap::new(),
+            defaults: PluginSettings {
+                limits,
+                ..PluginSettings::default()
+            },
+            settings: HashMap::new(),
             plugins: Mutex::new(BTreeMap::new()),
         }
     }
 
+    /// Sets plugin `name`'s settings (used when it next loads).
+    pub fn configure(&mut self, name: &str, settings: PluginSettings) {
+        self.settings.insert(name.to_owned(), settings);
+    }
+
     /// Sets the configuration (JSON text) handed to plugin `name`'s `init`.
     pub fn set_config(&mut self, name: &str, json: String) {
-        self.configs.insert(name.to_owned(), json);
+        self.settings
+            .entry(name.to_owned())
+            .or_insert_with(|| self.defaults.clone())
+            .config = json;
     }
 
     fn plugins(&self) -> MutexGuard<'_, BTreeMap<String, Running>> {
@@ -223,21 +290,18 @@ impl PluginHost {
             .compile(&bytes)
             .map_err(|e| fail(Reason::Load(e)))?;
 
-        let mut ctx = PluginContext {
-            name: name.clone(),
-            grants: HashMap::new(),
-            log: self.log.clone(),
-            limits: self.limits.clone(),
-        };
+        let settings = self.settings.get(&name).unwrap_or(&self.defaults).clone();
+        let logger = Arc::new(PluginLogger::new(
+            &name,
+            self.log.clone(),
+            settings.limits.log_rate,
+        ));
+        let mut ctx = PluginContext::new(&name, logger.clone(), settings.limits.clone());
         let mut instance = self
             .runtime
             .instantiate(&code, Arc::new(ctx.clone()))
             .map_err(|e| fail(Reason::Start(format!("{e:#}"))))?;
-        let config = self
-            .configs
-            .get(&name)
-            .cloned()
-            .unwrap_or_else(|| "{}".to_owned());
+        let config = settings.config.clone();
         match instance.init(&config) {
             Ok(Ok(())) => {}
             Ok(Err(refusal)) => return Err(fail(Reason::Init(refusal))),
@@ -246,7 +310,28 @@ impl PluginHost {
         let described = instance
             .describe()
             .map_err(|e| fail(Reason::Start(format!("describe trapped: {e:#}"))))?;
-        let manifest = PluginManifest::validate(&described).map_err(|e| fail(e.into()))?;
+        let mut manifest = PluginManifest::validate(&described).map_err(|e| fail(e.into()))?;
+
+        // The operator decides: subscriptions must be granted, ungranted queries answer denied.
+        for (i, (gvk, filter)) in manifest.subscriptions.iter_mut().enumerate() {
+            if !settings.grants.allows(gvk) {
+                return Err(fail(Reason::NotGranted {
+                    field: format!("subscriptions[{i}]"),
+                    gvk: gvk.clone(),
+                }));
+            }
+            if is_secret(gvk) {
+                filter.keys = Some(settings.grants.secrets.iter().cloned().collect());
+            }
+        }
+        let (granted, denied): (Vec<Gvk>, Vec<Gvk>) = manifest
+            .cached
+            .iter()
+            .cloned()
+            .partition(|gvk| settings.grants.allows(gvk));
+        manifest.cached = granted;
+        ctx.denied = denied.into_iter().collect();
+        ctx.secrets = settings.grants.secrets.iter().cloned().collect();
 
         let leases: Vec<Lease> = manifest
             .cached
@@ -289,6 +374,7 @@ impl PluginHost {
             Running {
                 path: path.to_owned(),
                 hash,
+                logger,
                 stats,
                 stop,
                 thread: Some(worker),
@@ -332,6 +418,7 @@ impl PluginHost {
                 traps: r.stats.traps.load(Ordering::Relaxed),
                 given_up: r.stats.given_up.load(Ordering::Relaxed),
                 synced: r.stats.synced.load(Ordering::Relaxed),
+                log_dropped: r.logger.dropped(),
             })
             .collect()
     }

@@ -1,7 +1,11 @@
 //! Plugin log lines: the host side of the `logging` import.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Longest message kept from a plugin; longer ones are cut (and say so).
+pub const MAX_MESSAGE_BYTES: usize = 4096;
 
 /// Severity of a plugin log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -108,5 +112,145 @@ impl LogSink for MemorySink {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(record);
+    }
+}
+
+/// How much one plugin may log: a token bucket refilled at `per_second`, holding `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRate {
+    /// Lines per second in the long run.
+    pub per_second: u32,
+    /// Lines allowed in one burst.
+    pub burst: u32,
+}
+
+impl Default for LogRate {
+    fn default() -> Self {
+        Self {
+            per_second: 100,
+            burst: 500,
+        }
+    }
+}
+
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+    warned: Option<Instant>,
+}
+
+/// One plugin's log: tags lines with its name, enforces its rate, counts what it drops.
+pub struct PluginLogger {
+    plugin: String,
+    sink: Arc<dyn LogSink>,
+    rate: LogRate,
+    bucket: Mutex<Bucket>,
+    dropped: AtomicU64,
+}
+
+impl PluginLogger {
+    /// A logger for `plugin` writing to `sink` at most at `rate`.
+    pub fn new(plugin: &str, sink: Arc<dyn LogSink>, rate: LogRate) -> Self {
+        Self {
+            plugin: plugin.to_owned(),
+            sink,
+            rate,
+            bucket: Mutex::new(Bucket {
+                tokens: f64::from(rate.burst),
+                refilled: Instant::now(),
+                warned: None,
+            }),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// The plugin's name.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// Lines dropped so far for exceeding the rate.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes one line unless the plugin is over its rate.
+    pub fn log(&self, level: Level, mut message: String, fields: Vec<(String, String)>) {
+        if !self.admit() {
+            return;
+        }
+        if message.len() > MAX_MESSAGE_BYTES {
+            let mut cut = MAX_MESSAGE_BYTES;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [cut]");
+        }
+        self.sink.record(PluginLogRecord {
+            plugin: self.plugin.clone(),
+            level,
+            message,
+            fields,
+        });
+    }
+
+    fn admit(&self) -> bool {
+        let mut b = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let refill = now.duration_since(b.refilled).as_secs_f64() * f64::from(self.rate.per_second);
+        b.tokens = (b.tokens + refill).min(f64::from(self.rate.burst));
+        b.refilled = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            return true;
+        }
+        let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if b.warned
+            .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(1))
+        {
+            b.warned = Some(now);
+            tracing::warn!(
+                plugin = %self.plugin,
+                "plugin logs more than {} lines/s; {dropped} lines dropped so far",
+                self.rate.per_second
+            );
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limit_drops_and_counts_past_the_burst() {
+        let sink = Arc::new(MemorySink::default());
+        let logger = PluginLogger::new(
+            "p",
+            sink.clone(),
+            LogRate {
+                per_second: 1,
+                burst: 3,
+            },
+        );
+        for i in 0..10 {
+            logger.log(Level::Info, format!("line {i}"), Vec::new());
+        }
+        assert_eq!(sink.records().len(), 3);
+        assert_eq!(logger.dropped(), 7);
+        logger.log(Level::Info, "x".repeat(MAX_MESSAGE_BYTES + 10), Vec::new());
+        assert_eq!(logger.dropped(), 8, "no token left");
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_char_boundary() {
+        let sink = Arc::new(MemorySink::default());
+        let logger = PluginLogger::new("p", sink.clone(), LogRate::default());
+        logger.log(Level::Info, "é".repeat(MAX_MESSAGE_BYTES), Vec::new());
+        let message = &sink.records()[0].message;
+        assert!(message.ends_with(" [cut]"));
+        assert!(message.len() <= MAX_MESSAGE_BYTES + 6);
     }
 }

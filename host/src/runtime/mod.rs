@@ -3,9 +3,12 @@
 pub mod convert;
 pub mod logging;
 mod queries;
+mod stdio;
 
-use std::collections::HashMap;
-use std::sync::Arc;
+pub use queries::is_secret;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
@@ -14,7 +17,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::gvk::Gvk;
 use crate::informer::Informer;
-use logging::LogSink;
+use logging::{LogRate, PluginLogger};
 
 /// Bindings generated from `wit/plugin.wit`.
 #[allow(missing_docs)]
@@ -43,6 +46,8 @@ pub struct Limits {
     pub max_attempts: u32,
     /// Backoff between attempts of one event.
     pub backoff: crate::plugins::retry::Backoff,
+    /// How much the plugin may log (its `logging` calls, stdout and stderr together).
+    pub log_rate: LogRate,
 }
 
 impl Default for Limits {
@@ -53,6 +58,7 @@ impl Default for Limits {
             query_bytes: 16 << 20,
             max_attempts: 10,
             backoff: crate::plugins::retry::Backoff::default(),
+            log_rate: LogRate::default(),
         }
     }
 }
@@ -75,10 +81,31 @@ pub struct PluginContext {
     pub name: String,
     /// The informers this plugin may query, by resource type.
     pub grants: HashMap<Gvk, Arc<Informer>>,
-    /// Where its log lines go.
-    pub log: Arc<dyn LogSink>,
+    /// Types the plugin asked for that the operator did not grant: queries answer `denied`.
+    pub denied: HashSet<Gvk>,
+    /// The only Secrets (`namespace/name`) the plugin may see, when it was granted any.
+    pub secrets: BTreeSet<String>,
+    /// Its log, shared by all its instances.
+    pub log: Arc<PluginLogger>,
     /// Its limits.
     pub limits: Limits,
+    /// Types whose denial was already logged (once per plugin and type).
+    pub denial_logged: Arc<Mutex<HashSet<Gvk>>>,
+}
+
+impl PluginContext {
+    /// A context with no grants yet.
+    pub fn new(name: &str, log: Arc<PluginLogger>, limits: Limits) -> Self {
+        Self {
+            name: name.to_owned(),
+            grants: HashMap::new(),
+            denied: HashSet::new(),
+            secrets: BTreeSet::new(),
+            log,
+            limits,
+            denial_logged: Arc::default(),
+        }
+    }
 }
 
 /// The data of one instance's store.
@@ -170,8 +197,17 @@ impl Runtime {
             .trap_on_grow_failure(true)
             .build();
         let deadline_ticks = ticks(ctx.limits.deadline);
+        // No preopened folders, network, environment or arguments: only clocks, random, and
+        // stdout/stderr into the plugin's log.
+        let wasi = WasiCtx::builder()
+            .stdout(stdio::LogStream::stdout(ctx.log.clone()))
+            .stderr(stdio::LogStream::stderr(ctx.log.clone()))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
         let state = HostState {
-            wasi: WasiCtx::builder().build(),
+            wasi,
             table: ResourceTable::new(),
             limits,
             ctx,

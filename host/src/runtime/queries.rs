@@ -8,7 +8,7 @@ use crate::informer::Informer;
 use crate::informer::store::StoreError;
 use crate::object::{KubeObject, object_key};
 use crate::runtime::bindings::kubewasm::plugin::{cache, logging, types};
-use crate::runtime::logging::{Level, PluginLogRecord};
+use crate::runtime::logging::Level;
 use crate::runtime::{HostState, convert};
 
 use types::{Gvk as WitGvk, Object, QueryError};
@@ -19,16 +19,41 @@ impl HostState {
     /// The informer for `gvk` if this plugin may query it.
     fn granted(&self, gvk: &WitGvk) -> Result<&Arc<Informer>, QueryError> {
         let gvk = convert::gvk(gvk);
-        self.ctx.grants.get(&gvk).ok_or_else(|| {
-            QueryError::NotCached(format!(
-                "plugin {} has no cache of {gvk}: declare it in its manifest's subscriptions or queries",
-                self.ctx.name
-            ))
-        })
+        if let Some(informer) = self.ctx.grants.get(&gvk) {
+            return Ok(informer);
+        }
+        if self.ctx.denied.contains(&gvk) || is_secret(&gvk) {
+            let first = self
+                .ctx
+                .denial_logged
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(gvk.clone());
+            if first {
+                tracing::warn!(plugin = %self.ctx.name, resource = %gvk, "query denied: the configuration does not grant this type to the plugin (logged once)");
+            }
+            let why = if is_secret(&gvk) {
+                "Secrets are readable only by name, when the operator grants them"
+            } else {
+                "the operator's configuration does not grant this type to the plugin"
+            };
+            return Err(QueryError::Denied(format!("{gvk}: {why}")));
+        }
+        Err(QueryError::NotCached(format!(
+            "plugin {} has no cache of {gvk}: declare it in its manifest's subscriptions or queries",
+            self.ctx.name
+        )))
+    }
+
+    /// Keeps only what the plugin may see: for Secrets, the granted names.
+    fn visible(&self, mut objects: Vec<Arc<KubeObject>>) -> Vec<Arc<KubeObject>> {
+        objects.retain(|o| !is_secret(&o.gvk) || self.ctx.secrets.contains(&o.key));
+        objects
     }
 
     /// Converts objects, refusing answers above the plugin's query size limit.
     fn answer(&self, objects: Vec<Arc<KubeObject>>) -> Result<Vec<Object>, QueryError> {
+        let objects = self.visible(objects);
         let bytes: usize = objects.iter().map(|o| o.json.len()).sum();
         let limit = self.ctx.limits.query_bytes;
         if bytes > limit {
@@ -39,6 +64,11 @@ impl HostState {
         }
         Ok(objects.iter().map(|o| convert::object(o)).collect())
     }
+}
+
+/// True for core `Secret`s.
+pub fn is_secret(gvk: &crate::gvk::Gvk) -> bool {
+    gvk.group.is_empty() && gvk.kind == "Secret"
 }
 
 fn index_error(e: StoreError) -> QueryError {
@@ -59,7 +89,8 @@ impl cache::Host for HostState {
     ) -> Result<Option<Object>, QueryError> {
         let informer = self.granted(&gvk)?;
         let key = object_key(namespace.as_deref(), &name);
-        Ok(informer.store().get(&key).map(|o| convert::object(&o)))
+        let found = informer.store().get(&key).into_iter().collect();
+        Ok(self.visible(found).first().map(|o| convert::object(o)))
     }
 
     fn list_objects(
@@ -106,13 +137,24 @@ impl cache::Host for HostState {
         index: String,
         value: String,
     ) -> Result<Vec<String>, QueryError> {
-        self.granted(&gvk)?
+        let mut keys = self
+            .granted(&gvk)?
             .store()
             .index_keys(&index, &value)
-            .map_err(index_error)
+            .map_err(index_error)?;
+        if is_secret(&convert::gvk(&gvk)) {
+            keys.retain(|k| self.ctx.secrets.contains(k));
+        }
+        Ok(keys)
     }
 
     fn index_values(&mut self, gvk: WitGvk, index: String) -> Result<Vec<String>, QueryError> {
+        if is_secret(&convert::gvk(&gvk)) {
+            // Values could reveal ungranted Secrets (their names, labels, fields).
+            return Err(QueryError::Denied(
+                "index values are not available for Secrets".into(),
+            ));
+        }
         self.granted(&gvk)?
             .store()
             .index_values(&index)
@@ -129,11 +171,6 @@ impl logging::Host for HostState {
             logging::Level::Warn => Level::Warn,
             logging::Level::Error => Level::Error,
         };
-        self.ctx.log.record(PluginLogRecord {
-            plugin: self.ctx.name.clone(),
-            level,
-            message,
-            fields,
-        });
+        self.ctx.log.log(level, message, fields);
     }
 }
