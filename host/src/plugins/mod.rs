@@ -59,8 +59,8 @@ pub enum Reason {
     NotGranted {
         /// The manifest field.
         field: String,
-        /// The type.
-        gvk: Gvk,
+        /// The type, as `apiVersion/Kind`.
+        gvk: String,
     },
     /// `init` refused or trapped (it runs before `describe`).
     #[error("init failed: {0}")]
@@ -317,7 +317,7 @@ impl PluginHost {
             if !settings.grants.allows(gvk) {
                 return Err(fail(Reason::NotGranted {
                     field: format!("subscriptions[{i}]"),
-                    gvk: gvk.clone(),
+                    gvk: gvk.to_string(),
                 }));
             }
             if is_secret(gvk) {
