@@ -1,0 +1,380 @@
+//! A plugin can only hurt itself: each hostile plugin runs beside a well-behaved one (audit-log
+//! on the same ConfigMaps) that must see every event, complete and in order.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubewasm::informer::factory::InformerFactory;
+use kubewasm::object::Transform;
+use kubewasm::plugins::retry::Backoff;
+use kubewasm::plugins::{PluginHost, PluginSettings, PluginStatus, Reason};
+use kubewasm::runtime::logging::{LogRate, MemorySink, PluginLogRecord};
+use kubewasm::runtime::{Limits, LoadError, Runtime};
+use kubewasm::source::manifests::ManifestFolder;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// What the good plugin must log, in this order, for the edits `run` makes.
+const EXPECTED: [&str; 6] = [
+    "added t/cm-1 initial",
+    "added t/cm-2 initial",
+    "added t/cm-3 initial",
+    "updated t/cm-1",
+    "added t/cm-4",
+    "deleted t/cm-3",
+];
+
+fn cm(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: t\ndata:\n  v: \"{value}\"\n"
+    )
+}
+
+struct Run {
+    _runtime: tokio::runtime::Runtime,
+    _cluster: tempfile::TempDir,
+    host: PluginHost,
+    sink: Arc<MemorySink>,
+}
+
+impl Run {
+    fn status(&self, name: &str) -> PluginStatus {
+        self.host
+            .status()
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("{name} is not loaded"))
+    }
+
+    fn lines(&self, plugin: &str) -> Vec<PluginLogRecord> {
+        self.sink
+            .records()
+            .into_iter()
+            .filter(|r| r.plugin == plugin)
+            .collect()
+    }
+
+    /// Waits until the hostile plugin's status satisfies `done`; returns it either way.
+    fn bad_status_until(&self, done: impl Fn(&PluginStatus) -> bool) -> PluginStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let status = self.status("bad");
+            if done(&status) || Instant::now() > deadline {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Tight limits so hostile plugins fail fast.
+fn tight() -> Limits {
+    Limits {
+        deadline: Duration::from_millis(100),
+        memory_bytes: 16 << 20,
+        query_bytes: 16 << 20,
+        max_attempts: 3,
+        backoff: Backoff {
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(20),
+        },
+        log_rate: LogRate {
+            per_second: 50,
+            burst: 100,
+        },
+    }
+}
+
+/// Loads the good plugin and `bad` (the hostile plugin, or another file) with `settings`,
+/// makes three edits, and checks the good plugin saw exactly [`EXPECTED`].
+fn run(bad: &Path, settings: PluginSettings) -> Run {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cluster = tempfile::tempdir().expect("temp dir");
+    for i in 1..=3 {
+        fs::write(
+            cluster.path().join(format!("cm-{i}.yaml")),
+            cm(&format!("cm-{i}"), "1"),
+        )
+        .expect("write");
+    }
+    fs::write(
+        cluster.path().join("secret.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: db-password, namespace: t}\ndata: {p: aHVudGVyMg==}\n",
+    )
+    .expect("write");
+    let folder = Arc::new(
+        ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("open cluster"),
+    );
+    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
+    let sink = Arc::new(MemorySink::default());
+    let wasm = Arc::new(Runtime::new().expect("wasm runtime"));
+    let mut host = PluginHost::new(wasm, factory, sink.clone(), Limits::default());
+    host.configure("bad", settings);
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let good = plugins.path().join("good.wasm");
+    fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &good).expect("copy");
+    host.load(&good).expect("the good plugin loads");
+    let bad_copy = plugins.path().join("bad.wasm");
+    fs::copy(bad, &bad_copy).expect("copy");
+    let bad_loaded = host.load(&bad_copy);
+
+    // Edits, one rescan each so every one is its own event.
+    fs::write(cluster.path().join("cm-1.yaml"), cm("cm-1", "2")).expect("write");
+    folder.rescan();
+    fs::write(cluster.path().join("cm-4.yaml"), cm("cm-4", "1")).expect("write");
+    folder.rescan();
+    fs::remove_file(cluster.path().join("cm-3.yaml")).expect("remove");
+    folder.rescan();
+
+    let lines = sink.wait_until(WAIT, |rs| good_sequence(rs).len() >= EXPECTED.len());
+    assert_eq!(
+        good_sequence(&lines),
+        EXPECTED,
+        "the good plugin's sequence is complete and in order"
+    );
+    let good_status = host
+        .status()
+        .into_iter()
+        .find(|s| s.name == "good")
+        .expect("good is loaded");
+    assert_eq!(
+        (
+            good_status.failed,
+            good_status.given_up,
+            good_status.degraded
+        ),
+        (0, 0, false),
+        "{good_status:?}"
+    );
+    if let Err(e) = bad_loaded {
+        // Only the unknown-import test loads something that must fail.
+        assert!(
+            matches!(e.reason, Reason::Load(LoadError::WrongWorld(_))),
+            "{e}"
+        );
+    }
+    Run {
+        _runtime: runtime,
+        _cluster: cluster,
+        host,
+        sink,
+    }
+}
+
+fn good_sequence(lines: &[PluginLogRecord]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|r| r.plugin == "good" && r.field("kind") == Some("ConfigMap"))
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r.message,
+                r.field("key").unwrap_or(""),
+                r.field("flag").unwrap_or("")
+            )
+            .trim_end()
+            .to_owned()
+        })
+        .collect()
+}
+
+fn hostile(mode: &str, limits: Limits) -> (std::path::PathBuf, PluginSettings) {
+    let settings = PluginSettings {
+        limits,
+        config: format!(r#"{{"mode": "{mode}", "key": "t/cm-2"}}"#),
+        ..PluginSettings::default()
+    };
+    (kubewasm_plugin_artifacts::HOSTILE.into(), settings)
+}
+
+#[test]
+fn infinite_loop_hits_the_deadline() {
+    let (bad, settings) = hostile("loop", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 1);
+    assert!(s.traps >= 3 && s.given_up >= 1, "{s:?}");
+    let error = s.last_error.unwrap_or_default();
+    assert!(
+        error.contains("interrupt"),
+        "the deadline trap is named: {error}"
+    );
+}
+
+#[test]
+fn memory_bomb_hits_the_memory_cap() {
+    let (bad, settings) = hostile("alloc", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 1);
+    assert!(s.traps >= 3 && s.given_up >= 1, "{s:?}");
+    assert!(s.last_error.is_some_and(|e| e.contains("trapped")));
+}
+
+#[test]
+fn panic_on_every_event_degrades_the_plugin_without_a_hot_loop() {
+    let (bad, settings) = hostile("panic", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.degraded && s.given_up >= 4);
+    assert!(s.degraded && s.given_up >= 4, "{s:?}");
+    assert_eq!(s.delivered, 0);
+    assert!(s.last_error.is_some_and(|e| e.contains("unreachable")));
+    // The panic message itself arrives through the plugin's stderr, tagged with its name.
+    assert!(
+        r.lines("bad")
+            .iter()
+            .any(|l| l.field("stream") == Some("stderr")
+                && l.message.contains("hostile: panic on t/cm-")),
+        "the panic message is in the log"
+    );
+    // Degraded means slowed: within a short window it makes only a few more attempts.
+    let before = r.status("bad").failed;
+    std::thread::sleep(Duration::from_millis(300));
+    let after = r.status("bad").failed;
+    assert!(
+        after - before <= 4,
+        "no hot loop: {} attempts in 300 ms",
+        after - before
+    );
+}
+
+#[test]
+fn panic_on_one_key_only_gives_up_that_key() {
+    let (bad, settings) = hostile("panic-on", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 5 && s.given_up >= 1);
+    assert_eq!((s.given_up, s.traps, s.delivered), (1, 3, 5), "{s:?}");
+    assert!(!s.degraded);
+    let handled: Vec<String> = r
+        .lines("bad")
+        .iter()
+        .filter(|l| l.message == "handled")
+        .filter_map(|l| l.field("key").map(str::to_owned))
+        .collect();
+    assert!(!handled.contains(&"t/cm-2".to_owned()), "{handled:?}");
+    assert!(
+        handled.contains(&"t/cm-4".to_owned()),
+        "other keys flow: {handled:?}"
+    );
+}
+
+#[test]
+fn error_results_are_retried_with_backoff_then_given_up() {
+    let (bad, settings) = hostile("error", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 6);
+    assert_eq!(s.given_up, 6, "every event, after its attempts: {s:?}");
+    assert_eq!(s.retried, 12, "two retries per event: {s:?}");
+    assert_eq!(s.traps, 0);
+    assert!(s.last_error.is_some_and(|e| e.contains("refusing")));
+}
+
+#[test]
+fn non_retryable_errors_are_given_up_at_once() {
+    let (bad, settings) = hostile("fatal", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 6);
+    assert_eq!((s.given_up, s.retried, s.failed), (6, 0, 6), "{s:?}");
+}
+
+#[test]
+fn log_flood_is_rate_limited_and_counted() {
+    // 10,000 lines per event take longer than the tight deadline in a debug build.
+    let mut limits = tight();
+    limits.deadline = Duration::from_secs(10);
+    let (bad, settings) = hostile("log-flood", limits);
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 6);
+    assert_eq!(s.delivered, 6, "{s:?}");
+    assert!(s.log_dropped > 50_000, "{s:?}");
+    let kept = r.lines("bad").len();
+    assert!(
+        kept < 1_000,
+        "only the burst and the rate get through: {kept}"
+    );
+    assert!(
+        r.lines("bad")
+            .iter()
+            .any(|l| l.field("stream") == Some("stdout")),
+        "stdout reaches the log too"
+    );
+}
+
+#[test]
+fn secret_queries_are_denied_as_values_not_traps() {
+    let (bad, settings) = hostile("secret", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 6);
+    assert_eq!((s.delivered, s.traps, s.failed), (6, 0, 0), "{s:?}");
+    let outcomes: Vec<String> = r
+        .lines("bad")
+        .iter()
+        .filter(|l| l.message.starts_with("secret"))
+        .filter_map(|l| l.field("outcome").map(str::to_owned))
+        .collect();
+    assert_eq!(outcomes.len(), 12);
+    assert!(outcomes.iter().all(|o| o == "denied"), "{outcomes:?}");
+}
+
+#[test]
+fn a_secret_granted_by_name_is_the_only_one_visible() {
+    let (bad, mut settings) = hostile("secret", tight());
+    settings.grants.secrets = vec!["t/db-password".into()];
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 6);
+    let outcomes: Vec<String> = r
+        .lines("bad")
+        .iter()
+        .filter(|l| l.message.starts_with("secret"))
+        .filter_map(|l| l.field("outcome").map(str::to_owned))
+        .collect();
+    assert!(
+        outcomes.len() >= 12 && outcomes.iter().all(|o| o == "ok"),
+        "{outcomes:?}"
+    );
+}
+
+#[test]
+fn oversized_queries_get_a_too_large_error() {
+    let mut limits = tight();
+    limits.query_bytes = 100;
+    let (bad, settings) = hostile("big-query", limits);
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 6);
+    assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
+    let outcomes: Vec<String> = r
+        .lines("bad")
+        .iter()
+        .filter(|l| l.message == "big list")
+        .filter_map(|l| l.field("detail").map(str::to_owned))
+        .collect();
+    assert_eq!(outcomes.len(), 6);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o.starts_with("too large") && o.contains("100 bytes")),
+        "{outcomes:?}"
+    );
+}
+
+#[test]
+fn a_component_importing_what_the_host_lacks_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let wat = dir.path().join("imports.wasm");
+    fs::write(
+        &wat,
+        r#"(component
+             (import "kubewasm:plugin/filesystem-escape@0.1.0" (instance (export "open" (func))))
+           )"#,
+    )
+    .expect("write");
+    let r = run(&wat, PluginSettings::default());
+    assert!(
+        r.host.status().iter().all(|s| s.name != "bad"),
+        "not loaded"
+    );
+}

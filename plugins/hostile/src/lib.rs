@@ -1,0 +1,97 @@
+//! A deliberately hostile plugin for the sandbox tests; not an example to follow.
+//!
+//! It subscribes to ConfigMaps and misbehaves as its configuration says:
+//! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
+//! "secret" | "big-query", "key": "ns/name"}` (`key` for `panic-on`).
+
+use std::sync::OnceLock;
+
+use kubewasm_sdk::{
+    Event, Gvk, HandleError, Manifest, Plugin, QueryError, Subscription, cache, export_plugin, log,
+};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Config {
+    mode: String,
+    #[serde(default)]
+    key: String,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+fn secret() -> Gvk {
+    Gvk::new("", "v1", "Secret")
+}
+
+/// Logs what a query answered: `denied`, `too-large`, ... or `ok`.
+fn report<T>(what: &str, answer: Result<T, QueryError>) {
+    let outcome = match &answer {
+        Ok(_) => "ok".to_owned(),
+        Err(e) => e.explain(),
+    };
+    let kind = outcome.split(':').next().unwrap_or("").to_owned();
+    log::warn(what, &[("outcome", &kind), ("detail", &outcome)]);
+}
+
+struct Hostile;
+
+impl Plugin for Hostile {
+    fn init(config: &str) -> Result<(), String> {
+        let config: Config = serde_json::from_str(config).map_err(|e| e.to_string())?;
+        let _ = CONFIG.set(config);
+        Ok(())
+    }
+
+    fn describe() -> Manifest {
+        Manifest::new()
+            .subscribe(Subscription::to(Gvk::config_map()))
+            .query(secret())
+    }
+
+    fn handle(event: Event) -> Result<(), HandleError> {
+        let Some(config) = CONFIG.get() else {
+            return Err(HandleError::fatal("not initialised"));
+        };
+        let key = event.object().key();
+        match config.mode.as_str() {
+            "loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "panic" => panic!("hostile: panic on {key}"),
+            "panic-on" if key == config.key => panic!("hostile: panic on {key}"),
+            "error" => return Err(HandleError::retry(format!("hostile: refusing {key}"))),
+            "fatal" => return Err(HandleError::fatal(format!("hostile: rejecting {key}"))),
+            "log-flood" => {
+                for i in 0..5_000 {
+                    log::info("flood", &[("i", &i.to_string())]);
+                    println!("flood on stdout {i}");
+                }
+            }
+            "secret" => {
+                let ns = event.object().namespace.clone();
+                report(
+                    "secret get",
+                    cache::get(&secret(), ns.as_deref(), "db-password"),
+                );
+                report("secret list", cache::list(&secret(), None, None));
+            }
+            "big-query" => report("big list", cache::list(&Gvk::config_map(), None, None)),
+            _ => {}
+        }
+        log::info("handled", &[("key", &key)]);
+        Ok(())
+    }
+}
+
+export_plugin!(Hostile);
