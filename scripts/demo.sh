@@ -22,7 +22,7 @@ cp target/plugins/wasm32-wasip2/plugin/pod_phase.wasm "$demo/plugins/pod-phase.w
 cp target/plugins/wasm32-wasip2/plugin/deployment_view.wasm "$demo/plugins/deployment-view.wasm"
 cp examples/cluster/*.yaml "$demo/cluster/"
 
-./target/debug/kubewasm run --plugins "$demo/plugins" --cluster "$demo/cluster" &
+./target/debug/kubewasm run --plugins "$demo/plugins" --cluster "$demo/cluster" --config examples/kubewasm.yaml &
 host=$!
 trap 'kill "$host" 2>/dev/null || true; wait "$host" 2>/dev/null || true' EXIT INT TERM
 

@@ -4,6 +4,7 @@
 //! [`informer::Informer`] applies it to its [`informer::store::Store`] and fans it out to
 //! subscribers, and [`plugins`] deliver it to each plugin's component through [`runtime`].
 
+pub mod config;
 pub mod gvk;
 pub mod informer;
 pub mod object;

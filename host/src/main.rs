@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use kubewasm::config::HostConfig;
 use kubewasm::informer::factory::InformerFactory;
 use kubewasm::object::Transform;
 use kubewasm::plugins::PluginHost;
+use kubewasm::runtime::Runtime;
 use kubewasm::runtime::logging::TracingSink;
-use kubewasm::runtime::{Limits, Runtime};
 use kubewasm::source::Source;
 use kubewasm::source::kube::KubeSource;
 use kubewasm::source::manifests::ManifestFolder;
@@ -58,6 +59,9 @@ struct RunArgs {
     /// Keep `metadata.managedFields` and the last-applied annotation in cached objects.
     #[arg(long)]
     keep_managed_fields: bool,
+    /// Host configuration file (YAML): plugin limits, grants and configuration.
+    #[arg(long, env = "KUBEWASM_CONFIG")]
+    config: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,6 +82,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => HostConfig::load(path)?,
+        None => HostConfig::default(),
+    };
     let transform = if args.keep_managed_fields {
         Transform {
             drop_managed_fields: false,
@@ -101,12 +109,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let factory = InformerFactory::new(source, handle);
     let wasm = Arc::new(Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?);
-    let host = Arc::new(PluginHost::new(
+    let mut host = PluginHost::new(
         wasm,
         factory,
         Arc::new(TracingSink),
-        Limits::default(),
-    ));
+        config.defaults().limits,
+    );
+    for (name, settings) in config.plugins() {
+        host.configure(&name, settings);
+    }
+    let host = Arc::new(host);
     let loader = host.clone();
     let dir = args.plugins.clone();
     let failures = tokio::task::spawn_blocking(move || loader.load_dir(&dir))
