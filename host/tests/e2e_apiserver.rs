@@ -15,6 +15,9 @@ use kubewasm::runtime::{Limits, Runtime};
 use kubewasm::source::kube::KubeSource;
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
+use support::{audit, render};
+
+mod support;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -102,32 +105,6 @@ impl Drop for Host {
         // Dispatch threads are joined off the async runtime's workers.
         let _ = std::thread::spawn(move || host.shutdown()).join();
     }
-}
-
-fn render(lines: &[PluginLogRecord]) -> String {
-    lines
-        .iter()
-        .map(|r| format!("  {} {:?}", r.message, r.fields))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// `event key flag` for each audit line about `kind`.
-fn audit(lines: &[PluginLogRecord], kind: &str) -> Vec<String> {
-    lines
-        .iter()
-        .filter(|r| r.field("kind") == Some(kind))
-        .map(|r| {
-            format!(
-                "{} {} {}",
-                r.message,
-                r.field("key").unwrap_or(""),
-                r.field("flag").unwrap_or("")
-            )
-            .trim_end()
-            .to_owned()
-        })
-        .collect()
 }
 
 fn config_map(name: &str, value: &str) -> anyhow::Result<ConfigMap> {
@@ -332,14 +309,6 @@ async fn deployment_view_summarizes_a_real_deployment() -> anyhow::Result<()> {
     Api::<Event>::namespaced(admin.clone(), "shop")
         .create(&pp, &event)
         .await?;
-    // The event may land after the pod's last change: touch the pod so a summary follows it.
-    pods.patch(
-        "web-7d9f-b",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"metadata": {"labels": {"seen": "event"}}})),
-    )
-    .await?;
-
     h.wait("deployment-view", "a 1/2 summary with the event", |lines| {
         lines.iter().any(|r| {
             r.message == "deployment summary"

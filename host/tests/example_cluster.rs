@@ -13,6 +13,9 @@ use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
 use kubewasm::runtime::{Limits, LoadError, Runtime};
 use kubewasm::source::manifests::ManifestFolder;
 use serde_json::Value;
+use support::render;
+
+mod support;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -101,11 +104,7 @@ impl Harness {
     }
 
     fn lines_of(&self, plugin: &str) -> Vec<PluginLogRecord> {
-        self.sink
-            .records()
-            .into_iter()
-            .filter(|r| r.plugin == plugin)
-            .collect()
+        support::of(self.sink.records(), plugin)
     }
 
     /// Rewrites the manifest `file`, applying `edit` to the document named `name`.
@@ -126,14 +125,6 @@ impl Harness {
         }
         fs::write(&path, out).expect("write manifest");
     }
-}
-
-fn render(lines: &[PluginLogRecord]) -> String {
-    lines
-        .iter()
-        .map(|r| format!("  [{}] {} {:?}", r.plugin, r.message, r.fields))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn summary(r: &PluginLogRecord, deployment: &str, ready: &str) -> bool {

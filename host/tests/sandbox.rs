@@ -13,6 +13,9 @@ use kubewasm::plugins::{PluginHost, PluginSettings, PluginStatus, Reason};
 use kubewasm::runtime::logging::{LogRate, MemorySink, PluginLogRecord};
 use kubewasm::runtime::{Limits, LoadError, Runtime};
 use kubewasm::source::manifests::ManifestFolder;
+use support::field_values;
+
+mod support;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -49,11 +52,7 @@ impl Run {
     }
 
     fn lines(&self, plugin: &str) -> Vec<PluginLogRecord> {
-        self.sink
-            .records()
-            .into_iter()
-            .filter(|r| r.plugin == plugin)
-            .collect()
+        support::of(self.sink.records(), plugin)
     }
 
     /// Waits until the hostile plugin's status satisfies `done`; returns it either way.
@@ -168,20 +167,7 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
 }
 
 fn good_sequence(lines: &[PluginLogRecord]) -> Vec<String> {
-    lines
-        .iter()
-        .filter(|r| r.plugin == "good" && r.field("kind") == Some("ConfigMap"))
-        .map(|r| {
-            format!(
-                "{} {} {}",
-                r.message,
-                r.field("key").unwrap_or(""),
-                r.field("flag").unwrap_or("")
-            )
-            .trim_end()
-            .to_owned()
-        })
-        .collect()
+    support::audit(&support::of(lines.to_vec(), "good"), "ConfigMap")
 }
 
 fn hostile(mode: &str, limits: Limits) -> (std::path::PathBuf, PluginSettings) {
@@ -249,12 +235,7 @@ fn panic_on_one_key_only_gives_up_that_key() {
     let s = r.bad_status_until(|s| s.delivered >= 5 && s.given_up >= 1);
     assert_eq!((s.given_up, s.traps, s.delivered), (1, 3, 5), "{s:?}");
     assert!(!s.degraded);
-    let handled: Vec<String> = r
-        .lines("bad")
-        .iter()
-        .filter(|l| l.message == "handled")
-        .filter_map(|l| l.field("key").map(str::to_owned))
-        .collect();
+    let handled = field_values(&r.lines("bad"), "handled", "key");
     assert!(!handled.contains(&"t/cm-2".to_owned()), "{handled:?}");
     assert!(
         handled.contains(&"t/cm-4".to_owned()),
@@ -310,12 +291,7 @@ fn secret_queries_are_denied_as_values_not_traps() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!((s.delivered, s.traps, s.failed), (6, 0, 0), "{s:?}");
-    let outcomes: Vec<String> = r
-        .lines("bad")
-        .iter()
-        .filter(|l| l.message.starts_with("secret"))
-        .filter_map(|l| l.field("outcome").map(str::to_owned))
-        .collect();
+    let outcomes = field_values(&r.lines("bad"), "secret", "outcome");
     assert_eq!(outcomes.len(), 12);
     assert!(outcomes.iter().all(|o| o == "denied"), "{outcomes:?}");
 }
@@ -326,12 +302,7 @@ fn a_secret_granted_by_name_is_the_only_one_visible() {
     settings.grants.secrets = vec!["t/db-password".into()];
     let r = run(&bad, settings);
     r.bad_status_until(|s| s.delivered >= 6);
-    let outcomes: Vec<String> = r
-        .lines("bad")
-        .iter()
-        .filter(|l| l.message.starts_with("secret"))
-        .filter_map(|l| l.field("outcome").map(str::to_owned))
-        .collect();
+    let outcomes = field_values(&r.lines("bad"), "secret", "outcome");
     assert!(
         outcomes.len() >= 12 && outcomes.iter().all(|o| o == "ok"),
         "{outcomes:?}"
@@ -346,12 +317,7 @@ fn oversized_queries_get_a_too_large_error() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
-    let outcomes: Vec<String> = r
-        .lines("bad")
-        .iter()
-        .filter(|l| l.message == "big list")
-        .filter_map(|l| l.field("detail").map(str::to_owned))
-        .collect();
+    let outcomes = field_values(&r.lines("bad"), "big list", "detail");
     assert_eq!(outcomes.len(), 6);
     assert!(
         outcomes

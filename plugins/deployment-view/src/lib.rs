@@ -1,4 +1,4 @@
-//! The classic informer example: on Deployment, ReplicaSet and Pod events, find the
+//! The classic informer example: on Deployment, ReplicaSet, Pod and (pod) Event events, find the
 //! Deployment's current ReplicaSet, that ReplicaSet's pods (through the owner index), and each
 //! not-ready pod's latest Event (through an index on `involvedObject.uid`), then log one summary
 //! line per Deployment when that summary changes. Everything comes from the host's cache; the
@@ -123,11 +123,36 @@ fn owner_named<'a>(o: &'a Object, kind: &str) -> Option<&'a str> {
         .map(|r| r.name.as_str())
 }
 
-/// The Deployment an object belongs to: itself, its owner, or its owner's owner.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Involved {
+    involved_object: InvolvedObject,
+}
+
+#[derive(Deserialize)]
+struct InvolvedObject {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+}
+
+/// The Deployment an object belongs to: itself, its owner, its owner's owner, or (for an
+/// Event) that of the pod it is about.
 fn deployment_of(o: &Object) -> Result<Option<Object>, HandleError> {
     let ns = o.namespace.as_deref();
     let deployment_name = match o.kind.as_str() {
         "Deployment" => return Ok(Some(o.clone())),
+        "Event" => {
+            let about: Involved = parse(o)?;
+            if about.involved_object.kind != "Pod" {
+                return Ok(None);
+            }
+            return match cache::get(&Gvk::pod(), ns, &about.involved_object.name)? {
+                Some(pod) => deployment_of(&pod),
+                None => Ok(None),
+            };
+        }
         "ReplicaSet" => owner_named(o, "Deployment").map(str::to_owned),
         "Pod" => {
             let Some(rs_name) = owner_named(o, "ReplicaSet") else {
@@ -243,7 +268,8 @@ impl Plugin for DeploymentView {
             .subscribe(to(Gvk::deployment()))
             .subscribe(to(Gvk::replica_set()))
             .subscribe(to(Gvk::pod()))
-            .query(Gvk::event())
+            // A new Event can change a not-ready pod's latest message: refresh on Events too.
+            .subscribe(to(Gvk::event()))
             .index(Gvk::event(), INVOLVED_UID, "/involvedObject/uid")
     }
 

@@ -1,0 +1,46 @@
+//! Helpers shared by the integration tests: reading what plugins logged.
+// Each test binary uses its own subset.
+#![allow(dead_code)]
+
+use kubewasm::runtime::logging::PluginLogRecord;
+
+/// The lines of one plugin.
+pub fn of(records: Vec<PluginLogRecord>, plugin: &str) -> Vec<PluginLogRecord> {
+    records.into_iter().filter(|r| r.plugin == plugin).collect()
+}
+
+/// Every line, one per row, for assertion messages.
+pub fn render(lines: &[PluginLogRecord]) -> String {
+    lines
+        .iter()
+        .map(|r| format!("  [{}] {} {:?}", r.plugin, r.message, r.fields))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What audit-log lines say about objects of `kind`: `event key flag`, for example
+/// `added ns/a initial`, `updated ns/a`, `deleted ns/b stale`.
+pub fn audit(lines: &[PluginLogRecord], kind: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|r| r.field("kind") == Some(kind))
+        .map(|r| {
+            let line = format!(
+                "{} {} {}",
+                r.message,
+                r.field("key").unwrap_or(""),
+                r.field("flag").unwrap_or("")
+            );
+            line.trim_end().to_owned()
+        })
+        .collect()
+}
+
+/// The values of `field` in the lines whose message starts with `message`.
+pub fn field_values(lines: &[PluginLogRecord], message: &str, field: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|r| r.message.starts_with(message))
+        .filter_map(|r| r.field(field).map(str::to_owned))
+        .collect()
+}
