@@ -223,8 +223,32 @@ impl Informer {
     /// Registers a subscriber. It first receives every current object passing `filter` as an
     /// initial add, then every later change, with no gap and no duplicate.
     pub fn subscribe(self: &Arc<Self>, filter: Filter, tx: Sender<Notification>) -> Subscription {
+        self.register(None, filter, tx)
+    }
+
+    /// Replaces the subscriber `old` by a new one in one step: every event before goes to
+    /// `old`, every event after to the new subscriber, which first receives the current
+    /// objects passing `filter` as initial adds. No event goes to neither or to both.
+    pub fn swap(
+        self: &Arc<Self>,
+        old: &Subscription,
+        filter: Filter,
+        tx: Sender<Notification>,
+    ) -> Subscription {
+        self.register(Some(old.id), filter, tx)
+    }
+
+    fn register(
+        self: &Arc<Self>,
+        replacing: Option<u64>,
+        filter: Filter,
+        tx: Sender<Notification>,
+    ) -> Subscription {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state();
+        if let Some(old) = replacing {
+            state.subscribers.retain(|s| s.id != old);
+        }
         let mut objects = self.store.list();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         for object in objects.into_iter().filter(|o| filter.matches(o)) {

@@ -181,3 +181,25 @@ fn wait_synced_times_out_then_sees_the_list() {
     assert!(inf.wait_synced(Duration::from_secs(5)));
     t.join().expect("feeder thread");
 }
+
+#[test]
+fn swap_hands_over_with_no_event_lost_or_doubled() {
+    let inf = informer();
+    inf.apply(SourceEvent::Listed(vec![obj("a", "1", json!({}))]));
+    let (old_tx, old_rx) = channel();
+    let old = inf.subscribe(Filter::default(), old_tx);
+    inf.apply(SourceEvent::Applied(obj("a", "2", json!({}))));
+    let (new_tx, new_rx) = channel();
+    let new = inf.swap(&old, Filter::default(), new_tx);
+    inf.apply(SourceEvent::Applied(obj("b", "3", json!({}))));
+    drop(old);
+    assert_eq!(drain(&old_rx), ["+a@1*", "~a@1>2"], "before the swap");
+    assert_eq!(
+        drain(&new_rx),
+        ["+a@2*", "+b@3"],
+        "current state, then after the swap"
+    );
+    assert_eq!(inf.subscriber_count(), 1);
+    drop(new);
+    assert_eq!(inf.subscriber_count(), 0);
+}

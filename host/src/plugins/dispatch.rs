@@ -9,16 +9,15 @@
 //! (a growing pause before each attempt) instead of spinning.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::informer::factory::Lease;
 use crate::informer::{Notification, Subscription};
 use crate::plugins::PluginStats;
-use crate::plugins::manifest::PluginManifest;
 use crate::plugins::retry::RetryQueue;
 use crate::runtime::{Instance, PluginCode, PluginContext, Runtime, convert};
 
@@ -43,10 +42,14 @@ pub struct Setup {
     pub config: String,
     /// The instance that already ran `describe` and `init`.
     pub instance: Instance,
-    /// The validated manifest.
-    pub manifest: PluginManifest,
-    /// Claims on the informers the plugin needs.
+    /// Resync period, if any.
+    pub resync: Option<Duration>,
+    /// Claims on the informers the plugin needs (released when the worker ends).
     pub leases: Vec<Lease>,
+    /// The plugin's queue; it closes when the host drops or hands over its subscriptions.
+    pub rx: Receiver<Notification>,
+    /// Its subscriptions, shared with the host (for resync).
+    pub subscriptions: Arc<Mutex<Vec<Subscription>>>,
     /// Delivery counters.
     pub stats: Arc<PluginStats>,
     /// Set to stop the worker.
@@ -61,7 +64,7 @@ struct Worker {
     instance: Option<Instance>,
     resync: Option<Duration>,
     leases: Vec<Lease>,
-    subscriptions: Vec<Subscription>,
+    subscriptions: Arc<Mutex<Vec<Subscription>>>,
     rx: Receiver<Notification>,
     retries: RetryQueue<Notification>,
     stats: Arc<PluginStats>,
@@ -80,16 +83,8 @@ fn retry_key(n: &Notification) -> String {
     format!("{}/{}", o.gvk, o.key)
 }
 
-/// Subscribes to the plugin's informers and starts its dispatch thread.
+/// Starts a plugin's dispatch thread.
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
-    let (tx, rx) = channel();
-    let mut subscriptions = Vec::new();
-    for (gvk, filter) in &setup.manifest.subscriptions {
-        if let Some(lease) = setup.leases.iter().find(|l| l.informer().gvk() == gvk) {
-            subscriptions.push(lease.informer().subscribe(filter.clone(), tx.clone()));
-        }
-    }
-    drop(tx);
     let name = setup.ctx.name.clone();
     let worker = Worker {
         runtime: setup.runtime,
@@ -97,10 +92,10 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         ctx: setup.ctx,
         config: setup.config,
         instance: Some(setup.instance),
-        resync: setup.manifest.resync,
+        resync: setup.resync,
         leases: setup.leases,
-        subscriptions,
-        rx,
+        subscriptions: setup.subscriptions,
+        rx: setup.rx,
         retries: RetryQueue::default(),
         stats: setup.stats,
         stop: setup.stop,
@@ -127,10 +122,19 @@ impl Worker {
         self.stats.synced.store(true, Ordering::Relaxed);
         tracing::debug!(plugin = %self.ctx.name, "caches synced, delivering");
         let mut next_resync = self.resync.map(|p| Instant::now() + p);
+        // After the queue closes (unload or replacement) pending retries still finish here.
+        let mut open = true;
         while !self.stopped() {
             let now = Instant::now();
             if let Some((key, events, failures)) = self.retries.take_due(now) {
                 self.run_key(key, events, failures);
+                continue;
+            }
+            if !open {
+                match self.retries.next_due() {
+                    Some(due) => std::thread::sleep(due.saturating_duration_since(now).min(POLL)),
+                    None => return,
+                }
                 continue;
             }
             let wait = [self.retries.next_due(), next_resync]
@@ -146,12 +150,16 @@ impl Worker {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => open = false,
             }
             if let (Some(at), Some(period)) = (next_resync, self.resync)
                 && Instant::now() >= at
             {
-                for sub in &self.subscriptions {
+                let subscriptions = self
+                    .subscriptions
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                for sub in subscriptions.iter() {
                     sub.resync();
                 }
                 next_resync = Some(at + period);

@@ -13,10 +13,13 @@ use std::thread::JoinHandle;
 use sha2::{Digest, Sha256};
 
 use crate::gvk::Gvk;
+use std::sync::mpsc::channel;
+
+use crate::informer::Subscription;
 use crate::informer::factory::{InformerFactory, Lease};
 use crate::informer::store::StoreError;
 use crate::runtime::logging::{LogSink, PluginLogger};
-use crate::runtime::{Limits, LoadError, PluginContext, Runtime, is_secret};
+use crate::runtime::{Instance, Limits, LoadError, PluginCode, PluginContext, Runtime, is_secret};
 use manifest::{ManifestError, PluginManifest};
 
 /// Why a plugin did not load.
@@ -171,6 +174,13 @@ pub struct PluginStatus {
     pub synced: bool,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
+    /// Times a new version replaced the running one.
+    pub reloads: u64,
+    /// Why the newest file of this name failed to load, if it did (the running version is
+    /// the previous one).
+    pub reload_error: Option<String>,
+    /// Failed loads of this name since the last successful one.
+    pub reload_failures: u64,
 }
 
 struct Running {
@@ -180,17 +190,66 @@ struct Running {
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Its registrations with the informers, shared with its worker (for resync).
+    subscriptions: Arc<Mutex<Vec<Subscription>>>,
+    /// Versions that replaced an earlier one under this name.
+    reloads: u64,
 }
 
 impl Running {
+    /// Stops delivering at once and waits for the worker.
     fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.take_subscriptions();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
             tracing::error!(file = %self.path.display(), "plugin dispatch thread panicked");
         }
     }
+
+    fn take_subscriptions(&self) -> Vec<Subscription> {
+        std::mem::take(
+            &mut *self
+                .subscriptions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+/// A new plugin version, compiled, initialised and described, with its informers claimed:
+/// everything that can fail is done before it replaces anything.
+struct Prepared {
+    name: String,
+    path: PathBuf,
+    hash: String,
+    code: PluginCode,
+    ctx: Arc<PluginContext>,
+    config: String,
+    instance: Instance,
+    manifest: PluginManifest,
+    leases: Vec<Lease>,
+    logger: Arc<PluginLogger>,
+}
+
+/// What applying a plugin file did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// A plugin of that name was not loaded; now it is.
+    Loaded,
+    /// The new version replaced the running one.
+    Replaced,
+    /// The running version has the same content: nothing to do.
+    Unchanged,
+}
+
+/// A file that failed to load, kept so that status can show it and the same content is
+/// not tried again.
+struct Failure {
+    hash: String,
+    error: String,
+    count: u64,
 }
 
 /// The set of loaded plugins, each delivering from the shared informers on its own thread.
@@ -201,6 +260,7 @@ pub struct PluginHost {
     defaults: PluginSettings,
     settings: HashMap<String, PluginSettings>,
     plugins: Mutex<BTreeMap<String, Running>>,
+    failures: Mutex<BTreeMap<String, Failure>>,
 }
 
 /// The plugin name for a file: its name without the `.wasm` extension.
@@ -228,6 +288,7 @@ impl PluginHost {
             },
             settings: HashMap::new(),
             plugins: Mutex::new(BTreeMap::new()),
+            failures: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -267,32 +328,94 @@ impl PluginHost {
         Ok(failures)
     }
 
-    /// Loads one plugin: compile, check, init, describe, start its informers, then deliver.
+    /// Loads one plugin that is not loaded yet (see [`Self::apply`] to replace one).
     /// Blocking (compiling takes time): call it off the async runtime.
     pub fn load(&self, path: &Path) -> Result<(), PluginError> {
+        let name = plugin_name(path);
+        if self.plugins().contains_key(&name) {
+            return Err(PluginError {
+                plugin: name,
+                path: path.to_owned(),
+                reason: Reason::AlreadyLoaded,
+            });
+        }
+        self.apply(path).map(|_| ())
+    }
+
+    /// Loads a plugin file, or replaces the running version of that name when the content
+    /// differs. The new version is prepared completely first; if that fails, the running one
+    /// keeps serving and the failure shows in status. Blocking: call it off the async runtime.
+    pub fn apply(&self, path: &Path) -> Result<Applied, PluginError> {
         let name = plugin_name(path);
         let fail = |reason: Reason| PluginError {
             plugin: name.clone(),
             path: path.to_owned(),
             reason,
         };
-        if self.plugins().contains_key(&name) {
-            return Err(fail(Reason::AlreadyLoaded));
-        }
         let bytes = std::fs::read(path).map_err(|e| fail(Reason::Read(e)))?;
         let hash: String = Sha256::digest(&bytes)
             .iter()
             .take(6)
             .map(|b| format!("{b:02x}"))
             .collect();
+        if self.plugins().get(&name).is_some_and(|r| r.hash == hash) {
+            return Ok(Applied::Unchanged);
+        }
+        let outcome = self
+            .prepare(&name, path, &bytes, hash.clone())
+            .and_then(|p| self.activate(p).map_err(fail));
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        match &outcome {
+            Ok(_) => {
+                failures.remove(&name);
+            }
+            Err(e) => {
+                let count = failures.get(&name).map_or(0, |f| f.count) + 1;
+                failures.insert(
+                    name.clone(),
+                    Failure {
+                        hash,
+                        error: e.reason.to_string(),
+                        count,
+                    },
+                );
+            }
+        }
+        outcome
+    }
+
+    /// True when `path`'s content already failed to load under its plugin name (so a rescan
+    /// need not try it again until it changes).
+    pub fn known_failure(&self, path: &Path, hash: &str) -> bool {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&plugin_name(path))
+            .is_some_and(|f| f.hash == hash)
+    }
+
+    fn prepare(
+        &self,
+        name: &str,
+        path: &Path,
+        bytes: &[u8],
+        hash: String,
+    ) -> Result<Prepared, PluginError> {
+        let name = name.to_owned();
+        let fail = |reason: Reason| PluginError {
+            plugin: name.clone(),
+            path: path.to_owned(),
+            reason,
+        };
         let code = self
             .runtime
-            .compile(&bytes)
+            .compile(bytes)
             .map_err(|e| fail(Reason::Load(e)))?;
 
         let settings = self.settings.get(&name).unwrap_or(&self.defaults).clone();
         let logger = Arc::new(PluginLogger::new(
             &name,
+            &hash,
             self.log.clone(),
             settings.limits.log_rate,
         ));
@@ -354,33 +477,95 @@ impl PluginHost {
         let ctx = Arc::new(ctx);
         instance.set_context(ctx.clone());
 
-        let stats = Arc::new(PluginStats::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let worker = dispatch::start(dispatch::Setup {
-            runtime: self.runtime.clone(),
+        Ok(Prepared {
+            name,
+            path: path.to_owned(),
+            hash,
             code,
             ctx,
             config,
             instance,
             manifest,
             leases,
+            logger,
+        })
+    }
+
+    /// Starts delivering to a prepared version. When it replaces a running one, each of the
+    /// old version's subscriptions is swapped for the new one's in one step per informer:
+    /// events before the swap finish on the old version (its worker drains, then exits),
+    /// events after go to the new one, which starts from the current state as initial adds.
+    fn activate(&self, p: Prepared) -> Result<Applied, Reason> {
+        let (tx, rx) = channel();
+        let mut plugins = self.plugins();
+        let old = plugins.remove(&p.name);
+        let mut old_subs = old
+            .as_ref()
+            .map(Running::take_subscriptions)
+            .unwrap_or_default();
+        let mut subs = Vec::new();
+        for (gvk, filter) in &p.manifest.subscriptions {
+            let Some(lease) = p.leases.iter().find(|l| l.informer().gvk() == gvk) else {
+                continue;
+            };
+            let sub = match old_subs.iter().position(|s| s.informer().gvk() == gvk) {
+                Some(i) => {
+                    lease
+                        .informer()
+                        .swap(&old_subs.swap_remove(i), filter.clone(), tx.clone())
+                }
+                None => lease.informer().subscribe(filter.clone(), tx.clone()),
+            };
+            subs.push(sub);
+        }
+        // Types the new version no longer subscribes to stop reaching the old one too.
+        drop(old_subs);
+        drop(tx);
+        let subscriptions = Arc::new(Mutex::new(subs));
+        let stats = Arc::new(PluginStats::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = dispatch::start(dispatch::Setup {
+            runtime: self.runtime.clone(),
+            code: p.code,
+            ctx: p.ctx,
+            config: p.config,
+            instance: p.instance,
+            resync: p.manifest.resync,
+            leases: p.leases,
+            rx,
+            subscriptions: subscriptions.clone(),
             stats: stats.clone(),
             stop: stop.clone(),
         })
-        .map_err(|e| fail(Reason::Start(format!("cannot start its thread: {e}"))))?;
-        tracing::info!(plugin = %name, hash = %hash, file = %path.display(), "plugin loaded");
-        self.plugins().insert(
-            name,
+        .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
+        let (applied, reloads) = match old {
+            Some(mut old) => {
+                tracing::info!(plugin = %p.name, from = %old.hash, to = %p.hash, file = %p.path.display(), "plugin replaced");
+                // The old worker finishes what it already received, then exits.
+                if let Some(thread) = old.thread.take() {
+                    std::thread::spawn(move || thread.join());
+                }
+                (Applied::Replaced, old.reloads + 1)
+            }
+            None => {
+                tracing::info!(plugin = %p.name, hash = %p.hash, file = %p.path.display(), "plugin loaded");
+                (Applied::Loaded, 0)
+            }
+        };
+        plugins.insert(
+            p.name,
             Running {
-                path: path.to_owned(),
-                hash,
-                logger,
+                path: p.path,
+                hash: p.hash,
+                logger: p.logger,
                 stats,
                 stop,
-                thread: Some(worker),
+                thread: Some(thread),
+                subscriptions,
+                reloads,
             },
         );
-        Ok(())
+        Ok(applied)
     }
 
     /// Stops delivering to plugin `name` and drops its instance, queue and informer claims.
@@ -399,9 +584,13 @@ impl PluginHost {
 
     /// The loaded plugins, by name.
     pub fn status(&self) -> Vec<PluginStatus> {
+        let failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         self.plugins()
             .iter()
             .map(|(name, r)| PluginStatus {
+                reloads: r.reloads,
+                reload_error: failures.get(name).map(|f| f.error.clone()),
+                reload_failures: failures.get(name).map_or(0, |f| f.count),
                 name: name.clone(),
                 path: r.path.clone(),
                 hash: r.hash.clone(),

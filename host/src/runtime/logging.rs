@@ -27,6 +27,8 @@ pub enum Level {
 pub struct PluginLogRecord {
     /// The plugin's name.
     pub plugin: String,
+    /// The version (content hash) of the plugin that logged it.
+    pub version: String,
     /// Severity.
     pub level: Level,
     /// The message.
@@ -63,13 +65,20 @@ impl LogSink for TracingSink {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let (plugin, message) = (r.plugin.as_str(), r.message.as_str());
+        let (plugin, version, message) =
+            (r.plugin.as_str(), r.version.as_str(), r.message.as_str());
         match r.level {
-            Level::Trace => tracing::trace!(target: "plugin", plugin, "{message} {fields}"),
-            Level::Debug => tracing::debug!(target: "plugin", plugin, "{message} {fields}"),
-            Level::Info => tracing::info!(target: "plugin", plugin, "{message} {fields}"),
-            Level::Warn => tracing::warn!(target: "plugin", plugin, "{message} {fields}"),
-            Level::Error => tracing::error!(target: "plugin", plugin, "{message} {fields}"),
+            Level::Trace => {
+                tracing::trace!(target: "plugin", plugin, version, "{message} {fields}")
+            }
+            Level::Debug => {
+                tracing::debug!(target: "plugin", plugin, version, "{message} {fields}")
+            }
+            Level::Info => tracing::info!(target: "plugin", plugin, version, "{message} {fields}"),
+            Level::Warn => tracing::warn!(target: "plugin", plugin, version, "{message} {fields}"),
+            Level::Error => {
+                tracing::error!(target: "plugin", plugin, version, "{message} {fields}")
+            }
         }
     }
 }
@@ -142,6 +151,7 @@ struct Bucket {
 /// One plugin's log: tags lines with its name, enforces its rate, counts what it drops.
 pub struct PluginLogger {
     plugin: String,
+    version: String,
     sink: Arc<dyn LogSink>,
     rate: LogRate,
     bucket: Mutex<Bucket>,
@@ -149,10 +159,11 @@ pub struct PluginLogger {
 }
 
 impl PluginLogger {
-    /// A logger for `plugin` writing to `sink` at most at `rate`.
-    pub fn new(plugin: &str, sink: Arc<dyn LogSink>, rate: LogRate) -> Self {
+    /// A logger for version `version` of `plugin` writing to `sink` at most at `rate`.
+    pub fn new(plugin: &str, version: &str, sink: Arc<dyn LogSink>, rate: LogRate) -> Self {
         Self {
             plugin: plugin.to_owned(),
+            version: version.to_owned(),
             sink,
             rate,
             bucket: Mutex::new(Bucket {
@@ -189,6 +200,7 @@ impl PluginLogger {
         }
         self.sink.record(PluginLogRecord {
             plugin: self.plugin.clone(),
+            version: self.version.clone(),
             level,
             message,
             fields,
@@ -229,6 +241,7 @@ mod tests {
         let sink = Arc::new(MemorySink::default());
         let logger = PluginLogger::new(
             "p",
+            "v1",
             sink.clone(),
             LogRate {
                 per_second: 1,
@@ -247,7 +260,7 @@ mod tests {
     #[test]
     fn long_messages_are_cut_on_a_char_boundary() {
         let sink = Arc::new(MemorySink::default());
-        let logger = PluginLogger::new("p", sink.clone(), LogRate::default());
+        let logger = PluginLogger::new("p", "v1", sink.clone(), LogRate::default());
         logger.log(Level::Info, "é".repeat(MAX_MESSAGE_BYTES), Vec::new());
         let message = &sink.records()[0].message;
         assert!(message.ends_with(" [cut]"));

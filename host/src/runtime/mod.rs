@@ -8,6 +8,8 @@ mod stdio;
 pub use queries::is_secret;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -129,12 +131,15 @@ impl WasiView for HostState {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
+    cache: Option<PathBuf>,
 }
 
 /// A compiled, type-checked and pre-linked plugin, ready to instantiate cheaply.
 #[derive(Clone)]
 pub struct PluginCode {
     pre: bindings::PluginPre<HostState>,
+    /// True when the machine code came from the precompiled cache.
+    pub cached: bool,
 }
 
 impl Runtime {
@@ -156,7 +161,55 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
-        Ok(Self { engine, linker })
+        Ok(Self {
+            engine,
+            linker,
+            cache: None,
+        })
+    }
+
+    /// Keeps compiled machine code in `dir`, keyed by the component's content hash and the
+    /// engine's settings, so an unchanged plugin loads in milliseconds instead of compiling.
+    /// The folder must be writable only by the host's user: its files are loaded as code.
+    pub fn with_cache(mut self, dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        self.cache = Some(dir.to_owned());
+        Ok(self)
+    }
+
+    /// The cache file for `bytes` under the current engine settings.
+    fn cache_path(&self, dir: &Path, bytes: &[u8]) -> PathBuf {
+        use sha2::Digest;
+        let content: String = sha2::Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut engine = std::collections::hash_map::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut engine);
+        dir.join(format!("{content}-{:016x}.cwasm", engine.finish()))
+    }
+
+    /// Machine code for `bytes`: from the cache when present, else compiled (and cached).
+    fn component(&self, bytes: &[u8]) -> wasmtime::Result<(Component, bool)> {
+        let Some(dir) = &self.cache else {
+            return Ok((Component::new(&self.engine, bytes)?, false));
+        };
+        let path = self.cache_path(dir, bytes);
+        if path.exists() {
+            match load_precompiled(&self.engine, &path) {
+                Ok(component) => return Ok((component, true)),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "ignoring unusable precompiled code: {e:#}")
+                }
+            }
+        }
+        let compiled = self.engine.precompile_component(bytes)?;
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, &compiled)?;
+        std::fs::rename(&partial, &path)?;
+        Ok((load_precompiled(&self.engine, &path)?, false))
     }
 
     /// The engine.
@@ -167,7 +220,7 @@ impl Runtime {
     /// Compiles component bytes and checks them against the plugin world. Blocking: seconds
     /// for large components, so call it off the async runtime.
     pub fn compile(&self, bytes: &[u8]) -> Result<PluginCode, LoadError> {
-        let component = Component::new(&self.engine, bytes).map_err(|e| {
+        let (component, cached) = self.component(bytes).map_err(|e| {
             // Text (WAT) is accepted too, but a file that is neither says so plainly.
             let looks_textual = bytes.trim_ascii_start().starts_with(b"(");
             if !bytes.starts_with(b"\0asm") && !looks_textual {
@@ -183,7 +236,7 @@ impl Runtime {
             .instantiate_pre(&component)
             .and_then(bindings::PluginPre::new)
             .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
-        Ok(PluginCode { pre })
+        Ok(PluginCode { pre, cached })
     }
 
     /// A fresh instance of `code` in a store of its own, with no ambient authority.
@@ -222,6 +275,16 @@ impl Runtime {
             deadline_ticks,
         })
     }
+}
+
+/// Maps precompiled code written by [`Runtime::component`] back in.
+#[allow(unsafe_code)]
+fn load_precompiled(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: the file was produced by `Engine::precompile_component` of this host into its
+    // own cache folder (written to a temporary name, then renamed), and is named by the
+    // source's hash and the engine's compatibility hash; wasmtime also checks its header,
+    // version and settings. The operator keeps that folder writable by the host alone.
+    unsafe { Component::deserialize_file(engine, path) }
 }
 
 fn ticks(d: Duration) -> u64 {
