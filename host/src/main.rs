@@ -9,6 +9,7 @@ use kubewasm::config::HostConfig;
 use kubewasm::informer::factory::InformerFactory;
 use kubewasm::object::Transform;
 use kubewasm::plugins::PluginHost;
+use kubewasm::plugins::folder::FolderWatcher;
 use kubewasm::runtime::Runtime;
 use kubewasm::runtime::logging::TracingSink;
 use kubewasm::source::Source;
@@ -62,6 +63,10 @@ struct RunArgs {
     /// Host configuration file (YAML): plugin limits, grants and configuration.
     #[arg(long, env = "KUBEWASM_CONFIG")]
     config: Option<PathBuf>,
+    /// Folder for compiled plugin code, reused across restarts (default: the user's cache
+    /// folder, `kubewasm/compiled`). Keep it writable by the host alone.
+    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -108,7 +113,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
     };
     let factory = InformerFactory::new(source, handle);
-    let wasm = Arc::new(Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?);
+    let mut wasm = Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let cache_dir = args.cache_dir.clone().or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("kubewasm/compiled"))
+    });
+    if let Some(dir) = cache_dir {
+        wasm = match wasm.with_cache(&dir) {
+            Ok(cached) => cached,
+            Err(e) => {
+                tracing::warn!(folder = %dir.display(), "no compiled-code cache: {e}");
+                Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?
+            }
+        };
+    }
+    let wasm = Arc::new(wasm);
     let mut host = PluginHost::new(
         wasm,
         factory,
@@ -119,18 +140,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         host.configure(&name, settings);
     }
     let host = Arc::new(host);
-    let loader = host.clone();
+    let watched = host.clone();
     let dir = args.plugins.clone();
-    let failures = tokio::task::spawn_blocking(move || loader.load_dir(&dir))
+    let (watcher, first) = tokio::task::spawn_blocking(move || FolderWatcher::start(watched, &dir))
         .await?
         .with_context(|| format!("plugins folder {}", args.plugins.display()))?;
-    let loaded = host.status().len();
-    tracing::info!(loaded, failed = failures.len(), "plugins ready");
-    if loaded == 0 {
-        tracing::warn!(folder = %args.plugins.display(), "no plugin loaded: nothing will react to events");
+    tracing::info!(
+        loaded = first.loaded.len(),
+        failed = first.failed.len(),
+        folder = %args.plugins.display(),
+        "plugins ready; following the folder for changes"
+    );
+    if first.loaded.is_empty() {
+        tracing::warn!(folder = %args.plugins.display(), "no plugin loaded yet: drop a .wasm into the folder");
     }
     shutdown_signal().await;
     tracing::info!("shutting down");
+    drop(watcher);
     tokio::task::spawn_blocking(move || host.shutdown()).await?;
     Ok(())
 }

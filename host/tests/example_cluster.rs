@@ -294,10 +294,12 @@ fn bad_plugins_get_one_clear_error_each_and_the_good_one_runs() {
     h.install(kubewasm_plugin_artifacts::DEPLOYMENT_VIEW, "bad-config");
     h.install(kubewasm_plugin_artifacts::POD_PHASE, "pod-phase");
 
-    let failures = h
-        .host
-        .load_dir(h.plugins.path())
-        .expect("read plugins folder");
+    let mut files: Vec<PathBuf> = fs::read_dir(h.plugins.path())
+        .expect("read plugins folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let failures: Vec<_> = files.iter().filter_map(|f| h.host.apply(f).err()).collect();
     let mut by_name: Vec<(String, String)> = failures
         .iter()
         .map(|f| (f.plugin.clone(), f.to_string()))

@@ -1,6 +1,7 @@
 //! The loaded plugins: loading with clear errors, one dispatch thread each, unloading.
 
 mod dispatch;
+pub mod folder;
 pub mod manifest;
 pub mod retry;
 
@@ -263,6 +264,15 @@ pub struct PluginHost {
     failures: Mutex<BTreeMap<String, Failure>>,
 }
 
+/// A plugin version: the first 12 hex digits of the SHA-256 of its file.
+pub fn content_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The plugin name for a file: its name without the `.wasm` extension.
 pub fn plugin_name(path: &Path) -> String {
     path.file_stem()
@@ -309,25 +319,6 @@ impl PluginHost {
         self.plugins.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Loads every `.wasm` file in `dir`, in name order. Each failure is logged with the file
-    /// and the reason, and the others still load. Returns the failures.
-    pub fn load_dir(&self, dir: &Path) -> std::io::Result<Vec<PluginError>> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-            .collect();
-        files.sort();
-        let mut failures = Vec::new();
-        for file in files {
-            if let Err(e) = self.load(&file) {
-                tracing::error!("{e}");
-                failures.push(e);
-            }
-        }
-        Ok(failures)
-    }
-
     /// Loads one plugin that is not loaded yet (see [`Self::apply`] to replace one).
     /// Blocking (compiling takes time): call it off the async runtime.
     pub fn load(&self, path: &Path) -> Result<(), PluginError> {
@@ -346,23 +337,28 @@ impl PluginHost {
     /// differs. The new version is prepared completely first; if that fails, the running one
     /// keeps serving and the failure shows in status. Blocking: call it off the async runtime.
     pub fn apply(&self, path: &Path) -> Result<Applied, PluginError> {
+        let bytes = std::fs::read(path).map_err(|e| PluginError {
+            plugin: plugin_name(path),
+            path: path.to_owned(),
+            reason: Reason::Read(e),
+        })?;
+        self.apply_bytes(path, &bytes)
+    }
+
+    /// [`Self::apply`] with the file's content already read.
+    pub fn apply_bytes(&self, path: &Path, bytes: &[u8]) -> Result<Applied, PluginError> {
         let name = plugin_name(path);
         let fail = |reason: Reason| PluginError {
             plugin: name.clone(),
             path: path.to_owned(),
             reason,
         };
-        let bytes = std::fs::read(path).map_err(|e| fail(Reason::Read(e)))?;
-        let hash: String = Sha256::digest(&bytes)
-            .iter()
-            .take(6)
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hash = content_hash(bytes);
         if self.plugins().get(&name).is_some_and(|r| r.hash == hash) {
             return Ok(Applied::Unchanged);
         }
         let outcome = self
-            .prepare(&name, path, &bytes, hash.clone())
+            .prepare(&name, path, bytes, hash.clone())
             .and_then(|p| self.activate(p).map_err(fail));
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         match &outcome {
@@ -382,6 +378,11 @@ impl PluginHost {
             }
         }
         outcome
+    }
+
+    /// The running version (content hash) of plugin `name`.
+    pub fn version(&self, name: &str) -> Option<String> {
+        self.plugins().get(name).map(|r| r.hash.clone())
     }
 
     /// True when `path`'s content already failed to load under its plugin name (so a rescan

@@ -1,0 +1,138 @@
+//! The plugins folder: make the loaded plugins match it, and follow its changes.
+//!
+//! Every `*.wasm` entry of the folder (symlinks followed, hidden names skipped) is a plugin
+//! named after its file. Versions are keyed by content hash: touching or rewriting a file with
+//! the same bytes does nothing, and content that failed once is not retried until it changes.
+//! A ConfigMap volume's `..data` symlink swap, a rename into place and an editor's several
+//! writes all end as events on the folder; after a quiet period (debounce) the folder is
+//! reconciled once: new files load, changed ones replace their plugin, removed ones unload.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::time::{Duration, SystemTime};
+
+use notify::{RecursiveMode, Watcher};
+
+use crate::plugins::{PluginHost, content_hash, plugin_name};
+
+/// How long the folder must be quiet after a change before it is reconciled.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// What one reconciliation did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Plugins loaded for the first time.
+    pub loaded: Vec<String>,
+    /// Plugins whose new version replaced the running one.
+    pub replaced: Vec<String>,
+    /// Plugins unloaded because their file went away.
+    pub unloaded: Vec<String>,
+    /// Files that failed to load (the previous version, if any, keeps running).
+    pub failed: Vec<String>,
+    /// Files still being written, left for the next round.
+    pub unstable: Vec<String>,
+}
+
+fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn fingerprint(path: &Path) -> Option<(u64, SystemTime)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
+/// Makes the loaded plugins match `dir`. Blocking (compiles): call it off the async runtime.
+pub fn sync_dir(host: &PluginHost, dir: &Path) -> std::io::Result<SyncReport> {
+    let mut report = SyncReport::default();
+    let files = plugin_files(dir)?;
+    let present: Vec<String> = files.iter().map(|p| plugin_name(p)).collect();
+    for status in host.status() {
+        if !present.contains(&status.name) && host.unload(&status.name) {
+            report.unloaded.push(status.name);
+        }
+    }
+    for path in files {
+        let name = plugin_name(&path);
+        let before = fingerprint(&path);
+        let Ok(bytes) = std::fs::read(&path) else {
+            report.unstable.push(name);
+            continue;
+        };
+        // A file that changed while we read it is still being written: next round.
+        if before.is_none() || fingerprint(&path) != before {
+            report.unstable.push(name);
+            continue;
+        }
+        let hash = content_hash(&bytes);
+        if host.version(&name).as_deref() == Some(hash.as_str()) || host.known_failure(&path, &hash)
+        {
+            continue;
+        }
+        match host.apply_bytes(&path, &bytes) {
+            Ok(crate::plugins::Applied::Loaded) => report.loaded.push(name),
+            Ok(crate::plugins::Applied::Replaced) => report.replaced.push(name),
+            Ok(crate::plugins::Applied::Unchanged) => {}
+            Err(e) => {
+                tracing::error!("{e}");
+                report.failed.push(name);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Follows a plugins folder until dropped.
+pub struct FolderWatcher {
+    _watcher: notify::RecommendedWatcher,
+}
+
+impl FolderWatcher {
+    /// Reconciles `dir` now, then after every burst of changes. Blocking for the first
+    /// reconciliation (it compiles); call it off the async runtime.
+    pub fn start(host: Arc<PluginHost>, dir: &Path) -> anyhow::Result<(Self, SyncReport)> {
+        let (tx, rx) = channel::<()>();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                if event.is_ok_and(|e| !e.kind.is_access()) {
+                    let _ = tx.send(());
+                }
+            })?;
+        watcher.watch(dir, RecursiveMode::NonRecursive)?;
+        let first = sync_dir(&host, dir)?;
+        let dir = dir.to_owned();
+        std::thread::Builder::new()
+            .name("plugins-folder".into())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    loop {
+                        match rx.recv_timeout(DEBOUNCE) {
+                            Ok(()) => continue,
+                            Err(RecvTimeoutError::Timeout) => break,
+                            Err(RecvTimeoutError::Disconnected) => return,
+                        }
+                    }
+                    match sync_dir(&host, &dir) {
+                        Ok(report) if !report.unstable.is_empty() => {
+                            // Still being written: look again once it has settled.
+                            std::thread::sleep(DEBOUNCE);
+                            let _ = sync_dir(&host, &dir);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::error!(folder = %dir.display(), "cannot read the plugins folder: {e}")
+                        }
+                    }
+                }
+            })?;
+        Ok((Self { _watcher: watcher }, first))
+    }
+}
