@@ -1,0 +1,371 @@
+//! Hot reload: plugins dropped in, replaced while events flow, broken, touched and removed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubewasm::informer::factory::InformerFactory;
+use kubewasm::object::Transform;
+use kubewasm::plugins::folder::{FolderWatcher, sync_dir};
+use kubewasm::plugins::{PluginHost, content_hash};
+use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
+use kubewasm::runtime::{Limits, Runtime};
+use kubewasm::source::manifests::ManifestFolder;
+
+mod support;
+
+const WAIT: Duration = Duration::from_secs(60);
+const OBJECTS: usize = 40;
+
+fn cm(i: usize, value: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n  namespace: t\ndata:\n  v: \"{value}\"\n"
+    )
+}
+
+/// The audit-log component with a custom section appended: same behaviour, another version.
+fn variant(tag: &str) -> Vec<u8> {
+    let mut bytes = fs::read(kubewasm_plugin_artifacts::AUDIT_LOG).expect("built plugin");
+    let name = b"kubewasm-test-version";
+    let payload = tag.as_bytes();
+    let size = 1 + name.len() + payload.len();
+    assert!(size < 128 && name.len() < 128, "one-byte LEB128 lengths");
+    bytes.push(0); // custom section
+    bytes.push(size as u8);
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// Writes a file the way careful tools do: a temporary name, then a rename into place.
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("x")
+    ));
+    fs::write(&tmp, bytes).expect("write");
+    fs::rename(&tmp, path).expect("rename into place");
+}
+
+struct Env {
+    _runtime: tokio::runtime::Runtime,
+    cluster: tempfile::TempDir,
+    plugins: tempfile::TempDir,
+    folder: Arc<ManifestFolder>,
+    factory: Arc<InformerFactory>,
+    host: Arc<PluginHost>,
+    sink: Arc<MemorySink>,
+}
+
+fn env() -> Env {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cluster = tempfile::tempdir().expect("temp dir");
+    for i in 0..OBJECTS {
+        fs::write(cluster.path().join(format!("cm-{i}.yaml")), cm(i, 0)).expect("write");
+    }
+    let folder = Arc::new(
+        ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("open cluster"),
+    );
+    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
+    let sink = Arc::new(MemorySink::default());
+    let wasm = Arc::new(Runtime::new().expect("wasm runtime"));
+    let host = Arc::new(PluginHost::new(
+        wasm,
+        factory.clone(),
+        sink.clone(),
+        Limits::default(),
+    ));
+    Env {
+        _runtime: runtime,
+        cluster,
+        plugins: tempfile::tempdir().expect("temp dir"),
+        folder,
+        factory,
+        host,
+        sink,
+    }
+}
+
+impl Env {
+    fn audit(&self) -> PathBuf {
+        self.plugins.path().join("audit.wasm")
+    }
+
+    fn update(&self, i: usize, value: usize) {
+        fs::write(
+            self.cluster.path().join(format!("cm-{}.yaml", i % OBJECTS)),
+            cm(i % OBJECTS, value),
+        )
+        .expect("write");
+        self.folder.rescan();
+    }
+
+    fn wait_until(
+        &self,
+        what: &str,
+        done: impl Fn(&[PluginLogRecord]) -> bool,
+    ) -> Vec<PluginLogRecord> {
+        let lines = self.sink.wait_until(WAIT, |rs| done(rs));
+        assert!(
+            done(&lines),
+            "{what} did not happen:\n{}",
+            support::render(&lines)
+        );
+        lines
+    }
+}
+
+fn by_version(lines: &[PluginLogRecord]) -> BTreeMap<String, Vec<&PluginLogRecord>> {
+    let mut out: BTreeMap<String, Vec<&PluginLogRecord>> = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.plugin == "audit") {
+        out.entry(l.version.clone()).or_default().push(l);
+    }
+    out
+}
+
+#[test]
+fn replacing_while_events_flow_delivers_each_event_to_exactly_one_version() {
+    let e = env();
+    let (v1, v2) = (variant("v1"), variant("v2"));
+    let (h1, h2) = (content_hash(&v1), content_hash(&v2));
+    write_atomically(&e.audit(), &v1);
+    let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
+    assert_eq!(report.loaded, ["audit"]);
+
+    // A stream of updates; the new version lands in the middle of it.
+    let updates = 240;
+    let progress = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for n in 1..=updates {
+                e.update(n, n);
+                progress.store(n, std::sync::atomic::Ordering::Relaxed);
+                // Slow down once past the quarter mark so the swap lands mid-stream.
+                if n > updates / 4 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        while progress.load(std::sync::atomic::Ordering::Relaxed) < updates / 4 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        write_atomically(&e.audit(), &v2);
+        let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
+        assert_eq!(report.replaced, ["audit"], "{report:?}");
+    });
+
+    let lines = e.wait_until("every update, and v2's initial state", |rs| {
+        let updated = rs.iter().filter(|l| l.message == "updated").count();
+        let v2_initial = rs
+            .iter()
+            .filter(|l| l.version == h2 && l.field("flag") == Some("initial"))
+            .count();
+        updated >= updates && v2_initial >= OBJECTS
+    });
+    let versions = by_version(&lines);
+    assert_eq!(
+        versions.keys().cloned().collect::<BTreeSet<_>>(),
+        BTreeSet::from([h1.clone(), h2.clone()])
+    );
+
+    // Every update (identified by its resource version) reached exactly one version.
+    let updated = |v: &str| -> Vec<String> {
+        versions[v]
+            .iter()
+            .filter(|l| l.message == "updated")
+            .filter_map(|l| l.field("rv").map(str::to_owned))
+            .collect()
+    };
+    let (old, new) = (updated(&h1), updated(&h2));
+    let all: BTreeSet<&String> = old.iter().chain(new.iter()).collect();
+    assert_eq!(old.len() + new.len(), updates, "no update lost or doubled");
+    assert_eq!(all.len(), updates, "no update delivered to both versions");
+    assert!(
+        !old.is_empty() && !new.is_empty(),
+        "the swap happened mid-stream: {} / {}",
+        old.len(),
+        new.len()
+    );
+
+    // The new version started from the full current state, as initial adds.
+    let initial: BTreeSet<String> = versions[&h2]
+        .iter()
+        .filter(|l| l.message == "added" && l.field("flag") == Some("initial"))
+        .filter_map(|l| l.field("key").map(str::to_owned))
+        .collect();
+    assert_eq!(initial.len(), OBJECTS, "every object, once");
+    let status = &e.host.status()[0];
+    assert_eq!((status.hash.as_str(), status.reloads), (h2.as_str(), 1));
+}
+
+#[test]
+fn a_broken_replacement_keeps_the_old_version_serving() {
+    let e = env();
+    let v1 = variant("v1");
+    write_atomically(&e.audit(), &v1);
+    sync_dir(&e.host, e.plugins.path()).expect("sync");
+
+    write_atomically(&e.audit(), b"\0asm broken on purpose");
+    let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
+    assert_eq!(report.failed, ["audit"]);
+    let status = &e.host.status()[0];
+    assert_eq!(status.hash, content_hash(&v1), "still the old version");
+    assert_eq!(status.reload_failures, 1);
+    assert!(
+        status
+            .reload_error
+            .as_deref()
+            .is_some_and(|r| r.contains("not a WebAssembly component")),
+        "{status:?}"
+    );
+    // The same broken content is not tried again.
+    assert_eq!(
+        sync_dir(&e.host, e.plugins.path())
+            .expect("sync")
+            .failed
+            .len(),
+        0
+    );
+
+    e.update(1, 99);
+    e.wait_until("the old version still serving", |rs| {
+        rs.iter().any(|l| {
+            l.message == "updated"
+                && l.field("key") == Some("t/cm-1")
+                && l.version == content_hash(&v1)
+        })
+    });
+
+    let v2 = variant("v2");
+    write_atomically(&e.audit(), &v2);
+    assert_eq!(
+        sync_dir(&e.host, e.plugins.path()).expect("sync").replaced,
+        ["audit"]
+    );
+    let status = &e.host.status()[0];
+    assert_eq!(
+        (status.reload_error.clone(), status.reload_failures),
+        (None, 0)
+    );
+}
+
+#[test]
+fn touching_or_rewriting_the_same_bytes_does_nothing() {
+    let e = env();
+    let v1 = variant("v1");
+    write_atomically(&e.audit(), &v1);
+    sync_dir(&e.host, e.plugins.path()).expect("sync");
+    write_atomically(&e.audit(), &v1);
+    let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
+    assert_eq!(report, Default::default());
+    assert_eq!(e.host.status()[0].reloads, 0);
+}
+
+#[test]
+fn removing_the_file_stops_delivery_and_informers() {
+    let e = env();
+    write_atomically(&e.audit(), &variant("v1"));
+    sync_dir(&e.host, e.plugins.path()).expect("sync");
+    e.wait_until("initial state", |rs| {
+        rs.iter().filter(|l| l.message == "added").count() >= OBJECTS
+    });
+    fs::remove_file(e.audit()).expect("remove");
+    let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
+    assert_eq!(report.unloaded, ["audit"]);
+    assert!(e.host.status().is_empty());
+    assert!(e.factory.running().is_empty(), "{:?}", e.factory.running());
+    let before = e.sink.records().len();
+    e.update(2, 7);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        e.sink.records().len(),
+        before,
+        "nothing delivered after removal"
+    );
+}
+
+#[test]
+fn a_configmap_data_swap_and_several_files_at_once_are_followed() {
+    let e = env();
+    let dir = e.plugins.path();
+    // The layout of a ConfigMap volume: timestamped folder, ..data link, links to its files.
+    let first = dir.join("..2026_11_22_01");
+    fs::create_dir(&first).expect("mkdir");
+    fs::write(first.join("audit.wasm"), variant("v1")).expect("write");
+    std::os::unix::fs::symlink("..2026_11_22_01", dir.join("..data")).expect("link");
+    std::os::unix::fs::symlink("..data/audit.wasm", e.audit()).expect("link");
+    let (_watcher, report) = FolderWatcher::start(e.host.clone(), dir).expect("watch");
+    assert_eq!(report.loaded, ["audit"]);
+
+    // The kubelet's update: a new folder, a temporary link, renamed over ..data.
+    let second = dir.join("..2026_11_22_02");
+    fs::create_dir(&second).expect("mkdir");
+    let v2 = variant("v2");
+    fs::write(second.join("audit.wasm"), &v2).expect("write");
+    std::os::unix::fs::symlink("..2026_11_22_02", dir.join("..data_tmp")).expect("link");
+    fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap");
+    let deadline = Instant::now() + WAIT;
+    while e.host.version("audit") != Some(content_hash(&v2)) {
+        assert!(
+            Instant::now() < deadline,
+            "the ..data swap was not picked up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Several files at once: two new plugins and the removal of audit.
+    write_atomically(
+        &dir.join("pods.wasm"),
+        &fs::read(kubewasm_plugin_artifacts::POD_PHASE).expect("read"),
+    );
+    write_atomically(&dir.join("audit2.wasm"), &variant("v3"));
+    fs::remove_file(e.audit()).expect("remove");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let names: Vec<String> = e.host.status().into_iter().map(|s| s.name).collect();
+        if names == ["audit2", "pods"] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not converge: {names:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        e.host.status().iter().all(|s| s.reloads == 0),
+        "no double loading"
+    );
+}
+
+#[test]
+fn a_restart_loads_unchanged_plugins_from_the_compiled_cache() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let bytes = fs::read(kubewasm_plugin_artifacts::AUDIT_LOG).expect("read");
+    let cold = Runtime::new()
+        .expect("runtime")
+        .with_cache(cache.path())
+        .expect("cache");
+    let start = Instant::now();
+    assert!(!cold.compile(&bytes).expect("compiles").cached);
+    let compile_time = start.elapsed();
+    let warm = Runtime::new()
+        .expect("runtime")
+        .with_cache(cache.path())
+        .expect("cache");
+    let start = Instant::now();
+    assert!(
+        warm.compile(&bytes).expect("loads").cached,
+        "served from the cache"
+    );
+    let cached_time = start.elapsed();
+    eprintln!("compile {compile_time:?}, from cache {cached_time:?}");
+    // Another version of the same plugin is another cache entry.
+    assert!(!warm.compile(&variant("other")).expect("compiles").cached);
+    let entries = fs::read_dir(cache.path()).expect("list").count();
+    assert_eq!(entries, 2);
+}
