@@ -3,7 +3,8 @@
 #
 # It builds the plugins, copies the example cluster to target/demo/cluster (so your edits never
 # touch the repository), starts the host, and after a few seconds plays a short tour: the stuck
-# web pod becomes ready (an update), then the batch pod's file is removed (a delete). The host
+# web pod becomes ready (an update), the batch pod's file is removed (a delete), and a third
+# plugin (audit-log) is dropped into the running host's plugins folder (hot load). The host
 # keeps running afterwards: edit, add or delete files in target/demo/cluster and watch the
 # plugins react. Ctrl-C stops it. DEMO_SECONDS=N stops it by itself after N seconds.
 set -euo pipefail
@@ -12,7 +13,7 @@ bash scripts/setup.sh
 
 echo "demo: building the example plugins (wasm32-wasip2)..." >&2
 cargo build --quiet --profile plugin --target wasm32-wasip2 --target-dir target/plugins \
-  -p pod-phase -p deployment-view
+  -p pod-phase -p deployment-view -p audit-log
 cargo build --quiet -p kubewasm
 
 demo=target/demo
@@ -33,6 +34,10 @@ sleep 2
 echo "demo: the batch pod's manifest is deleted (rm batch-report.yaml)" >&2
 rm "$demo/cluster/batch-report.yaml"
 sleep 2
+echo "demo: dropping audit-log.wasm into the plugins folder while the host runs (hot load)" >&2
+cp target/plugins/wasm32-wasip2/plugin/audit_log.wasm "$demo/plugins/.audit-log.tmp"
+mv "$demo/plugins/.audit-log.tmp" "$demo/plugins/audit-log.wasm"
+sleep 3
 echo "demo: now edit files in $demo/cluster and watch the plugins; Ctrl-C to stop" >&2
 
 if [[ -n "${DEMO_SECONDS:-}" ]]; then

@@ -35,8 +35,12 @@ struct Fixture {
 /// A host on a folder of 100 ConfigMaps, its compiled-code cache in `cache` (a fresh empty
 /// folder of its own when `None`).
 fn fixture(cache: Option<&std::path::Path>) -> Fixture {
-    let own_cache = cache.is_none().then(|| tempfile::tempdir().expect("temp dir"));
-    let cache = cache.or(own_cache.as_ref().map(|d| d.path())).expect("a cache folder");
+    let own_cache = cache
+        .is_none()
+        .then(|| tempfile::tempdir().expect("temp dir"));
+    let cache = cache
+        .or(own_cache.as_ref().map(|d| d.path()))
+        .expect("a cache folder");
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -50,7 +54,8 @@ fn fixture(cache: Option<&std::path::Path>) -> Fixture {
         )
         .expect("write");
     }
-    let folder = Arc::new(ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("folder"));
+    let folder =
+        Arc::new(ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("folder"));
     let factory = InformerFactory::new(folder, tokio.handle().clone());
     let runtime = Runtime::new()
         .expect("runtime")
@@ -82,12 +87,18 @@ fn replace_compiling(bencher: divan::Bencher) {
     f.host.apply(&path).expect("first version");
     bencher
         .with_inputs(|| {
-            let bytes = variant(AUDIT_LOG, &format!("v{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+            let bytes = variant(
+                AUDIT_LOG,
+                &format!("v{}", NEXT.fetch_add(1, Ordering::Relaxed)),
+            );
             fs::write(&path, &bytes).expect("write");
             bytes
         })
         .bench_local_values(|bytes| {
-            assert_eq!(f.host.apply_bytes(&path, &bytes).expect("replaces"), Applied::Replaced);
+            assert_eq!(
+                f.host.apply_bytes(&path, &bytes).expect("replaces"),
+                Applied::Replaced
+            );
         });
 }
 
@@ -103,7 +114,10 @@ fn replace_cached(bencher: divan::Bencher) {
     bencher.bench_local(|| {
         flip = !flip;
         let bytes = if flip { &a } else { &b };
-        assert_eq!(f.host.apply_bytes(&path, bytes).expect("replaces"), Applied::Replaced);
+        assert_eq!(
+            f.host.apply_bytes(&path, bytes).expect("replaces"),
+            Applied::Replaced
+        );
     });
 }
 
@@ -111,7 +125,9 @@ fn replace_cached(bencher: divan::Bencher) {
 #[divan::bench(args = ["cold", "cached"], sample_count = 3, sample_size = 1)]
 fn start_50(bencher: divan::Bencher, cache_state: &str) {
     let cache = tempfile::tempdir().expect("temp dir");
-    let versions: Vec<Vec<u8>> = (0..50).map(|i| variant(AUDIT_LOG, &format!("p{i}"))).collect();
+    let versions: Vec<Vec<u8>> = (0..50)
+        .map(|i| variant(AUDIT_LOG, &format!("p{i}")))
+        .collect();
     if cache_state == "cached" {
         let warm = fixture(Some(cache.path()));
         for (i, v) in versions.iter().enumerate() {
