@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what building kubewasm needs beyond a Rust toolchain: the wasm32-wasip2 target for
-# guest plugins, and rustfmt and clippy for the checks. Idempotent.
+# Installs what building kubewasm needs beyond Rust, Python 3 and Node.js: the wasm32-wasip2 target for
+# guest plugins, rustfmt and clippy, and the Python and JavaScript component tool chains. Idempotent.
 set -euo pipefail
 if ! command -v rustup >/dev/null 2>&1; then
   echo "setup: rustup is required (https://rustup.rs); it installs the wasm32-wasip2 target" >&2
@@ -8,3 +8,13 @@ if ! command -v rustup >/dev/null 2>&1; then
 fi
 rustup target add wasm32-wasip2 >/dev/null
 rustup component add rustfmt clippy >/dev/null
+
+# Guest tool chains for the Python and JavaScript plugins, inside the checkout:
+# componentize-py (PyPI) in target/pyenv, componentize-js and jco (npm) in plugins/javascript.
+if [[ ! -x target/pyenv/bin/componentize-py ]]; then
+  python3 -m venv target/pyenv
+  target/pyenv/bin/pip install --quiet --disable-pip-version-check componentize-py==0.25.1
+fi
+if [[ ! -d plugins/javascript/node_modules/@bytecodealliance/componentize-js ]]; then
+  (cd plugins/javascript && npm ci --silent --no-audit --no-fund)
+fi

@@ -4,7 +4,7 @@
 //! workspace's), so guests go to `<target>/plugins`, shared with `scripts/demo.sh`.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The guest packages and the constant that names each one's `.wasm`.
@@ -63,19 +63,78 @@ fn main() {
             wasm.display()
         ));
     }
+    out.push_str(&other_languages(&root, &target));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
     std::fs::write(out_dir.join("plugins.rs"), out).expect("write plugins.rs");
 
-    for dir in [
-        "wit",
-        "plugin-sdk",
-        "plugins/pod-phase",
-        "plugins/deployment-view",
-    ] {
+    for dir in ["wit", "plugin-sdk"]
+        .into_iter()
+        .map(String::from)
+        .chain(PLUGINS.iter().map(|(p, _)| format!("plugins/{p}")))
+    {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     println!(
         "cargo:rerun-if-changed={}",
         root.join("Cargo.lock").display()
     );
+}
+
+/// Builds the Python and JavaScript plugins when their tool chains are installed (by
+/// scripts/setup.sh); each constant is `None` otherwise, and the tests that need it say so.
+fn other_languages(root: &Path, target: &Path) -> String {
+    let dir = target.join("guests");
+    std::fs::create_dir_all(&dir).expect("create target/plugins/guests");
+    let python = root.join("target/pyenv/bin/componentize-py");
+    let py_out = dir.join("owner_chain_py.wasm");
+    let py = python.exists().then(|| {
+        let status = Command::new(&python)
+            .current_dir(root)
+            // No __pycache__ in the source tree (it would also re-trigger this script).
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-d", "wit", "-w", "kubewasm:plugin/plugin", "componentize"])
+            .args(["-p", "plugins/python/owner-chain", "app", "-o"])
+            .arg(&py_out)
+            .status()
+            .expect("run componentize-py");
+        assert!(
+            status.success(),
+            "building plugins/python/owner-chain failed"
+        );
+        py_out
+    });
+    let js_tools = root.join("plugins/javascript/node_modules/@bytecodealliance/componentize-js");
+    let js_out = dir.join("owner_chain_js.wasm");
+    let js = js_tools.exists().then(|| {
+        let status = Command::new("node")
+            .current_dir(root.join("plugins/javascript"))
+            .arg("owner-chain/build.mjs")
+            .arg(&js_out)
+            .status()
+            .expect("run node");
+        assert!(
+            status.success(),
+            "building plugins/javascript/owner-chain failed"
+        );
+        js_out
+    });
+    for dir in [
+        "plugins/python/owner-chain",
+        "plugins/javascript/owner-chain",
+    ] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    println!("cargo:rerun-if-changed={}", python.display());
+    println!("cargo:rerun-if-changed={}", js_tools.display());
+    let constant = |name: &str, what: &str, path: Option<PathBuf>| match path {
+        Some(p) => format!(
+            "/// Path of the built {what} plugin.\npub const {name}: Option<&str> = Some({:?});\n",
+            p.display()
+        ),
+        None => format!(
+            "/// Path of the built {what} plugin (not built: run scripts/setup.sh).\npub const {name}: Option<&str> = None;\n"
+        ),
+    };
+    constant("OWNER_CHAIN_PY", "Python owner-chain", py)
+        + &constant("OWNER_CHAIN_JS", "JavaScript owner-chain", js)
 }

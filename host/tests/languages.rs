@@ -1,0 +1,111 @@
+//! Plugins written in Python (componentize-py) and JavaScript (componentize-js) run through the
+//! host like Rust ones: the same owner-chain plugin in both, with the same expected output.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubewasm::informer::factory::InformerFactory;
+use kubewasm::object::Transform;
+use kubewasm::plugins::PluginHost;
+use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
+use kubewasm::runtime::{Limits, Runtime};
+use kubewasm::source::manifests::ManifestFolder;
+
+mod support;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// `pod replicaset deployment siblings` for every pod of examples/cluster.
+const EXPECTED: [&str; 6] = [
+    "batch/report-29371840-kd9wq - - 0",
+    "shop/api-7c6d5b4f9-2ntwl api-7c6d5b4f9 api 2",
+    "shop/api-7c6d5b4f9-8fjzc api-7c6d5b4f9 api 2",
+    "shop/web-5d8f7c9b6-hv4rd web-5d8f7c9b6 web 3",
+    "shop/web-5d8f7c9b6-q9mzt web-5d8f7c9b6 web 3",
+    "shop/web-5d8f7c9b6-x7k2p web-5d8f7c9b6 web 3",
+];
+
+fn chains(lines: &[PluginLogRecord]) -> Vec<String> {
+    let mut out: Vec<String> = lines
+        .iter()
+        .filter(|l| l.message == "owner chain")
+        .map(|l| {
+            ["pod", "replicaset", "deployment", "siblings"]
+                .map(|f| l.field(f).unwrap_or("?"))
+                .join(" ")
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
+    let Some(built) = built else {
+        panic!(
+            "the {language} plugin was not built: run scripts/setup.sh, which installs its tool chain"
+        );
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cluster = tempfile::tempdir().expect("temp dir");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
+    for entry in fs::read_dir(examples).expect("examples") {
+        let entry = entry.expect("entry");
+        fs::copy(entry.path(), cluster.path().join(entry.file_name())).expect("copy");
+    }
+    let folder = Arc::new(
+        ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("open cluster"),
+    );
+    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
+    let sink = Arc::new(MemorySink::default());
+    // Large components compile for seconds: share compiled code across test runs.
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
+    let wasm = Runtime::new()
+        .expect("runtime")
+        .with_cache(&cache)
+        .expect("cache");
+    let host = PluginHost::new(Arc::new(wasm), factory, sink.clone(), Limits::default());
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let path = plugins.path().join(format!("owner-chain-{language}.wasm"));
+    fs::copy(built, &path).expect("copy plugin");
+    host.load(&path).unwrap_or_else(|e| panic!("{e}"));
+
+    let lines = sink.wait_until(WAIT, |rs| chains(rs).len() >= EXPECTED.len());
+    assert_eq!(chains(&lines), EXPECTED, "{}", support::render(&lines));
+
+    // A new pod of the web ReplicaSet: its chain, with one more sibling.
+    let pod = fs::read_to_string(cluster.path().join("shop-web-stuck-pod.yaml")).expect("read");
+    let pod = pod
+        .replace("web-5d8f7c9b6-hv4rd", "web-5d8f7c9b6-new01")
+        .replace(
+            "5e0c1a52-0000-4000-8000-000000000106",
+            "5e0c1a52-0000-4000-8000-000000000199",
+        );
+    fs::write(cluster.path().join("new-pod.yaml"), pod).expect("write");
+    folder.rescan();
+    let expected = "shop/web-5d8f7c9b6-new01 web-5d8f7c9b6 web 4";
+    let lines = sink.wait_until(WAIT, |rs| chains(rs).iter().any(|c| c == expected));
+    assert!(
+        chains(&lines).iter().any(|c| c == expected),
+        "{}",
+        support::render(&lines)
+    );
+    let status = &host.status()[0];
+    assert_eq!((status.traps, status.given_up), (0, 0), "{status:?}");
+}
+
+#[test]
+fn python_plugin_walks_owner_references_through_the_cache() {
+    owner_chain_through_the_host(kubewasm_plugin_artifacts::OWNER_CHAIN_PY, "python");
+}
+
+#[test]
+fn javascript_plugin_walks_owner_references_through_the_cache() {
+    owner_chain_through_the_host(kubewasm_plugin_artifacts::OWNER_CHAIN_JS, "javascript");
+}

@@ -1,0 +1,75 @@
+"""kubewasm plugin in Python: on Pod events, log the pod's owner chain.
+
+For each added or updated Pod it follows the controller owner references through the host's
+cache (Pod -> ReplicaSet -> Deployment) and counts the ReplicaSet's pods through the built-in
+`owner-uid` index, then logs one line: `owner chain pod=... replicaset=... deployment=...
+siblings=N`. Build: scripts/build-guests.sh (componentize-py against ../../../wit).
+"""
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.imports import cache, logging, types
+
+POD = types.Gvk(group="", version="v1", kind="Pod")
+REPLICA_SET = types.Gvk(group="apps", version="v1", kind="ReplicaSet")
+DEPLOYMENT = types.Gvk(group="apps", version="v1", kind="Deployment")
+
+
+def controller(obj: types.Object, kind: str):
+    """The owner reference of `kind` that is the controller, if any."""
+    for ref in obj.owner_references:
+        if ref.kind == kind and ref.controller:
+            return ref
+    return None
+
+
+def owner(obj: types.Object, gvk: types.Gvk):
+    """The controlling owner of `obj` of type `gvk`, from the cache (uid checked)."""
+    ref = controller(obj, gvk.kind)
+    if ref is None:
+        return None
+    found = cache.get(gvk, obj.namespace, ref.name)
+    return found if found is not None and found.uid == ref.uid else None
+
+
+def log(message: str, **fields: str) -> None:
+    logging.log(logging.Level.INFO, message, list(fields.items()))
+
+
+class Handler(exports.Handler):
+    def init(self, config: str) -> None:
+        return None
+
+    def describe(self) -> types.Manifest:
+        return types.Manifest(
+            subscriptions=[types.Subscription(gvk=POD, namespaces=[], label_selector=None)],
+            queries=[REPLICA_SET, DEPLOYMENT],
+            indexes=[],
+            resync_seconds=0,
+        )
+
+    def handle(self, event: types.Event) -> None:
+        if isinstance(event, types.Event_Added):
+            pod = event.value.object
+        elif isinstance(event, types.Event_Updated):
+            pod = event.value.new
+        else:
+            return None
+        key = f"{pod.namespace}/{pod.name}"
+        try:
+            rs = owner(pod, REPLICA_SET)
+            if rs is None:
+                log("owner chain", pod=key, replicaset="-", deployment="-", siblings="0")
+                return None
+            deployment = owner(rs, DEPLOYMENT)
+            siblings = cache.by_index(POD, "owner-uid", rs.uid)
+        except Err as e:
+            raise Err(types.HandleError(message=f"query failed: {e.value}", retry=True))
+        log(
+            "owner chain",
+            pod=key,
+            replicaset=rs.name,
+            deployment=deployment.name if deployment is not None else "-",
+            siblings=str(len(siblings)),
+        )
+        return None
