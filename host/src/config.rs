@@ -11,6 +11,7 @@
 //!     backoffCapMs: 60000      # ...up to this
 //!     logLinesPerSecond: 100   # logging calls, stdout and stderr together
 //!     logBurst: 500
+//!     recycleAfterCalls: 100000  # fresh instance after this many calls (0: never)
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
 //!     config: {namespaces: [shop]}   # handed to its init as JSON
@@ -68,6 +69,7 @@ pub struct LimitsConfig {
     backoff_cap_ms: Option<u64>,
     log_lines_per_second: Option<u32>,
     log_burst: Option<u32>,
+    recycle_after_calls: Option<u64>,
 }
 
 impl LimitsConfig {
@@ -96,6 +98,9 @@ impl LimitsConfig {
         }
         if let Some(n) = self.log_burst {
             base.log_rate.burst = n;
+        }
+        if let Some(n) = self.recycle_after_calls {
+            base.recycle_after_calls = n;
         }
         base
     }

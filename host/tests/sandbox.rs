@@ -83,6 +83,7 @@ fn tight() -> Limits {
             per_second: 50,
             burst: 100,
         },
+        recycle_after_calls: 0,
     }
 }
 
@@ -344,5 +345,20 @@ fn a_component_importing_what_the_host_lacks_is_refused() {
     assert!(
         r.host.status().iter().all(|s| s.name != "bad"),
         "not loaded"
+    );
+}
+
+#[test]
+fn instances_are_recycled_after_the_configured_number_of_calls() {
+    let mut limits = tight();
+    limits.recycle_after_calls = 2;
+    let (bad, settings) = hostile("count", limits);
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 6);
+    let counts = field_values(&r.lines("bad"), "count", "calls");
+    assert_eq!(
+        counts,
+        ["1", "2", "1", "2", "1", "2"],
+        "a fresh instance every 2 calls"
     );
 }

@@ -62,6 +62,8 @@ struct Worker {
     ctx: Arc<PluginContext>,
     config: String,
     instance: Option<Instance>,
+    /// Calls made on the current instance.
+    calls: u64,
     resync: Option<Duration>,
     leases: Vec<Lease>,
     subscriptions: Arc<Mutex<Vec<Subscription>>>,
@@ -92,6 +94,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         ctx: setup.ctx,
         config: setup.config,
         instance: Some(setup.instance),
+        calls: 0,
         resync: setup.resync,
         leases: setup.leases,
         subscriptions: setup.subscriptions,
@@ -222,9 +225,15 @@ impl Worker {
         }
     }
 
-    /// The live instance, or a fresh one (instantiated and initialised).
+    /// The live instance, or a fresh one (instantiated and initialised) when there is none
+    /// or the live one has served its `recycle_after_calls`.
     fn instance(&mut self) -> Result<&mut Instance, String> {
+        let recycle = self.ctx.limits.recycle_after_calls;
+        if recycle > 0 && self.calls >= recycle {
+            self.instance = None;
+        }
         if self.instance.is_none() {
+            self.calls = 0;
             let mut fresh = self
                 .runtime
                 .instantiate(&self.code, self.ctx.clone())
@@ -236,6 +245,8 @@ impl Worker {
             }
             self.instance = Some(fresh);
         }
+        // Every `instance()` is followed by one call.
+        self.calls += 1;
         self.instance
             .as_mut()
             .ok_or_else(|| "no instance".to_owned())

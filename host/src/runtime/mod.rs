@@ -50,6 +50,9 @@ pub struct Limits {
     pub backoff: crate::plugins::retry::Backoff,
     /// How much the plugin may log (its `logging` calls, stdout and stderr together).
     pub log_rate: LogRate,
+    /// Calls after which an instance is replaced by a fresh one (bounds the memory a
+    /// garbage-collected guest accumulates); 0 for never.
+    pub recycle_after_calls: u64,
 }
 
 impl Default for Limits {
@@ -61,6 +64,7 @@ impl Default for Limits {
             max_attempts: 10,
             backoff: crate::plugins::retry::Backoff::default(),
             log_rate: LogRate::default(),
+            recycle_after_calls: 100_000,
         }
     }
 }

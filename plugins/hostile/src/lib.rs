@@ -2,9 +2,14 @@
 //!
 //! It subscribes to ConfigMaps and misbehaves as its configuration says:
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
-//! "secret" | "big-query", "key": "ns/name"}` (`key` for `panic-on`).
+//! "secret" | "big-query" | "count", "key": "ns/name"}` (`key` for `panic-on`; `count` is
+//! harmless: it logs how many events this instance has handled, to observe recycling).
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Events handled by this instance.
+static CALLS: AtomicU32 = AtomicU32::new(0);
 
 use kubewasm_sdk::{
     Event, Gvk, HandleError, Manifest, Plugin, QueryError, Subscription, cache, export_plugin, log,
@@ -87,6 +92,10 @@ impl Plugin for Hostile {
                 report("secret list", cache::list(&secret(), None, None));
             }
             "big-query" => report("big list", cache::list(&Gvk::config_map(), None, None)),
+            "count" => {
+                let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+                log::info("count", &[("calls", &calls.to_string())]);
+            }
             _ => {}
         }
         log::info("handled", &[("key", &key)]);
