@@ -1,5 +1,5 @@
 //! Plugins written in Python (componentize-py) and JavaScript (componentize-js) run through the
-//! host like Rust ones: the same owner-chain plugin in both, with the same expected output.
+//! host like Rust ones: the same owner-chain plugin in all three, with the same expected output.
 
 use std::fs;
 use std::path::Path;
@@ -98,6 +98,11 @@ fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
     );
     let status = &host.status()[0];
     assert_eq!((status.traps, status.given_up), (0, 0), "{status:?}");
+}
+
+#[test]
+fn rust_plugin_walks_owner_references_through_the_cache() {
+    owner_chain_through_the_host(Some(kubewasm_plugin_artifacts::OWNER_CHAIN), "rust");
 }
 
 #[test]

@@ -12,6 +12,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("pod-phase", "POD_PHASE"),
     ("deployment-view", "DEPLOYMENT_VIEW"),
     ("audit-log", "AUDIT_LOG"),
+    ("owner-chain", "OWNER_CHAIN"),
     ("hostile", "HOSTILE"),
 ];
 

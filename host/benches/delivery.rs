@@ -1,0 +1,138 @@
+//! The cost of one event delivered into a plugin, per guest language (issue 8; feeds issue 9).
+//!
+//! Each language's owner-chain plugin (Rust, Python, JavaScript: same logic) handles a Pod
+//! update on the example cluster: the host converts and lowers the event, the guest parses it,
+//! makes two `get` queries and one `by-index` query, and logs one line (to a sink that drops
+//! it). Measured on one live instance, as the dispatch loop calls it.
+//!
+//! Run with `cargo bench -p kubewasm --bench delivery` (after scripts/setup.sh, which installs
+//! the Python and JavaScript tool chains).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubewasm::gvk::Gvk;
+use kubewasm::informer::Notification;
+use kubewasm::informer::factory::{InformerFactory, Lease};
+use kubewasm::object::Transform;
+use kubewasm::runtime::logging::{LogRate, LogSink, PluginLogRecord, PluginLogger};
+use kubewasm::runtime::{Instance, Limits, PluginContext, Runtime, convert};
+use kubewasm::source::manifests::ManifestFolder;
+
+fn main() {
+    divan::main();
+}
+
+/// Drops every line: logging is not what is measured.
+struct Discard;
+
+impl LogSink for Discard {
+    fn record(&self, _: PluginLogRecord) {}
+}
+
+struct Bench {
+    _tokio: tokio::runtime::Runtime,
+    _leases: Vec<Lease>,
+    instance: Instance,
+    event: kubewasm::runtime::bindings::kubewasm::plugin::types::Event,
+}
+
+fn setup(plugin: &str) -> Bench {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
+    let folder =
+        Arc::new(ManifestFolder::snapshot(&examples, Transform::default()).expect("folder"));
+    let factory = InformerFactory::new(folder, tokio.handle().clone());
+    let gvks = [
+        Gvk::new("", "v1", "Pod"),
+        Gvk::new("apps", "v1", "ReplicaSet"),
+        Gvk::new("apps", "v1", "Deployment"),
+    ];
+    let leases: Vec<Lease> = gvks.iter().map(|g| factory.acquire(g)).collect();
+    for lease in &leases {
+        assert!(lease.informer().wait_synced(Duration::from_secs(10)));
+    }
+    let limits = Limits {
+        log_rate: LogRate {
+            per_second: u32::MAX,
+            burst: u32::MAX,
+        },
+        ..Limits::default()
+    };
+    let logger = Arc::new(PluginLogger::new(
+        "bench",
+        "v",
+        Arc::new(Discard),
+        limits.log_rate,
+    ));
+    let mut ctx = PluginContext::new("bench", logger, limits);
+    ctx.grants = leases
+        .iter()
+        .map(|l| (l.informer().gvk().clone(), l.informer().clone()))
+        .collect();
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
+    let runtime = Runtime::new()
+        .expect("runtime")
+        .with_cache(&cache)
+        .expect("cache");
+    let bytes = std::fs::read(plugin).expect("plugin");
+    let code = runtime.compile(&bytes).expect("compiles");
+    let mut instance = runtime.instantiate(&code, Arc::new(ctx)).expect("instance");
+    instance.init("{}").expect("no trap").expect("init");
+    instance.describe().expect("describe");
+    let pod = leases[0]
+        .informer()
+        .store()
+        .get("shop/web-5d8f7c9b6-hv4rd")
+        .expect("example pod");
+    let event = convert::event(&Notification::Updated {
+        old: pod.clone(),
+        new: pod,
+    });
+    Bench {
+        _tokio: tokio,
+        _leases: leases,
+        instance,
+        event,
+    }
+}
+
+fn deliver(bencher: divan::Bencher, plugin: Option<&str>, language: &str) {
+    let plugin =
+        plugin.unwrap_or_else(|| panic!("{language} plugin not built: run scripts/setup.sh"));
+    let mut b = setup(plugin);
+    bencher.bench_local(|| {
+        b.instance
+            .handle(&b.event)
+            .expect("no trap")
+            .expect("handled");
+    });
+}
+
+#[divan::bench(sample_count = 50)]
+fn owner_chain_rust(bencher: divan::Bencher) {
+    deliver(
+        bencher,
+        Some(kubewasm_plugin_artifacts::OWNER_CHAIN),
+        "Rust",
+    );
+}
+
+#[divan::bench(sample_count = 50)]
+fn owner_chain_python(bencher: divan::Bencher) {
+    deliver(bencher, kubewasm_plugin_artifacts::OWNER_CHAIN_PY, "Python");
+}
+
+#[divan::bench(sample_count = 50)]
+fn owner_chain_javascript(bencher: divan::Bencher) {
+    deliver(
+        bencher,
+        kubewasm_plugin_artifacts::OWNER_CHAIN_JS,
+        "JavaScript",
+    );
+}

@@ -1,0 +1,69 @@
+//! On Pod events, log the pod's owner chain (Pod -> ReplicaSet -> Deployment) and how many pods
+//! its ReplicaSet has: the Rust twin of plugins/python/owner-chain and
+//! plugins/javascript/owner-chain, so the three languages can be compared on the same work.
+
+use kubewasm_sdk::{
+    Event, Gvk, HandleError, Manifest, Object, Plugin, Subscription, cache, export_plugin, log,
+};
+
+/// The controlling owner of `obj` of type `gvk`, from the cache (uid checked).
+fn owner(obj: &Object, gvk: &Gvk) -> Result<Option<Object>, HandleError> {
+    let Some(r) = obj
+        .owner_references
+        .iter()
+        .find(|r| r.kind == gvk.kind && r.controller)
+    else {
+        return Ok(None);
+    };
+    let found = cache::get(gvk, obj.namespace.as_deref(), &r.name)?;
+    Ok(found.filter(|o| o.uid == r.uid))
+}
+
+struct OwnerChain;
+
+impl Plugin for OwnerChain {
+    fn describe() -> Manifest {
+        Manifest::new()
+            .subscribe(Subscription::to(Gvk::pod()))
+            .query(Gvk::replica_set())
+            .query(Gvk::deployment())
+    }
+
+    fn handle(event: Event) -> Result<(), HandleError> {
+        let pod = match &event {
+            Event::Added(a) => &a.object,
+            Event::Updated(u) => &u.new,
+            _ => return Ok(()),
+        };
+        let key = pod.key();
+        let Some(rs) = owner(pod, &Gvk::replica_set())? else {
+            log::info(
+                "owner chain",
+                &[
+                    ("pod", &key),
+                    ("replicaset", "-"),
+                    ("deployment", "-"),
+                    ("siblings", "0"),
+                ],
+            );
+            return Ok(());
+        };
+        let deployment = owner(&rs, &Gvk::deployment())?;
+        let siblings = cache::by_index(&Gvk::pod(), "owner-uid", &rs.uid)?
+            .len()
+            .to_string();
+        let deployment = deployment.as_ref().map_or("-", |d| d.name.as_str());
+        log::info(
+            "owner chain",
+            &[
+                ("pod", &key),
+                ("replicaset", &rs.name),
+                ("deployment", deployment),
+                ("siblings", &siblings),
+            ],
+        );
+        Ok(())
+    }
+}
+
+export_plugin!(OwnerChain);
