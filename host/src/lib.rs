@@ -11,3 +11,4 @@ pub mod object;
 pub mod plugins;
 pub mod runtime;
 pub mod source;
+pub mod watch;

@@ -1,7 +1,7 @@
 //! The example plugins driven through the host against a copy of examples/cluster.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,26 +29,11 @@ struct Harness {
     sink: Arc<MemorySink>,
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in fs::read_dir(from).expect("read examples") {
-        let entry = entry.expect("dir entry");
-        fs::copy(entry.path(), to.join(entry.file_name())).expect("copy manifest");
-    }
-}
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
-}
-
 /// A host on a copy of the example cluster, with `configs` for plugins by name.
 fn harness(configs: &[(&str, &str)]) -> Harness {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
-    copy_dir(&examples(), cluster.path());
+    support::copy_examples(cluster.path());
     let plugins = tempfile::tempdir().expect("temp dir");
     let folder = Arc::new({
         let _guard = runtime.enter();

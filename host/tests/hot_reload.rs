@@ -51,11 +51,7 @@ struct Env {
 }
 
 fn env() -> Env {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     for i in 0..OBJECTS {
         fs::write(cluster.path().join(format!("cm-{i}.yaml")), cm(i, 0)).expect("write");

@@ -48,17 +48,9 @@ fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
             "the {language} plugin was not built: run scripts/setup.sh, which installs its tool chain"
         );
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
-    for entry in fs::read_dir(examples).expect("examples") {
-        let entry = entry.expect("entry");
-        fs::copy(entry.path(), cluster.path().join(entry.file_name())).expect("copy");
-    }
+    support::copy_examples(cluster.path());
     let folder = Arc::new(
         ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("open cluster"),
     );

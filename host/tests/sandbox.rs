@@ -90,11 +90,7 @@ fn tight() -> Limits {
 /// Loads the good plugin and `bad` (the hostile plugin, or another file) with `settings`,
 /// makes three edits, and checks the good plugin saw exactly [`EXPECTED`].
 fn run(bad: &Path, settings: PluginSettings) -> Run {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     for i in 1..=3 {
         fs::write(

@@ -9,10 +9,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::{Duration, SystemTime};
 
-use notify::{RecursiveMode, Watcher};
+use notify::RecursiveMode;
 
 use crate::plugins::{PluginHost, content_hash, plugin_name};
 
@@ -99,40 +98,27 @@ impl FolderWatcher {
     /// Reconciles `dir` now, then after every burst of changes. Blocking for the first
     /// reconciliation (it compiles); call it off the async runtime.
     pub fn start(host: Arc<PluginHost>, dir: &Path) -> anyhow::Result<(Self, SyncReport)> {
-        let (tx, rx) = channel::<()>();
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                if event.is_ok_and(|e| !e.kind.is_access()) {
-                    let _ = tx.send(());
+        // Watch first, so that a change during the first reconciliation is not missed.
+        let folder = dir.to_owned();
+        let watched = host.clone();
+        let watcher = crate::watch::debounced(
+            dir,
+            RecursiveMode::NonRecursive,
+            DEBOUNCE,
+            "plugins-folder",
+            move || match sync_dir(&watched, &folder) {
+                Ok(report) if !report.unstable.is_empty() => {
+                    // Still being written: look again once it has settled.
+                    std::thread::sleep(DEBOUNCE);
+                    let _ = sync_dir(&watched, &folder);
                 }
-            })?;
-        watcher.watch(dir, RecursiveMode::NonRecursive)?;
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(folder = %folder.display(), "cannot read the plugins folder: {e}")
+                }
+            },
+        )?;
         let first = sync_dir(&host, dir)?;
-        let dir = dir.to_owned();
-        std::thread::Builder::new()
-            .name("plugins-folder".into())
-            .spawn(move || {
-                while rx.recv().is_ok() {
-                    loop {
-                        match rx.recv_timeout(DEBOUNCE) {
-                            Ok(()) => continue,
-                            Err(RecvTimeoutError::Timeout) => break,
-                            Err(RecvTimeoutError::Disconnected) => return,
-                        }
-                    }
-                    match sync_dir(&host, &dir) {
-                        Ok(report) if !report.unstable.is_empty() => {
-                            // Still being written: look again once it has settled.
-                            std::thread::sleep(DEBOUNCE);
-                            let _ = sync_dir(&host, &dir);
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::error!(folder = %dir.display(), "cannot read the plugins folder: {e}")
-                        }
-                    }
-                }
-            })?;
         Ok((Self { _watcher: watcher }, first))
     }
 }

@@ -13,12 +13,11 @@
 
 use std::collections::{BTreeMap, btree_map};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use notify::{RecursiveMode, Watcher};
+use notify::RecursiveMode;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
@@ -47,7 +46,7 @@ pub enum FolderError {
         /// The folder.
         path: PathBuf,
         /// The watcher error.
-        source: notify::Error,
+        source: std::io::Error,
     },
 }
 
@@ -98,44 +97,19 @@ impl ManifestFolder {
     /// Reads the folder and follows its changes until dropped.
     pub fn open(root: &Path, transform: Transform) -> Result<Self, FolderError> {
         let folder = Self::snapshot(root, transform)?;
-        let (tx, rx) = channel::<()>();
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                if event.is_ok_and(|e| !e.kind.is_access()) {
-                    // The receiver only goes away with the folder itself.
-                    let _ = tx.send(());
-                }
-            })
-            .map_err(|source| FolderError::Watch {
-                path: root.to_owned(),
-                source,
-            })?;
-        watcher
-            .watch(root, RecursiveMode::Recursive)
-            .map_err(|source| FolderError::Watch {
-                path: root.to_owned(),
-                source,
-            })?;
         let shared = folder.shared.clone();
-        std::thread::Builder::new()
-            .name("manifest-folder".into())
-            .spawn(move || {
-                // Each burst of changes ends with one rescan once the folder is quiet.
-                while rx.recv().is_ok() {
-                    loop {
-                        match rx.recv_timeout(DEBOUNCE) {
-                            Ok(()) => continue,
-                            Err(RecvTimeoutError::Timeout) => break,
-                            Err(RecvTimeoutError::Disconnected) => return,
-                        }
-                    }
-                    shared.rescan();
-                }
-            })
-            .map_err(|source| FolderError::Unreadable {
-                path: root.to_owned(),
-                source,
-            })?;
+        // Each burst of changes ends with one rescan once the folder is quiet.
+        let watcher = crate::watch::debounced(
+            root,
+            RecursiveMode::Recursive,
+            DEBOUNCE,
+            "manifest-folder",
+            move || shared.rescan(),
+        )
+        .map_err(|source| FolderError::Watch {
+            path: root.to_owned(),
+            source,
+        })?;
         Ok(Self {
             _watcher: Some(watcher),
             ..folder

@@ -44,3 +44,21 @@ pub fn field_values(lines: &[PluginLogRecord], message: &str, field: &str) -> Ve
         .filter_map(|r| r.field(field).map(str::to_owned))
         .collect()
 }
+
+/// A two-thread tokio runtime for the sources' and informers' tasks.
+pub fn tokio() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Copies examples/cluster into `dir`.
+pub fn copy_examples(dir: &std::path::Path) {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
+    for entry in std::fs::read_dir(examples).expect("read examples") {
+        let entry = entry.expect("dir entry");
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).expect("copy manifest");
+    }
+}
