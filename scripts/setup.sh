@@ -16,5 +16,7 @@ if [[ ! -x target/pyenv/bin/componentize-py ]]; then
   target/pyenv/bin/pip install --quiet --disable-pip-version-check componentize-py==0.25.1
 fi
 if [[ ! -d plugins/javascript/node_modules/@bytecodealliance/componentize-js ]]; then
-  (cd plugins/javascript && npm ci --silent --no-audit --no-fund)
+  # `npm ci` rejects this lockfile (npm 11 leaves out other platforms' optional packages);
+  # `install --no-save` follows the lockfile and writes nothing back.
+  (cd plugins/javascript && npm install --no-save --no-audit --no-fund --loglevel=error)
 fi
