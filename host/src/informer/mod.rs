@@ -249,20 +249,10 @@ impl Informer {
         if let Some(old) = replacing {
             state.subscribers.retain(|s| s.id != old);
         }
-        let mut objects = self.store.list();
-        objects.sort_by(|a, b| a.key.cmp(&b.key));
-        for object in objects.into_iter().filter(|o| filter.matches(o)) {
-            // A closed receiver means the subscriber is already gone: nothing to register.
-            if tx
-                .send(Notification::Added {
-                    object,
-                    initial: true,
-                })
-                .is_err()
-            {
-                break;
-            }
-        }
+        self.replay(&filter, &tx, |object| Notification::Added {
+            object,
+            initial: true,
+        });
         state.subscribers.push(Subscriber { id, filter, tx });
         Subscription {
             informer: self.clone(),
@@ -276,10 +266,22 @@ impl Informer {
         let Some(sub) = state.subscribers.iter().find(|s| s.id == id) else {
             return;
         };
+        self.replay(&sub.filter, &sub.tx, Notification::Sync);
+    }
+
+    /// Sends every stored object passing `filter`, in key order, as `wrap` makes it. Callers
+    /// hold the state lock, so no change is applied in between. Stops at a closed receiver
+    /// (the subscriber is gone).
+    fn replay(
+        &self,
+        filter: &Filter,
+        tx: &Sender<Notification>,
+        wrap: impl Fn(Arc<KubeObject>) -> Notification,
+    ) {
         let mut objects = self.store.list();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
-        for object in objects.into_iter().filter(|o| sub.filter.matches(o)) {
-            if sub.tx.send(Notification::Sync(object)).is_err() {
+        for object in objects.into_iter().filter(|o| filter.matches(o)) {
+            if tx.send(wrap(object)).is_err() {
                 return;
             }
         }
