@@ -12,6 +12,7 @@
 //!     logLinesPerSecond: 100   # logging calls, stdout and stderr together
 //!     logBurst: 500
 //!     recycleAfterCalls: 100000  # fresh instance after this many calls (0: never)
+//!     backlog: 10000           # queued events past which an object's events fold into one
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
 //!     config: {namespaces: [shop]}   # handed to its init as JSON
@@ -70,6 +71,7 @@ pub struct LimitsConfig {
     log_lines_per_second: Option<u32>,
     log_burst: Option<u32>,
     recycle_after_calls: Option<u64>,
+    backlog: Option<usize>,
 }
 
 impl LimitsConfig {
@@ -101,6 +103,9 @@ impl LimitsConfig {
         }
         if let Some(n) = self.recycle_after_calls {
             base.recycle_after_calls = n;
+        }
+        if let Some(n) = self.backlog {
+            base.backlog = n;
         }
         base
     }

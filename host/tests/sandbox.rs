@@ -84,6 +84,7 @@ fn tight() -> Limits {
             burst: 100,
         },
         recycle_after_calls: 0,
+        ..Limits::default()
     }
 }
 

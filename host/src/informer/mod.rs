@@ -2,11 +2,11 @@
 
 pub mod factory;
 pub mod index;
+pub mod queue;
 pub mod store;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use kubewasm_sdk::selector::Selector;
 use crate::gvk::Gvk;
 use crate::object::KubeObject;
 use crate::source::SourceEvent;
+use queue::QueueSender;
 use store::Store;
 
 /// One change as a subscriber sees it.
@@ -105,13 +106,15 @@ impl Filter {
 struct Subscriber {
     id: u64,
     filter: Filter,
-    tx: Sender<Notification>,
+    tx: QueueSender,
 }
 
 #[derive(Default)]
 struct State {
     subscribers: Vec<Subscriber>,
     synced: bool,
+    /// Keys listed so far while a (re)list is streaming in; `None` between lists.
+    listing: Option<HashSet<String>>,
 }
 
 /// One resource type's cache and its subscribers. Events are applied to the store and fanned
@@ -165,17 +168,22 @@ impl Informer {
         state.synced
     }
 
-    /// Applies one source event to the store and notifies subscribers.
+    /// Applies one source event to the store and notifies subscribers. A (re)list streams
+    /// into the store object by object, so the cache is never held twice.
     pub fn apply(&self, event: SourceEvent) {
         let mut state = self.state();
         match event {
-            SourceEvent::Listed(objects) => {
+            SourceEvent::ListStarted => state.listing = Some(HashSet::new()),
+            SourceEvent::Listed(object) => {
                 let initial = !state.synced;
-                let mut seen = HashSet::with_capacity(objects.len());
-                for object in objects {
-                    seen.insert(object.key.clone());
-                    self.apply_one(&mut state, object, initial);
-                }
+                state
+                    .listing
+                    .get_or_insert_with(HashSet::new)
+                    .insert(object.key.clone());
+                self.apply_one(&mut state, object, initial);
+            }
+            SourceEvent::ListDone => {
+                let seen = state.listing.take().unwrap_or_default();
                 for key in self.store.keys() {
                     if !seen.contains(&key)
                         && let Some(object) = self.store.remove(&key)
@@ -189,8 +197,14 @@ impl Informer {
                         );
                     }
                 }
-                state.synced = true;
-                self.synced.notify_all();
+                if !state.synced {
+                    state.synced = true;
+                    // Everyone subscribed so far got the first list as initial adds.
+                    for sub in &state.subscribers {
+                        let _ = sub.tx.initial_list_sent();
+                    }
+                    self.synced.notify_all();
+                }
             }
             SourceEvent::Applied(object) => self.apply_one(&mut state, object, false),
             SourceEvent::Deleted(object) => {
@@ -221,8 +235,9 @@ impl Informer {
     }
 
     /// Registers a subscriber. It first receives every current object passing `filter` as an
-    /// initial add, then every later change, with no gap and no duplicate.
-    pub fn subscribe(self: &Arc<Self>, filter: Filter, tx: Sender<Notification>) -> Subscription {
+    /// initial add, then an end-of-initial-state mark once the informer has synced, then every
+    /// later change, with no gap and no duplicate.
+    pub fn subscribe(self: &Arc<Self>, filter: Filter, tx: QueueSender) -> Subscription {
         self.register(None, filter, tx)
     }
 
@@ -233,7 +248,7 @@ impl Informer {
         self: &Arc<Self>,
         old: &Subscription,
         filter: Filter,
-        tx: Sender<Notification>,
+        tx: QueueSender,
     ) -> Subscription {
         self.register(Some(old.id), filter, tx)
     }
@@ -242,7 +257,7 @@ impl Informer {
         self: &Arc<Self>,
         replacing: Option<u64>,
         filter: Filter,
-        tx: Sender<Notification>,
+        tx: QueueSender,
     ) -> Subscription {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state();
@@ -253,6 +268,9 @@ impl Informer {
             object,
             initial: true,
         });
+        if state.synced {
+            let _ = tx.initial_list_sent();
+        }
         state.subscribers.push(Subscriber { id, filter, tx });
         Subscription {
             informer: self.clone(),
@@ -275,7 +293,7 @@ impl Informer {
     fn replay(
         &self,
         filter: &Filter,
-        tx: &Sender<Notification>,
+        tx: &QueueSender,
         wrap: impl Fn(Arc<KubeObject>) -> Notification,
     ) {
         let mut objects = self.store.list();

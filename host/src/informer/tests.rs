@@ -1,7 +1,6 @@
-use std::sync::mpsc::{Receiver, channel};
-
 use serde_json::json;
 
+use super::queue::{Delivery, QueueReceiver};
 use super::*;
 use crate::object::Transform;
 
@@ -43,8 +42,29 @@ fn describe(n: &Notification) -> String {
     }
 }
 
-fn drain(rx: &Receiver<Notification>) -> Vec<String> {
-    rx.try_iter().map(|n| describe(&n)).collect()
+/// Everything queued, described; `|` marks the end of the initial state.
+fn drain(rx: &QueueReceiver) -> Vec<String> {
+    rx.drain()
+        .iter()
+        .map(|d| match d {
+            Delivery::Event(n) => describe(n),
+            Delivery::InitialListSent => "|".to_owned(),
+        })
+        .collect()
+}
+
+/// A queue that never coalesces.
+fn channel() -> (QueueSender, QueueReceiver) {
+    queue::queue(usize::MAX)
+}
+
+/// Feeds a complete list, object by object.
+fn list(inf: &Informer, objects: Vec<Arc<KubeObject>>) {
+    inf.apply(SourceEvent::ListStarted);
+    for object in objects {
+        inf.apply(SourceEvent::Listed(object));
+    }
+    inf.apply(SourceEvent::ListDone);
 }
 
 fn informer() -> Arc<Informer> {
@@ -58,14 +78,14 @@ fn relist_diffs_against_the_store_with_stale_tombstones() {
     let _sub = inf.subscribe(Filter::default(), tx);
     assert!(!inf.has_synced());
 
-    inf.apply(SourceEvent::Listed(vec![
-        obj("a", "1", json!({})),
-        obj("b", "1", json!({})),
-    ]));
+    list(
+        &inf,
+        vec![obj("a", "1", json!({})), obj("b", "1", json!({}))],
+    );
     assert!(inf.has_synced());
     assert_eq!(
         drain(&rx),
-        ["+a@1*", "+b@1*"],
+        ["+a@1*", "+b@1*", "|"],
         "first list is the initial state"
     );
 
@@ -79,11 +99,14 @@ fn relist_diffs_against_the_store_with_stale_tombstones() {
     );
 
     // Relist after a disconnect: b vanished, c changed, a unchanged, d is new.
-    inf.apply(SourceEvent::Listed(vec![
-        obj("a", "3", json!({})),
-        obj("c", "5", json!({})),
-        obj("d", "5", json!({})),
-    ]));
+    list(
+        &inf,
+        vec![
+            obj("a", "3", json!({})),
+            obj("c", "5", json!({})),
+            obj("d", "5", json!({})),
+        ],
+    );
     assert_eq!(drain(&rx), ["~c@2>5", "+d@5", "-b@1?"]);
     let mut keys = inf.store().keys();
     keys.sort();
@@ -97,20 +120,20 @@ fn relist_diffs_against_the_store_with_stale_tombstones() {
 #[test]
 fn late_subscriber_gets_current_state_then_live_events() {
     let inf = informer();
-    inf.apply(SourceEvent::Listed(vec![
-        obj("b", "1", json!({})),
-        obj("a", "1", json!({})),
-    ]));
+    list(
+        &inf,
+        vec![obj("b", "1", json!({})), obj("a", "1", json!({}))],
+    );
     let (tx, rx) = channel();
     let _sub = inf.subscribe(Filter::default(), tx);
     inf.apply(SourceEvent::Applied(obj("a", "2", json!({}))));
-    assert_eq!(drain(&rx), ["+a@1*", "+b@1*", "~a@1>2"]);
+    assert_eq!(drain(&rx), ["+a@1*", "+b@1*", "|", "~a@1>2"]);
 }
 
 #[test]
 fn filters_turn_label_changes_into_adds_and_deletes() {
     let inf = informer();
-    inf.apply(SourceEvent::Listed(vec![]));
+    list(&inf, vec![]);
     let (tx, rx) = channel();
     let filter = Filter {
         namespaces: vec!["ns".into()],
@@ -126,7 +149,7 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
         json!({"app": "web", "x": "y"}),
     )));
     inf.apply(SourceEvent::Applied(obj("a", "4", json!({"app": "db"}))));
-    assert_eq!(drain(&rx), ["+a@2", "~a@2>3", "-a@4"]);
+    assert_eq!(drain(&rx), ["|", "+a@2", "~a@2>3", "-a@4"]);
 
     let (tx2, rx2) = channel();
     let other_ns = Filter {
@@ -143,18 +166,22 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
     let _sub2 = inf.subscribe(other_ns, tx2);
     inf.apply(SourceEvent::Applied(obj("b", "5", json!({}))));
     inf.apply(SourceEvent::Applied(obj("c", "6", json!({}))));
-    assert!(drain(&rx2).is_empty());
-    assert_eq!(drain(&rx3), ["+c@6"], "a key filter passes only its keys");
+    assert_eq!(drain(&rx2), ["|"]);
+    assert_eq!(
+        drain(&rx3),
+        ["|", "+c@6"],
+        "a key filter passes only its keys"
+    );
 }
 
 #[test]
 fn resync_sends_sync_events_and_dropping_unsubscribes() {
     let inf = informer();
-    inf.apply(SourceEvent::Listed(vec![obj("a", "1", json!({}))]));
+    list(&inf, vec![obj("a", "1", json!({}))]);
     let (tx, rx) = channel();
     let sub = inf.subscribe(Filter::default(), tx);
     sub.resync();
-    assert_eq!(drain(&rx), ["+a@1*", "=a@1"]);
+    assert_eq!(drain(&rx), ["+a@1*", "|", "=a@1"]);
     assert_eq!(inf.subscriber_count(), 1);
     drop(sub);
     assert_eq!(inf.subscriber_count(), 0);
@@ -163,7 +190,7 @@ fn resync_sends_sync_events_and_dropping_unsubscribes() {
 #[test]
 fn a_gone_receiver_is_unsubscribed_on_the_next_event() {
     let inf = informer();
-    inf.apply(SourceEvent::Listed(vec![]));
+    list(&inf, vec![]);
     let (tx, rx) = channel();
     let sub = inf.subscribe(Filter::default(), tx);
     drop(rx);
@@ -177,7 +204,7 @@ fn wait_synced_times_out_then_sees_the_list() {
     let inf = informer();
     assert!(!inf.wait_synced(Duration::from_millis(10)));
     let feeder = inf.clone();
-    let t = std::thread::spawn(move || feeder.apply(SourceEvent::Listed(vec![])));
+    let t = std::thread::spawn(move || list(&feeder, vec![]));
     assert!(inf.wait_synced(Duration::from_secs(5)));
     t.join().expect("feeder thread");
 }
@@ -185,7 +212,7 @@ fn wait_synced_times_out_then_sees_the_list() {
 #[test]
 fn swap_hands_over_with_no_event_lost_or_doubled() {
     let inf = informer();
-    inf.apply(SourceEvent::Listed(vec![obj("a", "1", json!({}))]));
+    list(&inf, vec![obj("a", "1", json!({}))]);
     let (old_tx, old_rx) = channel();
     let old = inf.subscribe(Filter::default(), old_tx);
     inf.apply(SourceEvent::Applied(obj("a", "2", json!({}))));
@@ -193,13 +220,40 @@ fn swap_hands_over_with_no_event_lost_or_doubled() {
     let new = inf.swap(&old, Filter::default(), new_tx);
     inf.apply(SourceEvent::Applied(obj("b", "3", json!({}))));
     drop(old);
-    assert_eq!(drain(&old_rx), ["+a@1*", "~a@1>2"], "before the swap");
+    assert_eq!(drain(&old_rx), ["+a@1*", "|", "~a@1>2"], "before the swap");
     assert_eq!(
         drain(&new_rx),
-        ["+a@2*", "+b@3"],
+        ["+a@2*", "|", "+b@3"],
         "current state, then after the swap"
     );
     assert_eq!(inf.subscriber_count(), 1);
     drop(new);
     assert_eq!(inf.subscriber_count(), 0);
+}
+
+#[test]
+fn a_relist_streams_into_the_store_and_restarts_cleanly() {
+    let inf = informer();
+    let (tx, rx) = channel();
+    let _sub = inf.subscribe(Filter::default(), tx);
+    list(
+        &inf,
+        vec![obj("a", "1", json!({})), obj("b", "1", json!({}))],
+    );
+    drain(&rx);
+
+    // Each listed object is applied as it arrives, not when the list ends.
+    inf.apply(SourceEvent::ListStarted);
+    inf.apply(SourceEvent::Listed(obj("a", "2", json!({}))));
+    assert_eq!(drain(&rx), ["~a@1>2"]);
+    assert_eq!(inf.store().len(), 2, "b stays until the list is complete");
+    // The list fails half way and starts over: only the second attempt decides what is gone.
+    inf.apply(SourceEvent::ListStarted);
+    inf.apply(SourceEvent::Listed(obj("b", "1", json!({}))));
+    inf.apply(SourceEvent::Listed(obj("c", "3", json!({}))));
+    inf.apply(SourceEvent::ListDone);
+    assert_eq!(drain(&rx), ["+c@3", "-a@2?"]);
+    let mut keys = inf.store().keys();
+    keys.sort();
+    assert_eq!(keys, ["ns/b", "ns/c"]);
 }

@@ -10,12 +10,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::informer::factory::Lease;
+use crate::informer::queue::{Delivery, QueueReceiver};
 use crate::informer::{Notification, Subscription};
 use crate::plugins::PluginStats;
 use crate::plugins::retry::RetryQueue;
@@ -47,7 +48,9 @@ pub struct Setup {
     /// Claims on the informers the plugin needs (released when the worker ends).
     pub leases: Vec<Lease>,
     /// The plugin's queue; it closes when the host drops or hands over its subscriptions.
-    pub rx: Receiver<Notification>,
+    pub rx: QueueReceiver,
+    /// Subscriptions whose initial state must be handed over before the plugin has synced.
+    pub initial_lists: usize,
     /// Its subscriptions, shared with the host (for resync).
     pub subscriptions: Arc<Mutex<Vec<Subscription>>>,
     /// Delivery counters.
@@ -67,7 +70,9 @@ struct Worker {
     resync: Option<Duration>,
     leases: Vec<Lease>,
     subscriptions: Arc<Mutex<Vec<Subscription>>>,
-    rx: Receiver<Notification>,
+    rx: QueueReceiver,
+    /// Subscriptions whose initial state has not been handed over in full yet.
+    initial_lists: usize,
     retries: RetryQueue<Notification>,
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
@@ -99,6 +104,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         leases: setup.leases,
         subscriptions: setup.subscriptions,
         rx: setup.rx,
+        initial_lists: setup.initial_lists,
         retries: RetryQueue::default(),
         stats: setup.stats,
         stop: setup.stop,
@@ -122,8 +128,10 @@ impl Worker {
                 }
             }
         }
-        self.stats.synced.store(true, Ordering::Relaxed);
         tracing::debug!(plugin = %self.ctx.name, "caches synced, delivering");
+        if self.initial_lists == 0 {
+            self.stats.synced.store(true, Ordering::Relaxed);
+        }
         let mut next_resync = self.resync.map(|p| Instant::now() + p);
         // After the queue closes (unload or replacement) pending retries still finish here.
         let mut open = true;
@@ -146,10 +154,17 @@ impl Worker {
                 .map(|at| at.saturating_duration_since(now))
                 .fold(POLL, Duration::min);
             match self.rx.recv_timeout(wait) {
-                Ok(n) => {
+                Ok(Delivery::Event(n)) => {
                     let key = retry_key(&n);
                     if let Some(n) = self.retries.enqueue(&key, n) {
                         self.run_key(key, VecDeque::from([n]), 0);
+                    }
+                }
+                Ok(Delivery::InitialListSent) => {
+                    self.initial_lists = self.initial_lists.saturating_sub(1);
+                    if self.initial_lists == 0 {
+                        tracing::debug!(plugin = %self.ctx.name, "initial state handed over");
+                        self.stats.synced.store(true, Ordering::Relaxed);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}

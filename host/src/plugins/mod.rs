@@ -14,10 +14,10 @@ use std::thread::JoinHandle;
 use sha2::{Digest, Sha256};
 
 use crate::gvk::Gvk;
-use std::sync::mpsc::channel;
 
 use crate::informer::Subscription;
 use crate::informer::factory::{InformerFactory, Lease};
+use crate::informer::queue::{QueueStats, queue};
 use crate::informer::store::StoreError;
 use crate::runtime::logging::{LogSink, PluginLogger};
 use crate::runtime::{Instance, Limits, LoadError, PluginCode, PluginContext, Runtime, is_secret};
@@ -130,7 +130,8 @@ pub struct PluginStats {
     pub traps: AtomicU64,
     /// Events given up after the last attempt, or on a non-retryable error.
     pub given_up: AtomicU64,
-    /// Set once every informer the plugin needs has synced (delivery starts then).
+    /// Set once every informer the plugin needs has synced and the plugin has been handed
+    /// the initial state of every type it subscribes to.
     pub synced: AtomicBool,
 }
 
@@ -171,8 +172,13 @@ pub struct PluginStatus {
     pub traps: u64,
     /// Events given up.
     pub given_up: u64,
-    /// True once every informer the plugin needs has synced.
+    /// True once every informer the plugin needs has synced and the plugin has been handed
+    /// their initial state (client-go's `HasSynced` for a handler).
     pub synced: bool,
+    /// Events waiting in its queue.
+    pub queued: usize,
+    /// Events folded into a newer state of their object because the queue was backed up.
+    pub coalesced: u64,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
     /// Times a new version replaced the running one.
@@ -189,6 +195,7 @@ struct Running {
     hash: String,
     logger: Arc<PluginLogger>,
     stats: Arc<PluginStats>,
+    queue: Arc<QueueStats>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Its registrations with the informers, shared with its worker (for resync).
@@ -497,7 +504,7 @@ impl PluginHost {
     /// events before the swap finish on the old version (its worker drains, then exits),
     /// events after go to the new one, which starts from the current state as initial adds.
     fn activate(&self, p: Prepared) -> Result<Applied, Reason> {
-        let (tx, rx) = channel();
+        let (tx, rx) = queue(p.ctx.limits.backlog);
         let mut plugins = self.plugins();
         let old = plugins.remove(&p.name);
         let mut old_subs = old
@@ -522,7 +529,9 @@ impl PluginHost {
         // Types the new version no longer subscribes to stop reaching the old one too.
         drop(old_subs);
         drop(tx);
+        let initial_lists = subs.len();
         let subscriptions = Arc::new(Mutex::new(subs));
+        let queue = rx.stats();
         let stats = Arc::new(PluginStats::default());
         let stop = Arc::new(AtomicBool::new(false));
         let thread = dispatch::start(dispatch::Setup {
@@ -534,6 +543,7 @@ impl PluginHost {
             resync: p.manifest.resync,
             leases: p.leases,
             rx,
+            initial_lists,
             subscriptions: subscriptions.clone(),
             stats: stats.clone(),
             stop: stop.clone(),
@@ -560,6 +570,7 @@ impl PluginHost {
                 hash: p.hash,
                 logger: p.logger,
                 stats,
+                queue,
                 stop,
                 thread: Some(thread),
                 subscriptions,
@@ -608,9 +619,18 @@ impl PluginHost {
                 traps: r.stats.traps.load(Ordering::Relaxed),
                 given_up: r.stats.given_up.load(Ordering::Relaxed),
                 synced: r.stats.synced.load(Ordering::Relaxed),
+                queued: r.queue.depth(),
+                coalesced: r.queue.coalesced(),
                 log_dropped: r.logger.dropped(),
             })
             .collect()
+    }
+
+    /// True when every loaded plugin has synced (see [`PluginStatus::synced`]).
+    pub fn ready(&self) -> bool {
+        self.plugins()
+            .values()
+            .all(|r| r.stats.synced.load(Ordering::Relaxed))
     }
 
     /// Unloads every plugin.

@@ -53,6 +53,8 @@ pub struct Limits {
     /// Calls after which an instance is replaced by a fresh one (bounds the memory a
     /// garbage-collected guest accumulates); 0 for never.
     pub recycle_after_calls: u64,
+    /// Queued events past which new ones fold into the waiting state of their object.
+    pub backlog: usize,
 }
 
 impl Default for Limits {
@@ -65,6 +67,7 @@ impl Default for Limits {
             backoff: crate::plugins::retry::Backoff::default(),
             log_rate: LogRate::default(),
             recycle_after_calls: 100_000,
+            backlog: 10_000,
         }
     }
 }

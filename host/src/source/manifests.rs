@@ -168,10 +168,14 @@ impl Source for ManifestFolder {
             .objects
             .iter()
             .filter(|((g, _), _)| g == gvk)
-            .map(|(_, r)| r.object.clone())
-            .collect();
-        // The receiver is still in hand, so this send cannot fail.
-        let _ = tx.send(SourceEvent::Listed(listed));
+            .map(|(_, r)| SourceEvent::Listed(r.object.clone()));
+        // The receiver is still in hand, so these sends cannot fail.
+        for event in std::iter::once(SourceEvent::ListStarted)
+            .chain(listed)
+            .chain([SourceEvent::ListDone])
+        {
+            let _ = tx.send(event);
+        }
         state.watchers.push((gvk.clone(), tx));
         Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
     }

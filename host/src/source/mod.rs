@@ -13,9 +13,13 @@ use crate::object::KubeObject;
 /// What a source reports about one resource type.
 #[derive(Debug, Clone)]
 pub enum SourceEvent {
-    /// The complete current state (initial list or relist). The informer diffs it against its
-    /// store: new objects are adds, changed ones updates, missing ones stale deletes.
-    Listed(Vec<Arc<KubeObject>>),
+    /// A (re)list begins: the `Listed` objects up to `ListDone` are the complete state.
+    ListStarted,
+    /// One object of the list in progress; the informer applies it at once (new: add,
+    /// changed: update, unchanged: nothing).
+    Listed(Arc<KubeObject>),
+    /// The list is complete: stored objects it did not name are gone (stale deletes).
+    ListDone,
     /// An object was created or modified.
     Applied(Arc<KubeObject>),
     /// An object was deleted; this is its final state.
@@ -24,7 +28,7 @@ pub enum SourceEvent {
 
 /// A provider of list-and-watch streams, one per resource type.
 pub trait Source: Send + Sync + 'static {
-    /// Starts listing and watching `gvk`. The stream begins with a `Listed`, is endless while
+    /// Starts listing and watching `gvk`. The stream begins with a list, is endless while
     /// the source runs, and stops when dropped. Errors are the source's to log and retry.
     fn watch(&self, gvk: &Gvk) -> BoxStream<'static, SourceEvent>;
 }

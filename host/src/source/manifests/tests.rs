@@ -15,23 +15,42 @@ fn configmaps() -> Gvk {
     Gvk::new("", "v1", "ConfigMap")
 }
 
-/// Short text per event: `list[a,b]`, `apply a`, `delete a`.
-fn describe(e: &SourceEvent) -> String {
-    match e {
-        SourceEvent::Listed(objects) => {
-            let names: Vec<&str> = objects.iter().map(|o| o.name.as_str()).collect();
-            format!("list[{}]", names.join(","))
+/// Folds events into short texts: `list[a,b]` (a whole list), `apply a`, `delete a`.
+#[derive(Default)]
+struct Describe {
+    listing: Option<Vec<String>>,
+}
+
+impl Describe {
+    /// The text `e` completes, if any.
+    fn push(&mut self, e: &SourceEvent) -> Option<String> {
+        match e {
+            SourceEvent::ListStarted => {
+                self.listing = Some(Vec::new());
+                None
+            }
+            SourceEvent::Listed(o) => {
+                self.listing
+                    .get_or_insert_with(Vec::new)
+                    .push(o.name.clone());
+                None
+            }
+            SourceEvent::ListDone => {
+                let names = self.listing.take().unwrap_or_default();
+                Some(format!("list[{}]", names.join(",")))
+            }
+            SourceEvent::Applied(o) => Some(format!("apply {}", o.name)),
+            SourceEvent::Deleted(o) => Some(format!("delete {}", o.name)),
         }
-        SourceEvent::Applied(o) => format!("apply {}", o.name),
-        SourceEvent::Deleted(o) => format!("delete {}", o.name),
     }
 }
 
 /// Everything the stream has ready now.
 fn ready(stream: &mut BoxStream<'static, SourceEvent>) -> Vec<String> {
+    let mut describe = Describe::default();
     let mut out = Vec::new();
     while let Some(Some(e)) = stream.next().now_or_never() {
-        out.push(describe(&e));
+        out.extend(describe.push(&e));
     }
     out
 }
@@ -102,18 +121,24 @@ fn resource_versions_grow_and_uids_are_derived_when_absent() {
     fs::write(&file, cm("a", "1")).expect("write");
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
     let mut events = folder.watch(&configmaps());
-    let Some(Some(SourceEvent::Listed(first))) = events.next().now_or_never() else {
+    let (Some(Some(SourceEvent::ListStarted)), Some(Some(SourceEvent::Listed(first)))) =
+        (events.next().now_or_never(), events.next().now_or_never())
+    else {
         panic!("expected a list first");
     };
+    assert!(matches!(
+        events.next().now_or_never(),
+        Some(Some(SourceEvent::ListDone))
+    ));
     fs::write(&file, cm("a", "2")).expect("write");
     folder.rescan();
     let Some(Some(SourceEvent::Applied(second))) = events.next().now_or_never() else {
         panic!("expected an apply");
     };
     let rv = |o: &KubeObject| o.resource_version.parse::<u64>().expect("numeric rv");
-    assert!(rv(&second) > rv(&first[0]));
-    assert_eq!(first[0].uid, second.uid, "uid is stable across edits");
-    assert_eq!(first[0].uid.len(), 36);
+    assert!(rv(&second) > rv(&first));
+    assert_eq!(first.uid, second.uid, "uid is stable across edits");
+    assert_eq!(first.uid.len(), 36);
     assert!(second.json.contains(&second.resource_version));
 }
 
@@ -182,12 +207,15 @@ async fn follows_file_changes_through_the_watcher() {
     let dir = tempfile::tempdir().expect("temp dir");
     let folder = ManifestFolder::open(dir.path(), Transform::default()).expect("open");
     let mut events = folder.watch(&configmaps());
-    let next = async |events: &mut BoxStream<'static, SourceEvent>| {
+    let mut describe = Describe::default();
+    let mut next = async |events: &mut BoxStream<'static, SourceEvent>| loop {
         let e = tokio::time::timeout(Duration::from_secs(10), events.next())
             .await
             .expect("an event within 10 s")
             .expect("stream open");
-        describe(&e)
+        if let Some(text) = describe.push(&e) {
+            return text;
+        }
     };
     assert_eq!(next(&mut events).await, "list[]");
     fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");

@@ -1,0 +1,411 @@
+//! A plugin's event queue: strict order while it keeps up, bounded by coalescing when it does
+//! not.
+//!
+//! Below the backlog threshold every notification is kept, in order (client-go's RealFIFO).
+//! Once the backlog reaches the threshold, a notification for an object that already has one
+//! waiting is folded into it, so the plugin gets the newest state instead of every step on the
+//! way (client-go's DeltaFIFO compresses the same way): at most about one entry per object is
+//! held, whatever the event rate. Every folded notification is counted.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::informer::Notification;
+
+/// What a receiver takes from the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// A change to deliver.
+    Event(Notification),
+    /// One subscription's initial state has been queued in full (everything before this).
+    InitialListSent,
+}
+
+/// The receiver is gone: nothing more will be delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the queue's receiver is gone")]
+pub struct Closed;
+
+/// Depth and coalescing counters of one queue, readable while it runs.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    depth: AtomicUsize,
+    coalesced: AtomicU64,
+}
+
+impl QueueStats {
+    /// Entries waiting to be received.
+    pub fn depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    /// Notifications folded into a newer state (or cancelled with it) instead of delivered.
+    pub fn coalesced(&self) -> u64 {
+        self.coalesced.load(Ordering::Relaxed)
+    }
+}
+
+enum Slot {
+    Event(String, Notification),
+    InitialListSent,
+    /// An event cancelled by coalescing (an add followed by its delete).
+    Empty,
+}
+
+struct Inner {
+    slots: VecDeque<Slot>,
+    /// Sequence number of `slots[0]`.
+    head: u64,
+    /// Per object, the sequence number of its newest waiting event.
+    newest: HashMap<String, u64>,
+    senders: usize,
+    receiver: bool,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    ready: Condvar,
+    threshold: usize,
+    stats: Arc<QueueStats>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A new queue that coalesces once `threshold` entries wait (0 means at once).
+pub fn queue(threshold: usize) -> (QueueSender, QueueReceiver) {
+    let shared = Arc::new(Shared {
+        inner: Mutex::new(Inner {
+            slots: VecDeque::new(),
+            head: 0,
+            newest: HashMap::new(),
+            senders: 1,
+            receiver: true,
+        }),
+        ready: Condvar::new(),
+        threshold,
+        stats: Arc::new(QueueStats::default()),
+    });
+    (
+        QueueSender {
+            shared: shared.clone(),
+        },
+        QueueReceiver { shared },
+    )
+}
+
+/// The sending side; clones share the queue, which closes when the last one is dropped.
+pub struct QueueSender {
+    shared: Arc<Shared>,
+}
+
+/// What coalescing makes of a waiting event followed by a newer one for the same object.
+enum Merge {
+    Into(Notification),
+    Cancel,
+    Keep,
+}
+
+fn merge(waiting: &Notification, newer: &Notification) -> Merge {
+    use Notification::{Added, Deleted, Sync, Updated};
+    match (waiting, newer) {
+        (Added { initial, .. }, Updated { new, .. }) => Merge::Into(Added {
+            object: new.clone(),
+            initial: *initial,
+        }),
+        (Added { .. }, Deleted { .. }) => Merge::Cancel,
+        (Added { .. } | Updated { .. }, Sync(_)) => Merge::Into(waiting.clone()),
+        (Updated { old, .. }, Updated { new, .. }) => Merge::Into(Updated {
+            old: old.clone(),
+            new: new.clone(),
+        }),
+        (Updated { .. } | Sync(_), Deleted { .. }) | (Sync(_), Updated { .. } | Sync(_)) => {
+            Merge::Into(newer.clone())
+        }
+        // A delete followed by a re-creation is two facts; an add never folds.
+        _ => Merge::Keep,
+    }
+}
+
+impl QueueSender {
+    /// Queues `n`, folding it into the object's waiting entry when the backlog is at the
+    /// threshold.
+    pub fn send(&self, n: Notification) -> Result<(), Closed> {
+        let key = format!("{}/{}", n.object().gvk, n.object().key);
+        let mut inner = self.shared.lock();
+        if !inner.receiver {
+            return Err(Closed);
+        }
+        if inner.slots.len() >= self.shared.threshold
+            && let Some(&seq) = inner.newest.get(&key)
+        {
+            let at = usize::try_from(seq - inner.head).unwrap_or(usize::MAX);
+            if let Some(Slot::Event(_, waiting)) = inner.slots.get(at) {
+                let folded = match merge(waiting, &n) {
+                    Merge::Into(merged) => Some((Slot::Event(key.clone(), merged), 1)),
+                    Merge::Cancel => Some((Slot::Empty, 2)),
+                    Merge::Keep => None,
+                };
+                if let Some((slot, count)) = folded {
+                    if matches!(slot, Slot::Empty) {
+                        inner.newest.remove(&key);
+                    }
+                    inner.slots[at] = slot;
+                    self.shared
+                        .stats
+                        .coalesced
+                        .fetch_add(count, Ordering::Relaxed);
+                    return Ok(());
+                }
+            }
+        }
+        let seq = inner.head + inner.slots.len() as u64;
+        inner.newest.insert(key.clone(), seq);
+        inner.slots.push_back(Slot::Event(key, n));
+        self.pushed(&inner);
+        Ok(())
+    }
+
+    /// Marks that one subscription's initial state has been queued in full.
+    pub fn initial_list_sent(&self) -> Result<(), Closed> {
+        let mut inner = self.shared.lock();
+        if !inner.receiver {
+            return Err(Closed);
+        }
+        inner.slots.push_back(Slot::InitialListSent);
+        self.pushed(&inner);
+        Ok(())
+    }
+
+    fn pushed(&self, inner: &Inner) {
+        self.shared
+            .stats
+            .depth
+            .store(inner.slots.len(), Ordering::Relaxed);
+        self.shared.ready.notify_one();
+    }
+}
+
+impl Clone for QueueSender {
+    fn clone(&self) -> Self {
+        self.shared.lock().senders += 1;
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for QueueSender {
+    fn drop(&mut self) {
+        self.shared.lock().senders -= 1;
+        self.shared.ready.notify_all();
+    }
+}
+
+/// The receiving side; dropping it makes every send fail.
+pub struct QueueReceiver {
+    shared: Arc<Shared>,
+}
+
+impl QueueReceiver {
+    /// The queue's counters.
+    pub fn stats(&self) -> Arc<QueueStats> {
+        self.shared.stats.clone()
+    }
+
+    /// The next entry, waiting up to `timeout`; `Disconnected` once it is empty and every
+    /// sender is gone.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Delivery, RecvTimeoutError> {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.shared.lock();
+        loop {
+            while let Some(slot) = inner.slots.pop_front() {
+                let seq = inner.head;
+                inner.head += 1;
+                self.shared
+                    .stats
+                    .depth
+                    .store(inner.slots.len(), Ordering::Relaxed);
+                match slot {
+                    Slot::Event(key, n) => {
+                        if inner.newest.get(&key) == Some(&seq) {
+                            inner.newest.remove(&key);
+                        }
+                        return Ok(Delivery::Event(n));
+                    }
+                    Slot::InitialListSent => return Ok(Delivery::InitialListSent),
+                    Slot::Empty => {}
+                }
+            }
+            if inner.senders == 0 {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            inner = self
+                .shared
+                .ready
+                .wait_timeout(inner, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Every entry waiting now, without blocking.
+    pub fn drain(&self) -> Vec<Delivery> {
+        std::iter::from_fn(|| self.recv_timeout(Duration::ZERO).ok()).collect()
+    }
+}
+
+impl Drop for QueueReceiver {
+    fn drop(&mut self) {
+        let mut inner = self.shared.lock();
+        inner.receiver = false;
+        inner.slots.clear();
+        inner.newest.clear();
+        self.shared.stats.depth.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::object::{KubeObject, Transform};
+
+    fn obj(name: &str, rv: &str) -> Arc<KubeObject> {
+        let value = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}});
+        Arc::new(KubeObject::from_value(value, &Transform::default()).expect("valid object"))
+    }
+
+    fn add(name: &str, rv: &str) -> Notification {
+        Notification::Added {
+            object: obj(name, rv),
+            initial: false,
+        }
+    }
+
+    fn update(name: &str, old: &str, new: &str) -> Notification {
+        Notification::Updated {
+            old: obj(name, old),
+            new: obj(name, new),
+        }
+    }
+
+    fn delete(name: &str, rv: &str) -> Notification {
+        Notification::Deleted {
+            object: obj(name, rv),
+            stale: false,
+        }
+    }
+
+    fn short(d: &Delivery) -> String {
+        match d {
+            Delivery::InitialListSent => "|".to_owned(),
+            Delivery::Event(Notification::Added { object, .. }) => {
+                format!("+{}@{}", object.name, object.resource_version)
+            }
+            Delivery::Event(Notification::Updated { old, new }) => {
+                format!(
+                    "~{}@{}>{}",
+                    new.name, old.resource_version, new.resource_version
+                )
+            }
+            Delivery::Event(Notification::Deleted { object, .. }) => {
+                format!("-{}@{}", object.name, object.resource_version)
+            }
+            Delivery::Event(Notification::Sync(o)) => format!("={}@{}", o.name, o.resource_version),
+        }
+    }
+
+    fn drained(rx: &QueueReceiver) -> Vec<String> {
+        rx.drain().iter().map(short).collect()
+    }
+
+    #[test]
+    fn below_the_threshold_every_event_is_kept_in_order() -> Result<(), Closed> {
+        let (tx, rx) = queue(100);
+        tx.send(add("a", "1"))?;
+        tx.send(update("a", "1", "2"))?;
+        tx.initial_list_sent()?;
+        tx.send(update("a", "2", "3"))?;
+        tx.send(delete("a", "3"))?;
+        assert_eq!(drained(&rx), ["+a@1", "~a@1>2", "|", "~a@2>3", "-a@3"]);
+        assert_eq!(rx.stats().coalesced(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn past_the_threshold_events_fold_into_the_newest_state() -> Result<(), Closed> {
+        let (tx, rx) = queue(2);
+        tx.send(add("a", "1"))?;
+        tx.send(add("b", "1"))?;
+        // At the threshold: a's updates fold into its waiting add, b's update into its add.
+        for rv in 2..=1000 {
+            tx.send(update("a", &(rv - 1).to_string(), &rv.to_string()))?;
+        }
+        tx.send(update("b", "1", "2"))?;
+        tx.send(add("c", "1"))?;
+        tx.send(update("c", "1", "2"))?;
+        tx.send(update("c", "2", "3"))?;
+        assert_eq!(rx.stats().depth(), 3, "one entry per object");
+        assert_eq!(drained(&rx), ["+a@1000", "+b@2", "+c@3"]);
+        assert_eq!(rx.stats().coalesced(), 999 + 1 + 2);
+        Ok(())
+    }
+
+    #[test]
+    fn coalescing_keeps_old_state_cancels_unseen_objects_and_never_merges_a_recreation()
+    -> Result<(), Closed> {
+        let (tx, rx) = queue(0);
+        tx.send(update("a", "1", "2"))?;
+        tx.send(update("a", "2", "3"))?;
+        tx.send(Notification::Sync(obj("a", "3")))?;
+        tx.send(add("b", "1"))?;
+        tx.send(delete("b", "1"))?;
+        tx.send(delete("c", "1"))?;
+        tx.send(add("c", "2"))?;
+        tx.send(update("c", "2", "3"))?;
+        assert_eq!(drained(&rx), ["~a@1>3", "-c@1", "+c@3"]);
+        assert_eq!(rx.stats().coalesced(), 2 + 2 + 1);
+        // After draining nothing waits, so a new event starts a new entry.
+        tx.send(update("a", "3", "4"))?;
+        assert_eq!(drained(&rx), ["~a@3>4"]);
+        Ok(())
+    }
+
+    #[test]
+    fn closes_when_senders_go_and_refuses_when_the_receiver_goes() -> Result<(), Closed> {
+        let (tx, rx) = queue(10);
+        let tx2 = tx.clone();
+        tx.send(add("a", "1"))?;
+        drop(tx);
+        assert!(rx.recv_timeout(Duration::ZERO).is_ok());
+        assert_eq!(
+            rx.recv_timeout(Duration::ZERO),
+            Err(RecvTimeoutError::Timeout),
+            "a sender is still alive"
+        );
+        drop(tx2);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Err(RecvTimeoutError::Disconnected)
+        );
+        let (tx, rx) = queue(10);
+        drop(rx);
+        assert_eq!(tx.send(add("a", "1")), Err(Closed));
+        Ok(())
+    }
+}

@@ -1,0 +1,115 @@
+//! The Kubernetes API as a source: discovery, then a reflector per resource type.
+//!
+//! A resource type the server does not serve yet (a CRD installed later) is reported as empty,
+//! so it does not hold back readiness, and discovery is retried until it appears; its objects
+//! then arrive as adds.
+
+pub mod reflector;
+pub mod stats;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use kube::api::{ApiResource, GroupVersionKind};
+use kube::{Client, discovery};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+
+use crate::gvk::Gvk;
+use crate::object::Transform;
+use crate::source::{Source, SourceEvent};
+use reflector::Reflector;
+use stats::{ReflectorSnapshot, ReflectorStats};
+
+/// How long to wait before resolving a resource type that discovery did not find.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
+
+/// A source backed by a Kubernetes API server.
+pub struct KubeSource {
+    client: Client,
+    transform: Transform,
+    runtime: Handle,
+    stats: Mutex<BTreeMap<Gvk, Arc<ReflectorStats>>>,
+}
+
+impl KubeSource {
+    /// A source using `client`, running its watches on `runtime`.
+    pub fn new(client: Client, transform: Transform, runtime: Handle) -> Self {
+        Self {
+            client,
+            transform,
+            runtime,
+            stats: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Counters of every resource type watched so far, by type.
+    pub fn stats(&self) -> Vec<(Gvk, ReflectorSnapshot)> {
+        self.stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(gvk, s)| (gvk.clone(), s.snapshot()))
+            .collect()
+    }
+}
+
+impl Source for KubeSource {
+    fn watch(&self, gvk: &Gvk) -> BoxStream<'static, SourceEvent> {
+        let (tx, mut rx) = unbounded_channel();
+        let stats = self
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(gvk.clone())
+            .or_default()
+            .clone();
+        let (client, gvk, transform) = (self.client.clone(), gvk.clone(), self.transform.clone());
+        self.runtime.spawn(async move {
+            let Some(resource) = resolve(&client, &gvk, &tx).await else {
+                return;
+            };
+            Reflector::new(client, gvk, &resource, transform, tx, stats)
+                .run()
+                .await;
+        });
+        Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    }
+}
+
+/// Finds `gvk` through discovery, retrying until it exists. `None` when the receiver is gone.
+async fn resolve(
+    client: &Client,
+    gvk: &Gvk,
+    tx: &UnboundedSender<SourceEvent>,
+) -> Option<ApiResource> {
+    let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+    let mut reported_absent = false;
+    loop {
+        match discovery::pinned_kind(client, &wanted).await {
+            Ok((resource, _)) => return Some(resource),
+            Err(e) => {
+                // A type the server does not serve (yet) has no objects: say so once, so plugins
+                // that also watch other types are not held back, and keep looking for it.
+                let absent = matches!(&e, kube::Error::Discovery(_))
+                    || matches!(&e, kube::Error::Api(s) if s.code == 404);
+                if absent && !reported_absent {
+                    reported_absent = true;
+                    tracing::warn!(resource = %gvk, "the API server does not serve this type (yet); treating it as empty and retrying every {DISCOVERY_RETRY:?}: {e}");
+                    for event in [SourceEvent::ListStarted, SourceEvent::ListDone] {
+                        tx.send(event).ok()?;
+                    }
+                } else if !absent {
+                    tracing::error!(resource = %gvk, "cannot resolve resource type, retrying in {DISCOVERY_RETRY:?}: {e}");
+                }
+                if tx.is_closed() {
+                    return None;
+                }
+                tokio::time::sleep(DISCOVERY_RETRY).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Counters of one resource type's reflector, for status and metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// What a reflector has done so far.
+#[derive(Debug, Default)]
+pub struct ReflectorStats {
+    watches: AtomicU64,
+    relists: AtomicU64,
+    events: AtomicU64,
+    errors: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A snapshot of [`ReflectorStats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReflectorSnapshot {
+    /// Watch requests the server accepted.
+    pub watches: u64,
+    /// Times a synced cache had to be relisted because its version expired (410 Gone).
+    pub relists: u64,
+    /// Watch events received.
+    pub events: u64,
+    /// Failed requests and streams.
+    pub errors: u64,
+    /// The latest failure, if any.
+    pub last_error: Option<String>,
+}
+
+impl ReflectorStats {
+    pub(super) fn note_watch(&self) {
+        self.watches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn note_relist(&self) {
+        self.relists.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn note_event(&self) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn note_error(&self, reason: &str) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
+    }
+
+    /// The current counters.
+    pub fn snapshot(&self) -> ReflectorSnapshot {
+        ReflectorSnapshot {
+            watches: self.watches.load(Ordering::Relaxed),
+            relists: self.relists.load(Ordering::Relaxed),
+            events: self.events.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+}

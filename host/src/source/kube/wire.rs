@@ -1,0 +1,195 @@
+//! What the API server sends, decoded straight into cached objects: list pages and watch lines.
+//!
+//! Objects are parsed once, from the response bytes into the JSON tree the cache keeps (no
+//! detour through typed or dynamic objects), and stamped with their apiVersion and kind, which
+//! list items omit.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::gvk::Gvk;
+use crate::object::{KubeObject, Transform};
+
+/// The annotation on the bookmark that ends a streaming list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// One page of a list response.
+#[derive(Debug, Deserialize)]
+pub struct Page {
+    /// resourceVersion and continue token.
+    #[serde(default)]
+    pub metadata: ListMeta,
+    /// The objects, without apiVersion and kind.
+    #[serde(default)]
+    pub items: Vec<Map<String, Value>>,
+}
+
+/// A list's metadata.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListMeta {
+    /// The version the list is consistent at.
+    #[serde(default, rename = "resourceVersion")]
+    pub resource_version: Option<String>,
+    /// Token for the next page; empty or absent on the last.
+    #[serde(default, rename = "continue")]
+    pub continue_token: Option<String>,
+}
+
+/// One line of a watch stream.
+#[derive(Debug, Deserialize)]
+struct Line {
+    #[serde(rename = "type")]
+    kind: String,
+    object: Map<String, Value>,
+}
+
+/// A decoded watch line.
+#[derive(Debug)]
+pub enum WatchEvent {
+    /// ADDED.
+    Added(Arc<KubeObject>),
+    /// MODIFIED.
+    Modified(Arc<KubeObject>),
+    /// DELETED, with the object's final state.
+    Deleted(Arc<KubeObject>),
+    /// BOOKMARK: the stream is current up to this version.
+    Bookmark {
+        /// The version.
+        resource_version: String,
+        /// True on the bookmark that ends a streaming list's initial events.
+        initial_events_end: bool,
+    },
+    /// ERROR, carrying a Status.
+    Error(Status),
+}
+
+/// The parts of a `Status` the reflector acts on.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct Status {
+    /// HTTP-like code: 410 is Gone, 403 Forbidden...
+    #[serde(default)]
+    pub code: u16,
+    /// Machine-readable reason, such as `Expired`.
+    #[serde(default)]
+    pub reason: String,
+    /// Human-readable message.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Why a line or item could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not JSON of the expected shape.
+    #[error("malformed watch line: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A type this decoder does not know.
+    #[error("unknown watch event type {0:?}")]
+    UnknownType(String),
+    /// The object is not a valid Kubernetes object.
+    #[error("{0}")]
+    Object(String),
+}
+
+/// Makes a cached object of a list item or watched object of type `gvk`.
+pub fn object(
+    gvk: &Gvk,
+    mut map: Map<String, Value>,
+    transform: &Transform,
+) -> Result<Arc<KubeObject>, DecodeError> {
+    map.entry("apiVersion")
+        .or_insert_with(|| Value::String(gvk.api_version()));
+    map.entry("kind")
+        .or_insert_with(|| Value::String(gvk.kind.clone()));
+    KubeObject::from_value(Value::Object(map), transform)
+        .map(Arc::new)
+        .map_err(|e| DecodeError::Object(e.to_string()))
+}
+
+/// Decodes one watch line.
+pub fn watch_line(gvk: &Gvk, line: &str, transform: &Transform) -> Result<WatchEvent, DecodeError> {
+    let Line { kind, object: map } = serde_json::from_str(line)?;
+    Ok(match kind.as_str() {
+        "ADDED" => WatchEvent::Added(object(gvk, map, transform)?),
+        "MODIFIED" => WatchEvent::Modified(object(gvk, map, transform)?),
+        "DELETED" => WatchEvent::Deleted(object(gvk, map, transform)?),
+        "BOOKMARK" => {
+            let meta = map.get("metadata");
+            let resource_version = meta
+                .and_then(|m| m.get("resourceVersion"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let initial_events_end = meta
+                .and_then(|m| m.get("annotations"))
+                .and_then(|a| a.get(INITIAL_EVENTS_END))
+                .and_then(Value::as_str)
+                == Some("true");
+            WatchEvent::Bookmark {
+                resource_version,
+                initial_events_end,
+            }
+        }
+        "ERROR" => WatchEvent::Error(serde_json::from_value(Value::Object(map))?),
+        _ => return Err(DecodeError::UnknownType(kind)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm() -> Gvk {
+        Gvk::new("", "v1", "ConfigMap")
+    }
+
+    #[test]
+    fn decodes_every_kind_of_watch_line() -> Result<(), DecodeError> {
+        let t = Transform::default();
+        let added = r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"5","managedFields":[{"manager":"x"}]}}}"#;
+        let WatchEvent::Added(o) = watch_line(&cm(), added, &t)? else {
+            panic!("an add");
+        };
+        assert_eq!((o.key.as_str(), o.resource_version.as_str()), ("ns/a", "5"));
+        assert!(!o.json.contains("managedFields"), "transformed: {}", o.json);
+
+        let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        assert!(matches!(
+            watch_line(&cm(), bookmark, &t)?,
+            WatchEvent::Bookmark { resource_version, initial_events_end: true } if resource_version == "9"
+        ));
+
+        let gone = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}"#;
+        let WatchEvent::Error(status) = watch_line(&cm(), gone, &t)? else {
+            panic!("an error");
+        };
+        assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+
+        assert!(matches!(
+            watch_line(&cm(), r#"{"type":"WHAT","object":{}}"#, &t),
+            Err(DecodeError::UnknownType(_))
+        ));
+        assert!(matches!(
+            watch_line(&cm(), "not json", &t),
+            Err(DecodeError::Json(_))
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn list_items_get_their_type_stamped() -> Result<(), Box<dyn std::error::Error>> {
+        let page: Page = serde_json::from_str(
+            r#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"7","continue":"abc"},
+                "items":[{"metadata":{"name":"a","namespace":"ns"}}]}"#,
+        )?;
+        assert_eq!(page.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(page.metadata.continue_token.as_deref(), Some("abc"));
+        let item = page.items.into_iter().next().ok_or("an item")?;
+        let o = object(&cm(), item, &Transform::default())?;
+        assert_eq!(o.gvk, cm());
+        assert!(o.json.contains(r#""kind":"ConfigMap""#), "{}", o.json);
+        Ok(())
+    }
+}
