@@ -13,7 +13,7 @@ use kubewasm::plugins::PluginHost;
 use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
 use kubewasm::runtime::{Limits, Runtime};
 use kubewasm::source::kube::KubeSource;
-use kubewasm_testenv::{TestEnv, resources};
+use kubewasm_testenv::{Options, TestEnv, resources};
 use serde_json::json;
 use support::{audit, render};
 
@@ -110,6 +110,13 @@ impl Drop for Host {
 fn config_map(name: &str, value: &str) -> anyhow::Result<ConfigMap> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": name}, "data": {"value": value}
+    }))?)
+}
+
+fn pod(name: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "e2e"}},
+        "spec": {"containers": [{"name": "c", "image": "example/c:1"}]}
     }))?)
 }
 
@@ -320,5 +327,95 @@ async fn deployment_view_summarizes_a_real_deployment() -> anyhow::Result<()> {
         })
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_and_deployments_in_order_over_paginated_lists() -> anyhow::Result<()> {
+    // Streaming lists off: the reflector falls back to paginated lists on a real server.
+    let mut env = TestEnv::start_with(Options {
+        streaming_lists: false,
+        ..Options::default()
+    })
+    .await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "e2e").await?;
+    let pp = PostParams::default();
+    let pods = Api::<Pod>::namespaced(admin.clone(), "e2e");
+    for name in ["p1", "p2", "p3"] {
+        pods.create(&pp, &pod(name)?).await?;
+    }
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), "e2e");
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "example/web:1"}]}}}
+    }))?;
+    deployments.create(&pp, &deployment).await?;
+
+    let config = r#"{"resources": ["v1/Pod", "apps/v1/Deployment"], "namespaces": ["e2e"]}"#;
+    let h = host(
+        &env,
+        &[("audit", kubewasm_plugin_artifacts::AUDIT_LOG, config)],
+    )
+    .await?;
+    // Synced means the initial state has been handed to the plugin: no waiting needed here.
+    let lines = h.wait("audit", "", |_| true).await?;
+    assert_eq!(
+        audit(&lines, "Pod"),
+        [
+            "added e2e/p1 initial",
+            "added e2e/p2 initial",
+            "added e2e/p3 initial"
+        ]
+    );
+    assert_eq!(audit(&lines, "Deployment"), ["added e2e/web initial"]);
+    assert!(h.host.ready());
+
+    let labels = json!({"metadata": {"labels": {"tier": "front"}}});
+    pods.patch("p1", &PatchParams::default(), &Patch::Merge(&labels))
+        .await?;
+    pods.delete("p2", &DeleteParams::default()).await?;
+    pods.create(&pp, &pod("p4")?).await?;
+    let scale = json!({"spec": {"replicas": 3}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(&scale))
+        .await?;
+    deployments.delete("web", &DeleteParams::default()).await?;
+    // A write, at once a restart, at once another write: the first may still be in flight.
+    pods.create(&pp, &pod("p5")?).await?;
+    env.restart_apiserver().await?;
+    let pods = Api::<Pod>::namespaced(env.client().await?, "e2e");
+    pods.create(&pp, &pod("p6")?).await?;
+
+    let lines = h
+        .wait("audit", "every pod event", |l| audit(l, "Pod").len() >= 9)
+        .await?;
+    assert_eq!(
+        audit(&lines, "Pod"),
+        [
+            "added e2e/p1 initial",
+            "added e2e/p2 initial",
+            "added e2e/p3 initial",
+            "updated e2e/p1",
+            // The API server marks the pod terminating (deletionTimestamp), then removes it.
+            "updated e2e/p2",
+            "deleted e2e/p2",
+            "added e2e/p4",
+            "added e2e/p5",
+            "added e2e/p6"
+        ],
+        "{}",
+        render(&lines)
+    );
+    assert_eq!(
+        audit(&lines, "Deployment"),
+        [
+            "added e2e/web initial",
+            "updated e2e/web",
+            "deleted e2e/web"
+        ]
+    );
     Ok(())
 }

@@ -37,7 +37,8 @@ fn cm(name: &str, value: &str) -> String {
 
 struct Run {
     _runtime: tokio::runtime::Runtime,
-    _cluster: tempfile::TempDir,
+    cluster: tempfile::TempDir,
+    folder: Arc<ManifestFolder>,
     host: PluginHost,
     sink: Arc<MemorySink>,
 }
@@ -158,7 +159,8 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
     }
     Run {
         _runtime: runtime,
-        _cluster: cluster,
+        cluster,
+        folder,
         host,
         sink,
     }
@@ -358,4 +360,57 @@ fn instances_are_recycled_after_the_configured_number_of_calls() {
         ["1", "2", "1", "2", "1", "2"],
         "a fresh instance every 2 calls"
     );
+}
+
+#[test]
+fn a_plugin_that_falls_behind_gets_newest_states_and_a_bounded_queue() {
+    let mut limits = Limits {
+        backlog: 2,
+        ..Limits::default()
+    };
+    limits.backoff.base = Duration::from_millis(1);
+    let (bad, settings) = hostile("slow", limits);
+    let r = run(&bad, settings);
+    // 40 quick edits of one object, each its own event, while the plugin burns 20 ms per event.
+    for i in 0..40 {
+        fs::write(
+            r.cluster.path().join("cm-2.yaml"),
+            cm("cm-2", &i.to_string()),
+        )
+        .expect("write");
+        r.folder.rescan();
+    }
+    let good = support::of(
+        r.sink.wait_until(WAIT, |rs| {
+            good_sequence(rs)
+                .iter()
+                .filter(|l| *l == "updated t/cm-2")
+                .count()
+                == 40
+        }),
+        "good",
+    );
+    let last_rv = good
+        .iter()
+        .rev()
+        .find(|l| l.field("key") == Some("t/cm-2"))
+        .and_then(|l| l.field("rv"))
+        .expect("the good plugin saw every update")
+        .to_owned();
+    let status = r.bad_status_until(|s| s.queued == 0 && s.coalesced > 0);
+    let handled = r.sink.wait_until(WAIT, |rs| {
+        support::of(rs.to_vec(), "bad")
+            .iter()
+            .any(|l| l.field("key") == Some("t/cm-2") && l.field("rv") == Some(&last_rv))
+    });
+    let cm2 = field_values(&support::of(handled, "bad"), "handled", "key")
+        .into_iter()
+        .filter(|k| k == "t/cm-2")
+        .count();
+    assert!(status.coalesced > 0, "{status:?}");
+    assert!(
+        cm2 < 40,
+        "updates folded: the slow plugin handled cm-2 {cm2} times for 41 events"
+    );
+    assert_eq!(r.status("good").coalesced, 0, "the fast plugin kept up");
 }

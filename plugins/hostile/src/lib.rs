@@ -2,8 +2,9 @@
 //!
 //! It subscribes to ConfigMaps and misbehaves as its configuration says:
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
-//! "secret" | "big-query" | "count", "key": "ns/name"}` (`key` for `panic-on`; `count` is
-//! harmless: it logs how many events this instance has handled, to observe recycling).
+//! "secret" | "big-query" | "count" | "slow", "key": "ns/name"}` (`key` for `panic-on`; `count`
+//! is harmless: it logs how many events this instance has handled, to observe recycling;
+//! `slow` burns about 20 ms of CPU per event, to fall behind).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -96,9 +97,18 @@ impl Plugin for Hostile {
                 let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
                 log::info("count", &[("calls", &calls.to_string())]);
             }
+            "slow" => {
+                let mut n: u64 = 0;
+                for i in 0..20_000_000_u64 {
+                    n = std::hint::black_box(n.wrapping_add(i));
+                }
+            }
             _ => {}
         }
-        log::info("handled", &[("key", &key)]);
+        log::info(
+            "handled",
+            &[("key", &key), ("rv", &event.object().resource_version)],
+        );
         Ok(())
     }
 }

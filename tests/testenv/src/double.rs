@@ -1,8 +1,8 @@
 //! `ApiDouble`: an in-process stand-in for kube-apiserver, for faults the real one cannot be
 //! made to produce on demand.
 //!
-//! It is a double, not a server: it serves one resource type (v1 ConfigMaps, cluster-wide)
-//! over plain HTTP/1.1 on loopback with the list and watch protocol (paginated lists with
+//! It is a double, not a server: it serves one core resource type (ConfigMaps unless told
+//! otherwise, cluster-wide) over plain HTTP/1.1 on loopback with the list and watch protocol (paginated lists with
 //! continue tokens, watches from a resourceVersion with bookmarks and a server-side timeout,
 //! streaming lists, 410 Gone after compaction), and lets a test script what a real server
 //! only does by accident: refuse the next request with any status, cut a watch mid-stream,
@@ -65,8 +65,51 @@ impl Seen {
 
 struct Logged {
     rv: u64,
-    kind: &'static str,
-    object: Value,
+    /// The event as a watch line (with its newline), rendered once.
+    line: Arc<str>,
+}
+
+/// The core (`v1`) resource type a double serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Its kind, such as `Pod`.
+    pub kind: String,
+    /// Its plural, such as `pods`.
+    pub plural: String,
+}
+
+impl Served {
+    /// v1 ConfigMaps.
+    pub fn config_maps() -> Self {
+        Self {
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        }
+    }
+
+    /// v1 Pods.
+    pub fn pods() -> Self {
+        Self {
+            kind: "Pod".into(),
+            plural: "pods".into(),
+        }
+    }
+}
+
+fn key_of(object: &Value) -> String {
+    let meta = &object["metadata"];
+    format!(
+        "{}/{}",
+        meta["namespace"].as_str().unwrap_or_default(),
+        meta["name"].as_str().unwrap_or_default()
+    )
+}
+
+fn rv_of(object: &Value) -> u64 {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
 }
 
 struct Snapshot {
@@ -75,6 +118,7 @@ struct Snapshot {
 }
 
 struct State {
+    served: Served,
     rv: u64,
     objects: BTreeMap<String, Value>,
     log: Vec<Logged>,
@@ -117,12 +161,20 @@ impl Drop for ApiDouble {
 }
 
 impl ApiDouble {
-    /// Starts a double on a free loopback port, with streaming lists supported.
+    /// Starts a double serving ConfigMaps on a free loopback port, with streaming lists
+    /// supported.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::serving(Served::config_maps()).await
+    }
+
+    /// Starts a double serving `served` on a free loopback port, with streaming lists
+    /// supported.
+    pub async fn serving(served: Served) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
+                served,
                 rv: 1,
                 objects: BTreeMap::new(),
                 log: Vec::new(),
@@ -194,10 +246,46 @@ impl ApiDouble {
                 object
             }
         };
-        state.log.push(Logged { rv, kind, object });
+        let line = json!({"type": kind, "object": object}).to_string() + "\n";
+        state.log.push(Logged {
+            rv,
+            line: line.into(),
+        });
         drop(state);
         self.shared.changed.send_replace(());
         rv
+    }
+
+    /// Sets the current objects (no events), each carrying its resourceVersion; the
+    /// double's version becomes the newest of them.
+    pub fn load(&self, objects: impl IntoIterator<Item = Value>) {
+        let mut state = self.shared.state();
+        for object in objects {
+            state.rv = state.rv.max(rv_of(&object));
+            state.objects.insert(key_of(&object), object);
+        }
+    }
+
+    /// Appends recorded events (`type` and `object` as a watch line carries them, resource
+    /// versions increasing) and applies them to the current objects.
+    pub fn replay<'a>(&self, events: impl IntoIterator<Item = (&'a str, &'a Value)>) {
+        let mut state = self.shared.state();
+        for (kind, object) in events {
+            let rv = rv_of(object).max(state.rv + 1);
+            state.rv = rv;
+            if kind == "DELETED" {
+                state.objects.remove(&key_of(object));
+            } else {
+                state.objects.insert(key_of(object), object.clone());
+            }
+            let line = json!({"type": kind, "object": object}).to_string() + "\n";
+            state.log.push(Logged {
+                rv,
+                line: line.into(),
+            });
+        }
+        drop(state);
+        self.shared.changed.send_replace(());
     }
 
     /// Creates ConfigMap `namespace/name` with `data`; returns its resourceVersion.
@@ -358,11 +446,13 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
     drop(shared.gate.lock().unwrap_or_else(PoisonError::into_inner));
     let target = request_line.split_whitespace().nth(1).unwrap_or("/");
     let (path, query) = parse_target(target);
+    let served = shared.state().served.clone();
+    let collection = format!("/api/v1/{}", served.plural);
     let verb = match path.as_str() {
-        "/api/v1/configmaps" if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+        p if p == collection && query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             Some(Verb::Watch)
         }
-        "/api/v1/configmaps" => Some(Verb::List),
+        p if p == collection => Some(Verb::List),
         _ => None,
     };
     let seen = Seen {
@@ -386,8 +476,9 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
     match verb {
         None if path == "/api/v1" => {
             let body = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
-                "resources": [{"name": "configmaps", "singularName": "configmap", "namespaced": true,
-                               "kind": "ConfigMap", "verbs": ["get", "list", "watch"]}]});
+                "resources": [{"name": served.plural, "singularName": served.kind.to_lowercase(),
+                               "namespaced": true, "kind": served.kind,
+                               "verbs": ["get", "list", "watch"]}]});
             respond(&mut conn, 200, &body.to_string()).await
         }
         None => {
@@ -482,24 +573,29 @@ fn list_page(shared: &Shared, query: &BTreeMap<String, String>) -> (u16, String,
     if end < snapshot.items.len() {
         metadata["continue"] = json!(format!("{id}-{end}"));
     }
-    let reply = json!({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": metadata,
-                       "items": items});
+    let reply = json!({"kind": format!("{}List", state.served.kind), "apiVersion": "v1",
+                       "metadata": metadata, "items": items});
     (200, reply.to_string(), delay)
 }
 
-/// Writes one chunk holding one line.
-async fn chunk(conn: &mut TcpStream, line: &Value) -> std::io::Result<()> {
-    let text = format!("{line}\n");
+/// Writes lines as one chunk.
+async fn chunk(conn: &mut TcpStream, text: &str) -> std::io::Result<()> {
     conn.write_all(format!("{:x}\r\n{text}\r\n", text.len()).as_bytes())
         .await
 }
 
-fn bookmark(rv: u64, initial_events_end: bool) -> Value {
+fn line(event: &Value) -> Arc<str> {
+    (event.to_string() + "\n").into()
+}
+
+fn bookmark(kind: &str, rv: u64, initial_events_end: bool) -> Arc<str> {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    json!({"type": "BOOKMARK", "object": {"kind": "ConfigMap", "apiVersion": "v1", "metadata": metadata}})
+    line(
+        &json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": "v1", "metadata": metadata}}),
+    )
 }
 
 async fn watch(
@@ -527,13 +623,25 @@ async fn watch(
     let deadline = tokio::time::Instant::now() + timeout;
     let mut sent = 0_usize;
     let mut last_bookmark = tokio::time::Instant::now();
+    let mut batch = String::new();
     loop {
-        while let Some(line) = lines.pop_front() {
-            if cut_after.is_some_and(|n| sent >= n) {
-                return Ok(()); // dropped without the final chunk: a cut
+        while !lines.is_empty() {
+            // Up to 64 KiB of lines per chunk.
+            while let Some(line) = lines.pop_front() {
+                if cut_after.is_some_and(|n| sent >= n) {
+                    if !batch.is_empty() {
+                        chunk(&mut conn, &batch).await?;
+                    }
+                    return Ok(()); // dropped without the final chunk: a cut
+                }
+                batch.push_str(&line);
+                sent += 1;
+                if batch.len() >= 64 << 10 {
+                    break;
+                }
             }
-            chunk(&mut conn, &line).await?;
-            sent += 1;
+            chunk(&mut conn, &batch).await?;
+            batch.clear();
         }
         if position == u64::MAX {
             break;
@@ -544,8 +652,9 @@ async fn watch(
                 return Ok(());
             }
             let from = position;
-            for logged in state.log.iter().filter(|l| l.rv > from) {
-                lines.push_back(json!({"type": logged.kind, "object": logged.object}));
+            let start = state.log.partition_point(|l| l.rv <= from);
+            for logged in &state.log[start..] {
+                lines.push_back(logged.line.clone());
                 position = logged.rv;
             }
             let every = state.bookmark_every.filter(|_| bookmarks);
@@ -553,7 +662,7 @@ async fn watch(
                 && last_bookmark.elapsed() >= every
                 && lines.is_empty()
             {
-                lines.push_back(bookmark(state.rv, false));
+                lines.push_back(bookmark(&state.served.kind, state.rv, false));
                 position = position.max(state.rv);
                 last_bookmark = tokio::time::Instant::now();
             }
@@ -579,7 +688,7 @@ fn open_watch(
     shared: &Shared,
     query: &BTreeMap<String, String>,
     initial_events: bool,
-) -> Result<(VecDeque<Value>, u64, u64), (u16, String)> {
+) -> Result<(VecDeque<Arc<str>>, u64, u64), (u16, String)> {
     let state = shared.state();
     if initial_events && !state.watch_list {
         let message =
@@ -593,9 +702,9 @@ fn open_watch(
         .filter(|v| *v > 0);
     let position = if initial_events {
         for object in state.objects.values() {
-            lines.push_back(json!({"type": "ADDED", "object": object}));
+            lines.push_back(line(&json!({"type": "ADDED", "object": object})));
         }
-        lines.push_back(bookmark(state.rv, true));
+        lines.push_back(bookmark(&state.served.kind, state.rv, true));
         state.rv
     } else {
         match from {
@@ -603,7 +712,7 @@ fn open_watch(
                 let message = format!("too old resource version: {rv} ({})", state.compacted);
                 let status: Value = serde_json::from_str(&status_body(410, "Expired", &message))
                     .unwrap_or_default();
-                lines.push_back(json!({"type": "ERROR", "object": status}));
+                lines.push_back(line(&json!({"type": "ERROR", "object": status})));
                 u64::MAX
             }
             Some(rv) => rv,

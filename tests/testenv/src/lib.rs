@@ -7,6 +7,7 @@
 //! A failed start says which server failed and shows the last lines of its log.
 
 pub mod double;
+pub mod generate;
 mod pki;
 mod process;
 pub mod resources;
@@ -35,11 +36,17 @@ pub struct Options {
     /// `false`, watches read etcd directly, so an etcd compaction makes old resource versions
     /// answer 410 Gone at once.
     pub watch_cache: bool,
+    /// Serve streaming lists (`sendInitialEvents`, the WatchList feature, on by default in
+    /// 1.34). With `false`, clients must fall back to paginated lists.
+    pub streaming_lists: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { watch_cache: true }
+        Self {
+            watch_cache: true,
+            streaming_lists: true,
+        }
     }
 }
 
@@ -157,6 +164,7 @@ impl TestEnv {
             "--endpoint-reconciler-type=none".into(),
             "--enable-priority-and-fairness=false".into(),
             format!("--watch-cache={}", options.watch_cache),
+            format!("--feature-gates=WatchList={}", options.streaming_lists),
         ];
         let mut env = Self {
             apiserver: None,

@@ -61,7 +61,11 @@ async fn rbac_restart_compaction_and_etcd_deletes() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_a_compacted_revision_is_gone() -> anyhow::Result<()> {
-    let env = TestEnv::start_with(kubewasm_testenv::Options { watch_cache: false }).await?;
+    let env = TestEnv::start_with(kubewasm_testenv::Options {
+        watch_cache: false,
+        ..kubewasm_testenv::Options::default()
+    })
+    .await?;
     let admin = env.client().await?;
     resources::create_namespace(&admin, "t").await?;
     let cms = Api::<ConfigMap>::namespaced(admin.clone(), "t");
