@@ -219,41 +219,34 @@ impl ApiDouble {
     }
 
     fn write(&self, kind: &'static str, namespace: &str, name: &str, data: Option<Value>) -> u64 {
-        let mut state = self.shared.state();
-        state.rv += 1;
-        let rv = state.rv;
-        let key = format!("{namespace}/{name}");
-        let object = match data {
-            Some(data) => {
-                let uid = state.objects.get(&key).map_or_else(
-                    || format!("uid-{name}-{rv}"),
-                    |o| o["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-                );
-                let object = json!({
-                    "apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": name, "namespace": namespace, "uid": uid,
-                                 "resourceVersion": rv.to_string()},
-                    "data": data,
-                });
-                state.objects.insert(key, object.clone());
-                object
-            }
-            None => {
-                let Some(mut object) = state.objects.remove(&key) else {
-                    return rv;
-                };
-                object["metadata"]["resourceVersion"] = json!(rv.to_string());
-                object
+        let object = {
+            let state = self.shared.state();
+            let rv = state.rv + 1;
+            let key = format!("{namespace}/{name}");
+            match data {
+                Some(data) => {
+                    let uid = state.objects.get(&key).map_or_else(
+                        || format!("uid-{name}-{rv}"),
+                        |o| o["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+                    );
+                    json!({
+                        "apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                                     "resourceVersion": rv.to_string()},
+                        "data": data,
+                    })
+                }
+                None => {
+                    let Some(mut object) = state.objects.get(&key).cloned() else {
+                        return state.rv;
+                    };
+                    object["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    object
+                }
             }
         };
-        let line = json!({"type": kind, "object": object}).to_string() + "\n";
-        state.log.push(Logged {
-            rv,
-            line: line.into(),
-        });
-        drop(state);
-        self.shared.changed.send_replace(());
-        rv
+        self.replay([(kind, &object)]);
+        rv_of(&object)
     }
 
     /// Sets the current objects (no events), each carrying its resourceVersion; the
@@ -615,7 +608,11 @@ async fn watch(
             .unwrap_or(1800),
     );
     let mut changed = shared.changed.subscribe();
-    let (mut lines, mut position, cuts) = match open_watch(shared, query, initial_events) {
+    let Opened {
+        mut lines,
+        mut position,
+        cuts,
+    } = match open_watch(shared, query, initial_events) {
         Ok(opened) => opened,
         Err((code, body)) => return respond(&mut conn, code, &body).await,
     };
@@ -682,13 +679,22 @@ async fn watch(
     conn.shutdown().await
 }
 
-/// The first lines of a watch, the version it continues from (`u64::MAX`: it ends after
-/// them) and the cut generation it belongs to; or the HTTP error refusing it.
+/// How a watch starts.
+struct Opened {
+    /// Its first lines.
+    lines: VecDeque<Arc<str>>,
+    /// The version it continues from; `u64::MAX`: it ends after its first lines.
+    position: u64,
+    /// The cut generation it belongs to.
+    cuts: u64,
+}
+
+/// How a watch starts, or the HTTP error refusing it.
 fn open_watch(
     shared: &Shared,
     query: &BTreeMap<String, String>,
     initial_events: bool,
-) -> Result<(VecDeque<Arc<str>>, u64, u64), (u16, String)> {
+) -> Result<Opened, (u16, String)> {
     let state = shared.state();
     if initial_events && !state.watch_list {
         let message =
@@ -719,7 +725,11 @@ fn open_watch(
             None => state.rv,
         }
     };
-    Ok((lines, position, state.cuts))
+    Ok(Opened {
+        lines,
+        position,
+        cuts: state.cuts,
+    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 //! - 410 Gone relists: first from the last version seen, then, if that is gone too, with a
 //!   consistent read.
 //! - Every failure waits on kube-runtime's default backoff (800 ms doubling to 30 s, with
-//!   jitter, reset after 2 minutes without failures).
+//!   jitter, reset after 2 minutes without failures). 429, 503 and 504 answers are first
+//!   retried inside kube's client (its default retry policy).
 //!
 //! kube-runtime's watcher does most of this, but not all: it always relists with the same
 //! semantics as its first list (so never from the last version after a 410), its watch timeout
