@@ -16,19 +16,14 @@ use kubewasm::gvk::Gvk;
 use kubewasm::informer::Notification;
 use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::object::Transform;
-use kubewasm::runtime::logging::{LogRate, LogSink, PluginLogRecord, PluginLogger};
-use kubewasm::runtime::{Instance, Limits, PluginContext, Runtime, convert};
+use kubewasm::runtime::{Instance, convert};
 use kubewasm::source::manifests::ManifestFolder;
+
+#[path = "support/mod.rs"]
+mod support;
 
 fn main() {
     divan::main();
-}
-
-/// Drops every line: logging is not what is measured.
-struct Discard;
-
-impl LogSink for Discard {
-    fn record(&self, _: PluginLogRecord) {}
 }
 
 struct Bench {
@@ -57,34 +52,8 @@ fn setup(plugin: &str) -> Bench {
     for lease in &leases {
         assert!(lease.informer().wait_synced(Duration::from_secs(10)));
     }
-    let limits = Limits {
-        log_rate: LogRate {
-            per_second: u32::MAX,
-            burst: u32::MAX,
-        },
-        ..Limits::default()
-    };
-    let logger = Arc::new(PluginLogger::new(
-        "bench",
-        "v",
-        Arc::new(Discard),
-        limits.log_rate,
-    ));
-    let mut ctx = PluginContext::new("bench", logger, limits);
-    ctx.grants = leases
-        .iter()
-        .map(|l| (l.informer().gvk().clone(), l.informer().clone()))
-        .collect();
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
-    let runtime = Runtime::new()
-        .expect("runtime")
-        .with_cache(&cache)
-        .expect("cache");
-    let bytes = std::fs::read(plugin).expect("plugin");
-    let code = runtime.compile(&bytes).expect("compiles");
-    let mut instance = runtime.instantiate(&code, Arc::new(ctx)).expect("instance");
-    instance.init("{}").expect("no trap").expect("init");
-    instance.describe().expect("describe");
+    let informers: Vec<_> = leases.iter().map(|l| l.informer().clone()).collect();
+    let instance = support::instance::instance(plugin, "{}", &informers);
     let pod = leases[0]
         .informer()
         .store()

@@ -14,6 +14,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("audit-log", "AUDIT_LOG"),
     ("owner-chain", "OWNER_CHAIN"),
     ("hostile", "HOSTILE"),
+    ("bench", "BENCH"),
 ];
 
 fn main() {

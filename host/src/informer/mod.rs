@@ -2,6 +2,7 @@
 
 pub mod factory;
 pub mod index;
+pub mod keys;
 pub mod queue;
 pub mod store;
 
@@ -115,6 +116,8 @@ struct State {
     synced: bool,
     /// Keys listed so far while a (re)list is streaming in; `None` between lists.
     listing: Option<HashSet<String>>,
+    /// Complete lists applied (the first one and every relist).
+    lists: u64,
 }
 
 /// One resource type's cache and its subscribers. Events are applied to the store and fanned
@@ -158,6 +161,11 @@ impl Informer {
         self.state().synced
     }
 
+    /// Complete lists applied so far: 1 after the first sync, one more per relist.
+    pub fn lists(&self) -> u64 {
+        self.state().lists
+    }
+
     /// Waits up to `timeout` for the first complete list; returns whether it arrived.
     pub fn wait_synced(&self, timeout: Duration) -> bool {
         let state = self.state();
@@ -184,6 +192,7 @@ impl Informer {
             }
             SourceEvent::ListDone => {
                 let seen = state.listing.take().unwrap_or_default();
+                state.lists += 1;
                 for key in self.store.keys() {
                     if !seen.contains(&key)
                         && let Some(object) = self.store.remove(&key)

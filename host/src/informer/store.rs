@@ -1,11 +1,12 @@
 //! The thread-safe object cache with named indexes (client-go's `Indexer`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, btree_map};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
 
 use crate::informer::index::{self, IndexFunc};
+use crate::informer::keys::KeySet;
 use crate::object::KubeObject;
 
 /// Why a store operation failed.
@@ -27,11 +28,12 @@ pub enum StoreError {
 }
 
 /// Index name to index value to the keys of the objects filed under it.
-type Indices = HashMap<String, BTreeMap<String, BTreeSet<String>>>;
+type Indices = HashMap<String, BTreeMap<String, KeySet>>;
 
 #[derive(Default)]
 struct Inner {
-    objects: HashMap<String, Arc<KubeObject>>,
+    /// By key; the key's allocation is shared with every index entry of the object.
+    objects: HashMap<Arc<str>, Arc<KubeObject>>,
     indexers: BTreeMap<String, IndexFunc>,
     indices: Indices,
 }
@@ -82,11 +84,11 @@ impl Store {
                 requested: func,
             });
         }
-        let mut index: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut index: BTreeMap<String, KeySet> = BTreeMap::new();
         for (key, object) in &inner.objects {
             let json = parse_if(func.needs_json(), object);
             for value in func.values(object, json.as_ref()) {
-                index.entry(value).or_default().insert(key.clone());
+                file(&mut index, value, key);
             }
         }
         inner.indexers.insert(name.to_owned(), func);
@@ -98,8 +100,12 @@ impl Store {
     pub fn upsert(&self, object: Arc<KubeObject>) -> Option<Arc<KubeObject>> {
         let mut guard = self.write();
         let inner = &mut *guard;
-        let old = inner.objects.insert(object.key.clone(), object.clone());
-        reindex(inner, &object.key, old.as_deref(), Some(&object));
+        let key = inner
+            .objects
+            .get_key_value(object.key.as_str())
+            .map_or_else(|| Arc::from(object.key.as_str()), |(k, _)| k.clone());
+        let old = inner.objects.insert(key.clone(), object.clone());
+        reindex(inner, &key, old.as_deref(), Some(&object));
         old
     }
 
@@ -107,8 +113,8 @@ impl Store {
     pub fn remove(&self, key: &str) -> Option<Arc<KubeObject>> {
         let mut guard = self.write();
         let inner = &mut *guard;
-        let old = inner.objects.remove(key)?;
-        reindex(inner, key, Some(&old), None);
+        let (key, old) = inner.objects.remove_entry(key)?;
+        reindex(inner, &key, Some(&old), None);
         Some(old)
     }
 
@@ -124,7 +130,7 @@ impl Store {
 
     /// Every key, in no particular order.
     pub fn keys(&self) -> Vec<String> {
-        self.read().objects.keys().cloned().collect()
+        self.read().objects.keys().map(|k| k.to_string()).collect()
     }
 
     /// Number of objects.
@@ -143,7 +149,7 @@ impl Store {
         let keys = index_entry(&inner, index, value)?;
         Ok(keys
             .into_iter()
-            .flatten()
+            .flat_map(KeySet::iter)
             .filter_map(|k| inner.objects.get(k).cloned())
             .collect())
     }
@@ -153,8 +159,8 @@ impl Store {
         let inner = self.read();
         Ok(index_entry(&inner, index, value)?
             .into_iter()
-            .flatten()
-            .cloned()
+            .flat_map(KeySet::iter)
+            .map(|k| k.to_string())
             .collect())
     }
 
@@ -178,7 +184,7 @@ fn index_entry<'a>(
     inner: &'a Inner,
     index: &str,
     value: &str,
-) -> Result<Option<&'a BTreeSet<String>>, StoreError> {
+) -> Result<Option<&'a KeySet>, StoreError> {
     let idx = inner
         .indices
         .get(index)
@@ -194,8 +200,18 @@ fn parse_if(needed: bool, object: &KubeObject) -> Option<Value> {
     }
 }
 
+/// Files `key` under `value`.
+fn file(index: &mut BTreeMap<String, KeySet>, value: String, key: &Arc<str>) {
+    match index.entry(value) {
+        btree_map::Entry::Vacant(v) => {
+            v.insert(KeySet::One(key.clone()));
+        }
+        btree_map::Entry::Occupied(mut o) => o.get_mut().insert(key),
+    }
+}
+
 /// Moves `key` from the index values of `old` to those of `new`.
-fn reindex(inner: &mut Inner, key: &str, old: Option<&KubeObject>, new: Option<&KubeObject>) {
+fn reindex(inner: &mut Inner, key: &Arc<str>, old: Option<&KubeObject>, new: Option<&KubeObject>) {
     let needs_json = inner.indexers.values().any(IndexFunc::needs_json);
     let old_json = old.and_then(|o| parse_if(needs_json, o));
     let new_json = new.and_then(|o| parse_if(needs_json, o));
@@ -209,15 +225,14 @@ fn reindex(inner: &mut Inner, key: &str, old: Option<&KubeObject>, new: Option<&
             continue;
         };
         for value in before.iter().filter(|v| !after.contains(v)) {
-            if let Some(keys) = index.get_mut(value) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    index.remove(value);
-                }
+            if let Some(keys) = index.get_mut(value)
+                && keys.remove(key)
+            {
+                index.remove(value);
             }
         }
         for value in after {
-            index.entry(value).or_default().insert(key.to_owned());
+            file(index, value, key);
         }
     }
 }

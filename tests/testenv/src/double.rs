@@ -131,6 +131,10 @@ struct State {
     snapshots: HashMap<u64, Snapshot>,
     /// Bumped to cut every open watch.
     cuts: u64,
+    /// While set, open watches send nothing new.
+    held: bool,
+    /// Set when the double is dropped: open watches end.
+    closed: bool,
 }
 
 struct Shared {
@@ -157,6 +161,14 @@ pub struct ApiDouble {
 impl Drop for ApiDouble {
     fn drop(&mut self) {
         self.task.abort();
+        // Open watches hold the state: end them so it is freed.
+        let mut state = self.shared.state();
+        state.closed = true;
+        state.objects.clear();
+        state.log.clear();
+        state.snapshots.clear();
+        drop(state);
+        self.shared.changed.send_replace(());
     }
 }
 
@@ -186,6 +198,8 @@ impl ApiDouble {
                 bookmark_every: None,
                 snapshots: HashMap::new(),
                 cuts: 0,
+                held: false,
+                closed: false,
             }),
             gate: Mutex::new(()),
             changed: watch::channel(()).0,
@@ -329,6 +343,13 @@ impl ApiDouble {
             .unwrap_or_else(PoisonError::into_inner);
         self.shared.state().cuts += 1;
         f(self);
+        self.shared.changed.send_replace(());
+    }
+
+    /// Holds back (true) or releases (false) new events on open watches: to queue a recorded
+    /// stream first and time its delivery from the release.
+    pub fn set_held(&self, held: bool) {
+        self.shared.state().held = held;
         self.shared.changed.send_replace(());
     }
 
@@ -565,6 +586,8 @@ fn list_page(shared: &Shared, query: &BTreeMap<String, String>) -> (u16, String,
     let mut metadata = json!({"resourceVersion": snapshot.rv.to_string()});
     if end < snapshot.items.len() {
         metadata["continue"] = json!(format!("{id}-{end}"));
+    } else {
+        state.snapshots.remove(&id);
     }
     let reply = json!({"kind": format!("{}List", state.served.kind), "apiVersion": "v1",
                        "metadata": metadata, "items": items});
@@ -645,17 +668,19 @@ async fn watch(
         }
         let every = {
             let state = shared.state();
-            if state.cuts != cuts {
+            if state.cuts != cuts || state.closed {
                 return Ok(());
             }
             let from = position;
             let start = state.log.partition_point(|l| l.rv <= from);
-            for logged in &state.log[start..] {
+            let end = if state.held { start } else { state.log.len() };
+            for logged in &state.log[start..end] {
                 lines.push_back(logged.line.clone());
                 position = logged.rv;
             }
             let every = state.bookmark_every.filter(|_| bookmarks);
             if let Some(every) = every
+                && !state.held
                 && last_bookmark.elapsed() >= every
                 && lines.is_empty()
             {

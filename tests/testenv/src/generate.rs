@@ -4,6 +4,9 @@
 //! Everything is deterministic (a function of the index), so every consumer of a run (our
 //! pipeline, kube-rs, client-go) sees byte-identical input.
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
 use serde_json::{Map, Value, json};
 
 /// A pod named `pod-{i}` in namespace `bench-{i % 10}` whose JSON is about `target` bytes, at
@@ -13,28 +16,54 @@ use serde_json::{Map, Value, json};
 pub fn pod(i: usize, target: usize, rv: u64) -> Value {
     let name = format!("pod-{i}");
     let namespace = format!("bench-{}", i % 10);
-    let hash = format!("{:08x}", (i as u64).wrapping_mul(0x9e37_79b9) & 0xffff_ffff);
-    let mut env = Vec::new();
+    // Five replicas per ReplicaSet: they share its pod-template-hash and owner uid.
+    let hash = format!(
+        "{:08x}",
+        ((i / 5) as u64).wrapping_mul(0x9e37_79b9) & 0xffff_ffff
+    );
+    let (variables, notes) = shape(target);
+    let env: Vec<Value> = (0..variables)
+        .map(|n| {
+            json!({"name": format!("SETTING_{n:04}"),
+                   "value": format!("value-{name}-{n:06}")})
+        })
+        .collect();
     let mut pod = build_pod(&name, &namespace, &hash, i, rv, &env);
-    // Grow the environment until the pod reaches its size (each variable also grows
-    // managedFields, as it would on a real server).
-    while pod.to_string().len() < target {
-        env.push(json!({"name": format!("SETTING_{:04}", env.len()),
-                        "value": format!("value-{}-{:06}", name, env.len())}));
-        if env.len() % 8 == 0 || pod.to_string().len() + 600 > target {
-            pod = build_pod(&name, &namespace, &hash, i, rv, &env);
-        }
-    }
     if target < 4096 {
         lean(&mut pod);
-        while pod.to_string().len() < target {
-            let n = pod["metadata"]["annotations"]
-                .as_object()
-                .map_or(0, Map::len);
+        for n in 0..notes {
             pod["metadata"]["annotations"][format!("example.com/note-{n}")] = json!("x".repeat(16));
         }
     }
     pod
+}
+
+/// Environment variables (full pods) or annotations (lean pods) that bring pod 0 to `target`
+/// bytes; computed once per size.
+fn shape(target: usize) -> (usize, usize) {
+    static SHAPES: Mutex<BTreeMap<usize, (usize, usize)>> = Mutex::new(BTreeMap::new());
+    let mut shapes = SHAPES.lock().unwrap_or_else(PoisonError::into_inner);
+    *shapes.entry(target).or_insert_with(|| {
+        let size = |pod: &Value| pod.to_string().len();
+        if target < 4096 {
+            let mut pod = build_pod("pod-0", "bench-0", "00000000", 0, 1, &[]);
+            lean(&mut pod);
+            let mut notes = 0;
+            while size(&pod) < target {
+                pod["metadata"]["annotations"][format!("example.com/note-{notes}")] =
+                    json!("x".repeat(16));
+                notes += 1;
+            }
+            (0, notes)
+        } else {
+            let mut env = Vec::new();
+            while size(&build_pod("pod-0", "bench-0", "00000000", 0, 1, &env)) < target {
+                env.push(json!({"name": format!("SETTING_{:04}", env.len()),
+                                "value": format!("value-pod-0-{:06}", env.len())}));
+            }
+            (env.len(), 0)
+        }
+    })
 }
 
 /// Strips a full pod down to a lean one.
@@ -100,7 +129,7 @@ fn build_pod(name: &str, namespace: &str, hash: &str, i: usize, rv: u64, env: &[
                        "shard": format!("s{}", i % 16)},
             "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-19T08:00:00Z"},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "name": format!("web-{hash}"), "uid": format!("rs-{uid}"),
+                "name": format!("web-{hash}"), "uid": format!("rs-{hash}"),
                 "controller": true, "blockOwnerDeletion": true}],
             "managedFields": [
                 {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
@@ -108,7 +137,7 @@ fn build_pod(name: &str, namespace: &str, hash: &str, i: usize, rv: u64, env: &[
                  "fieldsV1": {
                     "f:metadata": {"f:generateName": {}, "f:labels": {".": {}, "f:app": {},
                         "f:pod-template-hash": {}, "f:tier": {}, "f:shard": {}},
-                        "f:ownerReferences": {".": {}, format!("k:{{\"uid\":\"rs-{uid}\"}}"): {}}},
+                        "f:ownerReferences": {".": {}, format!("k:{{\"uid\":\"rs-{hash}\"}}"): {}}},
                     "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:env": env_fields,
                         "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
                         "f:ports": {".": {}, "k:{\"containerPort\":8080,\"protocol\":\"TCP\"}": {

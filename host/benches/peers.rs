@@ -1,0 +1,644 @@
+//! Side by side, same input, same run: kubewasm's pipeline, kube-rs's reflector (kube-runtime
+//! watcher and store, typed `Pod`) and client-go's SharedIndexInformer (a Go program,
+//! `benches/client-go`), each against the API server double serving the same recorded pods.
+//!
+//! - Throughput: the client has synced; a recorded stream (every pod added, updated twice,
+//!   deleted) is queued on the double and released; timed until the client has handled every
+//!   event. kubewasm is measured up to an in-process subscriber, and up to 1 and 10 no-op Rust
+//!   plugins and a plugin that parses each pod.
+//! - Memory: heap held after syncing N pods, per object and divided by the pods' JSON size;
+//!   then a forced relist (every pod changed, history compacted, watch cut: 410 Gone) and the
+//!   peak heap during it divided by the steady heap. Rust clients are measured with a counting
+//!   allocator that ignores the double's threads; client-go with Go's heap statistics.
+//!
+//! Results are printed and written to `target/bench-results/peers.json`, which
+//! `scripts/bench.sh` turns into docs/BENCHMARKS.md. `KUBEWASM_BENCH_QUICK=1` runs small sizes.
+//!
+//! Run with `cargo bench -p kubewasm --bench peers` (needs Go for client-go).
+
+#[path = "support/mod.rs"]
+mod support;
+
+use support::alloc;
+use support::instance::Discard;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kubewasm::gvk::Gvk;
+use kubewasm::informer::factory::{InformerFactory, Lease};
+use kubewasm::informer::queue::{Delivery, queue};
+use kubewasm::informer::{Filter, Informer, Subscription};
+use kubewasm::object::Transform;
+use kubewasm::plugins::{PluginHost, PluginSettings};
+use kubewasm::runtime::{Limits, Runtime};
+use kubewasm::source::kube::KubeSource;
+use kubewasm_testenv::double::{ApiDouble, Served};
+use kubewasm_testenv::generate;
+use serde_json::{Value, json};
+
+#[global_allocator]
+static GLOBAL: alloc::Counting = alloc::Counting;
+
+const WAIT: Duration = Duration::from_secs(600);
+
+/// The runtimes: the double's own (not counted) and the client's.
+struct Rig {
+    double_rt: tokio::runtime::Runtime,
+    client_rt: tokio::runtime::Runtime,
+    go_peer: PathBuf,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let double_rt = alloc::uncounted(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("double")
+                .on_thread_start(alloc::ignore_this_thread)
+                .enable_all()
+                .build()
+                .expect("double runtime")
+        });
+        let client_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("client runtime");
+        Self {
+            double_rt,
+            client_rt,
+            go_peer: build_go_peer(),
+        }
+    }
+
+    fn double(&self, pods: Vec<Value>) -> ApiDouble {
+        alloc::uncounted(|| {
+            let double = self
+                .double_rt
+                .block_on(ApiDouble::serving(Served::pods()))
+                .expect("double");
+            double.load(pods);
+            double
+        })
+    }
+}
+
+fn build_go_peer() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/client-go");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("client-go-peer");
+    let status = Command::new("go")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(&dir)
+        .status()
+        .expect("Go is needed to build the client-go peer");
+    assert!(status.success(), "building the client-go peer failed");
+    out
+}
+
+/// Waits until `done` holds, polling.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} did not happen");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A plugin host on `factory` with `count` copies of the bench plugin doing `work`, not
+/// loaded yet: the host and the plugin files (in a temporary folder kept alive with them).
+fn bench_plugins(
+    factory: Arc<InformerFactory>,
+    count: usize,
+    work: &str,
+) -> (PluginHost, Vec<PathBuf>, tempfile::TempDir) {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
+    let wasm = Arc::new(
+        Runtime::new()
+            .expect("wasm runtime")
+            .with_cache(&cache)
+            .expect("compiled-code cache"),
+    );
+    let mut host = PluginHost::new(wasm, factory, Arc::new(Discard), Limits::default());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let paths = (0..count)
+        .map(|i| {
+            let name = format!("bench-{i}");
+            host.configure(
+                &name,
+                PluginSettings {
+                    config: json!({"work": work}).to_string(),
+                    ..PluginSettings::default()
+                },
+            );
+            let path = dir.path().join(format!("{name}.wasm"));
+            std::fs::copy(kubewasm_plugin_artifacts::BENCH, &path).expect("copy");
+            path
+        })
+        .collect();
+    (host, paths, dir)
+}
+
+/// A client under test, running against a double.
+enum Peer {
+    Kubewasm {
+        informer: Arc<Informer>,
+        handled: Arc<AtomicU64>,
+        _lease: Lease,
+        _sub: Option<Subscription>,
+    },
+    Plugins {
+        host: Arc<PluginHost>,
+        _lease: Lease,
+    },
+    KubeRs {
+        handled: Arc<AtomicU64>,
+        lists: Arc<AtomicU64>,
+        _store: reflector::Store<Pod>,
+        task: tokio::task::JoinHandle<()>,
+    },
+    ClientGo {
+        child: Child,
+        out: BufReader<ChildStdout>,
+    },
+}
+
+/// Which client, and how it is set up.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// kubewasm's pipeline up to an in-process subscriber (`None`: cache only).
+    Kubewasm {
+        subscriber: bool,
+        keep_managed: bool,
+    },
+    /// kubewasm with `count` copies of the bench plugin doing `work`.
+    Plugins {
+        count: usize,
+        work: &'static str,
+    },
+    KubeRs,
+    ClientGo,
+}
+
+impl Kind {
+    fn label(self) -> String {
+        match self {
+            Kind::Kubewasm {
+                keep_managed: true, ..
+            } => "kubewasm (managedFields kept)".into(),
+            Kind::Kubewasm { .. } => "kubewasm".into(),
+            Kind::Plugins { count: 1, work } => format!("kubewasm + 1 {work} plugin"),
+            Kind::Plugins { count, work } => format!("kubewasm + {count} {work} plugins"),
+            Kind::KubeRs => "kube-rs reflector".into(),
+            Kind::ClientGo => "client-go informer".into(),
+        }
+    }
+}
+
+fn pod_type() -> Gvk {
+    Gvk::new("", "v1", "Pod")
+}
+
+impl Peer {
+    /// Starts `kind` against `double` and waits until it has synced. `go_args` are extra
+    /// arguments for client-go.
+    fn start(rig: &Rig, kind: Kind, double: &ApiDouble, go_args: &[String]) -> Self {
+        let _guard = rig.client_rt.enter();
+        let handle = rig.client_rt.handle().clone();
+        let client = double.client().expect("client");
+        match kind {
+            Kind::Kubewasm {
+                subscriber,
+                keep_managed,
+            } => {
+                let transform = if keep_managed {
+                    Transform {
+                        drop_managed_fields: false,
+                        drop_last_applied: false,
+                    }
+                } else {
+                    Transform::default()
+                };
+                let source = Arc::new(KubeSource::new(client, transform, handle.clone()));
+                let factory = InformerFactory::new(source, handle);
+                let lease = factory.acquire(&pod_type());
+                let informer = lease.informer().clone();
+                let handled = Arc::new(AtomicU64::new(0));
+                let sub = subscriber.then(|| {
+                    let (tx, rx) = queue(usize::MAX);
+                    let counter = handled.clone();
+                    std::thread::spawn(move || {
+                        while let Ok(d) = rx.recv_timeout(Duration::from_secs(3600)) {
+                            if matches!(d, Delivery::Event(_)) {
+                                counter.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                    informer.subscribe(Filter::default(), tx)
+                });
+                wait_for("kubewasm sync", || informer.has_synced());
+                Peer::Kubewasm {
+                    informer,
+                    handled,
+                    _lease: lease,
+                    _sub: sub,
+                }
+            }
+            Kind::Plugins { count, work } => {
+                let source = Arc::new(KubeSource::new(
+                    client,
+                    Transform::default(),
+                    handle.clone(),
+                ));
+                let factory = InformerFactory::new(source, handle);
+                let lease = factory.acquire(&pod_type());
+                let (host, paths, _dir) = bench_plugins(factory, count, work);
+                let host = Arc::new(host);
+                for path in &paths {
+                    host.load(path).expect("bench plugin loads");
+                }
+                wait_for("plugins sync", || host.ready());
+                Peer::Plugins {
+                    host,
+                    _lease: lease,
+                }
+            }
+            Kind::KubeRs => {
+                let (store, writer) = reflector::store::<Pod>();
+                let handled = Arc::new(AtomicU64::new(0));
+                let lists = Arc::new(AtomicU64::new(0));
+                let api = kube::Api::<Pod>::all(client);
+                let (h, l) = (handled.clone(), lists.clone());
+                let task = rig.client_rt.spawn(async move {
+                    let mut events = watcher(api, watcher::Config::default())
+                        .default_backoff()
+                        .reflect(writer)
+                        .boxed();
+                    while let Some(event) = events.next().await {
+                        match event {
+                            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                                h.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(watcher::Event::InitDone) => {
+                                l.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {}
+                        }
+                    }
+                });
+                wait_for("kube-rs sync", || lists.load(Ordering::Relaxed) > 0);
+                Peer::KubeRs {
+                    handled,
+                    lists,
+                    _store: store,
+                    task,
+                }
+            }
+            Kind::ClientGo => {
+                let mut child = Command::new(&rig.go_peer)
+                    .arg("-server")
+                    .arg(double.url())
+                    .args(go_args)
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("client-go peer");
+                let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+                let line = read_line(&mut out);
+                assert_eq!(line, "synced", "client-go peer");
+                Peer::ClientGo { child, out }
+            }
+        }
+    }
+
+    /// Events handled so far (minimum over plugins).
+    fn handled(&self) -> u64 {
+        match self {
+            Peer::Kubewasm { handled, .. } | Peer::KubeRs { handled, .. } => {
+                handled.load(Ordering::Relaxed)
+            }
+            Peer::Plugins { host, .. } => {
+                host.status().iter().map(|s| s.delivered).min().unwrap_or(0)
+            }
+            Peer::ClientGo { .. } => 0,
+        }
+    }
+
+    /// Complete lists applied so far.
+    fn lists(&self) -> u64 {
+        match self {
+            Peer::Kubewasm { informer, .. } => informer.lists(),
+            Peer::KubeRs { lists, .. } => lists.load(Ordering::Relaxed),
+            _ => 0,
+        }
+    }
+
+    fn stop(self) {
+        match self {
+            Peer::Plugins { host, .. } => host.shutdown(),
+            Peer::KubeRs { task, .. } => task.abort(),
+            Peer::ClientGo { mut child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Peer::Kubewasm { .. } => {}
+        }
+    }
+}
+
+fn read_line(out: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).expect("peer output");
+    line.trim().to_owned()
+}
+
+/// Events per second for `kind` on `stream`.
+fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> f64 {
+    let double = rig.double(Vec::new());
+    let total = stream.len() as u64;
+    let go_args = [
+        "-mode".into(),
+        "throughput".into(),
+        "-events".into(),
+        total.to_string(),
+    ];
+    let mut client = Peer::start(rig, kind, &double, &go_args);
+    alloc::uncounted(|| {
+        double.set_held(true);
+        double.replay(stream.iter().map(|e| (e.kind, &e.object)));
+    });
+    let started = Instant::now();
+    double.set_held(false);
+    match &mut client {
+        Peer::ClientGo { out, .. } => assert_eq!(read_line(out), "done"),
+        other => wait_for("every event handled", || other.handled() >= total),
+    }
+    let elapsed = started.elapsed();
+    client.stop();
+    alloc::uncounted(|| drop(double));
+    total as f64 / elapsed.as_secs_f64()
+}
+
+/// Memory of one client holding `objects` pods of about `size` bytes.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Memory {
+    client: String,
+    objects: usize,
+    pod_bytes: usize,
+    /// Heap held per object after sync.
+    per_object: f64,
+    /// `per_object` divided by the pod's JSON size.
+    json_ratio: f64,
+    /// Peak heap during a relist divided by the steady heap.
+    relist_peak_ratio: f64,
+}
+
+fn memory(rig: &Rig, kind: Kind, objects: usize, size: usize) -> Memory {
+    let (pods, json_bytes) = alloc::uncounted(|| {
+        let pods: Vec<Value> = (0..objects)
+            .map(|i| generate::pod(i, size, 10 + i as u64))
+            .collect();
+        let bytes: usize = pods.iter().map(|p| p.to_string().len()).sum();
+        (pods, bytes)
+    });
+    let double = rig.double(pods);
+    let go_args = [
+        "-mode".into(),
+        "memory".into(),
+        "-relist".into(),
+        objects.to_string(),
+    ];
+    let baseline = alloc::live();
+    let mut client = Peer::start(rig, kind, &double, &go_args);
+    std::thread::sleep(Duration::from_millis(300));
+    let steady = match &mut client {
+        Peer::ClientGo { out, .. } => parse_fact(&read_line(out), "steady"),
+        _ => (alloc::live() - baseline) as f64,
+    };
+    // Every pod changes while the client is disconnected and history is compacted: its
+    // watch gets 410 Gone and it relists.
+    let first_rv = (objects as u64) * 4;
+    let changed: Vec<Value> = alloc::uncounted(|| {
+        (0..objects)
+            .map(|i| generate::pod(i, size, first_rv + i as u64))
+            .collect()
+    });
+    alloc::reset_peak();
+    alloc::uncounted(|| {
+        double.while_disconnected(|d| {
+            d.load(changed);
+            d.compact();
+        });
+    });
+    let peak = match &mut client {
+        Peer::ClientGo { out, .. } => parse_fact(&read_line(out), "peak"),
+        other => {
+            wait_for("the relist", || other.lists() >= 2);
+            (alloc::peak() - baseline) as f64
+        }
+    };
+    client.stop();
+    alloc::uncounted(|| drop(double));
+    let per_object = steady / objects as f64;
+    Memory {
+        client: kind.label(),
+        objects,
+        pod_bytes: json_bytes / objects,
+        per_object,
+        json_ratio: per_object / (json_bytes as f64 / objects as f64),
+        relist_peak_ratio: peak / steady,
+    }
+}
+
+fn parse_fact(line: &str, name: &str) -> f64 {
+    line.strip_prefix(name)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("expected `{name} N` from client-go, got {line:?}"))
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Throughput {
+    client: String,
+    events: usize,
+    pod_bytes: usize,
+    events_per_second: f64,
+}
+
+#[derive(serde::Serialize)]
+struct Results {
+    throughput: Vec<Throughput>,
+    memory: Vec<Memory>,
+    idle: Idle,
+}
+
+/// What an idle loaded plugin costs.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Idle {
+    plugins: usize,
+    /// Counted heap per plugin.
+    heap_per_plugin: f64,
+    /// Resident memory per plugin (linear memories and code included).
+    rss_per_plugin: f64,
+}
+
+/// Resident set size of this process, in bytes.
+fn rss() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("resident pages");
+    pages * 4096.0
+}
+
+/// Loads `count` no-op plugins on a synced cache of 1,000 pods and measures what they hold
+/// once idle.
+fn idle(rig: &Rig, count: usize) -> Idle {
+    let pods = alloc::uncounted(|| {
+        (0..1000)
+            .map(|i| generate::pod(i, 4096, 10 + i as u64))
+            .collect()
+    });
+    let double = rig.double(pods);
+    let _guard = rig.client_rt.enter();
+    let handle = rig.client_rt.handle().clone();
+    let source = Arc::new(KubeSource::new(
+        double.client().expect("client"),
+        Transform::default(),
+        handle.clone(),
+    ));
+    let factory = InformerFactory::new(source, handle);
+    let lease = factory.acquire(&pod_type());
+    wait_for("sync", || lease.informer().has_synced());
+    // One plugin first, so the compiled code and engine are not counted per plugin.
+    let (host, paths, _dir) = bench_plugins(factory, count + 1, "noop");
+    let host = Arc::new(host);
+    host.load(&paths[0]).expect("loads");
+    wait_for("ready", || host.ready());
+    std::thread::sleep(Duration::from_millis(500));
+    let (heap_before, rss_before) = (alloc::live(), rss());
+    for path in &paths[1..] {
+        host.load(path).expect("loads");
+    }
+    wait_for("ready", || host.ready());
+    std::thread::sleep(Duration::from_millis(500));
+    let (heap_after, rss_after) = (alloc::live(), rss());
+    host.shutdown();
+    alloc::uncounted(|| drop(double));
+    Idle {
+        plugins: count,
+        heap_per_plugin: (heap_after - heap_before) as f64 / count as f64,
+        rss_per_plugin: (rss_after - rss_before) / count as f64,
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; filters are not supported.
+    let quick = std::env::var_os("KUBEWASM_BENCH_QUICK").is_some();
+    let rig = Rig::new();
+    let (pods_in_stream, rounds) = if quick { (500, 3) } else { (5_000, 3) };
+    let size = 4096;
+    let stream = alloc::uncounted(|| generate::pod_stream(pods_in_stream, size, 2, 1_000_000));
+
+    let idle = idle(&rig, 20);
+    println!(
+        "idle        {} plugins: {:.0} B heap, {:.0} B resident per plugin",
+        idle.plugins, idle.heap_per_plugin, idle.rss_per_plugin
+    );
+    let mut results = Results {
+        throughput: Vec::new(),
+        memory: Vec::new(),
+        idle,
+    };
+    let clients = [
+        Kind::Kubewasm {
+            subscriber: true,
+            keep_managed: false,
+        },
+        Kind::KubeRs,
+        Kind::ClientGo,
+        Kind::Plugins {
+            count: 1,
+            work: "noop",
+        },
+        Kind::Plugins {
+            count: 10,
+            work: "noop",
+        },
+        Kind::Plugins {
+            count: 1,
+            work: "parse",
+        },
+    ];
+    for kind in clients {
+        // The median of a few runs, each on a fresh double and client.
+        let mut runs: Vec<f64> = (0..rounds)
+            .map(|_| throughput(&rig, kind, &stream))
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        let row = Throughput {
+            client: kind.label(),
+            events: stream.len(),
+            pod_bytes: size,
+            events_per_second: runs[runs.len() / 2],
+        };
+        println!(
+            "throughput  {:<36} {:>10.0} events/s",
+            row.client, row.events_per_second
+        );
+        results.throughput.push(row);
+    }
+
+    let cases: &[(usize, usize)] = if quick {
+        &[(1_000, 1024), (1_000, 4096)]
+    } else {
+        &[
+            (10_000, 1024),
+            (10_000, 4096),
+            (10_000, 16384),
+            (100_000, 4096),
+        ]
+    };
+    let cache_only = [
+        Kind::Kubewasm {
+            subscriber: false,
+            keep_managed: false,
+        },
+        Kind::Kubewasm {
+            subscriber: false,
+            keep_managed: true,
+        },
+        Kind::KubeRs,
+        Kind::ClientGo,
+    ];
+    for &(objects, size) in cases {
+        for kind in cache_only {
+            let row = memory(&rig, kind, objects, size);
+            println!(
+                "memory      {:<36} {:>7} x {:>5} B: {:>7.0} B/object = {:.2} x JSON, relist peak {:.2} x steady",
+                row.client,
+                row.objects,
+                row.pod_bytes,
+                row.per_object,
+                row.json_ratio,
+                row.relist_peak_ratio
+            );
+            results.memory.push(row);
+        }
+    }
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-results");
+    std::fs::create_dir_all(&dir).expect("results folder");
+    let path = dir.join("peers.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&results).expect("json")).expect("write");
+    println!("written to {}", path.display());
+}

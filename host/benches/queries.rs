@@ -1,0 +1,127 @@
+//! Calls into a Rust plugin on a cache of 1,000 pods of 4 KB (generated, managedFields as a
+//! server sends them, dropped on the way in as by default):
+//! - `convert`: the host's own work for one event (building the WIT records);
+//! - `deliver_noop`: that plus the call into a plugin that returns at once, for an update
+//!   (old and new object) and for an add (one object);
+//! - `query_*`: the call into a plugin that makes one query from its handler; minus
+//!   `deliver_noop`, that is the query's latency as a plugin sees it: `get` one pod, `select`
+//!   the 10 pods matching a label selector, `by_index` 10 or 1,000 pods through the built-in
+//!   `label` index.
+//!
+//! Run with `cargo bench -p kubewasm --bench queries`.
+
+use std::sync::Arc;
+
+use kubewasm::gvk::Gvk;
+use kubewasm::informer::{Informer, Notification};
+use kubewasm::object::{KubeObject, Transform};
+use kubewasm::runtime::{Instance, convert};
+use kubewasm::source::SourceEvent;
+use kubewasm_testenv::generate;
+use serde_json::json;
+
+#[path = "support/mod.rs"]
+mod support;
+
+fn main() {
+    divan::main();
+}
+
+const PODS: usize = 1000;
+
+/// A cache of `PODS` pods; the first ten carry the label `group=ten`.
+fn informer() -> Arc<Informer> {
+    let informer = Arc::new(Informer::new(Gvk::new("", "v1", "Pod")));
+    informer.apply(SourceEvent::ListStarted);
+    for i in 0..PODS {
+        let mut pod = generate::pod(i, 4096, 10 + i as u64);
+        if i < 10 {
+            pod["metadata"]["labels"]["group"] = json!("ten");
+        }
+        let object = KubeObject::from_value(pod, &Transform::default()).expect("valid pod");
+        informer.apply(SourceEvent::Listed(Arc::new(object)));
+    }
+    informer.apply(SourceEvent::ListDone);
+    informer
+}
+
+struct Fixture {
+    instance: Instance,
+    notification: Notification,
+    added: Notification,
+}
+
+fn fixture(work: &str, arg: &str) -> Fixture {
+    let informer = informer();
+    let config = json!({"work": work, "arg": arg}).to_string();
+    let instance = support::instance::instance(
+        kubewasm_plugin_artifacts::BENCH,
+        &config,
+        std::slice::from_ref(&informer),
+    );
+    let pod = informer.store().get("bench-5/pod-5").expect("pod 5");
+    Fixture {
+        instance,
+        notification: Notification::Updated {
+            old: pod.clone(),
+            new: pod.clone(),
+        },
+        added: Notification::Added {
+            object: pod,
+            initial: false,
+        },
+    }
+}
+
+/// Times converting and handling one event; `added` picks the add, else the update.
+fn call(bencher: divan::Bencher, work: &str, arg: &str, added: bool) {
+    let mut f = fixture(work, arg);
+    let notification = if added {
+        f.added.clone()
+    } else {
+        f.notification.clone()
+    };
+    bencher.bench_local(|| {
+        let event = convert::event(&notification);
+        f.instance
+            .handle(&event)
+            .expect("no trap")
+            .expect("handled");
+    });
+}
+
+#[divan::bench(sample_count = 100)]
+fn convert(bencher: divan::Bencher) {
+    let f = fixture("noop", "");
+    bencher.bench_local(|| convert::event(&f.notification));
+}
+
+#[divan::bench(sample_count = 100)]
+fn deliver_noop(bencher: divan::Bencher) {
+    call(bencher, "noop", "", false);
+}
+
+#[divan::bench(sample_count = 100)]
+fn deliver_noop_added(bencher: divan::Bencher) {
+    call(bencher, "noop", "", true);
+}
+
+#[divan::bench(sample_count = 100)]
+fn query_get(bencher: divan::Bencher) {
+    call(bencher, "get", "", false);
+}
+
+#[divan::bench(sample_count = 100)]
+fn query_select_10(bencher: divan::Bencher) {
+    call(bencher, "select", "group=ten", false);
+}
+
+#[divan::bench(sample_count = 100)]
+fn query_by_index_10(bencher: divan::Bencher) {
+    call(bencher, "index", "group=ten", false);
+}
+
+#[divan::bench(sample_count = 20)]
+fn query_by_index_1000(bencher: divan::Bencher) {
+    call(bencher, "index", "app=web", false);
+}

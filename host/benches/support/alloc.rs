@@ -1,0 +1,95 @@
+//! A global allocator that counts live and peak heap bytes of the threads being measured.
+//!
+//! Threads marked with [`ignore_this_thread`] (the API server double's) are not counted, so
+//! what the benchmark reads is what the client under test holds. Counted are requested
+//! bytes, without the allocator's own overhead.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+/// The counting allocator; install with `#[global_allocator]`.
+pub struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+thread_local! {
+    static IGNORED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counted() -> bool {
+    !IGNORED.try_with(Cell::get).unwrap_or(true)
+}
+
+fn add(bytes: usize) {
+    let bytes = isize::try_from(bytes).unwrap_or(isize::MAX);
+    let now = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+fn sub(bytes: usize) {
+    LIVE.fetch_sub(
+        isize::try_from(bytes).unwrap_or(isize::MAX),
+        Ordering::Relaxed,
+    );
+}
+
+// The one place the project allows `unsafe`: a global allocator cannot be written without it.
+// SAFETY: every call is forwarded to the system allocator unchanged; only counters change.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if counted() {
+            add(layout.size());
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if counted() {
+            sub(layout.size());
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if counted() {
+            sub(layout.size());
+            add(new_size);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Stops counting what this thread allocates and frees.
+pub fn ignore_this_thread() {
+    IGNORED.with(|i| i.set(true));
+}
+
+/// Runs `f` without counting its allocations.
+pub fn uncounted<T>(f: impl FnOnce() -> T) -> T {
+    let before = IGNORED.with(Cell::get);
+    IGNORED.with(|i| i.set(true));
+    let out = f();
+    IGNORED.with(|i| i.set(before));
+    out
+}
+
+/// Live counted bytes.
+pub fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Highest live count since the last [`reset_peak`].
+pub fn peak() -> isize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak from the current live count.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}

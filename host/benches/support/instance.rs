@@ -1,0 +1,49 @@
+//! Live plugin instances for the call benchmarks, with logging switched off.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kubewasm::informer::Informer;
+use kubewasm::runtime::logging::{LogRate, LogSink, PluginLogRecord, PluginLogger};
+use kubewasm::runtime::{Instance, Limits, PluginContext, Runtime};
+
+/// Drops every line: logging is not what is measured.
+pub struct Discard;
+
+impl LogSink for Discard {
+    fn record(&self, _: PluginLogRecord) {}
+}
+
+/// An initialised, described instance of the plugin at `path` with `config`, allowed to query
+/// `informers`. Compiled code is cached in the benchmarks' temporary folder.
+pub fn instance(path: &str, config: &str, informers: &[Arc<Informer>]) -> Instance {
+    let limits = Limits {
+        log_rate: LogRate {
+            per_second: u32::MAX,
+            burst: u32::MAX,
+        },
+        ..Limits::default()
+    };
+    let logger = Arc::new(PluginLogger::new(
+        "bench",
+        "v",
+        Arc::new(Discard),
+        limits.log_rate,
+    ));
+    let mut ctx = PluginContext::new("bench", logger, limits);
+    ctx.grants = informers
+        .iter()
+        .map(|i| (i.gvk().clone(), i.clone()))
+        .collect();
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
+    let runtime = Runtime::new()
+        .expect("runtime")
+        .with_cache(&cache)
+        .expect("cache");
+    let bytes = std::fs::read(path).expect("plugin");
+    let code = runtime.compile(&bytes).expect("compiles");
+    let mut instance = runtime.instantiate(&code, Arc::new(ctx)).expect("instance");
+    instance.init(config).expect("no trap").expect("init");
+    instance.describe().expect("describe");
+    instance
+}

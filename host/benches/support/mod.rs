@@ -1,0 +1,6 @@
+//! Shared by the benchmarks.
+
+#![allow(dead_code)] // Each benchmark uses part of it.
+
+pub mod alloc;
+pub mod instance;

@@ -1,0 +1,78 @@
+//! The benchmarks' plugin: subscribes to Pods and does as little or as much as it is told.
+//!
+//! Configuration: `{"work": "noop" | "parse" | "get" | "select" | "index", "arg": "..."}`.
+//! - `noop`: returns at once (the cost of a delivery itself);
+//! - `parse`: parses the pod into a typed `k8s_openapi` Pod and reads its phase;
+//! - `get`: one `get` of the pod itself;
+//! - `select`: one list of all pods by the label selector `arg`;
+//! - `index`: one `by-index` query on the built-in `label` index for `arg` (`key=value`).
+//!
+//! Results go nowhere: it logs nothing, so logging is not what is measured.
+
+use std::sync::OnceLock;
+
+use kubewasm_sdk::k8s::api::core::v1::Pod;
+use kubewasm_sdk::{Event, Gvk, HandleError, Manifest, Plugin, Subscription, cache, export_plugin};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    work: String,
+    #[serde(default)]
+    arg: String,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+struct Bench;
+
+impl Plugin for Bench {
+    fn init(config: &str) -> Result<(), String> {
+        let config: Config =
+            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        match config.work.as_str() {
+            "noop" | "parse" | "get" | "select" | "index" => {}
+            other => return Err(format!("unknown work {other:?}")),
+        }
+        let _ = CONFIG.set(config);
+        Ok(())
+    }
+
+    fn describe() -> Manifest {
+        Manifest::new()
+            .subscribe(Subscription::to(Gvk::pod()))
+            .query(Gvk::pod())
+    }
+
+    fn handle(event: Event) -> Result<(), HandleError> {
+        let o = event.object();
+        let failed = |e: kubewasm_sdk::QueryError| HandleError::fatal(e.explain());
+        let Some(config) = CONFIG.get() else {
+            return Err(HandleError::fatal("not initialised"));
+        };
+        match config.work.as_str() {
+            "parse" => {
+                let pod: Pod = o.parse().map_err(HandleError::fatal)?;
+                std::hint::black_box(pod.status.and_then(|s| s.phase));
+            }
+            "get" => {
+                let found =
+                    cache::get(&Gvk::pod(), o.namespace.as_deref(), &o.name).map_err(failed)?;
+                std::hint::black_box(found);
+            }
+            "select" => {
+                let found = cache::list(&Gvk::pod(), None, Some(&config.arg)).map_err(failed)?;
+                std::hint::black_box(found);
+            }
+            "index" => {
+                let found = cache::by_index(&Gvk::pod(), "label", &config.arg).map_err(failed)?;
+                std::hint::black_box(found);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+export_plugin!(Bench);
