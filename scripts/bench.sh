@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark and regenerates docs/BENCHMARKS.md from this run's results.
 #
-#   scripts/bench.sh                          # full sizes (about half an hour)
+#   scripts/bench.sh                          # full sizes (about 10 minutes here)
 #   KUBEWASM_BENCH_QUICK=1 scripts/bench.sh   # small sizes (a few minutes)
 #
 # Needs what scripts/setup.sh installs (it is run first) and Go for the client-go peer.

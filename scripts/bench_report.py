@@ -114,8 +114,8 @@ def main():
         "## How to rerun",
         "",
         "```sh",
-        "scripts/bench.sh            # everything, about half an hour; rewrites this page",
-        "KUBEWASM_BENCH_QUICK=1 scripts/bench.sh   # small sizes, a few minutes",
+        "scripts/bench.sh                          # everything; rewrites this page",
+        "KUBEWASM_BENCH_QUICK=1 scripts/bench.sh   # small sizes, quicker",
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
@@ -165,8 +165,11 @@ def main():
     lang_rows = []
     if conv is not None and noop is not None:
         lang_rows.append(["host's own work (WIT records from the cached object)", fmt_time(conv)])
-        lang_rows.append(["no-op Rust plugin (host's work + call)", fmt_time(noop)])
+        lang_rows.append(["no-op Rust plugin, an update (host's work + call)", fmt_time(noop)])
         lang_rows.append(["the call alone (difference)", fmt_time(noop - conv)])
+        added = queries.get("deliver_noop_added")
+        if added is not None:
+            lang_rows.append(["no-op Rust plugin, an add (one object instead of two)", fmt_time(added)])
     for key, label in (
         ("owner_chain_rust", "owner-chain, Rust"),
         ("owner_chain_python", "owner-chain, Python"),
@@ -178,7 +181,8 @@ def main():
         "## 2. One delivery into a plugin",
         "",
         "Median time per event handed to one live instance, as the dispatch loop calls it. The "
-        "no-op rows use a 4 KB pod; owner-chain (same logic in every language) parses the pod, "
+        "no-op rows use a 4 KB pod (managedFields dropped on the way in), an update carrying "
+        "old and new; owner-chain (same logic in every language) parses the pod, "
         "makes two `get` queries and one `by-index` query and logs a line.",
         "",
         table(["what", "median"], lang_rows),
