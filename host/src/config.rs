@@ -1,7 +1,17 @@
 //! The host configuration file: defaults for every plugin and overrides per plugin.
 //!
 //! ```yaml
+//! pluginsDir: /plugins         # plugin components; --plugins / KUBEWASM_PLUGINS override
+//! metricsAddress: 0.0.0.0:9090 # /metrics /healthz /readyz /status; off when absent;
+//!                              # --metrics-address / KUBEWASM_METRICS_ADDRESS override
+//! shutdownTimeoutSeconds: 10   # on SIGTERM, how long in-flight handler calls may finish
+//! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
+//!   enabled: true
+//!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
+//!   name: kubewasm             # of the Lease
+//!   leaseDurationSeconds: 15   # a follower takes over this long after the leader vanished
 //! defaults:                    # every plugin; each field optional
+//!   resyncSeconds: 0           # resync period for plugins whose manifest sets none (0: off)
 //!   limits:
 //!     deadlineMs: 1000         # longest call into a plugin
 //!     memoryMiB: 64            # linear memory per instance
@@ -122,10 +132,26 @@ struct GrantsConfig {
 
 /// Settings shared by every plugin.
 #[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct DefaultsConfig {
     #[serde(default)]
     limits: LimitsConfig,
+    resync_seconds: Option<u64>,
+}
+
+/// Leader election settings.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaderElectionConfig {
+    /// Whether to elect a leader (only the leader delivers events).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Namespace of the Lease.
+    pub namespace: Option<String>,
+    /// Name of the Lease.
+    pub name: Option<String>,
+    /// Validity of the Lease without renewal, in seconds.
+    pub lease_duration_seconds: Option<u64>,
 }
 
 /// One plugin's overrides.
@@ -140,8 +166,17 @@ struct PluginConfig {
 
 /// The host configuration file.
 #[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HostConfig {
+    /// Folder of plugin components.
+    pub plugins_dir: Option<PathBuf>,
+    /// Address of the HTTP endpoints.
+    pub metrics_address: Option<String>,
+    /// Bound on the wait for in-flight handler calls at shutdown, in seconds.
+    pub shutdown_timeout_seconds: Option<u64>,
+    /// Leader election.
+    #[serde(default)]
+    pub leader_election: LeaderElectionConfig,
     #[serde(default)]
     defaults: DefaultsConfig,
     #[serde(default)]
@@ -170,6 +205,20 @@ impl HostConfig {
     /// Parses and validates configuration text; the error names the field.
     pub fn parse(text: &str) -> Result<Self, String> {
         let config: Self = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(address) = &config.metrics_address
+            && address.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(format!(
+                "metricsAddress: {address:?} is not host:port with an IP address (for example 0.0.0.0:9090)"
+            ));
+        }
+        if config
+            .leader_election
+            .lease_duration_seconds
+            .is_some_and(|s| s < 2)
+        {
+            return Err("leaderElection.leaseDurationSeconds: must be at least 2".into());
+        }
         for (name, plugin) in &config.plugins {
             let field = |f: String| format!("plugins.{name}.{f}");
             if let Some(grants) = &plugin.grants {
@@ -213,8 +262,21 @@ impl HostConfig {
     pub fn defaults(&self) -> PluginSettings {
         PluginSettings {
             limits: self.defaults.limits.apply(Limits::default()),
+            resync: self
+                .defaults
+                .resync_seconds
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs),
             ..PluginSettings::default()
         }
+    }
+
+    /// The settings of plugin `name`: its own entry, else the defaults.
+    pub fn settings(&self, name: &str) -> PluginSettings {
+        self.plugins()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map_or_else(|| self.defaults(), |(_, s)| s)
     }
 
     /// The plugins with settings of their own, with those settings.
@@ -231,6 +293,7 @@ impl HostConfig {
                     secrets: g.secrets.clone(),
                 });
                 let settings = PluginSettings {
+                    resync: defaults.resync,
                     limits: p.limits.apply(defaults.limits.clone()),
                     config: p
                         .config
@@ -301,6 +364,14 @@ plugins:
             bad_gvk.contains("plugins.view.grants.resources[0]"),
             "{bad_gvk}"
         );
+        let bad_address = HostConfig::parse("metricsAddress: localhost\n").expect_err("address");
+        assert!(bad_address.starts_with("metricsAddress:"), "{bad_address}");
+        let host = HostConfig::parse(
+            "pluginsDir: /p\nmetricsAddress: 0.0.0.0:9090\nleaderElection: {enabled: true}\ndefaults: {resyncSeconds: 30}\n",
+        )
+        .expect("valid");
+        assert!(host.leader_election.enabled);
+        assert_eq!(host.settings("any").resync, Some(Duration::from_secs(30)));
         let bad_secret = HostConfig::parse("plugins:\n  v:\n    grants: {secrets: [db]}\n")
             .expect_err("bad secret");
         assert!(

@@ -7,8 +7,12 @@
 pub mod config;
 pub mod gvk;
 pub mod informer;
+pub mod leader;
+pub mod metrics;
 pub mod object;
 pub mod plugins;
+pub mod rbac;
 pub mod runtime;
+pub mod serve;
 pub mod source;
 pub mod watch;

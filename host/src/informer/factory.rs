@@ -83,6 +83,26 @@ impl InformerFactory {
         self.entries().get(gvk).map(|e| e.informer.clone())
     }
 
+    /// Counters of every running informer, by type.
+    pub fn stats(&self) -> Vec<crate::metrics::InformerSnapshot> {
+        let informers: Vec<Arc<Informer>> = self
+            .entries()
+            .values()
+            .map(|e| e.informer.clone())
+            .collect();
+        let mut stats: Vec<_> = informers
+            .iter()
+            .map(|i| crate::metrics::InformerSnapshot {
+                gvk: i.gvk().clone(),
+                received: i.received(),
+                cached: i.store().len(),
+                synced: i.has_synced(),
+            })
+            .collect();
+        stats.sort_by(|a, b| a.gvk.cmp(&b.gvk));
+        stats
+    }
+
     /// The resource types with a running informer, sorted.
     pub fn running(&self) -> Vec<Gvk> {
         let mut gvks: Vec<Gvk> = self.entries().keys().cloned().collect();

@@ -118,6 +118,8 @@ struct State {
     listing: Option<HashSet<String>>,
     /// Complete lists applied (the first one and every relist).
     lists: u64,
+    /// Objects received from the source (listed, applied, deleted).
+    received: u64,
 }
 
 /// One resource type's cache and its subscribers. Events are applied to the store and fanned
@@ -161,6 +163,11 @@ impl Informer {
         self.state().synced
     }
 
+    /// Objects received from the source so far (listed, applied and deleted).
+    pub fn received(&self) -> u64 {
+        self.state().received
+    }
+
     /// Complete lists applied so far: 1 after the first sync, one more per relist.
     pub fn lists(&self) -> u64 {
         self.state().lists
@@ -180,6 +187,12 @@ impl Informer {
     /// into the store object by object, so the cache is never held twice.
     pub fn apply(&self, event: SourceEvent) {
         let mut state = self.state();
+        if matches!(
+            event,
+            SourceEvent::Listed(_) | SourceEvent::Applied(_) | SourceEvent::Deleted(_)
+        ) {
+            state.received += 1;
+        }
         match event {
             SourceEvent::ListStarted => state.listing = Some(HashSet::new()),
             SourceEvent::Listed(object) => {

@@ -90,6 +90,20 @@ fn retry_key(n: &Notification) -> String {
     format!("{}/{}", o.gvk, o.key)
 }
 
+/// Calls the handler, recording its duration and the instance's memory afterwards.
+fn timed(
+    stats: &PluginStats,
+    instance: &mut Instance,
+    event: &crate::runtime::bindings::kubewasm::plugin::types::Event,
+) -> wasmtime::Result<Result<(), crate::runtime::bindings::kubewasm::plugin::types::HandleError>> {
+    let started = Instant::now();
+    let outcome = instance.handle(event);
+    stats.durations.observe(started.elapsed());
+    let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
+    stats.memory_bytes.store(memory, Ordering::Relaxed);
+    outcome
+}
+
 /// Starts a plugin's dispatch thread.
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let name = setup.ctx.name.clone();
@@ -270,12 +284,13 @@ impl Worker {
     /// One attempt at delivering `n`, with the counters and status it implies.
     fn attempt(&mut self, n: &Notification) -> Result<(), Failure> {
         let event = convert::event(n);
+        let stats = self.stats.clone();
         let outcome = match self.instance() {
             Err(reason) => Err(Failure {
                 reason,
                 retry: true,
             }),
-            Ok(instance) => match instance.handle(&event) {
+            Ok(instance) => match timed(&stats, instance, &event) {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(Failure {
                     reason: e.message,

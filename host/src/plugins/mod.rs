@@ -2,6 +2,7 @@
 
 mod dispatch;
 pub mod folder;
+pub mod inspect;
 pub mod manifest;
 pub mod retry;
 
@@ -19,8 +20,10 @@ use crate::informer::Subscription;
 use crate::informer::factory::{InformerFactory, Lease};
 use crate::informer::queue::{QueueStats, queue};
 use crate::informer::store::StoreError;
+use crate::metrics::{Histogram, HistogramSnapshot};
 use crate::runtime::logging::{LogSink, PluginLogger};
 use crate::runtime::{Instance, Limits, LoadError, PluginCode, PluginContext, Runtime, is_secret};
+use inspect::{Inspection, inspect};
 use manifest::{ManifestError, PluginManifest};
 
 /// Why a plugin did not load.
@@ -101,11 +104,14 @@ pub struct PluginSettings {
     pub config: String,
     /// What it may read.
     pub grants: Grants,
+    /// Resync period when its manifest sets none.
+    pub resync: Option<std::time::Duration>,
 }
 
 impl Default for PluginSettings {
     fn default() -> Self {
         Self {
+            resync: None,
             limits: Limits::default(),
             config: "{}".to_owned(),
             grants: Grants::default(),
@@ -133,6 +139,10 @@ pub struct PluginStats {
     /// Set once every informer the plugin needs has synced and the plugin has been handed
     /// the initial state of every type it subscribes to.
     pub synced: AtomicBool,
+    /// Time of each call into the handler.
+    pub durations: Histogram,
+    /// Linear memory of the current instance, in bytes.
+    pub memory_bytes: AtomicU64,
 }
 
 impl PluginStats {
@@ -150,7 +160,7 @@ impl PluginStats {
 }
 
 /// A snapshot of one plugin's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PluginStatus {
     /// The plugin's name.
     pub name: String,
@@ -173,12 +183,19 @@ pub struct PluginStatus {
     /// Events given up.
     pub given_up: u64,
     /// True once every informer the plugin needs has synced and the plugin has been handed
-    /// their initial state (client-go's `HasSynced` for a handler).
+    /// their initial state (client-go's `HasSynced` for a handler). On standby: once its
+    /// informers have synced.
     pub synced: bool,
+    /// Prepared with warm caches but not delivering (this replica is not the leader).
+    pub standby: bool,
     /// Events waiting in its queue.
     pub queued: usize,
     /// Events folded into a newer state of their object because the queue was backed up.
     pub coalesced: u64,
+    /// Time of each call into the handler.
+    pub durations: HistogramSnapshot,
+    /// Linear memory of the current instance, in bytes.
+    pub memory_bytes: u64,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
     /// Times a new version replaced the running one.
@@ -239,6 +256,8 @@ struct Prepared {
     manifest: PluginManifest,
     leases: Vec<Lease>,
     logger: Arc<PluginLogger>,
+    /// The resync period from the configuration, for a manifest that sets none.
+    resync_default: Option<std::time::Duration>,
 }
 
 /// What applying a plugin file did.
@@ -269,6 +288,10 @@ pub struct PluginHost {
     settings: HashMap<String, PluginSettings>,
     plugins: Mutex<BTreeMap<String, Running>>,
     failures: Mutex<BTreeMap<String, Failure>>,
+    /// Whether loaded plugins deliver (false on a leader-election follower).
+    leading: AtomicBool,
+    /// Plugins prepared while not leading: caches warm, nothing delivered.
+    standby: Mutex<BTreeMap<String, Prepared>>,
 }
 
 /// A plugin version: the first 12 hex digits of the SHA-256 of its file.
@@ -306,6 +329,8 @@ impl PluginHost {
             settings: HashMap::new(),
             plugins: Mutex::new(BTreeMap::new()),
             failures: Mutex::new(BTreeMap::new()),
+            leading: AtomicBool::new(true),
+            standby: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -361,12 +386,14 @@ impl PluginHost {
             reason,
         };
         let hash = content_hash(bytes);
-        if self.plugins().get(&name).is_some_and(|r| r.hash == hash) {
+        if self.plugins().get(&name).is_some_and(|r| r.hash == hash)
+            || self.standby().get(&name).is_some_and(|p| p.hash == hash)
+        {
             return Ok(Applied::Unchanged);
         }
         let outcome = self
             .prepare(&name, path, bytes, hash.clone())
-            .and_then(|p| self.activate(p).map_err(fail));
+            .and_then(|p| self.activate_or_hold(p).map_err(fail));
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         match &outcome {
             Ok(_) => {
@@ -409,61 +436,28 @@ impl PluginHost {
         bytes: &[u8],
         hash: String,
     ) -> Result<Prepared, PluginError> {
-        let name = name.to_owned();
+        let settings = self.settings.get(name).unwrap_or(&self.defaults);
+        let Inspection {
+            code,
+            mut ctx,
+            config,
+            mut instance,
+            manifest,
+            logger,
+        } = inspect(
+            &self.runtime,
+            settings,
+            self.log.clone(),
+            name,
+            path,
+            bytes,
+            &hash,
+        )?;
         let fail = |reason: Reason| PluginError {
-            plugin: name.clone(),
+            plugin: name.to_owned(),
             path: path.to_owned(),
             reason,
         };
-        let code = self
-            .runtime
-            .compile(bytes)
-            .map_err(|e| fail(Reason::Load(e)))?;
-
-        let settings = self.settings.get(&name).unwrap_or(&self.defaults).clone();
-        let logger = Arc::new(PluginLogger::new(
-            &name,
-            &hash,
-            self.log.clone(),
-            settings.limits.log_rate,
-        ));
-        let mut ctx = PluginContext::new(&name, logger.clone(), settings.limits.clone());
-        let mut instance = self
-            .runtime
-            .instantiate(&code, Arc::new(ctx.clone()))
-            .map_err(|e| fail(Reason::Start(format!("{e:#}"))))?;
-        let config = settings.config.clone();
-        match instance.init(&config) {
-            Ok(Ok(())) => {}
-            Ok(Err(refusal)) => return Err(fail(Reason::Init(refusal))),
-            Err(trap) => return Err(fail(Reason::Init(format!("trapped: {trap:#}")))),
-        }
-        let described = instance
-            .describe()
-            .map_err(|e| fail(Reason::Start(format!("describe trapped: {e:#}"))))?;
-        let mut manifest = PluginManifest::validate(&described).map_err(|e| fail(e.into()))?;
-
-        // The operator decides: subscriptions must be granted, ungranted queries answer denied.
-        for (i, (gvk, filter)) in manifest.subscriptions.iter_mut().enumerate() {
-            if !settings.grants.allows(gvk) {
-                return Err(fail(Reason::NotGranted {
-                    field: format!("subscriptions[{i}]"),
-                    gvk: gvk.to_string(),
-                }));
-            }
-            if is_secret(gvk) {
-                filter.keys = Some(settings.grants.secrets.iter().cloned().collect());
-            }
-        }
-        let (granted, denied): (Vec<Gvk>, Vec<Gvk>) = manifest
-            .cached
-            .iter()
-            .cloned()
-            .partition(|gvk| settings.grants.allows(gvk));
-        manifest.cached = granted;
-        ctx.denied = denied.into_iter().collect();
-        ctx.secrets = settings.grants.secrets.iter().cloned().collect();
-
         let leases: Vec<Lease> = manifest
             .cached
             .iter()
@@ -486,7 +480,7 @@ impl PluginHost {
         instance.set_context(ctx.clone());
 
         Ok(Prepared {
-            name,
+            name: name.to_owned(),
             path: path.to_owned(),
             hash,
             code,
@@ -496,7 +490,22 @@ impl PluginHost {
             manifest,
             leases,
             logger,
+            resync_default: settings.resync,
         })
+    }
+
+    /// Activates `p`, or holds it on standby while this replica does not lead.
+    fn activate_or_hold(&self, p: Prepared) -> Result<Applied, Reason> {
+        if !self.leading() {
+            tracing::info!(plugin = %p.name, hash = %p.hash, "plugin on standby: this replica is not the leader");
+            let replaced = self.standby().insert(p.name.clone(), p).is_some();
+            return Ok(if replaced {
+                Applied::Replaced
+            } else {
+                Applied::Loaded
+            });
+        }
+        self.activate(p)
     }
 
     /// Starts delivering to a prepared version. When it replaces a running one, each of the
@@ -540,7 +549,7 @@ impl PluginHost {
             ctx: p.ctx,
             config: p.config,
             instance: p.instance,
-            resync: p.manifest.resync,
+            resync: p.manifest.resync.or(p.resync_default),
             leases: p.leases,
             rx,
             initial_lists,
@@ -583,6 +592,10 @@ impl PluginHost {
     /// Stops delivering to plugin `name` and drops its instance, queue and informer claims.
     /// Returns whether it was loaded.
     pub fn unload(&self, name: &str) -> bool {
+        if self.standby().remove(name).is_some() {
+            tracing::info!(plugin = %name, "plugin unloaded (it was on standby)");
+            return true;
+        }
         let running = self.plugins().remove(name);
         match running {
             Some(mut running) => {
@@ -619,22 +632,62 @@ impl PluginHost {
                 traps: r.stats.traps.load(Ordering::Relaxed),
                 given_up: r.stats.given_up.load(Ordering::Relaxed),
                 synced: r.stats.synced.load(Ordering::Relaxed),
+                standby: false,
                 queued: r.queue.depth(),
                 coalesced: r.queue.coalesced(),
+                durations: r.stats.durations.snapshot(),
+                memory_bytes: r.stats.memory_bytes.load(Ordering::Relaxed),
                 log_dropped: r.logger.dropped(),
             })
+            .chain(self.standby().iter().map(|(name, p)| PluginStatus {
+                name: name.clone(),
+                path: p.path.clone(),
+                hash: p.hash.clone(),
+                synced: p.leases.iter().all(|l| l.informer().has_synced()),
+                standby: true,
+                reload_error: failures.get(name).map(|f| f.error.clone()),
+                reload_failures: failures.get(name).map_or(0, |f| f.count),
+                ..PluginStatus::default()
+            }))
             .collect()
+    }
+
+    fn standby(&self) -> MutexGuard<'_, BTreeMap<String, Prepared>> {
+        self.standby.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes loaded plugins wait on standby (prepared, caches warm, nothing delivered) until
+    /// [`Self::lead`]: for a leader-election follower. Call before loading.
+    pub fn follow(&self) {
+        self.leading.store(false, Ordering::SeqCst);
+    }
+
+    /// Starts delivering to every plugin on standby; each gets the current state as its
+    /// initial list. Blocking: call it off the async runtime.
+    pub fn lead(&self) {
+        self.leading.store(true, Ordering::SeqCst);
+        let waiting = std::mem::take(&mut *self.standby());
+        for (name, prepared) in waiting {
+            match self.activate(prepared) {
+                Ok(_) => tracing::info!(plugin = %name, "now leading: delivering"),
+                Err(e) => tracing::error!(plugin = %name, "cannot start delivering: {e}"),
+            }
+        }
+    }
+
+    /// Whether loaded plugins deliver (not a follower waiting on standby).
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
     }
 
     /// True when every loaded plugin has synced (see [`PluginStatus::synced`]).
     pub fn ready(&self) -> bool {
-        self.plugins()
-            .values()
-            .all(|r| r.stats.synced.load(Ordering::Relaxed))
+        self.status().iter().all(|s| s.synced)
     }
 
     /// Unloads every plugin.
     pub fn shutdown(&self) {
+        self.standby().clear();
         let names: Vec<String> = self.plugins().keys().cloned().collect();
         for name in names {
             self.unload(&name);

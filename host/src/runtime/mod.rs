@@ -1,6 +1,7 @@
 //! The wasmtime side: engine, limits, pre-linked components, instances and host imports.
 
 pub mod convert;
+pub mod limiter;
 pub mod logging;
 mod queries;
 mod stdio;
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::gvk::Gvk;
@@ -121,7 +122,7 @@ impl PluginContext {
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: limiter::Limiter,
     ctx: Arc<PluginContext>,
 }
 
@@ -252,10 +253,7 @@ impl Runtime {
         code: &PluginCode,
         ctx: Arc<PluginContext>,
     ) -> wasmtime::Result<Instance> {
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(ctx.limits.memory_bytes)
-            .trap_on_grow_failure(true)
-            .build();
+        let limits = limiter::Limiter::new(ctx.limits.memory_bytes);
         let deadline_ticks = ticks(ctx.limits.deadline);
         // No preopened folders, network, environment or arguments: only clocks, random, and
         // stdout/stderr into the plugin's log.
@@ -324,6 +322,11 @@ impl Instance {
         self.plugin
             .kubewasm_plugin_handler()
             .call_init(&mut self.store, config)
+    }
+
+    /// Bytes of linear memory the instance has been granted.
+    pub fn memory_bytes(&self) -> usize {
+        self.store.data().limits.memory_bytes()
     }
 
     /// Calls `handle`; the inner error is the plugin's own failure report.

@@ -256,6 +256,52 @@ impl TestEnv {
         Ok(())
     }
 
+    /// A client acting as service account `namespace/name` (created if missing), with a
+    /// token from the TokenRequest API, as a pod's projected token would be.
+    pub async fn service_account_client(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<kube::Client> {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        use kube::api::{Api, PostParams};
+        let admin = self.client().await?;
+        let accounts = Api::<ServiceAccount>::namespaced(admin, namespace);
+        if accounts.get_opt(name).await?.is_none() {
+            let account: ServiceAccount =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+            accounts.create(&PostParams::default(), &account).await?;
+        }
+        let request: TokenRequest = serde_json::from_value(
+            serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
+        )?;
+        let token = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .with_context(|| format!("token for service account {namespace}/{name}"))?
+            .status
+            .context("token request has no status")?
+            .token;
+        let path = self
+            .dir
+            .path()
+            .join(format!("sa-{namespace}-{name}.kubeconfig"));
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {
+                "server": self.url(),
+                "certificate-authority-data": b64(&self.pki.ca_cert()),
+            }}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": name}}],
+            "current-context": "test",
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+        client_from(&path).await
+    }
+
     /// An admin client.
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         client_from(&self.kubeconfig).await

@@ -1,0 +1,217 @@
+//! Leader election through a `coordination.k8s.io/v1` Lease, as client-go's leaderelection
+//! does it: the leader renews the Lease every `retry` period; a candidate takes it over once
+//! the record has not changed for `lease_duration` by its own clock (so clocks need not
+//! agree); a leader that cannot renew for `renew_deadline` stops leading. On shutdown the
+//! leader releases the Lease so a follower takes over at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+/// Timing and naming of an election.
+#[derive(Debug, Clone)]
+pub struct ElectionConfig {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// This replica's identity (the pod name by default).
+    pub identity: String,
+    /// How long a Lease stays valid without renewal (client-go default: 15 s).
+    pub lease_duration: Duration,
+    /// How long a leader keeps trying to renew before it gives up leading (10 s).
+    pub renew_deadline: Duration,
+    /// How often to try to acquire or renew (2 s).
+    pub retry: Duration,
+}
+
+impl ElectionConfig {
+    /// client-go's default timings for `namespace/name` and `identity`.
+    pub fn new(namespace: &str, name: &str, identity: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The Lease record as last observed, and when (by our clock) it last changed.
+struct Observed {
+    record: Option<(String, String)>,
+    since: Instant,
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    api: Api<Lease>,
+    config: ElectionConfig,
+    leading: Arc<AtomicBool>,
+    observed: Observed,
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+impl Elector {
+    /// An elector using `client`; `leading` mirrors whether this replica leads.
+    pub fn new(client: kube::Client, config: ElectionConfig, leading: Arc<AtomicBool>) -> Self {
+        Self {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            leading,
+            observed: Observed {
+                record: None,
+                since: Instant::now(),
+            },
+        }
+    }
+
+    /// One attempt to acquire or renew the Lease; true when this replica holds it.
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let me = &self.config.identity;
+        let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(me.clone()),
+                    lease_duration_seconds: Some(duration),
+                    acquire_time: Some(now()),
+                    renew_time: Some(now()),
+                    lease_transitions: Some(0),
+                    ..LeaseSpec::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let record = (
+            holder.clone(),
+            spec.renew_time
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+        );
+        if self.observed.record.as_ref() != Some(&record) {
+            self.observed = Observed {
+                record: Some(record),
+                since: Instant::now(),
+            };
+        }
+        let expired = self.observed.since.elapsed() > self.config.lease_duration;
+        if holder != *me && !holder.is_empty() && !expired {
+            return Ok(false);
+        }
+        if holder != *me {
+            spec.acquire_time = Some(now());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.holder_identity = Some(me.clone());
+        spec.lease_duration_seconds = Some(duration);
+        spec.renew_time = Some(now());
+        // The resourceVersion in `lease` makes this a compare-and-swap.
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until this replica leads; then returns, with `leading` set.
+    pub async fn acquire(&mut self) {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    self.leading.store(true, Ordering::SeqCst);
+                    tracing::info!(lease = %format!("{}/{}", self.config.namespace, self.config.name), identity = %self.config.identity, "became the leader");
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(lease = %self.config.name, "leader election: {e}"),
+            }
+            tokio::time::sleep(self.config.retry).await;
+        }
+    }
+
+    /// Renews while leading; returns (with `leading` cleared) once renewing has failed for the
+    /// renew deadline or another replica holds the Lease.
+    pub async fn hold(&mut self) {
+        let mut last_renewal = Instant::now();
+        loop {
+            tokio::time::sleep(self.config.retry).await;
+            match self.try_acquire_or_renew().await {
+                Ok(true) => last_renewal = Instant::now(),
+                Ok(false) => {
+                    tracing::error!(lease = %self.config.name, "another replica holds the lease: no longer leading");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(lease = %self.config.name, "cannot renew the lease: {e}");
+                    if last_renewal.elapsed() > self.config.renew_deadline {
+                        tracing::error!(lease = %self.config.name, "lease not renewed within {:?}: no longer leading", self.config.renew_deadline);
+                        break;
+                    }
+                }
+            }
+        }
+        self.leading.store(false, Ordering::SeqCst);
+    }
+
+    /// Gives the Lease up if this replica holds it, so a follower takes over at once.
+    pub async fn release(&mut self) {
+        if !self.leading.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(&self.config.identity) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now());
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(lease = %self.config.name, "released the lease"),
+            Err(e) => tracing::warn!(lease = %self.config.name, "cannot release the lease: {e}"),
+        }
+    }
+}
+
+/// Runs the election for `host`: on standby until elected, then delivering while the Lease
+/// is held. Returns when leadership is lost (`host` keeps running; the caller decides).
+pub async fn lead_while_elected(mut elector: Elector, host: Arc<crate::plugins::PluginHost>) {
+    elector.acquire().await;
+    let leader = host.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || leader.lead()).await {
+        tracing::error!("cannot start delivering: {e}");
+    }
+    elector.hold().await;
+}
