@@ -238,6 +238,20 @@ impl TestEnv {
 
     fn write_kubeconfig(&self, path: &Path, user: &str, groups: &[&str]) -> anyhow::Result<()> {
         let cert = self.pki.client(user, groups)?;
+        let credentials = serde_json::json!({
+            "client-certificate-data": b64(&cert.cert),
+            "client-key-data": b64(&cert.key),
+        });
+        self.write_kubeconfig_with(path, user, credentials)
+    }
+
+    /// Writes a kubeconfig for this server with `user`'s `credentials` (kubeconfig `user`).
+    fn write_kubeconfig_with(
+        &self,
+        path: &Path,
+        user: &str,
+        credentials: serde_json::Value,
+    ) -> anyhow::Result<()> {
         let config = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Config",
@@ -245,10 +259,7 @@ impl TestEnv {
                 "server": self.url(),
                 "certificate-authority-data": b64(&self.pki.ca_cert()),
             }}],
-            "users": [{"name": user, "user": {
-                "client-certificate-data": b64(&cert.cert),
-                "client-key-data": b64(&cert.key),
-            }}],
+            "users": [{"name": user, "user": credentials}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
             "current-context": "test",
         });
@@ -287,18 +298,7 @@ impl TestEnv {
             .dir
             .path()
             .join(format!("sa-{namespace}-{name}.kubeconfig"));
-        let config = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "test", "cluster": {
-                "server": self.url(),
-                "certificate-authority-data": b64(&self.pki.ca_cert()),
-            }}],
-            "users": [{"name": name, "user": {"token": token}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": name}}],
-            "current-context": "test",
-        });
-        std::fs::write(&path, serde_json::to_string_pretty(&config)?)?;
+        self.write_kubeconfig_with(&path, name, serde_json::json!({"token": token}))?;
         client_from(&path).await
     }
 
