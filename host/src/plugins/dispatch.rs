@@ -283,6 +283,9 @@ impl Worker {
 
     /// One attempt at delivering `n`, with the counters and status it implies.
     fn attempt(&mut self, n: &Notification) -> Result<(), Failure> {
+        // Every line logged during the call (the plugin's own included) carries both.
+        let _span =
+            tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
         let event = convert::event(n);
         let stats = self.stats.clone();
         let outcome = match self.instance() {

@@ -1,0 +1,226 @@
+//! The `kubewasm` binary's agent commands (`check`, `rbac`, SIGTERM on `run`) and the
+//! manifests in examples/deploy, which must match what the binary generates.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kubewasm::config::HostConfig;
+
+const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The example plugins under the names examples/deploy configures.
+fn deployed_plugins() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, built) in [
+        ("pod-phase", kubewasm_plugin_artifacts::POD_PHASE),
+        (
+            "deployment-view",
+            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+        ),
+    ] {
+        std::fs::copy(built, dir.path().join(format!("{name}.wasm"))).expect("copy");
+    }
+    dir
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(KUBEWASM)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("kubewasm runs")
+}
+
+#[test]
+fn deploy_rbac_is_what_kubewasm_rbac_generates() {
+    let plugins = deployed_plugins();
+    let config = root().join("examples/deploy/config.yaml");
+    let out = run(&[
+        "rbac",
+        "--plugins",
+        plugins.path().to_str().expect("utf-8 path"),
+        "--config",
+        config.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed =
+        std::fs::read_to_string(root().join("examples/deploy/rbac.yaml")).expect("rbac.yaml");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        committed,
+        "regenerate examples/deploy/rbac.yaml with `kubewasm rbac` (see README)"
+    );
+}
+
+#[test]
+fn deploy_manifests_parse_and_the_pod_is_locked_down() {
+    let dir = root().join("examples/deploy");
+    HostConfig::load(&dir.join("config.yaml")).expect("the host configuration is valid");
+    let mut kinds = Vec::new();
+    for file in [
+        "namespace.yaml",
+        "rbac.yaml",
+        "deployment.yaml",
+        "kustomization.yaml",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("readable");
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value: serde_json::Value =
+                serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{file}: {e}"));
+            kinds.push(value["kind"].as_str().unwrap_or("Kustomization").to_owned());
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "Kustomization"
+        ]
+    );
+    let text = std::fs::read_to_string(dir.join("deployment.yaml")).expect("readable");
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        serde_yaml_ng::from_str(&text).expect("a Deployment");
+    let pod = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("a pod spec");
+    assert_eq!(
+        pod.security_context.and_then(|s| s.run_as_non_root),
+        Some(true)
+    );
+    let container = &pod.containers[0];
+    let security = container
+        .security_context
+        .clone()
+        .expect("container securityContext");
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(
+        probe_path(&container.readiness_probe).as_deref(),
+        Some("/readyz")
+    );
+    assert_eq!(
+        probe_path(&container.liveness_probe).as_deref(),
+        Some("/healthz")
+    );
+    let resources = container.resources.clone().expect("resources");
+    assert!(resources.requests.is_some() && resources.limits.is_some());
+}
+
+#[test]
+fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
+    let plugins = deployed_plugins();
+    let config = root().join("examples/deploy/config.yaml");
+    let plugin = plugins.path().join("deployment-view.wasm");
+    let out = run(&[
+        "check",
+        plugin.to_str().expect("utf-8 path"),
+        "--config",
+        config.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "plugin deployment-view",
+        "apps/v1/Deployment  (namespaces shop; every label)",
+        "index: v1/Event \"involved-uid\" on /involvedObject/uid",
+        "v1/Pod  get, list, watch",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    let broken = plugins.path().join("broken.wasm");
+    std::fs::write(&broken, b"not a component").expect("write");
+    let out = run(&["check", broken.to_str().expect("utf-8 path")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("broken") && stderr.contains("broken.wasm"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigterm_stops_delivery_and_exits_zero() {
+    let plugins = deployed_plugins();
+    let mut child = Command::new(KUBEWASM)
+        .args(["run", "--plugins"])
+        .arg(plugins.path())
+        .arg("--cluster")
+        .arg(root().join("examples/cluster"))
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubewasm runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("plugins ready")) {
+        assert!(Instant::now() < deadline, "never ready: {lines:#?}");
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            lines.push(line);
+        }
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let stopped = Instant::now();
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("wait") {
+            break exit;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(15),
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    lines.extend(rx.try_iter());
+    assert!(exit.success(), "exit {exit:?}: {lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.contains("shutting down")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("plugin unloaded")),
+        "delivery stopped: {lines:#?}"
+    );
+}
