@@ -480,3 +480,45 @@ async fn leader_hand_over_loses_no_event_past_the_hand_over() -> anyhow::Result<
     assert_eq!(b.metric("kubewasm_leader").await?, Some(1.0));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_takes_over_once_a_crashed_leaders_lease_expires() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "kubewasm").await?;
+    let election = |identity: &str| {
+        let mut config = ElectionConfig::new("kubewasm", "crash", identity);
+        config.lease_duration = Duration::from_secs(3);
+        config.renew_deadline = Duration::from_secs(2);
+        config.retry = Duration::from_millis(200);
+        config
+    };
+    let a_leads = Arc::new(AtomicBool::new(false));
+    let mut a = Elector::new(admin.clone(), election("a"), a_leads.clone());
+    a.acquire().await;
+    assert!(a_leads.load(Ordering::SeqCst));
+    let b_leads = Arc::new(AtomicBool::new(false));
+    let b_task = tokio::spawn({
+        let b_leads = b_leads.clone();
+        let admin = admin.clone();
+        async move { Elector::new(admin, election("b"), b_leads).acquire().await }
+    });
+    // a renews for a while: b must not take over a live lease.
+    let renewing = tokio::spawn(async move { a.hold().await });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !b_leads.load(Ordering::SeqCst),
+        "b took over a renewed lease"
+    );
+    // a crashes: no more renewals, no release.
+    renewing.abort();
+    let crashed = Instant::now();
+    b_task.await?;
+    let took = crashed.elapsed();
+    assert!(b_leads.load(Ordering::SeqCst));
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(8),
+        "b took over {took:?} after the crash (lease 3 s)"
+    );
+    Ok(())
+}
