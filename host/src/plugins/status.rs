@@ -1,0 +1,97 @@
+//! One plugin's counters while it runs, and the snapshot status and metrics read.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::metrics::{Histogram, HistogramSnapshot};
+use crate::plugins::dispatch;
+
+/// Counters of one plugin's deliveries.
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    /// Events handled successfully.
+    pub delivered: AtomicU64,
+    /// Failed attempts (error results and traps).
+    pub failed: AtomicU64,
+    /// Failed attempts scheduled for a retry.
+    pub retried: AtomicU64,
+    /// Failed attempts since the last success.
+    pub consecutive_failures: AtomicU64,
+    /// The reason of the latest failed attempt.
+    pub last_error: Mutex<Option<String>>,
+    /// Traps (each discards the instance).
+    pub traps: AtomicU64,
+    /// Events given up after the last attempt, or on a non-retryable error.
+    pub given_up: AtomicU64,
+    /// Set once every informer the plugin needs has synced and the plugin has been handed
+    /// the initial state of every type it subscribes to.
+    pub synced: AtomicBool,
+    /// Time of each call into the handler.
+    pub durations: Histogram,
+    /// Linear memory of the current instance, in bytes.
+    pub memory_bytes: AtomicU64,
+}
+
+impl PluginStats {
+    pub(super) fn set_last_error(&self, reason: &str) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
+    }
+
+    /// True while the plugin's attempts keep failing (10 or more in a row).
+    pub fn degraded(&self) -> bool {
+        self.consecutive_failures.load(Ordering::Relaxed) >= dispatch::DEGRADED_AFTER
+    }
+}
+
+/// A snapshot of one plugin's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PluginStatus {
+    /// The plugin's name.
+    pub name: String,
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// First 12 hex digits of the SHA-256 of the file.
+    pub hash: String,
+    /// Events handled successfully.
+    pub delivered: u64,
+    /// Failed attempts.
+    pub failed: u64,
+    /// Failed attempts scheduled for a retry.
+    pub retried: u64,
+    /// True while its attempts keep failing.
+    pub degraded: bool,
+    /// The reason of its latest failed attempt.
+    pub last_error: Option<String>,
+    /// Traps.
+    pub traps: u64,
+    /// Events given up.
+    pub given_up: u64,
+    /// True once every informer the plugin needs has synced and the plugin has been handed
+    /// their initial state (client-go's `HasSynced` for a handler). On standby: once its
+    /// informers have synced.
+    pub synced: bool,
+    /// Prepared with warm caches but not delivering (this replica is not the leader).
+    pub standby: bool,
+    /// Events waiting in its queue.
+    pub queued: usize,
+    /// Events folded into a newer state of their object because the queue was backed up.
+    pub coalesced: u64,
+    /// Time of each call into the handler.
+    pub durations: HistogramSnapshot,
+    /// Linear memory of the current instance, in bytes.
+    pub memory_bytes: u64,
+    /// Log lines dropped for exceeding its log rate.
+    pub log_dropped: u64,
+    /// Times a new version replaced the running one.
+    pub reloads: u64,
+    /// Why the newest file of this name failed to load, if it did (the running version is
+    /// the previous one).
+    pub reload_error: Option<String>,
+    /// Failed loads of this name since the last successful one.
+    pub reload_failures: u64,
+}
