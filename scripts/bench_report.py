@@ -267,6 +267,7 @@ def main():
     for key, label in (
         ("replace_compiling", "new version serving, compiled on arrival"),
         ("replace_cached", "new version serving, from the compiled-code cache"),
+        ("file_to_serving", "file written to new version serving (watcher and cache)"),
         ("start_50/cold", "host start with 50 plugins, cold"),
         ("start_50/cached", "host start with 50 plugins, compiled-code cache warm"),
     ):
@@ -275,8 +276,9 @@ def main():
     out += [
         "## 5. Plugin files to serving",
         "",
-        "From the folder watcher's reconciliation (which follows a 200 ms debounce of file "
-        "events) to the new version serving; and a host start reconciling 50 plugins.",
+        "From the folder watcher's reconciliation to the new version serving; from writing the "
+        "file into the followed folder (the watcher debounces file events for 200 ms) to the "
+        "new version serving; and a host start reconciling 50 plugins.",
         "",
         table(["what", "median"], life),
         "",

@@ -3,6 +3,8 @@
 //!   cache), type-checked, initialised, described, and swapped in. This is the time from the
 //!   folder watcher's reconciliation (which follows the 200 ms debounce) to the new version
 //!   serving.
+//! - `file_to_serving`: from writing a new version's file into the followed folder to that
+//!   version serving (watcher debounce included; machine code cached).
 //! - `start_50`: a host start reconciling a folder of 50 plugins, cold and with the cache.
 //!
 //! Run with `cargo bench -p kubewasm --bench reload`.
@@ -13,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kubewasm::informer::factory::InformerFactory;
 use kubewasm::object::Transform;
-use kubewasm::plugins::folder::sync_dir;
-use kubewasm::plugins::{Applied, PluginHost};
+use kubewasm::plugins::folder::{FolderWatcher, sync_dir};
+use kubewasm::plugins::{Applied, PluginHost, content_hash};
 use kubewasm::runtime::logging::MemorySink;
 use kubewasm::runtime::{Limits, Runtime};
 use kubewasm::source::manifests::ManifestFolder;
@@ -118,6 +120,31 @@ fn replace_cached(bencher: divan::Bencher) {
             f.host.apply_bytes(&path, bytes).expect("replaces"),
             Applied::Replaced
         );
+    });
+}
+
+/// A new version's file written into a followed folder, until that version serves: the
+/// folder watcher's debounce, the reconciliation and the swap (machine code cached).
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn file_to_serving(bencher: divan::Bencher) {
+    let f = fixture(None);
+    let (a, b) = (variant(AUDIT_LOG, "a"), variant(AUDIT_LOG, "b"));
+    let path = f.plugins.path().join("audit.wasm");
+    // Both versions compiled once, so the cache serves them.
+    f.host.apply_bytes(&path, &b).expect("b");
+    fs::write(&path, &a).expect("write");
+    let host = Arc::new(f.host);
+    let (_watcher, _) = FolderWatcher::start(host.clone(), f.plugins.path()).expect("watcher");
+    assert_eq!(host.version("audit"), Some(content_hash(&a)));
+    let mut flip = false;
+    bencher.bench_local(|| {
+        flip = !flip;
+        let bytes = if flip { &b } else { &a };
+        let hash = content_hash(bytes);
+        fs::write(&path, bytes).expect("write");
+        while host.version("audit").as_deref() != Some(hash.as_str()) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     });
 }
 
