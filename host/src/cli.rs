@@ -11,6 +11,7 @@ use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::index::IndexFunc;
 use kubewasm::leader::ElectionConfig;
+use kubewasm::plugins::folder::plugin_files;
 use kubewasm::plugins::inspect::{Inspection, inspect};
 use kubewasm::plugins::{content_hash, plugin_name};
 use kubewasm::rbac;
@@ -89,6 +90,13 @@ pub async fn kube_client(
         None => kube::Config::infer().await?,
     };
     Ok(kube::Client::try_from(config)?)
+}
+
+/// The plugins folder: the flag (or `KUBEWASM_PLUGINS`), else `pluginsDir` of the configuration.
+pub fn plugins_dir(flag: Option<&Path>, config: &HostConfig) -> anyhow::Result<PathBuf> {
+    flag.map(Path::to_owned)
+        .or_else(|| config.plugins_dir.clone())
+        .context("no plugins folder: pass --plugins (or KUBEWASM_PLUGINS) or set pluginsDir in the configuration")
 }
 
 /// The election's Lease and this replica's identity: `$POD_NAME` (or the host name) plus the
@@ -242,18 +250,9 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// `kubewasm rbac`.
 pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
-    let dir = args
-        .plugins
-        .clone()
-        .or_else(|| config.plugins_dir.clone())
-        .context("no plugins folder: pass --plugins or set pluginsDir in the configuration")?;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("plugins folder {}", dir.display()))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
-        .collect();
-    files.sort();
+    let dir = plugins_dir(args.plugins.as_deref(), &config)?;
+    // Exactly the files `run` would load from the folder.
+    let files = plugin_files(&dir).with_context(|| format!("plugins folder {}", dir.display()))?;
     let mut types = BTreeSet::new();
     let mut failed = Vec::new();
     for file in &files {

@@ -154,11 +154,7 @@ fn load_config(path: Option<&Path>) -> anyhow::Result<HostConfig> {
 
 async fn run(args: RunArgs) -> anyhow::Result<std::process::ExitCode> {
     let config = load_config(args.config.as_deref())?;
-    let plugins_dir = args
-        .plugins
-        .clone()
-        .or_else(|| config.plugins_dir.clone())
-        .context("no plugins folder: pass --plugins (or KUBEWASM_PLUGINS) or set pluginsDir in the configuration")?;
+    let plugins_dir = cli::plugins_dir(args.plugins.as_deref(), &config)?;
     let metrics_address = match (args.metrics_address, &config.metrics_address) {
         (Some(address), _) => Some(address),
         // Validated when the configuration was read.

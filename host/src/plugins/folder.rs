@@ -33,7 +33,8 @@ pub struct SyncReport {
     pub unstable: Vec<String>,
 }
 
-fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// The plugin files of `dir`: `*.wasm` files, hidden names skipped, sorted.
+pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .flatten()
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
