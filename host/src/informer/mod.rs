@@ -48,6 +48,13 @@ pub enum Notification {
 }
 
 impl Notification {
+    /// The object's identity across types: `resource type/key`. Per-plugin queues fold and
+    /// retries order by it.
+    pub fn id(&self) -> String {
+        let o = self.object();
+        format!("{}/{}", o.gvk, o.key)
+    }
+
     /// The newest state of the object this is about.
     pub fn object(&self) -> &Arc<KubeObject> {
         match self {

@@ -137,7 +137,7 @@ impl QueueSender {
     /// Queues `n`, folding it into the object's waiting entry when the backlog is at the
     /// threshold.
     pub fn send(&self, n: Notification) -> Result<(), Closed> {
-        let key = format!("{}/{}", n.object().gvk, n.object().key);
+        let key = n.id();
         let mut inner = self.shared.lock();
         if !inner.receiver {
             return Err(Closed);

@@ -84,12 +84,6 @@ struct Failure {
     retry: bool,
 }
 
-/// The retry key of a notification: resource type and object key.
-fn retry_key(n: &Notification) -> String {
-    let o = n.object();
-    format!("{}/{}", o.gvk, o.key)
-}
-
 /// Calls the handler, recording its duration and the instance's memory afterwards.
 fn timed(
     stats: &PluginStats,
@@ -169,7 +163,7 @@ impl Worker {
                 .fold(POLL, Duration::min);
             match self.rx.recv_timeout(wait) {
                 Ok(Delivery::Event(n)) => {
-                    let key = retry_key(&n);
+                    let key = n.id();
                     if let Some(n) = self.retries.enqueue(&key, n) {
                         self.run_key(key, VecDeque::from([n]), 0);
                     }
