@@ -204,8 +204,16 @@ impl Kind {
     }
 }
 
-fn pod_type() -> Gvk {
-    Gvk::new("", "v1", "Pod")
+/// kubewasm's Pod informer on `client`: the factory and a lease that keeps it running.
+fn pod_informer(
+    client: kube::Client,
+    transform: Transform,
+    handle: tokio::runtime::Handle,
+) -> (Arc<InformerFactory>, Lease) {
+    let source = Arc::new(KubeSource::new(client, transform, handle.clone()));
+    let factory = InformerFactory::new(source, handle);
+    let lease = factory.acquire(&Gvk::new("", "v1", "Pod"));
+    (factory, lease)
 }
 
 impl Peer {
@@ -228,9 +236,7 @@ impl Peer {
                 } else {
                     Transform::default()
                 };
-                let source = Arc::new(KubeSource::new(client, transform, handle.clone()));
-                let factory = InformerFactory::new(source, handle);
-                let lease = factory.acquire(&pod_type());
+                let (_, lease) = pod_informer(client, transform, handle);
                 let informer = lease.informer().clone();
                 let handled = Arc::new(AtomicU64::new(0));
                 let sub = subscriber.then(|| {
@@ -254,13 +260,7 @@ impl Peer {
                 }
             }
             Kind::Plugins { count, work } => {
-                let source = Arc::new(KubeSource::new(
-                    client,
-                    Transform::default(),
-                    handle.clone(),
-                ));
-                let factory = InformerFactory::new(source, handle);
-                let lease = factory.acquire(&pod_type());
+                let (factory, lease) = pod_informer(client, Transform::default(), handle);
                 let (host, paths, _dir) = bench_plugins(factory, count, work);
                 let host = Arc::new(host);
                 for path in &paths {
@@ -511,13 +511,11 @@ fn idle(rig: &Rig, count: usize) -> Idle {
     let double = rig.double(pods);
     let _guard = rig.client_rt.enter();
     let handle = rig.client_rt.handle().clone();
-    let source = Arc::new(KubeSource::new(
+    let (factory, lease) = pod_informer(
         double.client().expect("client"),
         Transform::default(),
-        handle.clone(),
-    ));
-    let factory = InformerFactory::new(source, handle);
-    let lease = factory.acquire(&pod_type());
+        handle,
+    );
     wait_for("sync", || lease.informer().has_synced());
     // One plugin first, so the compiled code and engine are not counted per plugin.
     let (host, paths, _dir) = bench_plugins(factory, count + 1, "noop");

@@ -41,8 +41,9 @@ impl KeySet {
                     && let Some(last) = keys.pop_first()
                 {
                     *self = Self::One(last);
+                    return false;
                 }
-                keys_empty(self)
+                keys.is_empty()
             }
         }
     }
@@ -55,10 +56,6 @@ impl KeySet {
         };
         one.into_iter().chain(many.into_iter().flatten())
     }
-}
-
-fn keys_empty(set: &KeySet) -> bool {
-    matches!(set, KeySet::Many(keys) if keys.is_empty())
 }
 
 #[cfg(test)]

@@ -380,10 +380,13 @@ impl ApiDouble {
     }
 }
 
-fn status_body(code: u16, reason: &str, message: &str) -> String {
+fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
-    .to_string()
+}
+
+fn status_body(code: u16, reason: &str, message: &str) -> String {
+    status(code, reason, message).to_string()
 }
 
 async fn respond(conn: &mut TcpStream, code: u16, body: &str) -> std::io::Result<()> {
@@ -741,9 +744,8 @@ fn open_watch(
         match from {
             Some(rv) if rv < state.compacted => {
                 let message = format!("too old resource version: {rv} ({})", state.compacted);
-                let status: Value = serde_json::from_str(&status_body(410, "Expired", &message))
-                    .unwrap_or_default();
-                lines.push_back(line(&json!({"type": "ERROR", "object": status})));
+                let gone = status(410, "Expired", &message);
+                lines.push_back(line(&json!({"type": "ERROR", "object": gone})));
                 u64::MAX
             }
             Some(rv) => rv,

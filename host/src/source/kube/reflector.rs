@@ -326,12 +326,10 @@ impl Reflector {
 
     /// A message for a failed request that says what to do about it.
     fn explain(&self, verb: &str, status: &Status) -> String {
+        let plural = self.path.rsplit('/').next().unwrap_or("");
         let what = match self.gvk.group.as_str() {
-            "" => format!(
-                "{} (core group)",
-                self.path.rsplit('/').next().unwrap_or("")
-            ),
-            group => format!("{}.{group}", self.path.rsplit('/').next().unwrap_or("")),
+            "" => format!("{plural} (core group)"),
+            group => format!("{plural}.{group}"),
         };
         match status.code {
             403 => format!(
