@@ -15,6 +15,7 @@ use kubewasm::plugins::folder::plugin_files;
 use kubewasm::plugins::inspect::{Inspection, inspect};
 use kubewasm::plugins::{content_hash, plugin_name};
 use kubewasm::rbac;
+use kubewasm::runtime::Runtime;
 use kubewasm::runtime::logging::TracingSink;
 
 use crate::{load_config, wasm_runtime};
@@ -123,23 +124,18 @@ pub fn election_config(config: &HostConfig) -> ElectionConfig {
     election
 }
 
-/// Inspects one plugin file under `config`, off the async runtime.
+/// Inspects one plugin file under `config` with `runtime`, off the async runtime.
 async fn inspect_file(
     path: &Path,
     config: &HostConfig,
-    cache_dir: Option<&Path>,
+    runtime: &Arc<Runtime>,
 ) -> anyhow::Result<(String, String, Inspection)> {
-    let (path, config, cache_dir) = (
-        path.to_owned(),
-        config.clone(),
-        cache_dir.map(Path::to_owned),
-    );
+    let (path, runtime) = (path.to_owned(), runtime.clone());
+    let name = plugin_name(&path);
+    let settings = config.settings(&name);
     tokio::task::spawn_blocking(move || {
-        let runtime = wasm_runtime(cache_dir.as_deref())?;
         let bytes = std::fs::read(&path).with_context(|| format!("{}", path.display()))?;
-        let name = plugin_name(&path);
         let hash = content_hash(&bytes);
-        let settings = config.settings(&name);
         let inspection = inspect(
             &runtime,
             &settings,
@@ -157,8 +153,12 @@ async fn inspect_file(
 /// `kubewasm check`.
 pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
-    let (name, hash, inspection) =
-        inspect_file(&args.plugin, &config, args.cache_dir.as_deref()).await?;
+    let (name, hash, inspection) = inspect_file(
+        &args.plugin,
+        &config,
+        &Arc::new(wasm_runtime(args.cache_dir.as_deref())?),
+    )
+    .await?;
     let m = &inspection.manifest;
     let mut out = String::new();
     let mut line = |text: String| {
@@ -253,10 +253,12 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let dir = plugins_dir(args.plugins.as_deref(), &config)?;
     // Exactly the files `run` would load from the folder.
     let files = plugin_files(&dir).with_context(|| format!("plugins folder {}", dir.display()))?;
+    // One engine for every file (each new one would start its own epoch ticker).
+    let runtime = Arc::new(wasm_runtime(args.cache_dir.as_deref())?);
     let mut types = BTreeSet::new();
     let mut failed = Vec::new();
     for file in &files {
-        match inspect_file(file, &config, args.cache_dir.as_deref()).await {
+        match inspect_file(file, &config, &runtime).await {
             Ok((_, _, inspection)) => types.extend(inspection.manifest.cached.iter().cloned()),
             Err(e) => failed.push(format!("{e:#}")),
         }
