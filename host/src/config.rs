@@ -164,6 +164,31 @@ struct PluginConfig {
     grants: Option<GrantsConfig>,
 }
 
+impl PluginConfig {
+    /// This entry's settings on top of `defaults`.
+    fn settings(&self, defaults: &PluginSettings) -> PluginSettings {
+        let grants = self
+            .grants
+            .as_ref()
+            .map_or_else(Grants::default, |g| Grants {
+                resources: g
+                    .resources
+                    .as_ref()
+                    .map(|rs| rs.iter().filter_map(|r| parse_gvk(r)).collect()),
+                secrets: g.secrets.clone(),
+            });
+        PluginSettings {
+            resync: defaults.resync,
+            limits: self.limits.apply(defaults.limits.clone()),
+            config: self
+                .config
+                .as_ref()
+                .map_or_else(|| "{}".to_owned(), serde_json::Value::to_string),
+            grants,
+        }
+    }
+}
+
 /// The host configuration file.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -273,10 +298,11 @@ impl HostConfig {
 
     /// The settings of plugin `name`: its own entry, else the defaults.
     pub fn settings(&self, name: &str) -> PluginSettings {
-        self.plugins()
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map_or_else(|| self.defaults(), |(_, s)| s)
+        let defaults = self.defaults();
+        match self.plugins.get(name) {
+            Some(p) => p.settings(&defaults),
+            None => defaults,
+        }
     }
 
     /// The plugins with settings of their own, with those settings.
@@ -284,25 +310,7 @@ impl HostConfig {
         let defaults = self.defaults();
         self.plugins
             .iter()
-            .map(|(name, p)| {
-                let grants = p.grants.as_ref().map_or_else(Grants::default, |g| Grants {
-                    resources: g
-                        .resources
-                        .as_ref()
-                        .map(|rs| rs.iter().filter_map(|r| parse_gvk(r)).collect()),
-                    secrets: g.secrets.clone(),
-                });
-                let settings = PluginSettings {
-                    resync: defaults.resync,
-                    limits: p.limits.apply(defaults.limits.clone()),
-                    config: p
-                        .config
-                        .as_ref()
-                        .map_or_else(|| "{}".to_owned(), serde_json::Value::to_string),
-                    grants,
-                };
-                (name.clone(), settings)
-            })
+            .map(|(name, p)| (name.clone(), p.settings(&defaults)))
             .collect()
     }
 }
