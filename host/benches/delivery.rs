@@ -16,8 +16,8 @@ use kubewasm::gvk::Gvk;
 use kubewasm::informer::Notification;
 use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::object::Transform;
-use kubewasm::runtime::{Instance, convert};
 use kubewasm::source::manifests::ManifestFolder;
+use kubewasm::wasm::{Instance, convert};
 
 #[path = "support/mod.rs"]
 mod support;
@@ -30,7 +30,7 @@ struct Bench {
     _tokio: tokio::runtime::Runtime,
     _leases: Vec<Lease>,
     instance: Instance,
-    event: kubewasm::runtime::bindings::kubewasm::plugin::types::Event,
+    event: kubewasm::wasm::bindings::kubewasm::plugin::types::Event,
 }
 
 fn setup(plugin: &str) -> Bench {

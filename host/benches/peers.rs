@@ -32,13 +32,14 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::informer::queue::{Delivery, queue};
 use kubewasm::informer::{Filter, Informer, Subscription};
 use kubewasm::object::Transform;
-use kubewasm::plugins::{PluginHost, PluginSettings};
-use kubewasm::runtime::{Limits, Runtime};
+use kubewasm::plugins::PluginHost;
 use kubewasm::source::kube::KubeSource;
 use kubewasm_testenv::double::{ApiDouble, Served};
 use kubewasm_testenv::generate;
@@ -114,38 +115,43 @@ fn wait_for(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-/// A plugin host on `factory` with `count` copies of the bench plugin doing `work`, not
-/// loaded yet: the host and the plugin files (in a temporary folder kept alive with them).
+/// An agent on `client` (inside the current runtime) with `count` copies of the bench plugin
+/// doing `work`, not loaded yet, its Pod informer running: the agent, a lease keeping that
+/// informer up, and the plugin files (in a temporary folder kept alive with them).
 fn bench_plugins(
-    factory: Arc<InformerFactory>,
+    rig: &Rig,
+    client: kube::Client,
     count: usize,
     work: &str,
-) -> (PluginHost, Vec<PathBuf>, tempfile::TempDir) {
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
-    let wasm = Arc::new(
-        Runtime::new()
-            .expect("wasm runtime")
-            .with_cache(&cache)
-            .expect("compiled-code cache"),
-    );
-    let mut host = PluginHost::new(wasm, factory, Arc::new(Discard), Limits::default());
+) -> (Agent, Lease, Vec<PathBuf>, tempfile::TempDir) {
+    let mut config = HostConfig::default();
     let dir = tempfile::tempdir().expect("temp dir");
     let paths = (0..count)
         .map(|i| {
             let name = format!("bench-{i}");
-            host.configure(
-                &name,
-                PluginSettings {
-                    config: json!({"work": work}).to_string(),
-                    ..PluginSettings::default()
-                },
-            );
+            let mut settings = config.plugins.defaults.clone();
+            settings.config = json!({"work": work}).to_string();
+            config.plugins.named.insert(name.clone(), settings);
             let path = dir.path().join(format!("{name}.wasm"));
             std::fs::copy(kubewasm_plugin_artifacts::BENCH, &path).expect("copy");
             path
         })
         .collect();
-    (host, paths, dir)
+    let options = AgentOptions {
+        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
+        ..AgentOptions::new(Cluster::Kube(client), config, Arc::new(Discard))
+    };
+    let agent = rig
+        .client_rt
+        .block_on(Agent::start(options))
+        .expect("agent");
+    let lease = agent.factory().acquire(&Gvk::new("", "v1", "Pod"));
+    (agent, lease, paths, dir)
+}
+
+/// True when every plugin of `host` has been handed its initial state.
+fn synced(host: &PluginHost) -> bool {
+    host.status().iter().all(|s| s.synced)
 }
 
 /// A client under test, running against a double.
@@ -157,7 +163,7 @@ enum Peer {
         _sub: Option<Subscription>,
     },
     Plugins {
-        host: Arc<PluginHost>,
+        agent: Agent,
         _lease: Lease,
     },
     KubeRs {
@@ -229,10 +235,7 @@ impl Peer {
                 keep_managed,
             } => {
                 let transform = if keep_managed {
-                    Transform {
-                        drop_managed_fields: false,
-                        drop_last_applied: false,
-                    }
+                    Transform::keep_everything()
                 } else {
                     Transform::default()
                 };
@@ -260,15 +263,13 @@ impl Peer {
                 }
             }
             Kind::Plugins { count, work } => {
-                let (factory, lease) = pod_informer(client, Transform::default(), handle);
-                let (host, paths, _dir) = bench_plugins(factory, count, work);
-                let host = Arc::new(host);
+                let (agent, lease, paths, _dir) = bench_plugins(rig, client, count, work);
                 for path in &paths {
-                    host.load(path).expect("bench plugin loads");
+                    agent.plugins().load(path).expect("bench plugin loads");
                 }
-                wait_for("plugins sync", || host.ready());
+                wait_for("plugins sync", || synced(agent.plugins()));
                 Peer::Plugins {
-                    host,
+                    agent,
                     _lease: lease,
                 }
             }
@@ -325,9 +326,13 @@ impl Peer {
             Peer::Kubewasm { handled, .. } | Peer::KubeRs { handled, .. } => {
                 handled.load(Ordering::Relaxed)
             }
-            Peer::Plugins { host, .. } => {
-                host.status().iter().map(|s| s.delivered).min().unwrap_or(0)
-            }
+            Peer::Plugins { agent, .. } => agent
+                .plugins()
+                .status()
+                .iter()
+                .map(|s| s.delivered)
+                .min()
+                .unwrap_or(0),
             Peer::ClientGo { .. } => 0,
         }
     }
@@ -343,7 +348,7 @@ impl Peer {
 
     fn stop(self) {
         match self {
-            Peer::Plugins { host, .. } => host.shutdown(),
+            Peer::Plugins { agent, .. } => agent.plugins().shutdown(),
             Peer::KubeRs { task, .. } => task.abort(),
             Peer::ClientGo { mut child, .. } => {
                 let _ = child.kill();
@@ -510,24 +515,19 @@ fn idle(rig: &Rig, count: usize) -> Idle {
     });
     let double = rig.double(pods);
     let _guard = rig.client_rt.enter();
-    let handle = rig.client_rt.handle().clone();
-    let (factory, lease) = pod_informer(
-        double.client().expect("client"),
-        Transform::default(),
-        handle,
-    );
+    let client = double.client().expect("client");
+    let (agent, lease, paths, _dir) = bench_plugins(rig, client, count + 1, "noop");
     wait_for("sync", || lease.informer().has_synced());
     // One plugin first, so the compiled code and engine are not counted per plugin.
-    let (host, paths, _dir) = bench_plugins(factory, count + 1, "noop");
-    let host = Arc::new(host);
+    let host = agent.plugins();
     host.load(&paths[0]).expect("loads");
-    wait_for("ready", || host.ready());
+    wait_for("ready", || synced(host));
     std::thread::sleep(Duration::from_millis(500));
     let (heap_before, rss_before) = (alloc::live(), rss());
     for path in &paths[1..] {
         host.load(path).expect("loads");
     }
-    wait_for("ready", || host.ready());
+    wait_for("ready", || synced(host));
     std::thread::sleep(Duration::from_millis(500));
     let (heap_after, rss_after) = (alloc::live(), rss());
     host.shutdown();

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::{Informer, Notification};
 use kubewasm::object::{KubeObject, Transform};
-use kubewasm::runtime::{Instance, convert};
 use kubewasm::source::SourceEvent;
+use kubewasm::wasm::{Instance, convert};
 use kubewasm_testenv::generate;
 use serde_json::json;
 

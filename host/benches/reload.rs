@@ -13,13 +13,13 @@ use std::fs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kubewasm::informer::factory::InformerFactory;
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::config::HostConfig;
 use kubewasm::object::Transform;
 use kubewasm::plugins::folder::{FolderWatcher, sync_dir};
-use kubewasm::plugins::{Applied, PluginHost, content_hash};
-use kubewasm::runtime::logging::MemorySink;
-use kubewasm::runtime::{Limits, Runtime};
+use kubewasm::plugins::{Outcome, PluginFile, PluginHost, digest};
 use kubewasm::source::manifests::ManifestFolder;
+use kubewasm::wasm::logging::MemorySink;
 use kubewasm_plugin_artifacts::{AUDIT_LOG, variant};
 
 fn main() {
@@ -27,11 +27,12 @@ fn main() {
 }
 
 struct Fixture {
+    host: Arc<PluginHost>,
+    _agent: Agent,
     _tokio: tokio::runtime::Runtime,
     _cluster: tempfile::TempDir,
     _own_cache: Option<tempfile::TempDir>,
     plugins: tempfile::TempDir,
-    host: PluginHost,
 }
 
 /// A host on a folder of 100 ConfigMaps, its compiled-code cache in `cache` (a fresh empty
@@ -58,23 +59,22 @@ fn fixture(cache: Option<&std::path::Path>) -> Fixture {
     }
     let folder =
         Arc::new(ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("folder"));
-    let factory = InformerFactory::new(folder, tokio.handle().clone());
-    let runtime = Runtime::new()
-        .expect("runtime")
-        .with_cache(cache)
-        .expect("cache");
-    let host = PluginHost::new(
-        Arc::new(runtime),
-        factory,
-        Arc::new(MemorySink::default()),
-        Limits::default(),
-    );
+    let options = AgentOptions {
+        compiled_cache: Some(cache.to_owned()),
+        ..AgentOptions::new(
+            Cluster::Source(folder),
+            HostConfig::default(),
+            Arc::new(MemorySink::default()),
+        )
+    };
+    let agent = tokio.block_on(Agent::start(options)).expect("agent");
     Fixture {
+        host: agent.plugins().clone(),
+        _agent: agent,
         _tokio: tokio,
         _cluster: cluster,
         _own_cache: own_cache,
         plugins: tempfile::tempdir().expect("temp dir"),
-        host,
     }
 }
 
@@ -86,7 +86,7 @@ fn replace_compiling(bencher: divan::Bencher) {
     let f = fixture(None);
     let path = f.plugins.path().join("audit.wasm");
     fs::write(&path, variant(AUDIT_LOG, "first")).expect("write");
-    f.host.apply(&path).expect("first version");
+    f.host.load(&path).expect("first version");
     bencher
         .with_inputs(|| {
             let bytes = variant(
@@ -97,10 +97,9 @@ fn replace_compiling(bencher: divan::Bencher) {
             bytes
         })
         .bench_local_values(|bytes| {
-            assert_eq!(
-                f.host.apply_bytes(&path, &bytes).expect("replaces"),
-                Applied::Replaced
-            );
+            // Reading the file is part of a replacement.
+            let file = PluginFile::new(&path, bytes);
+            assert_eq!(f.host.apply(&file).expect("replaces"), Outcome::Replaced);
         });
 }
 
@@ -110,16 +109,16 @@ fn replace_cached(bencher: divan::Bencher) {
     let f = fixture(None);
     let path = f.plugins.path().join("audit.wasm");
     let (a, b) = (variant(AUDIT_LOG, "a"), variant(AUDIT_LOG, "b"));
-    f.host.apply_bytes(&path, &a).expect("a");
-    f.host.apply_bytes(&path, &b).expect("b, now cached too");
+    f.host.apply(&PluginFile::new(&path, a.clone())).expect("a");
+    f.host
+        .apply(&PluginFile::new(&path, b.clone()))
+        .expect("b, now cached too");
     let mut flip = false;
     bencher.bench_local(|| {
         flip = !flip;
         let bytes = if flip { &a } else { &b };
-        assert_eq!(
-            f.host.apply_bytes(&path, bytes).expect("replaces"),
-            Applied::Replaced
-        );
+        let file = PluginFile::new(&path, bytes.clone());
+        assert_eq!(f.host.apply(&file).expect("replaces"), Outcome::Replaced);
     });
 }
 
@@ -131,18 +130,18 @@ fn file_to_serving(bencher: divan::Bencher) {
     let (a, b) = (variant(AUDIT_LOG, "a"), variant(AUDIT_LOG, "b"));
     let path = f.plugins.path().join("audit.wasm");
     // Both versions compiled once, so the cache serves them.
-    f.host.apply_bytes(&path, &b).expect("b");
+    f.host.apply(&PluginFile::new(&path, b.clone())).expect("b");
     fs::write(&path, &a).expect("write");
-    let host = Arc::new(f.host);
+    let host = f.host.clone();
     let (_watcher, _) = FolderWatcher::start(host.clone(), f.plugins.path()).expect("watcher");
-    assert_eq!(host.version("audit"), Some(content_hash(&a)));
+    assert_eq!(host.digest("audit"), Some(digest(&a)));
     let mut flip = false;
     bencher.bench_local(|| {
         flip = !flip;
         let bytes = if flip { &b } else { &a };
-        let hash = content_hash(bytes);
+        let hash = digest(bytes);
         fs::write(&path, bytes).expect("write");
-        while host.version("audit").as_deref() != Some(hash.as_str()) {
+        while host.digest("audit").as_deref() != Some(hash.as_str()) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     });

@@ -36,14 +36,14 @@
 //! Unknown fields are errors, reported with their place in the file.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::gvk::Gvk;
-use crate::plugins::{Grants, PluginSettings};
-use crate::runtime::Limits;
+use crate::leader::ElectionConfig;
+use crate::plugins::{Grants, PluginSettings, PluginsConfig};
+use serde::Deserialize;
 
 /// Why the configuration file is not usable.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,7 @@ pub enum ConfigError {
 /// Limit overrides; every field optional.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct LimitsConfig {
+struct LimitsConfig {
     deadline_ms: Option<u64>,
     #[serde(rename = "memoryMiB")]
     memory_mib: Option<usize>,
@@ -85,44 +85,89 @@ pub struct LimitsConfig {
 }
 
 impl LimitsConfig {
-    /// `base` with these overrides applied.
-    fn apply(&self, mut base: Limits) -> Limits {
+    /// `base` with these overrides applied; `field` names this block in errors.
+    fn apply(&self, mut base: PluginSettings, field: &str) -> Result<PluginSettings, String> {
+        let (limits, delivery) = (&mut base.limits, &mut base.delivery);
         if let Some(ms) = self.deadline_ms {
-            base.deadline = Duration::from_millis(ms);
+            if ms == 0 {
+                return Err(format!("{field}.deadlineMs: must be positive"));
+            }
+            limits.deadline = Duration::from_millis(ms);
         }
         if let Some(mib) = self.memory_mib {
-            base.memory_bytes = mib << 20;
+            if mib == 0 {
+                return Err(format!("{field}.memoryMiB: must be positive"));
+            }
+            limits.memory_bytes = mib << 20;
         }
         if let Some(mib) = self.query_mib {
-            base.query_bytes = mib << 20;
-        }
-        if let Some(n) = self.max_attempts {
-            base.max_attempts = n;
-        }
-        if let Some(ms) = self.backoff_base_ms {
-            base.backoff.base = Duration::from_millis(ms);
-        }
-        if let Some(ms) = self.backoff_cap_ms {
-            base.backoff.cap = Duration::from_millis(ms);
+            limits.query_bytes = mib << 20;
         }
         if let Some(n) = self.log_lines_per_second {
-            base.log_rate.per_second = n;
+            limits.log_rate.per_second = n;
         }
         if let Some(n) = self.log_burst {
-            base.log_rate.burst = n;
+            limits.log_rate.burst = n;
+        }
+        if let Some(n) = self.max_attempts {
+            if n == 0 {
+                return Err(format!("{field}.maxAttempts: must be at least 1"));
+            }
+            delivery.max_attempts = n;
+        }
+        if let Some(ms) = self.backoff_base_ms {
+            delivery.backoff.base = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.backoff_cap_ms {
+            delivery.backoff.cap = Duration::from_millis(ms);
         }
         if let Some(n) = self.recycle_after_calls {
-            base.recycle_after_calls = n;
+            delivery.recycle_after_calls = n;
         }
         if let Some(n) = self.backlog {
-            base.backlog = n;
+            delivery.backlog = n;
         }
-        base
+        Ok(base)
     }
 }
 
+/// A resource type written as `apiVersion/Kind` (`v1/Pod`, `apps/v1/Deployment`).
+fn parse_type(text: &str) -> Result<Gvk, String> {
+    match text.rsplit_once('/') {
+        Some((api_version, kind)) if !api_version.is_empty() && !kind.is_empty() => {
+            Ok(Gvk::from_api_version(api_version, kind))
+        }
+        _ => Err(format!(
+            "{text:?} is not apiVersion/Kind (for example apps/v1/Deployment)"
+        )),
+    }
+}
+
+/// A Secret written as `namespace/name`.
+fn parse_secret(text: &str) -> Result<String, String> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(text.to_owned())
+        }
+        _ => Err(format!("{text:?} is not namespace/name")),
+    }
+}
+
+/// Each of `items` parsed, or the first error prefixed with `field[i]`.
+fn parse_each<T>(
+    items: Vec<String>,
+    field: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| parse(item).map_err(|e| format!("{field}[{i}]: {e}")))
+        .collect()
+}
+
 /// What the operator grants one plugin.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GrantsConfig {
     resources: Option<Vec<String>>,
@@ -131,7 +176,7 @@ struct GrantsConfig {
 }
 
 /// Settings shared by every plugin.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct DefaultsConfig {
     #[serde(default)]
@@ -155,7 +200,7 @@ pub struct LeaderElectionConfig {
 }
 
 /// One plugin's overrides.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PluginConfig {
     config: Option<serde_json::Value>,
@@ -164,54 +209,62 @@ struct PluginConfig {
     grants: Option<GrantsConfig>,
 }
 
-impl PluginConfig {
-    /// This entry's settings on top of `defaults`.
-    fn settings(&self, defaults: &PluginSettings) -> PluginSettings {
-        let grants = self
-            .grants
-            .as_ref()
-            .map_or_else(Grants::default, |g| Grants {
-                resources: g
-                    .resources
-                    .as_ref()
-                    .map(|rs| rs.iter().filter_map(|r| parse_gvk(r)).collect()),
-                secrets: g.secrets.clone(),
-            });
-        PluginSettings {
-            resync: defaults.resync,
-            limits: self.limits.apply(defaults.limits.clone()),
-            config: self
-                .config
-                .as_ref()
-                .map_or_else(|| "{}".to_owned(), serde_json::Value::to_string),
-            grants,
-        }
-    }
-}
-
-/// The host configuration file.
-#[derive(Debug, Default, Clone, Deserialize)]
+/// The file as written.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct HostConfig {
-    /// Folder of plugin components.
-    pub plugins_dir: Option<PathBuf>,
-    /// Address of the HTTP endpoints.
-    pub metrics_address: Option<String>,
-    /// Bound on the wait for in-flight handler calls at shutdown, in seconds.
-    pub shutdown_timeout_seconds: Option<u64>,
-    /// Leader election.
+struct FileConfig {
+    plugins_dir: Option<PathBuf>,
+    metrics_address: Option<String>,
+    shutdown_timeout_seconds: Option<u64>,
     #[serde(default)]
-    pub leader_election: LeaderElectionConfig,
+    leader_election: LeaderElectionConfig,
     #[serde(default)]
     defaults: DefaultsConfig,
     #[serde(default)]
     plugins: BTreeMap<String, PluginConfig>,
 }
 
-/// A resource type written as `apiVersion/Kind` (`v1/Pod`, `apps/v1/Deployment`).
-fn parse_gvk(text: &str) -> Option<Gvk> {
-    let (api_version, kind) = text.rsplit_once('/')?;
-    (!api_version.is_empty() && !kind.is_empty()).then(|| Gvk::from_api_version(api_version, kind))
+/// The host configuration, parsed and validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostConfig {
+    /// Folder of plugin components.
+    pub plugins_dir: Option<PathBuf>,
+    /// Address of the HTTP endpoints.
+    pub metrics_address: Option<SocketAddr>,
+    /// Bound on the wait for in-flight handler calls at shutdown.
+    pub shutdown_timeout: Duration,
+    /// Leader election.
+    pub leader_election: LeaderElectionConfig,
+    /// Every plugin's settings.
+    pub plugins: PluginsConfig,
+}
+
+impl PartialEq for LeaderElectionConfig {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.enabled,
+            &self.namespace,
+            &self.name,
+            self.lease_duration_seconds,
+        ) == (
+            other.enabled,
+            &other.namespace,
+            &other.name,
+            other.lease_duration_seconds,
+        )
+    }
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            plugins_dir: None,
+            metrics_address: None,
+            shutdown_timeout: Duration::from_secs(10),
+            leader_election: LeaderElectionConfig::default(),
+            plugins: PluginsConfig::default(),
+        }
+    }
 }
 
 impl HostConfig {
@@ -229,89 +282,77 @@ impl HostConfig {
 
     /// Parses and validates configuration text; the error names the field.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let config: Self = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
-        if let Some(address) = &config.metrics_address
-            && address.parse::<std::net::SocketAddr>().is_err()
-        {
-            return Err(format!(
-                "metricsAddress: {address:?} is not host:port with an IP address (for example 0.0.0.0:9090)"
-            ));
-        }
-        if config
+        let file: FileConfig = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        if file
             .leader_election
             .lease_duration_seconds
             .is_some_and(|s| s < 2)
         {
             return Err("leaderElection.leaseDurationSeconds: must be at least 2".into());
         }
-        for (name, plugin) in &config.plugins {
-            let field = |f: String| format!("plugins.{name}.{f}");
-            if let Some(grants) = &plugin.grants {
-                for (i, r) in grants.resources.iter().flatten().enumerate() {
-                    if parse_gvk(r).is_none() {
-                        return Err(format!(
-                            "{}: {r:?} is not apiVersion/Kind (for example apps/v1/Deployment)",
-                            field(format!("grants.resources[{i}]"))
-                        ));
-                    }
-                }
-                for (i, s) in grants.secrets.iter().enumerate() {
-                    if s.split('/').count() != 2 || s.starts_with('/') || s.ends_with('/') {
-                        return Err(format!(
-                            "{}: {s:?} is not namespace/name",
-                            field(format!("grants.secrets[{i}]"))
-                        ));
-                    }
-                }
-            }
-            let limits = plugin
+        let mut defaults = file
+            .defaults
+            .limits
+            .apply(PluginSettings::default(), "defaults.limits")?;
+        defaults.resync = file
+            .defaults
+            .resync_seconds
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs);
+        let mut named = BTreeMap::new();
+        for (name, plugin) in file.plugins {
+            let mut settings = plugin
                 .limits
-                .apply(config.defaults.limits.apply(Limits::default()));
-            if limits.max_attempts == 0 {
-                return Err(format!(
-                    "{}: must be at least 1",
-                    field("limits.maxAttempts".into())
-                ));
+                .apply(defaults.clone(), &format!("plugins.{name}.limits"))?;
+            if let Some(grants) = plugin.grants {
+                let field = format!("plugins.{name}.grants");
+                settings.grants = Grants {
+                    resources: match grants.resources {
+                        Some(rs) => {
+                            Some(parse_each(rs, &format!("{field}.resources"), parse_type)?)
+                        }
+                        None => None,
+                    },
+                    secrets: parse_each(grants.secrets, &format!("{field}.secrets"), parse_secret)?,
+                };
             }
-            if limits.deadline.is_zero() {
-                return Err(format!(
-                    "{}: must be positive",
-                    field("limits.deadlineMs".into())
-                ));
+            if let Some(config) = plugin.config {
+                settings.config = config.to_string();
             }
+            named.insert(name, settings);
         }
-        Ok(config)
+        let metrics_address = match file.metrics_address {
+            Some(text) => Some(text.parse().map_err(|_| {
+                format!(
+                    "metricsAddress: {text:?} is not host:port with an IP address (for example 0.0.0.0:9090)"
+                )
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            plugins_dir: file.plugins_dir,
+            metrics_address,
+            shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
+            leader_election: file.leader_election,
+            plugins: PluginsConfig { defaults, named },
+        })
     }
 
-    /// The settings every plugin without its own entry gets.
-    pub fn defaults(&self) -> PluginSettings {
-        PluginSettings {
-            limits: self.defaults.limits.apply(Limits::default()),
-            resync: self
-                .defaults
-                .resync_seconds
-                .filter(|s| *s > 0)
-                .map(Duration::from_secs),
-            ..PluginSettings::default()
+    /// The election's Lease and this replica's `identity`.
+    pub fn election(&self, identity: &str) -> ElectionConfig {
+        let le = &self.leader_election;
+        let namespace = le
+            .namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
+        let name = le.name.as_deref().unwrap_or("kubewasm");
+        let mut election = ElectionConfig::new(&namespace, name, identity);
+        if let Some(seconds) = le.lease_duration_seconds {
+            election.lease_duration = Duration::from_secs(seconds);
+            election.renew_deadline = election.lease_duration * 2 / 3;
         }
-    }
-
-    /// The settings of plugin `name`: its own entry, else the defaults.
-    pub fn settings(&self, name: &str) -> PluginSettings {
-        let defaults = self.defaults();
-        match self.plugins.get(name) {
-            Some(p) => p.settings(&defaults),
-            None => defaults,
-        }
-    }
-
-    /// The plugins with settings of their own, with those settings.
-    pub fn plugins(&self) -> Vec<(String, PluginSettings)> {
-        let defaults = self.defaults();
-        self.plugins
-            .iter()
-            .map(|(name, p)| (name.clone(), p.settings(&defaults)))
-            .collect()
+        election
     }
 }
 
@@ -335,11 +376,10 @@ plugins:
     fn plugin_overrides_apply_on_top_of_defaults() {
         let config = HostConfig::parse(EXAMPLE).expect("valid");
         assert_eq!(
-            config.defaults().limits.deadline,
+            config.plugins.defaults.limits.deadline,
             Duration::from_millis(200)
         );
-        let (name, view) = &config.plugins()[0];
-        assert_eq!(name, "view");
+        let view = config.plugins.settings("view");
         assert_eq!(
             view.limits.deadline,
             Duration::from_millis(200),
@@ -379,7 +419,10 @@ plugins:
         )
         .expect("valid");
         assert!(host.leader_election.enabled);
-        assert_eq!(host.settings("any").resync, Some(Duration::from_secs(30)));
+        assert_eq!(
+            host.plugins.settings("any").resync,
+            Some(Duration::from_secs(30))
+        );
         let bad_secret = HostConfig::parse("plugins:\n  v:\n    grants: {secrets: [db]}\n")
             .expect_err("bad secret");
         assert!(
@@ -389,5 +432,25 @@ plugins:
         let zero = HostConfig::parse("plugins:\n  v:\n    limits: {maxAttempts: 0}\n")
             .expect_err("zero attempts");
         assert!(zero.contains("plugins.v.limits.maxAttempts"), "{zero}");
+    }
+
+    #[test]
+    fn defaults_are_validated_without_a_plugin_entry() {
+        let zero = HostConfig::parse("defaults:\n  limits: {deadlineMs: 0}\n")
+            .expect_err("a zero deadline in the defaults");
+        assert!(zero.contains("defaults.limits.deadlineMs"), "{zero}");
+    }
+
+    #[test]
+    fn typed_values_come_out_parsed() {
+        let config = HostConfig::parse(
+            "metricsAddress: 127.0.0.1:9090\nshutdownTimeoutSeconds: 3\ndefaults: {resyncSeconds: 7, limits: {backlog: 5}}\n",
+        )
+        .expect("valid");
+        assert_eq!(config.metrics_address, Some(([127, 0, 0, 1], 9090).into()));
+        assert_eq!(config.shutdown_timeout, Duration::from_secs(3));
+        let unnamed = config.plugins.settings("not-in-the-file");
+        assert_eq!(unnamed.resync, Some(Duration::from_secs(7)));
+        assert_eq!(unnamed.delivery.backlog, 5);
     }
 }

@@ -3,7 +3,9 @@
 use std::fmt;
 
 /// A resource type: API group (empty for the core group), version and kind.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Gvk {
     /// API group, empty for the core group.
     pub group: String,

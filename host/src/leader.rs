@@ -3,9 +3,12 @@
 //! the record has not changed for `lease_duration` by its own clock (so clocks need not
 //! agree); a leader that cannot renew for `renew_deadline` stops leading. On shutdown the
 //! leader releases the Lease so a follower takes over at once.
+//!
+//! Like client-go's `LeaderCallbacks`, what leading means is the caller's: [`Elector::run`]
+//! calls [`LeaderCallbacks::started_leading`] once the Lease is held and
+//! [`LeaderCallbacks::stopped_leading`] the moment it is lost. No flag is shared.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -49,11 +52,21 @@ struct Observed {
     since: Instant,
 }
 
+/// What a replica does when it gains and loses the leadership. Both may block; they run off
+/// the async runtime's workers.
+pub trait LeaderCallbacks: Send + Sync + 'static {
+    /// This replica now holds the Lease: start leading. Returns once it leads.
+    fn started_leading(&self);
+    /// This replica no longer holds the Lease (or cannot tell): stop at once.
+    fn stopped_leading(&self);
+}
+
 /// One replica's side of the election.
 pub struct Elector {
     api: Api<Lease>,
     config: ElectionConfig,
-    leading: Arc<AtomicBool>,
+    /// Whether this replica holds the Lease, as far as it knows.
+    holding: bool,
     observed: Observed,
 }
 
@@ -62,12 +75,12 @@ fn now() -> MicroTime {
 }
 
 impl Elector {
-    /// An elector using `client`; `leading` mirrors whether this replica leads.
-    pub fn new(client: kube::Client, config: ElectionConfig, leading: Arc<AtomicBool>) -> Self {
+    /// An elector using `client`.
+    pub fn new(client: kube::Client, config: ElectionConfig) -> Self {
         Self {
             api: Api::namespaced(client, &config.namespace),
             config,
-            leading,
+            holding: false,
             observed: Observed {
                 record: None,
                 since: Instant::now(),
@@ -139,12 +152,12 @@ impl Elector {
         }
     }
 
-    /// Waits until this replica leads; then returns, with `leading` set.
-    pub async fn acquire(&mut self) {
+    /// Waits until this replica holds the Lease.
+    async fn acquire(&mut self) {
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => {
-                    self.leading.store(true, Ordering::SeqCst);
+                    self.holding = true;
                     tracing::info!(lease = %format!("{}/{}", self.config.namespace, self.config.name), identity = %self.config.identity, "became the leader");
                     return;
                 }
@@ -155,9 +168,9 @@ impl Elector {
         }
     }
 
-    /// Renews while leading; returns (with `leading` cleared) once renewing has failed for the
-    /// renew deadline or another replica holds the Lease.
-    pub async fn hold(&mut self) {
+    /// Renews while leading; returns once renewing has failed for the renew deadline or
+    /// another replica holds the Lease.
+    async fn hold(&mut self) {
         let mut last_renewal = Instant::now();
         loop {
             tokio::time::sleep(self.config.retry).await;
@@ -176,12 +189,28 @@ impl Elector {
                 }
             }
         }
-        self.leading.store(false, Ordering::SeqCst);
+        self.holding = false;
+    }
+
+    /// Runs the election: waits for the Lease, leads while it is held, and returns once it is
+    /// lost, having called `stopped_leading`. The caller decides what follows (client-go's
+    /// callers exit).
+    pub async fn run(&mut self, callbacks: Arc<dyn LeaderCallbacks>) {
+        self.acquire().await;
+        let started = callbacks.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || started.started_leading()).await {
+            tracing::error!("cannot start leading: {e}");
+        }
+        self.hold().await;
+        let stopped = callbacks.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || stopped.stopped_leading()).await {
+            tracing::error!("cannot stop leading: {e}");
+        }
     }
 
     /// Gives the Lease up if this replica holds it, so a follower takes over at once.
     pub async fn release(&mut self) {
-        if !self.leading.swap(false, Ordering::SeqCst) {
+        if !std::mem::take(&mut self.holding) {
             return;
         }
         let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
@@ -203,15 +232,4 @@ impl Elector {
             Err(e) => tracing::warn!(lease = %self.config.name, "cannot release the lease: {e}"),
         }
     }
-}
-
-/// Runs the election for `host`: on standby until elected, then delivering while the Lease
-/// is held. Returns when leadership is lost (`host` keeps running; the caller decides).
-pub async fn lead_while_elected(mut elector: Elector, host: Arc<crate::plugins::PluginHost>) {
-    elector.acquire().await;
-    let leader = host.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || leader.lead()).await {
-        tracing::error!("cannot start delivering: {e}");
-    }
-    elector.hold().await;
 }

@@ -2,17 +2,24 @@
 //!
 //! The path of one event: a [`source`] lists and watches a resource type, an
 //! [`informer::Informer`] applies it to its [`informer::store::Store`] and fans it out to
-//! subscribers, and [`plugins`] deliver it to each plugin's component through [`runtime`].
+//! subscribers, and [`plugins`] deliver it to each plugin's component through the [`wasm`]
+//! sandbox. [`agent::Agent`] wires them together with the [`serve`] endpoints and [`leader`]
+//! election.
+//!
+//! Layers, lowest first; a module imports only from layers below it (checked by
+//! `tests/layers.rs`): `gvk`, `object`, `histogram`, `watch`, `rbac`, `leader` · `source` ·
+//! `informer` · `wasm` · `plugins` · `config`, `serve` · `agent`.
 
+pub mod agent;
 pub mod config;
 pub mod gvk;
+pub mod histogram;
 pub mod informer;
 pub mod leader;
-pub mod metrics;
 pub mod object;
 pub mod plugins;
 pub mod rbac;
-pub mod runtime;
 pub mod serve;
 pub mod source;
+pub mod wasm;
 pub mod watch;

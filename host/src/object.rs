@@ -60,6 +60,14 @@ impl Default for Transform {
 }
 
 impl Transform {
+    /// Keeps every object as received.
+    pub fn keep_everything() -> Self {
+        Self {
+            drop_managed_fields: false,
+            drop_last_applied: false,
+        }
+    }
+
     /// Removes what this transform drops from an object's JSON value.
     pub fn apply(&self, value: &mut Map<String, Value>) {
         let Some(Value::Object(meta)) = value.get_mut("metadata") else {

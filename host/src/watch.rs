@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
 
+/// How long a followed folder must be quiet after a change before it is read again: the
+/// manifests folder and the plugins folder alike.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
 /// Watches `path` and calls `act` on a thread of its own once after each burst of changes,
-/// when `quiet` has passed without another. Stops when the returned watcher is dropped.
+/// when [`DEBOUNCE`] has passed without another. Stops when the returned watcher is dropped.
 pub fn debounced(
     path: &Path,
     mode: RecursiveMode,
-    quiet: Duration,
     thread_name: &str,
     mut act: impl FnMut() + Send + 'static,
 ) -> std::io::Result<notify::RecommendedWatcher> {
@@ -29,7 +32,7 @@ pub fn debounced(
         .spawn(move || {
             while rx.recv().is_ok() {
                 loop {
-                    match rx.recv_timeout(quiet) {
+                    match rx.recv_timeout(DEBOUNCE) {
                         Ok(()) => continue,
                         Err(RecvTimeoutError::Timeout) => break,
                         Err(RecvTimeoutError::Disconnected) => return,

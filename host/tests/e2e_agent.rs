@@ -8,19 +8,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit};
 use kubewasm::gvk::Gvk;
-use kubewasm::informer::factory::InformerFactory;
-use kubewasm::leader::{ElectionConfig, Elector, lead_while_elected};
-use kubewasm::object::Transform;
+use kubewasm::leader::{ElectionConfig, Elector, LeaderCallbacks};
 use kubewasm::plugins::inspect::inspect;
-use kubewasm::plugins::{PluginHost, PluginSettings, content_hash};
+use kubewasm::plugins::{PluginFile, PluginSettings};
 use kubewasm::rbac;
-use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
-use kubewasm::runtime::{Limits, Runtime};
-use kubewasm::serve::{Endpoints, serve};
-use kubewasm::source::kube::KubeSource;
+use kubewasm::serve::Status;
+use kubewasm::wasm::Engine;
+use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use kubewasm_testenv::{TestEnv, resources};
 use serde::Deserialize;
 use serde_json::json;
@@ -39,79 +39,57 @@ fn audit_of(resources: &[&str]) -> String {
 }
 
 /// A host with its endpoints on a free port; plugins configured, not loaded yet.
-struct Agent {
-    host: Arc<PluginHost>,
+struct Host {
+    agent: Agent,
     sink: Arc<MemorySink>,
-    source: Arc<KubeSource>,
-    endpoints: Arc<Endpoints>,
     address: std::net::SocketAddr,
-    plugins: Vec<std::path::PathBuf>,
-    _dir: tempfile::TempDir,
-    server: tokio::task::JoinHandle<()>,
+    plugins: tempfile::TempDir,
 }
 
 async fn agent(
     client: kube::Client,
     plugins: &[PluginSpec],
-    follow: bool,
-) -> anyhow::Result<Agent> {
-    let handle = tokio::runtime::Handle::current();
-    let source = Arc::new(KubeSource::new(
-        client,
-        Transform::default(),
-        handle.clone(),
-    ));
-    let factory = InformerFactory::new(source.clone(), handle);
-    let sink = Arc::new(MemorySink::default());
-    let wasm = Arc::new(Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?);
-    let mut host = PluginHost::new(wasm, factory.clone(), sink.clone(), Limits::default());
+    election: Option<ElectionConfig>,
+) -> anyhow::Result<Host> {
     let dir = tempfile::tempdir()?;
-    let mut paths = Vec::new();
+    let mut configs = Vec::new();
     for (name, built, config) in plugins {
-        host.set_config(name, config.clone());
-        let path = dir.path().join(format!("{name}.wasm"));
-        std::fs::copy(built, &path)?;
-        paths.push(path);
+        std::fs::copy(built, dir.path().join(format!("{name}.wasm")))?;
+        configs.push((*name, config.as_str()));
     }
-    let host = Arc::new(host);
-    if follow {
-        host.follow();
-    }
-    let endpoints = Arc::new(Endpoints {
-        host: host.clone(),
-        factory,
-        kube: Some(source.clone()),
-        started: AtomicBool::new(false),
-        leader: Arc::new(AtomicBool::new(!follow)),
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    let server = tokio::spawn(serve(listener, endpoints.clone()));
-    Ok(Agent {
-        host,
+    let sink = Arc::new(MemorySink::default());
+    let options = AgentOptions {
+        metrics_address: Some(([127, 0, 0, 1], 0).into()),
+        election,
+        ..AgentOptions::new(
+            Cluster::Kube(client),
+            support::configs(&configs),
+            sink.clone(),
+        )
+    };
+    let agent = Agent::start(options).await?;
+    let address = agent
+        .metrics_address()
+        .ok_or_else(|| anyhow::anyhow!("endpoints are served"))?;
+    Ok(Host {
+        agent,
         sink,
-        source,
-        endpoints,
         address,
-        plugins: paths,
-        _dir: dir,
-        server,
+        plugins: dir,
     })
 }
 
-impl Agent {
-    /// Loads every plugin (as the folder watcher's first pass would), then marks the start.
-    async fn load_all(&self) -> anyhow::Result<()> {
-        let (host, paths) = (self.host.clone(), self.plugins.clone());
-        tokio::task::spawn_blocking(move || {
-            for path in paths {
-                host.load(&path)?;
-            }
-            Ok::<_, kubewasm::plugins::PluginError>(())
-        })
-        .await??;
-        self.endpoints.started.store(true, Ordering::Relaxed);
+impl Host {
+    /// Reads the plugins folder (the host counts as started from then on) and follows it.
+    async fn load_all(&mut self) -> anyhow::Result<()> {
+        let report = self.agent.follow_plugins(self.plugins.path()).await?;
+        anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
         Ok(())
+    }
+
+    /// `/status`, typed as `kubewasm status` reads it.
+    async fn status(&self) -> anyhow::Result<Status> {
+        Ok(serde_json::from_str(&self.get("/status").await?.1)?)
     }
 
     /// `GET path`: status code and body.
@@ -162,14 +140,6 @@ impl Agent {
     }
 }
 
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.server.abort();
-        let host = self.host.clone();
-        let _ = std::thread::spawn(move || host.shutdown()).join();
-    }
-}
-
 /// Polls `check` until it gives a value.
 async fn wait<T>(what: &str, check: impl Fn() -> Option<T>) -> anyhow::Result<T> {
     let deadline = Instant::now() + WAIT;
@@ -197,23 +167,16 @@ async fn wait_async<F: Future<Output = anyhow::Result<bool>>>(
 
 /// What `kubewasm rbac` computes for `plugins`: the types they read.
 fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<BTreeSet<Gvk>> {
-    let runtime = Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let engine = Engine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let mut types = BTreeSet::new();
     for (name, built, config) in plugins {
         let bytes = std::fs::read(built)?;
+        let file = PluginFile::new(std::path::Path::new(&format!("{name}.wasm")), bytes);
         let settings = PluginSettings {
             config: config.clone(),
             ..PluginSettings::default()
         };
-        let inspection = inspect(
-            &runtime,
-            &settings,
-            Arc::new(MemorySink::default()),
-            name,
-            std::path::Path::new(built),
-            &bytes,
-            &content_hash(&bytes),
-        )?;
+        let inspection = inspect(&engine, &settings, Arc::new(MemorySink::default()), &file)?;
         types.extend(inspection.manifest.cached.iter().cloned());
     }
     Ok(types)
@@ -295,7 +258,7 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
 
     // The host as the service account with exactly the generated RBAC.
     let client = env.service_account_client("kubewasm", "kubewasm").await?;
-    let a = agent(client, &plugins, false).await?;
+    let mut a = agent(client, &plugins, None).await?;
     let (code, body) = a.get("/readyz").await?;
     assert_eq!(
         code, 503,
@@ -337,18 +300,18 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
                 >= Some(1.0))
     })
     .await?;
-    let (_, status) = a.get("/status").await?;
-    let status: serde_json::Value = serde_json::from_str(&status)?;
-    let hostile = status["plugins"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == "hostile"))
-        .cloned()
-        .unwrap_or_default();
+    let status = a.status().await?;
+    let hostile = status
+        .plugins
+        .iter()
+        .find(|p| p.name == "hostile")
+        .ok_or_else(|| anyhow::anyhow!("hostile in /status: {status:?}"))?;
     assert!(
-        hostile["last_error"]
-            .as_str()
+        hostile
+            .last_error
+            .as_deref()
             .is_some_and(|e| e.contains("hostile: refusing")),
-        "{hostile}"
+        "{hostile:?}"
     );
     assert_eq!(a.get("/readyz").await?.0, 200);
     assert!(
@@ -365,10 +328,11 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
     )
     .await?;
     let client = env.service_account_client("kubewasm", "nopods").await?;
-    let b = agent(client, &plugins[..2], false).await?;
+    let mut b = agent(client, &plugins[..2], None).await?;
     b.load_all().await?;
     let error = wait("the forbidden error for pods", || {
-        b.source
+        b.agent
+            .kube()?
             .stats()
             .into_iter()
             .find(|(g, _)| g.kind == "Pod")
@@ -399,8 +363,9 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_hand_over_loses_no_event_past_the_hand_over() -> anyhow::Result<()> {
+/// A server with the `kubewasm` and `e2e` namespaces, its admin, and one audit plugin of
+/// ConfigMaps: what the election tests run.
+async fn election_env() -> anyhow::Result<(TestEnv, kube::Client, Vec<PluginSpec>)> {
     let env = TestEnv::start().await?;
     let admin = env.client().await?;
     for ns in ["kubewasm", "e2e"] {
@@ -411,33 +376,36 @@ async fn leader_hand_over_loses_no_event_past_the_hand_over() -> anyhow::Result<
         kubewasm_plugin_artifacts::AUDIT_LOG,
         audit_of(&["v1/ConfigMap"]),
     )];
+    Ok((env, admin, plugins))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_hand_over_loses_no_event_past_the_hand_over() -> anyhow::Result<()> {
+    let (_env, admin, plugins) = election_env().await?;
     let election = |identity: &str| {
         let mut config = ElectionConfig::new("kubewasm", "kubewasm", identity);
         config.lease_duration = Duration::from_secs(4);
         config.renew_deadline = Duration::from_secs(3);
         config.retry = Duration::from_millis(300);
-        config
+        Some(config)
     };
-    let a = agent(admin.clone(), &plugins, true).await?;
-    let b = agent(admin.clone(), &plugins, true).await?;
+    let mut a = agent(admin.clone(), &plugins, election("a")).await?;
     a.load_all().await?;
+    wait("a leading", || a.agent.plugins().leading().then_some(())).await?;
+    wait_async("a ready", || async { Ok(a.get("/readyz").await?.0 == 200) }).await?;
+    let mut b = agent(admin.clone(), &plugins, election("b")).await?;
     b.load_all().await?;
-    let (a_leads, b_leads) = (a.endpoints.leader.clone(), b.endpoints.leader.clone());
-    let a_task = tokio::spawn(lead_while_elected(
-        Elector::new(admin.clone(), election("a"), a_leads.clone()),
-        a.host.clone(),
-    ));
-    wait("a leading", || a.host.leading().then_some(())).await?;
-    let _b_task = tokio::spawn(lead_while_elected(
-        Elector::new(admin.clone(), election("b"), b_leads.clone()),
-        b.host.clone(),
-    ));
     // The follower keeps its caches warm but delivers nothing.
     wait_async("the follower ready on standby", || async {
         Ok(b.get("/readyz").await?.0 == 200)
     })
     .await?;
     assert_eq!(b.metric("kubewasm_leader").await?, Some(0.0));
+    let standby = b.status().await?;
+    assert!(
+        !standby.leader && standby.plugins.iter().all(|p| p.standby),
+        "{standby:?}"
+    );
 
     let cms = Api::<ConfigMap>::namespaced(admin.clone(), "e2e");
     cms.create(&PostParams::default(), &config_map("x1")?)
@@ -450,23 +418,32 @@ async fn leader_hand_over_loses_no_event_past_the_hand_over() -> anyhow::Result<
         "b is on standby"
     );
     let b_cache = b
-        .endpoints
-        .factory
+        .agent
+        .factory()
         .get(&Gvk::new("", "v1", "ConfigMap"))
         .ok_or_else(|| anyhow::anyhow!("b has a ConfigMap informer"))?;
     assert!(b_cache.store().get("e2e/x1").is_some(), "b's cache is warm");
 
-    // a stops as on SIGTERM: delivery ends, then the Lease is released.
-    a_task.abort();
-    let stopping = a.host.clone();
-    tokio::task::spawn_blocking(move || stopping.shutdown()).await?;
+    // a stops as on SIGTERM: delivery ends, then the Lease is released. While b takes over,
+    // its /status never says "leader" with a plugin still on standby: one flag, set once
+    // the plugins deliver.
+    let a_sink = a.sink.clone();
     let handed_over = Instant::now();
-    Elector::new(admin.clone(), election("a"), a_leads)
-        .release()
-        .await;
-    wait("b leading", || b.host.leading().then_some(())).await?;
+    let stopped = tokio::spawn(a.agent.run_until(async {}));
+    let mut samples = 0;
+    while !b.agent.plugins().leading() {
+        let status = b.status().await?;
+        assert!(
+            !status.leader || status.plugins.iter().all(|p| !p.standby),
+            "leader while a plugin is on standby: {status:?}"
+        );
+        samples += 1;
+        anyhow::ensure!(handed_over.elapsed() < WAIT, "b never led");
+    }
     let took = handed_over.elapsed();
+    assert_eq!(stopped.await?, Exit::Stopped);
     assert!(took < Duration::from_secs(3), "took over in {took:?}");
+    assert!(samples > 0);
 
     cms.create(&PostParams::default(), &config_map("x2")?)
         .await?;
@@ -476,8 +453,78 @@ async fn leader_hand_over_loses_no_event_past_the_hand_over() -> anyhow::Result<
         ["added e2e/x1 initial", "added e2e/x2"],
         "the new leader starts from its initial list, then every later event"
     );
-    assert_eq!(audit(&a.lines("audit"), "ConfigMap"), ["added e2e/x1"]);
+    assert_eq!(
+        audit(&support::of(a_sink.records(), "audit"), "ConfigMap"),
+        ["added e2e/x1"]
+    );
     assert_eq!(b.metric("kubewasm_leader").await?, Some(1.0));
+    let leading = b.status().await?;
+    assert!(
+        leading.leader && leading.plugins.iter().all(|p| !p.standby),
+        "{leading:?}"
+    );
+    Ok(())
+}
+
+/// Takes the Lease `kubewasm/name` for `thief` (as another replica would after a partition).
+async fn steal_lease(admin: &kube::Client, name: &str, thief: &str) -> anyhow::Result<()> {
+    let leases = Api::<Lease>::namespaced(admin.clone(), "kubewasm");
+    let mut lease = leases.get(name).await?;
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = Some(thief.into());
+    spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+    spec.lease_duration_seconds = Some(60);
+    leases.replace(name, &PostParams::default(), &lease).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_stops_delivering_at_once() -> anyhow::Result<()> {
+    let (_env, admin, plugins) = election_env().await?;
+    let mut config = ElectionConfig::new("kubewasm", "lost", "a");
+    config.lease_duration = Duration::from_secs(4);
+    config.renew_deadline = Duration::from_secs(3);
+    config.retry = Duration::from_millis(200);
+    let mut a = agent(admin.clone(), &plugins, Some(config)).await?;
+    a.load_all().await?;
+    wait("a leading", || a.agent.plugins().leading().then_some(())).await?;
+    wait_async("a ready", || async { Ok(a.get("/readyz").await?.0 == 200) }).await?;
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), "e2e");
+    cms.create(&PostParams::default(), &config_map("before")?)
+        .await?;
+    a.wait_audit("audit", "ConfigMap", |s| s == ["added e2e/before"])
+        .await?;
+
+    // Another replica holds the Lease now: a sees it at its next renewal and stops delivering
+    // then, while the process still runs, not when it exits.
+    steal_lease(&admin, "lost", "thief").await?;
+    wait("a stopped leading", || {
+        (!a.agent.plugins().leading()).then_some(())
+    })
+    .await?;
+    let status = a.status().await?;
+    assert!(!status.leader, "{status:?}");
+    cms.create(&PostParams::default(), &config_map("after")?)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        audit(&a.lines("audit"), "ConfigMap"),
+        ["added e2e/before"],
+        "nothing delivered after the Lease was lost"
+    );
+    let exit = tokio::time::timeout(WAIT, a.agent.run_until(std::future::pending())).await?;
+    assert_eq!(exit, Exit::LostLeadership);
+    let leases = Api::<Lease>::namespaced(admin.clone(), "kubewasm");
+    let holder = leases
+        .get("lost")
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert_eq!(
+        holder.as_deref(),
+        Some("thief"),
+        "a does not release a Lease it lost"
+    );
     Ok(())
 }
 
@@ -493,32 +540,53 @@ async fn a_follower_takes_over_once_a_crashed_leaders_lease_expires() -> anyhow:
         config.retry = Duration::from_millis(200);
         config
     };
-    let a_leads = Arc::new(AtomicBool::new(false));
-    let mut a = Elector::new(admin.clone(), election("a"), a_leads.clone());
-    a.acquire().await;
-    assert!(a_leads.load(Ordering::SeqCst));
-    let b_leads = Arc::new(AtomicBool::new(false));
-    let b_task = tokio::spawn({
-        let b_leads = b_leads.clone();
-        let admin = admin.clone();
-        async move { Elector::new(admin, election("b"), b_leads).acquire().await }
-    });
+    let (a_leads, b_leads) = (Arc::new(Leads::default()), Arc::new(Leads::default()));
+    let mut a = Elector::new(admin.clone(), election("a"));
+    let a_running = a_leads.clone();
+    let a_task = tokio::spawn(async move { a.run(a_running).await });
+    wait("a leading", || a_leads.started().then_some(())).await?;
+    let mut b = Elector::new(admin.clone(), election("b"));
+    let b_running = b_leads.clone();
+    let _b_task = tokio::spawn(async move { b.run(b_running).await });
     // a renews for a while: b must not take over a live lease.
-    let renewing = tokio::spawn(async move { a.hold().await });
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(
-        !b_leads.load(Ordering::SeqCst),
-        "b took over a renewed lease"
-    );
+    assert!(!b_leads.started(), "b took over a renewed lease");
     // a crashes: no more renewals, no release.
-    renewing.abort();
+    a_task.abort();
     let crashed = Instant::now();
-    b_task.await?;
+    wait("b leading", || b_leads.started().then_some(())).await?;
     let took = crashed.elapsed();
-    assert!(b_leads.load(Ordering::SeqCst));
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(8),
         "b took over {took:?} after the crash (lease 3 s)"
     );
+    assert!(!a_leads.stopped(), "a crashed: it never heard it stopped");
     Ok(())
+}
+
+/// Election callbacks that only record what happened.
+#[derive(Default)]
+struct Leads {
+    started: AtomicBool,
+    stopped: AtomicBool,
+}
+
+impl Leads {
+    fn started(&self) -> bool {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+}
+
+impl LeaderCallbacks for Leads {
+    fn started_leading(&self) {
+        self.started.store(true, Ordering::SeqCst);
+    }
+
+    fn stopped_leading(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
 }

@@ -7,12 +7,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kubewasm::informer::factory::InformerFactory;
-use kubewasm::object::Transform;
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
 use kubewasm::plugins::PluginHost;
-use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
-use kubewasm::runtime::{Limits, Runtime};
-use kubewasm::source::kube::KubeSource;
+use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use kubewasm_testenv::{Options, TestEnv, resources};
 use serde_json::json;
 use support::{audit, render};
@@ -26,47 +23,38 @@ const WAIT: Duration = Duration::from_secs(90);
 struct Host {
     host: Arc<PluginHost>,
     sink: Arc<MemorySink>,
+    agent: Agent,
+    _plugins: tempfile::TempDir,
 }
 
 async fn host(env: &TestEnv, plugins: &[(&str, &str, &str)]) -> anyhow::Result<Host> {
-    let client = env.client().await?;
-    let handle = tokio::runtime::Handle::current();
-    let source = Arc::new(KubeSource::new(
-        client,
-        Transform::default(),
-        handle.clone(),
-    ));
-    let factory = InformerFactory::new(source, handle);
-    let sink = Arc::new(MemorySink::default());
-    let wasm = Arc::new(Runtime::new().map_err(|e| anyhow::anyhow!("{e:#}"))?);
-    let mut host = PluginHost::new(wasm, factory, sink.clone(), Limits::default());
     let dir = tempfile::tempdir()?;
-    let mut paths = Vec::new();
+    let mut configs = Vec::new();
     for (name, built, config) in plugins {
-        host.set_config(name, (*config).to_owned());
-        let path = dir.path().join(format!("{name}.wasm"));
-        std::fs::copy(built, &path)?;
-        paths.push(path);
+        std::fs::copy(built, dir.path().join(format!("{name}.wasm")))?;
+        configs.push((*name, *config));
     }
-    let host = Arc::new(host);
-    let loader = host.clone();
-    tokio::task::spawn_blocking(move || {
-        for path in paths {
-            loader.load(&path)?;
-        }
-        Ok::<_, kubewasm::plugins::PluginError>(())
-    })
-    .await??;
+    let sink = Arc::new(MemorySink::default());
+    let cluster = Cluster::Kube(env.client().await?);
+    let options = AgentOptions::new(cluster, support::configs(&configs), sink.clone());
+    let mut agent = Agent::start(options).await?;
+    let first = agent.follow_plugins(dir.path()).await?;
+    anyhow::ensure!(first.failed.is_empty(), "plugins failed: {first:?}");
     let deadline = Instant::now() + WAIT;
-    while !host.status().iter().all(|s| s.synced) {
+    while !agent.status().ready {
         anyhow::ensure!(
             Instant::now() < deadline,
-            "plugins never synced: {:?}",
-            host.status()
+            "never ready: {:?}",
+            agent.status().not_ready
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(Host { host, sink })
+    Ok(Host {
+        host: agent.plugins().clone(),
+        sink,
+        agent,
+        _plugins: dir,
+    })
 }
 
 impl Host {
@@ -371,7 +359,7 @@ async fn pods_and_deployments_in_order_over_paginated_lists() -> anyhow::Result<
         ]
     );
     assert_eq!(audit(&lines, "Deployment"), ["added e2e/web initial"]);
-    assert!(h.host.ready());
+    assert!(h.agent.status().ready);
 
     let labels = json!({"metadata": {"labels": {"tier": "front"}}});
     pods.patch("p1", &PatchParams::default(), &Patch::Merge(&labels))

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubewasm::agent::Agent;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::factory::InformerFactory;
-use kubewasm::object::Transform;
 use kubewasm::plugins::{PluginHost, Reason};
-use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
-use kubewasm::runtime::{Limits, LoadError, Runtime};
 use kubewasm::source::manifests::ManifestFolder;
+use kubewasm::wasm::LoadError;
+use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use serde_json::Value;
 use support::render;
 
@@ -20,13 +20,14 @@ mod support;
 const WAIT: Duration = Duration::from_secs(30);
 
 struct Harness {
-    _runtime: tokio::runtime::Runtime,
     cluster: tempfile::TempDir,
     plugins: tempfile::TempDir,
     folder: Arc<ManifestFolder>,
     factory: Arc<InformerFactory>,
-    host: PluginHost,
+    host: Arc<PluginHost>,
     sink: Arc<MemorySink>,
+    _agent: Agent,
+    _runtime: tokio::runtime::Runtime,
 }
 
 /// A host on a copy of the example cluster, with `configs` for plugins by name.
@@ -35,25 +36,22 @@ fn harness(configs: &[(&str, &str)]) -> Harness {
     let cluster = tempfile::tempdir().expect("temp dir");
     support::copy_examples(cluster.path());
     let plugins = tempfile::tempdir().expect("temp dir");
-    let folder = Arc::new({
-        let _guard = runtime.enter();
-        ManifestFolder::open(cluster.path(), Transform::default()).expect("open cluster folder")
-    });
-    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
     let sink = Arc::new(MemorySink::default());
-    let wasm = Arc::new(Runtime::new().expect("wasm runtime"));
-    let mut host = PluginHost::new(wasm, factory.clone(), sink.clone(), Limits::default());
-    for (name, config) in configs {
-        host.set_config(name, (*config).to_owned());
-    }
+    let agent = support::folder_agent(
+        &runtime,
+        cluster.path(),
+        support::configs(configs),
+        sink.clone(),
+    );
     Harness {
-        _runtime: runtime,
         cluster,
         plugins,
-        folder,
-        factory,
-        host,
+        folder: agent.manifests().expect("a folder cluster").clone(),
+        factory: agent.factory().clone(),
+        host: agent.plugins().clone(),
         sink,
+        _agent: agent,
+        _runtime: runtime,
     }
 }
 
@@ -284,7 +282,7 @@ fn bad_plugins_get_one_clear_error_each_and_the_good_one_runs() {
         .map(|e| e.expect("entry").path())
         .collect();
     files.sort();
-    let failures: Vec<_> = files.iter().filter_map(|f| h.host.apply(f).err()).collect();
+    let failures: Vec<_> = files.iter().filter_map(|f| h.host.load(f).err()).collect();
     let mut by_name: Vec<(String, String)> = failures
         .iter()
         .map(|f| (f.plugin.clone(), f.to_string()))

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kubewasm::agent::Agent;
 use kubewasm::informer::factory::InformerFactory;
-use kubewasm::object::Transform;
 use kubewasm::plugins::folder::{FolderWatcher, sync_dir};
-use kubewasm::plugins::{PluginHost, content_hash};
-use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
-use kubewasm::runtime::{Limits, Runtime};
+use kubewasm::plugins::{PluginFile, PluginHost, digest as content_hash};
 use kubewasm::source::manifests::ManifestFolder;
+use kubewasm::wasm::Engine;
+use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 
 mod support;
 
@@ -41,13 +41,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) {
 }
 
 struct Env {
-    _runtime: tokio::runtime::Runtime,
     cluster: tempfile::TempDir,
     plugins: tempfile::TempDir,
     folder: Arc<ManifestFolder>,
     factory: Arc<InformerFactory>,
     host: Arc<PluginHost>,
     sink: Arc<MemorySink>,
+    _agent: Agent,
+    _runtime: tokio::runtime::Runtime,
 }
 
 fn env() -> Env {
@@ -56,26 +57,22 @@ fn env() -> Env {
     for i in 0..OBJECTS {
         fs::write(cluster.path().join(format!("cm-{i}.yaml")), cm(i, 0)).expect("write");
     }
-    let folder = Arc::new(
-        ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("open cluster"),
-    );
-    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
     let sink = Arc::new(MemorySink::default());
-    let wasm = Arc::new(Runtime::new().expect("wasm runtime"));
-    let host = Arc::new(PluginHost::new(
-        wasm,
-        factory.clone(),
+    let (agent, folder) = support::snapshot_agent(
+        &runtime,
+        cluster.path(),
+        support::configs(&[]),
         sink.clone(),
-        Limits::default(),
-    ));
+    );
     Env {
-        _runtime: runtime,
         cluster,
         plugins: tempfile::tempdir().expect("temp dir"),
         folder,
-        factory,
-        host,
+        factory: agent.factory().clone(),
+        host: agent.plugins().clone(),
         sink,
+        _agent: agent,
+        _runtime: runtime,
     }
 }
 
@@ -111,7 +108,7 @@ impl Env {
 fn by_version(lines: &[PluginLogRecord]) -> BTreeMap<String, Vec<&PluginLogRecord>> {
     let mut out: BTreeMap<String, Vec<&PluginLogRecord>> = BTreeMap::new();
     for l in lines.iter().filter(|l| l.plugin == "audit") {
-        out.entry(l.version.clone()).or_default().push(l);
+        out.entry(l.digest.clone()).or_default().push(l);
     }
     out
 }
@@ -151,7 +148,7 @@ fn replacing_while_events_flow_delivers_each_event_to_exactly_one_version() {
         let updated = rs.iter().filter(|l| l.message == "updated").count();
         let v2_initial = rs
             .iter()
-            .filter(|l| l.version == h2 && l.field("flag") == Some("initial"))
+            .filter(|l| l.digest == h2 && l.field("flag") == Some("initial"))
             .count();
         updated >= updates && v2_initial >= OBJECTS
     });
@@ -188,7 +185,7 @@ fn replacing_while_events_flow_delivers_each_event_to_exactly_one_version() {
         .collect();
     assert_eq!(initial.len(), OBJECTS, "every object, once");
     let status = &e.host.status()[0];
-    assert_eq!((status.hash.as_str(), status.reloads), (h2.as_str(), 1));
+    assert_eq!((status.digest.as_str(), status.reloads), (h2.as_str(), 1));
 }
 
 #[test]
@@ -202,7 +199,7 @@ fn a_broken_replacement_keeps_the_old_version_serving() {
     let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
     assert_eq!(report.failed, ["audit"]);
     let status = &e.host.status()[0];
-    assert_eq!(status.hash, content_hash(&v1), "still the old version");
+    assert_eq!(status.digest, content_hash(&v1), "still the old version");
     assert_eq!(status.reload_failures, 1);
     assert!(
         status
@@ -225,7 +222,7 @@ fn a_broken_replacement_keeps_the_old_version_serving() {
         rs.iter().any(|l| {
             l.message == "updated"
                 && l.field("key") == Some("t/cm-1")
-                && l.version == content_hash(&v1)
+                && l.digest == content_hash(&v1)
         })
     });
 
@@ -298,7 +295,7 @@ fn a_configmap_data_swap_and_several_files_at_once_are_followed() {
     std::os::unix::fs::symlink("..2026_11_22_02", dir.join("..data_tmp")).expect("link");
     fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap");
     let deadline = Instant::now() + WAIT;
-    while e.host.version("audit") != Some(content_hash(&v2)) {
+    while e.host.digest("audit") != Some(content_hash(&v2)) {
         assert!(
             Instant::now() < deadline,
             "the ..data swap was not picked up"
@@ -331,27 +328,69 @@ fn a_configmap_data_swap_and_several_files_at_once_are_followed() {
 #[test]
 fn a_restart_loads_unchanged_plugins_from_the_compiled_cache() {
     let cache = tempfile::tempdir().expect("temp dir");
-    let bytes = fs::read(kubewasm_plugin_artifacts::AUDIT_LOG).expect("read");
-    let cold = Runtime::new()
-        .expect("runtime")
-        .with_cache(cache.path())
-        .expect("cache");
-    let start = Instant::now();
-    assert!(!cold.compile(&bytes).expect("compiles").cached);
-    let compile_time = start.elapsed();
-    let warm = Runtime::new()
-        .expect("runtime")
-        .with_cache(cache.path())
-        .expect("cache");
+    let file = PluginFile::read(Path::new(kubewasm_plugin_artifacts::AUDIT_LOG)).expect("read");
+    let cold = Engine::with_cache(Some(cache.path())).expect("engine");
     let start = Instant::now();
     assert!(
-        warm.compile(&bytes).expect("loads").cached,
+        !cold
+            .compile(&file.bytes, &file.sha256)
+            .expect("compiles")
+            .cached
+    );
+    let compile_time = start.elapsed();
+    let warm = Engine::with_cache(Some(cache.path())).expect("engine");
+    let start = Instant::now();
+    assert!(
+        warm.compile(&file.bytes, &file.sha256)
+            .expect("loads")
+            .cached,
         "served from the cache"
     );
     let cached_time = start.elapsed();
     eprintln!("compile {compile_time:?}, from cache {cached_time:?}");
     // Another version of the same plugin is another cache entry.
-    assert!(!warm.compile(&variant("other")).expect("compiles").cached);
+    let other = PluginFile::new(Path::new("audit.wasm"), variant("other"));
+    assert!(
+        !warm
+            .compile(&other.bytes, &other.sha256)
+            .expect("compiles")
+            .cached
+    );
     let entries = fs::read_dir(cache.path()).expect("list").count();
     assert_eq!(entries, 2);
+}
+
+#[test]
+fn the_default_resync_period_reaches_plugins_the_configuration_does_not_name() {
+    // Before the agent took the whole configuration, `run` handed the plugin host only the
+    // default limits, so `defaults.resyncSeconds` never reached a plugin without an entry.
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    fs::write(cluster.path().join("cm-0.yaml"), cm(0, 0)).expect("write");
+    let config = kubewasm::config::HostConfig::parse(
+        "defaults: {resyncSeconds: 1}\nplugins: {someone-else: {config: {}}}\n",
+    )
+    .expect("valid configuration");
+    let sink = Arc::new(MemorySink::default());
+    let agent = support::folder_agent(&runtime, cluster.path(), config, sink.clone());
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let path = plugins.path().join("audit.wasm");
+    fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &path).expect("copy");
+    agent.plugins().load(&path).expect("loads");
+    let lines = sink.wait_until(WAIT, |rs| {
+        support::audit(rs, "ConfigMap")
+            .iter()
+            .filter(|l| l.starts_with("sync t/cm-0"))
+            .count()
+            >= 2
+    });
+    let syncs: Vec<String> = support::audit(&lines, "ConfigMap")
+        .into_iter()
+        .filter(|l| l.starts_with("sync"))
+        .collect();
+    assert!(
+        syncs.len() >= 2 && syncs.iter().all(|l| l == "sync t/cm-0"),
+        "resync every second: {}",
+        support::render(&lines)
+    );
 }

@@ -6,12 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubewasm::informer::factory::InformerFactory;
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
 use kubewasm::object::Transform;
-use kubewasm::plugins::PluginHost;
-use kubewasm::runtime::logging::{MemorySink, PluginLogRecord};
-use kubewasm::runtime::{Limits, Runtime};
 use kubewasm::source::manifests::ManifestFolder;
+use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 
 mod support;
 
@@ -54,15 +52,20 @@ fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
     let folder = Arc::new(
         ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("open cluster"),
     );
-    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
     let sink = Arc::new(MemorySink::default());
-    // Large components compile for seconds: share compiled code across test runs.
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
-    let wasm = Runtime::new()
-        .expect("runtime")
-        .with_cache(&cache)
-        .expect("cache");
-    let host = PluginHost::new(Arc::new(wasm), factory, sink.clone(), Limits::default());
+    let options = AgentOptions {
+        // Large components compile for seconds: share compiled code across test runs.
+        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
+        ..AgentOptions::new(
+            Cluster::Source(folder.clone()),
+            support::configs(&[]),
+            sink.clone(),
+        )
+    };
+    let agent = runtime
+        .block_on(Agent::start(options))
+        .expect("the agent starts");
+    let host = agent.plugins();
     let plugins = tempfile::tempdir().expect("temp dir");
     let path = plugins.path().join(format!("owner-chain-{language}.wasm"));
     fs::copy(built, &path).expect("copy plugin");

@@ -6,13 +6,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubewasm::informer::factory::InformerFactory;
-use kubewasm::object::Transform;
+use kubewasm::agent::Agent;
 use kubewasm::plugins::retry::Backoff;
-use kubewasm::plugins::{PluginHost, PluginSettings, PluginStatus, Reason};
-use kubewasm::runtime::logging::{LogRate, MemorySink, PluginLogRecord};
-use kubewasm::runtime::{Limits, LoadError, Runtime};
+use kubewasm::plugins::{Delivery, PluginHost, PluginSettings, PluginStatus, Reason};
 use kubewasm::source::manifests::ManifestFolder;
+use kubewasm::wasm::logging::{LogRate, MemorySink, PluginLogRecord};
+use kubewasm::wasm::{Limits, LoadError};
 use support::field_values;
 
 mod support;
@@ -36,11 +35,12 @@ fn cm(name: &str, value: &str) -> String {
 }
 
 struct Run {
-    _runtime: tokio::runtime::Runtime,
     cluster: tempfile::TempDir,
     folder: Arc<ManifestFolder>,
-    host: PluginHost,
+    host: Arc<PluginHost>,
     sink: Arc<MemorySink>,
+    _agent: Agent,
+    _runtime: tokio::runtime::Runtime,
 }
 
 impl Run {
@@ -70,22 +70,27 @@ impl Run {
 }
 
 /// Tight limits so hostile plugins fail fast.
-fn tight() -> Limits {
-    Limits {
-        deadline: Duration::from_millis(100),
-        memory_bytes: 16 << 20,
-        query_bytes: 16 << 20,
-        max_attempts: 3,
-        backoff: Backoff {
-            base: Duration::from_millis(1),
-            cap: Duration::from_millis(20),
+fn tight() -> PluginSettings {
+    PluginSettings {
+        limits: Limits {
+            deadline: Duration::from_millis(100),
+            memory_bytes: 16 << 20,
+            query_bytes: 16 << 20,
+            log_rate: LogRate {
+                per_second: 50,
+                burst: 100,
+            },
         },
-        log_rate: LogRate {
-            per_second: 50,
-            burst: 100,
+        delivery: Delivery {
+            max_attempts: 3,
+            backoff: Backoff {
+                base: Duration::from_millis(1),
+                cap: Duration::from_millis(20),
+            },
+            recycle_after_calls: 0,
+            ..Delivery::default()
         },
-        recycle_after_calls: 0,
-        ..Limits::default()
+        ..PluginSettings::default()
     }
 }
 
@@ -106,14 +111,11 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
         "apiVersion: v1\nkind: Secret\nmetadata: {name: db-password, namespace: t}\ndata: {p: aHVudGVyMg==}\n",
     )
     .expect("write");
-    let folder = Arc::new(
-        ManifestFolder::snapshot(cluster.path(), Transform::default()).expect("open cluster"),
-    );
-    let factory = InformerFactory::new(folder.clone(), runtime.handle().clone());
     let sink = Arc::new(MemorySink::default());
-    let wasm = Arc::new(Runtime::new().expect("wasm runtime"));
-    let mut host = PluginHost::new(wasm, factory, sink.clone(), Limits::default());
-    host.configure("bad", settings);
+    let mut config = support::configs(&[]);
+    config.plugins.named.insert("bad".into(), settings);
+    let (agent, folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
+    let host = agent.plugins().clone();
     let plugins = tempfile::tempdir().expect("temp dir");
     let good = plugins.path().join("good.wasm");
     fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &good).expect("copy");
@@ -158,11 +160,12 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
         );
     }
     Run {
-        _runtime: runtime,
         cluster,
         folder,
         host,
         sink,
+        _agent: agent,
+        _runtime: runtime,
     }
 }
 
@@ -170,11 +173,10 @@ fn good_sequence(lines: &[PluginLogRecord]) -> Vec<String> {
     support::audit(&support::of(lines.to_vec(), "good"), "ConfigMap")
 }
 
-fn hostile(mode: &str, limits: Limits) -> (std::path::PathBuf, PluginSettings) {
+fn hostile(mode: &str, settings: PluginSettings) -> (std::path::PathBuf, PluginSettings) {
     let settings = PluginSettings {
-        limits,
         config: format!(r#"{{"mode": "{mode}", "key": "t/cm-2"}}"#),
-        ..PluginSettings::default()
+        ..settings
     };
     (kubewasm_plugin_artifacts::HOSTILE.into(), settings)
 }
@@ -265,9 +267,9 @@ fn non_retryable_errors_are_given_up_at_once() {
 #[test]
 fn log_flood_is_rate_limited_and_counted() {
     // 10,000 lines per event take longer than the tight deadline in a debug build.
-    let mut limits = tight();
-    limits.deadline = Duration::from_secs(10);
-    let (bad, settings) = hostile("log-flood", limits);
+    let mut tight = tight();
+    tight.limits.deadline = Duration::from_secs(10);
+    let (bad, settings) = hostile("log-flood", tight);
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!(s.delivered, 6, "{s:?}");
@@ -313,9 +315,9 @@ fn a_secret_granted_by_name_is_the_only_one_visible() {
 
 #[test]
 fn oversized_queries_get_a_too_large_error() {
-    let mut limits = tight();
-    limits.query_bytes = 100;
-    let (bad, settings) = hostile("big-query", limits);
+    let mut tight = tight();
+    tight.limits.query_bytes = 100;
+    let (bad, settings) = hostile("big-query", tight);
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
@@ -349,9 +351,9 @@ fn a_component_importing_what_the_host_lacks_is_refused() {
 
 #[test]
 fn instances_are_recycled_after_the_configured_number_of_calls() {
-    let mut limits = tight();
-    limits.recycle_after_calls = 2;
-    let (bad, settings) = hostile("count", limits);
+    let mut tight = tight();
+    tight.delivery.recycle_after_calls = 2;
+    let (bad, settings) = hostile("count", tight);
     let r = run(&bad, settings);
     r.bad_status_until(|s| s.delivered >= 6);
     let counts = field_values(&r.lines("bad"), "count", "calls");
@@ -364,12 +366,10 @@ fn instances_are_recycled_after_the_configured_number_of_calls() {
 
 #[test]
 fn a_plugin_that_falls_behind_gets_newest_states_and_a_bounded_queue() {
-    let mut limits = Limits {
-        backlog: 2,
-        ..Limits::default()
-    };
-    limits.backoff.base = Duration::from_millis(1);
-    let (bad, settings) = hostile("slow", limits);
+    let mut settings = PluginSettings::default();
+    settings.delivery.backlog = 2;
+    settings.delivery.backoff.base = Duration::from_millis(1);
+    let (bad, settings) = hostile("slow", settings);
     let r = run(&bad, settings);
     // 40 quick edits of one object, each its own event, while the plugin burns 20 ms per event.
     for i in 0..40 {

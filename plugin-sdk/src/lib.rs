@@ -33,6 +33,7 @@
 //! Build with `cargo build --target wasm32-wasip2 --release` and drop the `.wasm` into the
 //! host's plugins folder.
 
+pub mod index;
 pub mod selector;
 
 /// The `apiVersion` string for a group and version: `group/version`, or `version` for the

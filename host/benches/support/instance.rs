@@ -4,8 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kubewasm::informer::Informer;
-use kubewasm::runtime::logging::{LogRate, LogSink, PluginLogRecord, PluginLogger};
-use kubewasm::runtime::{Instance, Limits, PluginContext, Runtime};
+use kubewasm::plugins::PluginFile;
+use kubewasm::wasm::logging::{LogRate, LogSink, PluginLogRecord, PluginLogger};
+use kubewasm::wasm::{Engine, Instance, Limits, PluginContext};
 
 /// Drops every line: logging is not what is measured.
 pub struct Discard;
@@ -36,13 +37,10 @@ pub fn instance(path: &str, config: &str, informers: &[Arc<Informer>]) -> Instan
         .map(|i| (i.gvk().clone(), i.clone()))
         .collect();
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
-    let runtime = Runtime::new()
-        .expect("runtime")
-        .with_cache(&cache)
-        .expect("cache");
-    let bytes = std::fs::read(path).expect("plugin");
-    let code = runtime.compile(&bytes).expect("compiles");
-    let mut instance = runtime.instantiate(&code, Arc::new(ctx)).expect("instance");
+    let engine = Engine::with_cache(Some(&cache)).expect("engine");
+    let file = PluginFile::read(Path::new(path)).expect("plugin");
+    let code = engine.compile(&file.bytes, &file.sha256).expect("compiles");
+    let mut instance = engine.instantiate(&code, Arc::new(ctx)).expect("instance");
     instance.init(config).expect("no trap").expect("init");
     instance.describe().expect("describe");
     instance

@@ -17,19 +17,32 @@ struct Entry {
     task: JoinHandle<()>,
 }
 
+/// One informer's counters.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InformerStats {
+    /// Its resource type.
+    pub gvk: Gvk,
+    /// Events received from the source (listed, applied and deleted objects).
+    pub received: u64,
+    /// Objects in its cache.
+    pub cached: usize,
+    /// Whether its first list has completed.
+    pub synced: bool,
+}
+
 /// Hands out shared informers by resource type, all fed by one source.
 pub struct InformerFactory {
     source: Arc<dyn Source>,
-    runtime: Handle,
+    tasks: Handle,
     entries: Mutex<HashMap<Gvk, Entry>>,
 }
 
 impl InformerFactory {
-    /// A factory whose informers watch `source`, running their tasks on `runtime`.
-    pub fn new(source: Arc<dyn Source>, runtime: Handle) -> Arc<Self> {
+    /// A factory whose informers watch `source`, running their tasks on `tasks`.
+    pub fn new(source: Arc<dyn Source>, tasks: Handle) -> Arc<Self> {
         Arc::new(Self {
             source,
-            runtime,
+            tasks,
             entries: Mutex::new(HashMap::new()),
         })
     }
@@ -46,7 +59,7 @@ impl InformerFactory {
             let informer = Arc::new(Informer::new(gvk.clone()));
             let mut stream = self.source.watch(gvk);
             let feed = informer.clone();
-            let task = self.runtime.spawn(async move {
+            let task = self.tasks.spawn(async move {
                 while let Some(event) = stream.next().await {
                     feed.apply(event);
                 }
@@ -84,7 +97,7 @@ impl InformerFactory {
     }
 
     /// Counters of every running informer, by type.
-    pub fn stats(&self) -> Vec<crate::metrics::InformerSnapshot> {
+    pub fn stats(&self) -> Vec<InformerStats> {
         let informers: Vec<Arc<Informer>> = self
             .entries()
             .values()
@@ -92,7 +105,7 @@ impl InformerFactory {
             .collect();
         let mut stats: Vec<_> = informers
             .iter()
-            .map(|i| crate::metrics::InformerSnapshot {
+            .map(|i| InformerStats {
                 gvk: i.gvk().clone(),
                 received: i.received(),
                 cached: i.store().len(),

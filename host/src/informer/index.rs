@@ -4,14 +4,7 @@ use serde_json::Value;
 
 use crate::object::KubeObject;
 
-/// Name of the built-in index on the namespace.
-pub const NAMESPACE: &str = "namespace";
-/// Name of the built-in index on each owner reference's uid.
-pub const OWNER_UID: &str = "owner-uid";
-/// Name of the built-in index on each label key.
-pub const LABEL_KEY: &str = "label-key";
-/// Name of the built-in index on each `key=value` label pair.
-pub const LABEL: &str = "label";
+pub use kubewasm_sdk::index::{LABEL, LABEL_KEY, NAMESPACE, OWNER_UID};
 
 /// How an index computes an object's values.
 #[derive(Debug, Clone, PartialEq, Eq)]

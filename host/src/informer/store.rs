@@ -96,8 +96,9 @@ impl Store {
         Ok(())
     }
 
-    /// Inserts or replaces an object; returns the previous state.
-    pub fn upsert(&self, object: Arc<KubeObject>) -> Option<Arc<KubeObject>> {
+    /// Inserts or replaces an object; returns the previous state. Only the informer changes
+    /// its store, so subscribers hear of every change.
+    pub(super) fn upsert(&self, object: Arc<KubeObject>) -> Option<Arc<KubeObject>> {
         let mut guard = self.write();
         let inner = &mut *guard;
         let key = inner
@@ -110,7 +111,7 @@ impl Store {
     }
 
     /// Removes an object by key; returns its last state.
-    pub fn remove(&self, key: &str) -> Option<Arc<KubeObject>> {
+    pub(super) fn remove(&self, key: &str) -> Option<Arc<KubeObject>> {
         let mut guard = self.write();
         let inner = &mut *guard;
         let (key, old) = inner.objects.remove_entry(key)?;
@@ -172,11 +173,6 @@ impl Store {
             .get(index)
             .ok_or_else(|| StoreError::UnknownIndex(index.to_owned()))?;
         Ok(idx.keys().cloned().collect())
-    }
-
-    /// The names of the indexes, sorted.
-    pub fn index_names(&self) -> Vec<String> {
-        self.read().indexers.keys().cloned().collect()
     }
 }
 

@@ -16,14 +16,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::informer::factory::Lease;
-use crate::informer::queue::{Delivery, QueueReceiver};
+use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{Notification, Subscription};
-use crate::plugins::PluginStats;
 use crate::plugins::retry::RetryQueue;
-use crate::runtime::{Instance, PluginCode, PluginContext, Runtime, convert};
-
-/// Consecutive failed attempts (any key) after which a plugin counts as degraded.
-pub const DEGRADED_AFTER: u64 = 10;
+use crate::plugins::status::DEGRADED_AFTER;
+use crate::plugins::{Delivery, PluginStats};
+use crate::wasm::bindings::kubewasm::plugin::types::{Event, HandleError};
+use crate::wasm::{Engine, Instance, PluginCode, PluginContext, convert};
 /// Pause before each attempt of a degraded plugin: doubles from this...
 const PENALTY_BASE: Duration = Duration::from_millis(50);
 /// ...up to this.
@@ -34,13 +33,15 @@ const POLL: Duration = Duration::from_millis(50);
 /// Everything a worker needs, prepared by the loader.
 pub struct Setup {
     /// The shared engine.
-    pub runtime: Arc<Runtime>,
+    pub engine: Arc<Engine>,
     /// The plugin's pre-linked code, for fresh instances.
     pub code: PluginCode,
     /// What instances can reach.
     pub ctx: Arc<PluginContext>,
     /// The configuration handed to `init` of each fresh instance.
     pub config: String,
+    /// Retries, recycling.
+    pub delivery: Delivery,
     /// The instance that already ran `describe` and `init`.
     pub instance: Instance,
     /// Resync period, if any.
@@ -60,10 +61,11 @@ pub struct Setup {
 }
 
 struct Worker {
-    runtime: Arc<Runtime>,
+    engine: Arc<Engine>,
     code: PluginCode,
     ctx: Arc<PluginContext>,
     config: String,
+    delivery: Delivery,
     instance: Option<Instance>,
     /// Calls made on the current instance.
     calls: u64,
@@ -79,7 +81,7 @@ struct Worker {
 }
 
 /// Why an attempt failed, and whether trying again may help.
-struct Failure {
+struct AttemptFailure {
     reason: String,
     retry: bool,
 }
@@ -88,8 +90,8 @@ struct Failure {
 fn timed(
     stats: &PluginStats,
     instance: &mut Instance,
-    event: &crate::runtime::bindings::kubewasm::plugin::types::Event,
-) -> wasmtime::Result<Result<(), crate::runtime::bindings::kubewasm::plugin::types::HandleError>> {
+    event: &Event,
+) -> wasmtime::Result<Result<(), HandleError>> {
     let started = Instant::now();
     let outcome = instance.handle(event);
     stats.durations.observe(started.elapsed());
@@ -102,10 +104,11 @@ fn timed(
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let name = setup.ctx.name.clone();
     let worker = Worker {
-        runtime: setup.runtime,
+        engine: setup.engine,
         code: setup.code,
         ctx: setup.ctx,
         config: setup.config,
+        delivery: setup.delivery,
         instance: Some(setup.instance),
         calls: 0,
         resync: setup.resync,
@@ -162,13 +165,13 @@ impl Worker {
                 .map(|at| at.saturating_duration_since(now))
                 .fold(POLL, Duration::min);
             match self.rx.recv_timeout(wait) {
-                Ok(Delivery::Event(n)) => {
+                Ok(queue::Delivery::Event(n)) => {
                     let key = n.id();
                     if let Some(n) = self.retries.enqueue(&key, n) {
                         self.run_key(key, VecDeque::from([n]), 0);
                     }
                 }
-                Ok(Delivery::InitialListSent) => {
+                Ok(queue::Delivery::InitialListSent) => {
                     self.initial_lists = self.initial_lists.saturating_sub(1);
                     if self.initial_lists == 0 {
                         tracing::debug!(plugin = %self.ctx.name, "initial state handed over");
@@ -196,7 +199,7 @@ impl Worker {
     /// Delivers `events` of one key in order until one fails; that one and those behind it
     /// then wait for their retry.
     fn run_key(&mut self, key: String, mut events: VecDeque<Notification>, mut failures: u32) {
-        let max_attempts = self.ctx.limits.max_attempts.max(1);
+        let max_attempts = self.delivery.max_attempts.max(1);
         while let Some(n) = events.front() {
             if self.stopped() {
                 return;
@@ -220,7 +223,7 @@ impl Worker {
                 failures = 0;
                 continue;
             }
-            let delay = self.ctx.limits.backoff.delay(failures);
+            let delay = self.delivery.backoff.delay(failures);
             self.stats.retried.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 plugin = %name, key = %object, attempt = failures,
@@ -251,14 +254,14 @@ impl Worker {
     /// The live instance, or a fresh one (instantiated and initialised) when there is none
     /// or the live one has served its `recycle_after_calls`.
     fn instance(&mut self) -> Result<&mut Instance, String> {
-        let recycle = self.ctx.limits.recycle_after_calls;
+        let recycle = self.delivery.recycle_after_calls;
         if recycle > 0 && self.calls >= recycle {
             self.instance = None;
         }
         if self.instance.is_none() {
             self.calls = 0;
             let mut fresh = self
-                .runtime
+                .engine
                 .instantiate(&self.code, self.ctx.clone())
                 .map_err(|e| format!("cannot instantiate: {e:#}"))?;
             match fresh.init(&self.config) {
@@ -276,27 +279,27 @@ impl Worker {
     }
 
     /// One attempt at delivering `n`, with the counters and status it implies.
-    fn attempt(&mut self, n: &Notification) -> Result<(), Failure> {
+    fn attempt(&mut self, n: &Notification) -> Result<(), AttemptFailure> {
         // Every line logged during the call (the plugin's own included) carries both.
         let _span =
             tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
         let event = convert::event(n);
         let stats = self.stats.clone();
         let outcome = match self.instance() {
-            Err(reason) => Err(Failure {
+            Err(reason) => Err(AttemptFailure {
                 reason,
                 retry: true,
             }),
             Ok(instance) => match timed(&stats, instance, &event) {
                 Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(Failure {
+                Ok(Err(e)) => Err(AttemptFailure {
                     reason: e.message,
                     retry: e.retry,
                 }),
                 Err(trap) => {
                     self.instance = None;
                     self.stats.traps.fetch_add(1, Ordering::Relaxed);
-                    Err(Failure {
+                    Err(AttemptFailure {
                         reason: format!("trapped, instance discarded: {trap:#}"),
                         retry: true,
                     })

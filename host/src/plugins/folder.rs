@@ -9,14 +9,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use notify::RecursiveMode;
 
-use crate::plugins::{PluginHost, content_hash, plugin_name};
-
-/// How long the folder must be quiet after a change before it is reconciled.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+use crate::plugins::{Outcome, PluginFile, PluginHost, plugin_name};
+use crate::watch::DEBOUNCE;
 
 /// What one reconciliation did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -61,29 +59,25 @@ pub fn sync_dir(host: &PluginHost, dir: &Path) -> std::io::Result<SyncReport> {
         }
     }
     for path in files {
-        let name = plugin_name(&path);
         let before = fingerprint(&path);
-        let Ok(bytes) = std::fs::read(&path) else {
-            report.unstable.push(name);
-            continue;
+        let file = match PluginFile::read(&path) {
+            // A file that changed while we read it is still being written: next round.
+            Ok(file) if before.is_some() && fingerprint(&path) == before => file,
+            _ => {
+                report.unstable.push(plugin_name(&path));
+                continue;
+            }
         };
-        // A file that changed while we read it is still being written: next round.
-        if before.is_none() || fingerprint(&path) != before {
-            report.unstable.push(name);
+        if host.known_failure(&file) {
             continue;
         }
-        let hash = content_hash(&bytes);
-        if host.version(&name).as_deref() == Some(hash.as_str()) || host.known_failure(&path, &hash)
-        {
-            continue;
-        }
-        match host.apply_bytes(&path, &bytes) {
-            Ok(crate::plugins::Applied::Loaded) => report.loaded.push(name),
-            Ok(crate::plugins::Applied::Replaced) => report.replaced.push(name),
-            Ok(crate::plugins::Applied::Unchanged) => {}
+        match host.apply(&file) {
+            Ok(Outcome::Loaded) => report.loaded.push(file.name),
+            Ok(Outcome::Replaced) => report.replaced.push(file.name),
+            Ok(Outcome::Unchanged) => {}
             Err(e) => {
                 tracing::error!("{e}");
-                report.failed.push(name);
+                report.failed.push(file.name);
             }
         }
     }
@@ -105,7 +99,6 @@ impl FolderWatcher {
         let watcher = crate::watch::debounced(
             dir,
             RecursiveMode::NonRecursive,
-            DEBOUNCE,
             "plugins-folder",
             move || match sync_dir(&watched, &folder) {
                 Ok(report) if !report.unstable.is_empty() => {

@@ -2,14 +2,13 @@
 //! initialised with its configuration, described, validated, and held against the operator's
 //! grants. Loading (`PluginHost`) and `kubewasm check` and `rbac` all start here.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::gvk::Gvk;
 use crate::plugins::manifest::PluginManifest;
-use crate::plugins::{PluginError, PluginSettings, Reason};
-use crate::runtime::logging::{LogSink, PluginLogger};
-use crate::runtime::{Instance, PluginCode, PluginContext, Runtime, is_secret};
+use crate::plugins::{PluginError, PluginFile, PluginSettings, Reason};
+use crate::wasm::logging::{LogSink, PluginLogger};
+use crate::wasm::{Engine, Instance, PluginCode, PluginContext, is_secret};
 
 /// A plugin version that passed every check that needs no cache.
 pub struct Inspection {
@@ -17,8 +16,6 @@ pub struct Inspection {
     pub code: PluginCode,
     /// What its instances may reach, grants applied (no informers yet).
     pub ctx: PluginContext,
-    /// The configuration handed to `init`.
-    pub config: String,
     /// The instance that ran `init` and `describe`.
     pub instance: Instance,
     /// Its manifest, with `cached` reduced to the granted types.
@@ -36,29 +33,29 @@ impl Inspection {
     }
 }
 
-/// Checks plugin `name` from `path` (content `bytes`, version `hash`) under `settings`.
+/// Checks plugin `file` under `settings`, logging to `log`.
 pub fn inspect(
-    runtime: &Runtime,
+    engine: &Engine,
     settings: &PluginSettings,
     log: Arc<dyn LogSink>,
-    name: &str,
-    path: &Path,
-    bytes: &[u8],
-    hash: &str,
+    file: &PluginFile,
 ) -> Result<Inspection, PluginError> {
-    let fail = |reason: Reason| PluginError {
-        plugin: name.to_owned(),
-        path: path.to_owned(),
-        reason,
-    };
-    let code = runtime.compile(bytes).map_err(|e| fail(Reason::Load(e)))?;
-    let logger = Arc::new(PluginLogger::new(name, hash, log, settings.limits.log_rate));
+    let fail = |reason: Reason| reason.of(file);
+    let code = engine
+        .compile(&file.bytes, &file.sha256)
+        .map_err(|e| fail(Reason::Load(e)))?;
+    let name = &file.name;
+    let logger = Arc::new(PluginLogger::new(
+        name,
+        file.digest(),
+        log,
+        settings.limits.log_rate,
+    ));
     let mut ctx = PluginContext::new(name, logger.clone(), settings.limits.clone());
-    let mut instance = runtime
+    let mut instance = engine
         .instantiate(&code, Arc::new(ctx.clone()))
         .map_err(|e| fail(Reason::Start(format!("{e:#}"))))?;
-    let config = settings.config.clone();
-    match instance.init(&config) {
+    match instance.init(&settings.config) {
         Ok(Ok(())) => {}
         Ok(Err(refusal)) => return Err(fail(Reason::Init(refusal))),
         Err(trap) => return Err(fail(Reason::Init(format!("trapped: {trap:#}")))),
@@ -91,7 +88,6 @@ pub fn inspect(
     Ok(Inspection {
         code,
         ctx,
-        config,
         instance,
         manifest,
         logger,

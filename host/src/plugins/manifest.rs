@@ -7,8 +7,8 @@ use kubewasm_sdk::selector::Selector;
 use crate::gvk::Gvk;
 use crate::informer::Filter;
 use crate::informer::index::{IndexFunc, is_builtin};
-use crate::runtime::bindings::kubewasm::plugin::types as wit;
-use crate::runtime::convert;
+use crate::wasm::bindings::kubewasm::plugin::types as wit;
+use crate::wasm::convert;
 
 /// A manifest field that is not acceptable, and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -1,7 +1,12 @@
-//! What the operator decides for one plugin: limits, configuration and grants.
+//! What the operator decides for each plugin: sandbox limits, delivery policy, configuration
+//! and grants, looked up by plugin name.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::gvk::Gvk;
-use crate::runtime::{Limits, is_secret};
+use crate::plugins::retry::Backoff;
+use crate::wasm::{Limits, is_secret};
 
 /// What the operator grants one plugin.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,26 +29,72 @@ impl Grants {
     }
 }
 
+/// How events reach one plugin: retries, instance recycling and the queue's bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Attempts per event before it is given up.
+    pub max_attempts: u32,
+    /// Backoff between attempts of one event.
+    pub backoff: Backoff,
+    /// Calls after which an instance is replaced by a fresh one (bounds the memory a
+    /// garbage-collected guest accumulates); 0 for never.
+    pub recycle_after_calls: u64,
+    /// Queued events past which new ones fold into the waiting state of their object.
+    pub backlog: usize,
+}
+
+impl Default for Delivery {
+    fn default() -> Self {
+        Self {
+            max_attempts: 10,
+            backoff: Backoff::default(),
+            recycle_after_calls: 100_000,
+            backlog: 10_000,
+        }
+    }
+}
+
 /// The operator's settings for one plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginSettings {
-    /// Resource limits.
+    /// What one instance may spend.
     pub limits: Limits,
+    /// How events are delivered and retried.
+    pub delivery: Delivery,
     /// Configuration handed to `init` (JSON text).
     pub config: String,
     /// What it may read.
     pub grants: Grants,
     /// Resync period when its manifest sets none.
-    pub resync: Option<std::time::Duration>,
+    pub resync: Option<Duration>,
 }
 
 impl Default for PluginSettings {
     fn default() -> Self {
         Self {
-            resync: None,
             limits: Limits::default(),
+            delivery: Delivery::default(),
             config: "{}".to_owned(),
             grants: Grants::default(),
+            resync: None,
         }
+    }
+}
+
+/// Settings for every plugin: the defaults, and complete settings for the plugins the
+/// configuration names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginsConfig {
+    /// What a plugin the configuration does not name gets.
+    pub defaults: PluginSettings,
+    /// Plugins with an entry of their own, by name (their entries already include the
+    /// defaults they do not override).
+    pub named: BTreeMap<String, PluginSettings>,
+}
+
+impl PluginsConfig {
+    /// The settings of plugin `name`.
+    pub fn settings(&self, name: &str) -> &PluginSettings {
+        self.named.get(name).unwrap_or(&self.defaults)
     }
 }

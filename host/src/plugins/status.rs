@@ -5,8 +5,10 @@ use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::metrics::{Histogram, HistogramSnapshot};
-use crate::plugins::dispatch;
+use crate::histogram::{Histogram, HistogramSnapshot};
+
+/// Consecutive failed attempts (any key) after which a plugin counts as degraded.
+pub const DEGRADED_AFTER: u64 = 10;
 
 /// Counters of one plugin's deliveries.
 #[derive(Debug, Default)]
@@ -42,21 +44,42 @@ impl PluginStats {
             .unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
     }
 
-    /// True while the plugin's attempts keep failing (10 or more in a row).
+    /// True while the plugin's attempts keep failing ([`DEGRADED_AFTER`] or more in a row).
     pub fn degraded(&self) -> bool {
-        self.consecutive_failures.load(Ordering::Relaxed) >= dispatch::DEGRADED_AFTER
+        self.consecutive_failures.load(Ordering::Relaxed) >= DEGRADED_AFTER
+    }
+
+    /// The delivery fields of a status; the caller fills in the rest.
+    pub fn status(&self) -> PluginStatus {
+        PluginStatus {
+            delivered: self.delivered.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            degraded: self.degraded(),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            traps: self.traps.load(Ordering::Relaxed),
+            given_up: self.given_up.load(Ordering::Relaxed),
+            synced: self.synced.load(Ordering::Relaxed),
+            durations: self.durations.snapshot(),
+            memory_bytes: self.memory_bytes.load(Ordering::Relaxed),
+            ..PluginStatus::default()
+        }
     }
 }
 
 /// A snapshot of one plugin's state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PluginStatus {
     /// The plugin's name.
     pub name: String,
     /// The file it was loaded from.
     pub path: PathBuf,
-    /// First 12 hex digits of the SHA-256 of the file.
-    pub hash: String,
+    /// The version: first 12 hex digits of the SHA-256 of the file.
+    pub digest: String,
     /// Events handled successfully.
     pub delivered: u64,
     /// Failed attempts.

@@ -14,7 +14,6 @@
 use std::collections::{BTreeMap, btree_map};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use futures::stream::BoxStream;
 use notify::RecursiveMode;
@@ -25,9 +24,6 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use crate::gvk::Gvk;
 use crate::object::{KubeObject, Transform};
 use crate::source::{Source, SourceEvent};
-
-/// How long the folder must be quiet after a change before it is rescanned.
-pub const DEBOUNCE: Duration = Duration::from_millis(150);
 
 /// Why the folder could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +98,6 @@ impl ManifestFolder {
         let watcher = crate::watch::debounced(
             root,
             RecursiveMode::Recursive,
-            DEBOUNCE,
             "manifest-folder",
             move || shared.rescan(),
         )

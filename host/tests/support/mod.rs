@@ -2,7 +2,7 @@
 // Each test binary uses its own subset.
 #![allow(dead_code)]
 
-use kubewasm::runtime::logging::PluginLogRecord;
+use kubewasm::wasm::logging::PluginLogRecord;
 
 /// The lines of one plugin.
 pub fn of(records: Vec<PluginLogRecord>, plugin: &str) -> Vec<PluginLogRecord> {
@@ -61,4 +61,60 @@ pub fn copy_examples(dir: &std::path::Path) {
         let entry = entry.expect("dir entry");
         std::fs::copy(entry.path(), dir.join(entry.file_name())).expect("copy manifest");
     }
+}
+
+/// A host configuration handing each named plugin its `init` configuration (JSON text), with
+/// the default limits and grants.
+pub fn configs(configs: &[(&str, &str)]) -> kubewasm::config::HostConfig {
+    let mut config = kubewasm::config::HostConfig::default();
+    for (name, json) in configs {
+        let mut settings = config.plugins.defaults.clone();
+        settings.config = (*json).to_owned();
+        config.plugins.named.insert((*name).to_owned(), settings);
+    }
+    config
+}
+
+/// An agent on the manifests folder `cluster`, started the way `kubewasm run --cluster` starts
+/// it, with plugin lines going to `sink`.
+pub fn folder_agent(
+    tokio: &tokio::runtime::Runtime,
+    cluster: &std::path::Path,
+    config: kubewasm::config::HostConfig,
+    sink: std::sync::Arc<kubewasm::wasm::logging::MemorySink>,
+) -> kubewasm::agent::Agent {
+    use kubewasm::agent::Cluster;
+    agent(tokio, Cluster::Folder(cluster.to_owned()), config, sink)
+}
+
+/// An agent on a snapshot of the manifests folder `cluster` that changes only when the test
+/// calls `rescan` on the returned folder (so no rescan races a test's own writes).
+pub fn snapshot_agent(
+    tokio: &tokio::runtime::Runtime,
+    cluster: &std::path::Path,
+    config: kubewasm::config::HostConfig,
+    sink: std::sync::Arc<kubewasm::wasm::logging::MemorySink>,
+) -> (
+    kubewasm::agent::Agent,
+    std::sync::Arc<kubewasm::source::manifests::ManifestFolder>,
+) {
+    use kubewasm::source::manifests::ManifestFolder;
+    let folder = std::sync::Arc::new(
+        ManifestFolder::snapshot(cluster, kubewasm::object::Transform::default())
+            .expect("read the cluster folder"),
+    );
+    let cluster = kubewasm::agent::Cluster::Source(folder.clone());
+    (agent(tokio, cluster, config, sink), folder)
+}
+
+fn agent(
+    tokio: &tokio::runtime::Runtime,
+    cluster: kubewasm::agent::Cluster,
+    config: kubewasm::config::HostConfig,
+    sink: std::sync::Arc<kubewasm::wasm::logging::MemorySink>,
+) -> kubewasm::agent::Agent {
+    use kubewasm::agent::{Agent, AgentOptions};
+    tokio
+        .block_on(Agent::start(AgentOptions::new(cluster, config, sink)))
+        .expect("the agent starts")
 }

@@ -66,7 +66,8 @@ impl Plugin for Bench {
                 std::hint::black_box(found);
             }
             "index" => {
-                let found = cache::by_index(&Gvk::pod(), "label", &config.arg).map_err(failed)?;
+                let found = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::LABEL, &config.arg)
+                    .map_err(failed)?;
                 std::hint::black_box(found);
             }
             _ => {}

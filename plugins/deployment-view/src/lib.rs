@@ -202,7 +202,11 @@ fn summarize(deployment: &Object) -> Result<(), HandleError> {
     };
     // The current ReplicaSet: owned by this Deployment and at its revision.
     let mut current = None;
-    for rs in cache::by_index(&Gvk::replica_set(), "owner-uid", &deployment.uid)? {
+    for rs in cache::by_index(
+        &Gvk::replica_set(),
+        kubewasm_sdk::index::OWNER_UID,
+        &deployment.uid,
+    )? {
         if self::revision(&rs)?.as_deref() == Some(revision.as_str()) {
             current = Some(rs);
         }
@@ -220,7 +224,7 @@ fn summarize(deployment: &Object) -> Result<(), HandleError> {
         );
         return Ok(());
     };
-    let pods = cache::by_index(&Gvk::pod(), "owner-uid", &rs.uid)?;
+    let pods = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid)?;
     let mut ready = 0;
     let mut not_ready = Vec::new();
     for pod in &pods {

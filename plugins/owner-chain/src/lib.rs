@@ -49,7 +49,7 @@ impl Plugin for OwnerChain {
             return Ok(());
         };
         let deployment = owner(&rs, &Gvk::deployment())?;
-        let siblings = cache::by_index(&Gvk::pod(), "owner-uid", &rs.uid)?
+        let siblings = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid)?
             .len()
             .to_string();
         let deployment = deployment.as_ref().map_or("-", |d| d.name.as_str());

@@ -31,17 +31,17 @@ const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
 pub struct KubeSource {
     client: Client,
     transform: Transform,
-    runtime: Handle,
+    tasks: Handle,
     stats: Mutex<BTreeMap<Gvk, Arc<ReflectorStats>>>,
 }
 
 impl KubeSource {
-    /// A source using `client`, running its watches on `runtime`.
-    pub fn new(client: Client, transform: Transform, runtime: Handle) -> Self {
+    /// A source using `client`, running its watches on `tasks`.
+    pub fn new(client: Client, transform: Transform, tasks: Handle) -> Self {
         Self {
             client,
             transform,
-            runtime,
+            tasks,
             stats: Mutex::new(BTreeMap::new()),
         }
     }
@@ -68,7 +68,7 @@ impl Source for KubeSource {
             .or_default()
             .clone();
         let (client, gvk, transform) = (self.client.clone(), gvk.clone(), self.transform.clone());
-        self.runtime.spawn(async move {
+        self.tasks.spawn(async move {
             let Some(resource) = resolve(&client, &gvk, &tx).await else {
                 return;
             };

@@ -43,23 +43,129 @@ const IDLE_MARGIN: Duration = Duration::from_secs(30);
 /// A watch that ends sooner than this without delivering anything counts as a failure.
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
-/// Why a step stopped.
+/// How the reflector gets a type's full state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListMethod {
+    /// A watch with `sendInitialEvents`: the objects, an end marker, then live events.
+    Streaming,
+    /// Paginated lists, then a separate watch.
+    Paginated,
+}
+
+/// Which state a list must be at least as new as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListFrom {
+    /// Not older than this version (client-go's relist from the last version seen).
+    NotOlderThan(String),
+    /// The newest state: a consistent read (first list, or the last version expired).
+    Consistent,
+}
+
+/// What the reflector does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Get the full state.
+    List(ListFrom),
+    /// Follow live events after this version.
+    Watch(String),
+}
+
+/// What happened during a request, as far as the state machine cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// The full state was delivered; it is current as of this version.
+    Synced(String),
+    /// A live event or bookmark carried this version.
+    Seen(String),
+    /// The server refused a streaming list (400 or 422, or a clean end without the marker).
+    StreamingRefused,
+    /// The version asked for is too old (410 Gone).
+    Expired,
+}
+
+/// The reflector's state: its phase and its list method. It changes only through
+/// [`State::next`], a pure function, so every transition is testable without a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// What to do next.
+    pub phase: Phase,
+    /// How to list.
+    pub method: ListMethod,
+}
+
+impl Default for State {
+    /// A first list by streaming, from a consistent read.
+    fn default() -> Self {
+        Self {
+            phase: Phase::List(ListFrom::Consistent),
+            method: ListMethod::Streaming,
+        }
+    }
+}
+
+impl State {
+    /// The state after `input`.
+    pub fn next(self, input: Input) -> Self {
+        let Self { phase, method } = self;
+        match (phase, input) {
+            (_, Input::Synced(rv)) => Self {
+                phase: Phase::Watch(rv),
+                method,
+            },
+            (Phase::Watch(_), Input::Seen(rv)) => Self {
+                phase: Phase::Watch(rv),
+                method,
+            },
+            // Initial events carry each object's own version, in no order: a list that
+            // fails half way starts over from where it started.
+            (phase @ Phase::List(_), Input::Seen(_)) => Self { phase, method },
+            (phase, Input::StreamingRefused) => Self {
+                phase,
+                method: ListMethod::Paginated,
+            },
+            // A watch's version is gone: relist from it, at least as new.
+            (Phase::Watch(rv), Input::Expired) => Self {
+                phase: Phase::List(ListFrom::NotOlderThan(rv)),
+                method,
+            },
+            // A list's version is gone too: read the newest state.
+            (Phase::List(_), Input::Expired) => Self {
+                phase: Phase::List(ListFrom::Consistent),
+                method,
+            },
+        }
+    }
+
+    /// True once the full state has been delivered (live events follow).
+    pub fn synced(&self) -> bool {
+        matches!(self.phase, Phase::Watch(_))
+    }
+}
+
+/// Why a request stopped, when it did not simply end.
 enum Stop {
     /// The informer is gone.
     Closed,
-    /// The version we hold is too old: relist.
+    /// The version asked for is too old: relist.
     Expired(String),
-    /// Anything else: back off and retry the same step.
+    /// Anything else: back off and retry the same phase.
     Failed(String),
 }
 
-/// How a watch request starts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// Streaming list: initial events, then the live watch.
-    InitialEvents,
-    /// Live events after `last_rv`.
-    Resume,
+/// The request that failed, for error messages.
+#[derive(Clone, Copy)]
+enum Verb {
+    List,
+    Watch,
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verb::List => "list",
+            Verb::Watch => "watch",
+        })
+    }
 }
 
 /// Lists and watches one resource type, feeding an informer.
@@ -70,12 +176,7 @@ pub struct Reflector {
     transform: Transform,
     tx: UnboundedSender<SourceEvent>,
     stats: Arc<ReflectorStats>,
-    /// The newest resourceVersion seen (list, object or bookmark).
-    last_rv: Option<String>,
-    /// `last_rv` turned out to be too old: the next list is a consistent read.
-    rv_expired: bool,
-    /// Whether to try streaming lists (cleared when the server refuses one).
-    streaming: bool,
+    state: State,
 }
 
 impl Reflector {
@@ -95,30 +196,32 @@ impl Reflector {
             transform,
             tx,
             stats,
-            last_rv: None,
-            rv_expired: false,
-            streaming: true,
+            state: State::default(),
         }
+    }
+
+    /// Moves the state machine on.
+    fn on(&mut self, input: Input) {
+        self.state = std::mem::take(&mut self.state).next(input);
     }
 
     /// Runs until the receiving informer goes away.
     pub async fn run(mut self) {
         let mut backoff = DefaultBackoff::default();
-        let mut synced = false;
         loop {
-            let step = match (synced, self.streaming) {
-                (false, true) => self.watch(Mode::InitialEvents, &mut synced).await,
-                (false, false) => self.list().await.map(|()| synced = true),
-                (true, _) => self.watch(Mode::Resume, &mut synced).await,
+            let step = match (self.state.phase.clone(), self.state.method) {
+                (Phase::List(from), ListMethod::Streaming) => self.watch(Some(from), "").await,
+                (Phase::List(from), ListMethod::Paginated) => self.list(from).await,
+                (Phase::Watch(rv), _) => self.watch(None, &rv).await,
             };
             let reason = match step {
                 Ok(()) => continue,
                 Err(Stop::Closed) => return,
                 Err(Stop::Expired(reason)) => {
-                    if synced {
+                    if self.state.synced() {
                         self.stats.note_relist();
                     }
-                    synced = false;
+                    self.on(Input::Expired);
                     format!("{reason}; relisting")
                 }
                 Err(Stop::Failed(reason)) => reason,
@@ -137,21 +240,14 @@ impl Reflector {
         self.tx.send(event).map_err(|_| Stop::Closed)
     }
 
-    /// The version the next list or streaming list starts from: the last one seen unless it
-    /// expired; `None` for a consistent read.
-    fn list_from(&self) -> Option<String> {
-        self.last_rv.clone().filter(|_| !self.rv_expired)
-    }
-
     /// One paginated list, streamed into the informer page by page.
-    async fn list(&mut self) -> Result<(), Stop> {
-        let from = self.list_from();
+    async fn list(&mut self, from: ListFrom) -> Result<(), Stop> {
         let mut params = ListParams {
             limit: Some(PAGE_SIZE),
             ..ListParams::default()
         };
-        if let Some(rv) = &from {
-            params.resource_version = Some(rv.clone());
+        if let ListFrom::NotOlderThan(rv) = from {
+            params.resource_version = Some(rv);
             params.version_match = Some(VersionMatch::NotOlderThan);
         }
         self.send(SourceEvent::ListStarted)?;
@@ -163,7 +259,7 @@ impl Reflector {
                 .client
                 .request(request)
                 .await
-                .map_err(|e| self.failure("list", &e))?;
+                .map_err(|e| self.failure(Verb::List, &e))?;
             for item in page.items {
                 match wire::object(&self.gvk, item, &self.transform) {
                     Ok(object) => self.send(SourceEvent::Listed(object))?,
@@ -183,30 +279,32 @@ impl Reflector {
                     let Some(rv) = rv else {
                         return Err(Stop::Failed("list response has no resourceVersion".into()));
                     };
-                    self.last_rv = Some(rv);
-                    self.rv_expired = false;
-                    return self.send(SourceEvent::ListDone);
+                    self.send(SourceEvent::ListDone)?;
+                    self.on(Input::Synced(rv));
+                    return Ok(());
                 }
             }
         }
     }
 
-    /// One watch request: a streaming list followed by live events, or live events from the
-    /// last version seen. Returns when the server ends it.
-    async fn watch(&mut self, mode: Mode, synced: &mut bool) -> Result<(), Stop> {
+    /// One watch request: with `list`, a streaming list from there followed by live events;
+    /// without, live events after `rv`. Returns when the server ends it.
+    async fn watch(&mut self, list: Option<ListFrom>, rv: &str) -> Result<(), Stop> {
         let timeout = watch_timeout();
+        let mut initial = list.is_some();
         let params = WatchParams {
             timeout: Some(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX)),
             bookmarks: true,
-            send_initial_events: mode == Mode::InitialEvents,
+            send_initial_events: initial,
             ..WatchParams::default()
         };
-        let from = match mode {
-            Mode::InitialEvents => self.list_from().unwrap_or_default(),
-            Mode::Resume => self.last_rv.clone().unwrap_or_default(),
+        let from = match &list {
+            Some(ListFrom::NotOlderThan(rv)) => rv.as_str(),
+            Some(ListFrom::Consistent) => "",
+            None => rv,
         };
         let mut request = Request::new(self.path.as_str())
-            .watch(&params, &from)
+            .watch(&params, from)
             .map_err(|e| Stop::Failed(format!("cannot build watch request: {e}")))?;
         // One gzip member per event is not decoded by the client's middleware (kube#1837).
         request.headers_mut().insert(
@@ -216,24 +314,27 @@ impl Reflector {
         let started = Instant::now();
         let body = match self.client.request_stream(request).await {
             Ok(body) => body,
-            Err(e) if mode == Mode::InitialEvents && refuses_streaming(&e) => {
+            Err(e) if initial && refuses_streaming(&e) => {
                 tracing::info!(resource = %self.gvk, "the API server does not serve streaming lists ({e}); using paginated lists");
-                self.streaming = false;
+                self.on(Input::StreamingRefused);
                 return Ok(());
             }
-            Err(e) => return Err(self.failure("watch", &e)),
+            Err(e) => return Err(self.failure(Verb::Watch, &e)),
         };
         self.stats.note_watch();
-        if mode == Mode::InitialEvents {
+        if initial {
             self.send(SourceEvent::ListStarted)?;
         }
-        let mut initial = mode == Mode::InitialEvents;
         let mut events = 0_u64;
         let mut lines = Box::pin(body.lines());
         loop {
             let line = match tokio::time::timeout(timeout + IDLE_MARGIN, lines.next()).await {
                 Err(_) => return Err(Stop::Failed("watch stalled: nothing received".into())),
                 Ok(None) => break,
+                Ok(Some(Err(e))) if initial => {
+                    // A cut is not a refusal: list again by streaming, after a backoff.
+                    return Err(Stop::Failed(format!("streaming list cut: {e}")));
+                }
                 Ok(Some(Err(e))) => {
                     // A connection cut mid-stream: resume like an ended watch.
                     tracing::debug!(resource = %self.gvk, "watch stream cut: {e}");
@@ -253,47 +354,40 @@ impl Reflector {
             self.stats.note_event();
             match event {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) if initial => {
-                    self.last_rv = Some(o.resource_version.clone());
                     self.send(SourceEvent::Listed(o))?;
                 }
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    self.last_rv = Some(o.resource_version.clone());
+                    self.on(Input::Seen(o.resource_version.clone()));
                     self.send(SourceEvent::Applied(o))?;
                 }
                 WatchEvent::Deleted(o) => {
-                    self.last_rv = Some(o.resource_version.clone());
+                    self.on(Input::Seen(o.resource_version.clone()));
                     self.send(SourceEvent::Deleted(o))?;
                 }
                 WatchEvent::Bookmark {
                     resource_version,
                     initial_events_end,
                 } => {
-                    if !resource_version.is_empty() {
-                        self.last_rv = Some(resource_version);
-                    }
                     if initial && initial_events_end {
                         initial = false;
-                        *synced = true;
-                        self.rv_expired = false;
                         self.send(SourceEvent::ListDone)?;
+                        self.on(Input::Synced(resource_version));
+                    } else if !resource_version.is_empty() {
+                        self.on(Input::Seen(resource_version));
                     }
                 }
                 WatchEvent::Error(status) if status.code == 410 => {
-                    // Gone during a streaming list: its starting version is too old.
-                    if initial {
-                        self.rv_expired = true;
-                    }
-                    return Err(Stop::Expired(describe_status("watch", &status)));
+                    return Err(Stop::Expired(describe_status(Verb::Watch, &status)));
                 }
                 WatchEvent::Error(status) => {
-                    return Err(Stop::Failed(self.explain("watch", &status)));
+                    return Err(Stop::Failed(self.explain(Verb::Watch, &status)));
                 }
             }
         }
         if initial {
             // An older server ignores sendInitialEvents and never marks their end.
             tracing::info!(resource = %self.gvk, "the streaming list ended without its end marker; using paginated lists");
-            self.streaming = false;
+            self.on(Input::StreamingRefused);
             return Ok(());
         }
         if events == 0 && started.elapsed() < SHORT_WATCH {
@@ -303,15 +397,9 @@ impl Reflector {
     }
 
     /// Classifies a failed request: expired versions relist, the rest back off.
-    fn failure(&mut self, verb: &str, e: &kube::Error) -> Stop {
+    fn failure(&self, verb: Verb, e: &kube::Error) -> Stop {
         match e {
-            kube::Error::Api(s) if s.code == 410 => {
-                // A list from our version (or its continuation) is gone: read consistently.
-                if verb == "list" || self.last_rv.is_none() {
-                    self.rv_expired = true;
-                }
-                Stop::Expired(format!("{verb}: {}", s.message))
-            }
+            kube::Error::Api(s) if s.code == 410 => Stop::Expired(format!("{verb}: {}", s.message)),
             kube::Error::Api(s) => Stop::Failed(self.explain(
                 verb,
                 &Status {
@@ -325,7 +413,7 @@ impl Reflector {
     }
 
     /// A message for a failed request that says what to do about it.
-    fn explain(&self, verb: &str, status: &Status) -> String {
+    fn explain(&self, verb: Verb, status: &Status) -> String {
         let plural = self.path.rsplit('/').next().unwrap_or("");
         let what = match self.gvk.group.as_str() {
             "" => format!("{plural} (core group)"),
@@ -345,7 +433,7 @@ impl Reflector {
     }
 }
 
-fn describe_status(verb: &str, status: &Status) -> String {
+fn describe_status(verb: Verb, status: &Status) -> String {
     format!(
         "{verb} failed with {} {}: {}",
         status.code, status.reason, status.message
@@ -368,6 +456,72 @@ fn watch_timeout() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn watching(rv: &str) -> State {
+        State {
+            phase: Phase::Watch(rv.into()),
+            method: ListMethod::Streaming,
+        }
+    }
+
+    #[test]
+    fn first_sync_streams_from_a_consistent_read_then_watches_from_its_version() {
+        let start = State::default();
+        assert_eq!(start.phase, Phase::List(ListFrom::Consistent));
+        assert_eq!(start.method, ListMethod::Streaming);
+        assert!(!start.synced());
+        let listing = start.next(Input::Seen("7".into()));
+        assert_eq!(
+            listing.phase,
+            Phase::List(ListFrom::Consistent),
+            "initial events do not move where a list starts"
+        );
+        let synced = listing.next(Input::Synced("42".into()));
+        assert_eq!(synced, watching("42"));
+        assert!(synced.synced());
+        assert_eq!(synced.next(Input::Seen("43".into())), watching("43"));
+    }
+
+    #[test]
+    fn expiry_relists_from_the_last_version_then_consistently() {
+        let relist = watching("43").next(Input::Expired);
+        assert_eq!(
+            relist.phase,
+            Phase::List(ListFrom::NotOlderThan("43".into()))
+        );
+        let consistent = relist.next(Input::Expired);
+        assert_eq!(consistent.phase, Phase::List(ListFrom::Consistent));
+        assert_eq!(
+            consistent.clone().next(Input::Expired),
+            consistent,
+            "a consistent read that expires stays one"
+        );
+        assert_eq!(consistent.next(Input::Synced("50".into())), watching("50"));
+    }
+
+    #[test]
+    fn only_a_refusal_turns_streaming_lists_off_for_good() {
+        let refused = State::default().next(Input::StreamingRefused);
+        assert_eq!(refused.method, ListMethod::Paginated);
+        assert_eq!(refused.phase, Phase::List(ListFrom::Consistent));
+        let after = refused
+            .next(Input::Synced("9".into()))
+            .next(Input::Expired)
+            .next(Input::Synced("12".into()));
+        assert_eq!(
+            after.method,
+            ListMethod::Paginated,
+            "a relist after 410 keeps paginating"
+        );
+        let kept = State::default()
+            .next(Input::Expired)
+            .next(Input::Seen("3".into()));
+        assert_eq!(
+            kept.method,
+            ListMethod::Streaming,
+            "failures and expiry leave the method alone"
+        );
+    }
 
     #[test]
     fn watch_timeouts_spread_over_five_to_ten_minutes() {

@@ -14,7 +14,7 @@ pub struct ReflectorStats {
 }
 
 /// A snapshot of [`ReflectorStats`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReflectorSnapshot {
     /// Watch requests the server accepted.
     pub watches: u64,

@@ -1,8 +1,11 @@
-//! Plugin log lines: the host side of the `logging` import.
+//! Plugin log lines: the host side of the `logging` import, and where the lines go.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use crate::wasm::HostState;
+use crate::wasm::bindings::kubewasm::plugin::logging;
 
 /// Longest message kept from a plugin; longer ones are cut (and say so).
 pub const MAX_MESSAGE_BYTES: usize = 4096;
@@ -27,8 +30,8 @@ pub enum Level {
 pub struct PluginLogRecord {
     /// The plugin's name.
     pub plugin: String,
-    /// The version (content hash) of the plugin that logged it.
-    pub version: String,
+    /// The digest of the plugin version that logged it (see `PluginFile::digest`).
+    pub digest: String,
     /// Severity.
     pub level: Level,
     /// The message.
@@ -65,19 +68,18 @@ impl LogSink for TracingSink {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let (plugin, version, message) =
-            (r.plugin.as_str(), r.version.as_str(), r.message.as_str());
+        let (plugin, digest, message) = (r.plugin.as_str(), r.digest.as_str(), r.message.as_str());
         match r.level {
             Level::Trace => {
-                tracing::trace!(target: "plugin", plugin, version, "{message} {fields}")
+                tracing::trace!(target: "plugin", plugin, digest, "{message} {fields}")
             }
             Level::Debug => {
-                tracing::debug!(target: "plugin", plugin, version, "{message} {fields}")
+                tracing::debug!(target: "plugin", plugin, digest, "{message} {fields}")
             }
-            Level::Info => tracing::info!(target: "plugin", plugin, version, "{message} {fields}"),
-            Level::Warn => tracing::warn!(target: "plugin", plugin, version, "{message} {fields}"),
+            Level::Info => tracing::info!(target: "plugin", plugin, digest, "{message} {fields}"),
+            Level::Warn => tracing::warn!(target: "plugin", plugin, digest, "{message} {fields}"),
             Level::Error => {
-                tracing::error!(target: "plugin", plugin, version, "{message} {fields}")
+                tracing::error!(target: "plugin", plugin, digest, "{message} {fields}")
             }
         }
     }
@@ -151,7 +153,7 @@ struct Bucket {
 /// One plugin's log: tags lines with its name, enforces its rate, counts what it drops.
 pub struct PluginLogger {
     plugin: String,
-    version: String,
+    digest: String,
     sink: Arc<dyn LogSink>,
     rate: LogRate,
     bucket: Mutex<Bucket>,
@@ -159,11 +161,11 @@ pub struct PluginLogger {
 }
 
 impl PluginLogger {
-    /// A logger for version `version` of `plugin` writing to `sink` at most at `rate`.
-    pub fn new(plugin: &str, version: &str, sink: Arc<dyn LogSink>, rate: LogRate) -> Self {
+    /// A logger for the version `digest` of `plugin` writing to `sink` at most at `rate`.
+    pub fn new(plugin: &str, digest: &str, sink: Arc<dyn LogSink>, rate: LogRate) -> Self {
         Self {
             plugin: plugin.to_owned(),
-            version: version.to_owned(),
+            digest: digest.to_owned(),
             sink,
             rate,
             bucket: Mutex::new(Bucket {
@@ -173,11 +175,6 @@ impl PluginLogger {
             }),
             dropped: AtomicU64::new(0),
         }
-    }
-
-    /// The plugin's name.
-    pub fn plugin(&self) -> &str {
-        &self.plugin
     }
 
     /// Lines dropped so far for exceeding the rate.
@@ -200,7 +197,7 @@ impl PluginLogger {
         }
         self.sink.record(PluginLogRecord {
             plugin: self.plugin.clone(),
-            version: self.version.clone(),
+            digest: self.digest.clone(),
             level,
             message,
             fields,
@@ -229,6 +226,19 @@ impl PluginLogger {
             );
         }
         false
+    }
+}
+
+impl logging::Host for HostState {
+    fn log(&mut self, level: logging::Level, message: String, fields: Vec<(String, String)>) {
+        let level = match level {
+            logging::Level::Trace => Level::Trace,
+            logging::Level::Debug => Level::Debug,
+            logging::Level::Info => Level::Info,
+            logging::Level::Warn => Level::Warn,
+            logging::Level::Error => Level::Error,
+        };
+        self.ctx.log.log(level, message, fields);
     }
 }
 

@@ -1,12 +1,15 @@
-//! The wasmtime side: engine, limits, pre-linked components, instances and host imports.
+//! The wasm sandbox: the wasmtime engine, limits, pre-linked components, instances, and the
+//! host side of the contract's imports (one file per WIT interface: `cache.rs`, `logging.rs`;
+//! WASI's stdout and stderr in `stdio.rs`).
 
+mod cache;
 pub mod convert;
-pub mod limiter;
+pub mod limits;
 pub mod logging;
-mod queries;
 mod stdio;
 
-pub use queries::is_secret;
+pub use cache::is_secret;
+pub use limits::Limits;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -15,12 +18,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::gvk::Gvk;
 use crate::informer::Informer;
-use logging::{LogRate, PluginLogger};
+use logging::PluginLogger;
 
 /// Bindings generated from `wit/plugin.wit`.
 #[allow(missing_docs)]
@@ -35,43 +38,6 @@ use bindings::exports::kubewasm::plugin::handler::{Event, HandleError, Manifest}
 
 /// How often the engine's epoch advances: the granularity of call deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
-
-/// Per-plugin resource limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Longest time one call into the plugin may run.
-    pub deadline: Duration,
-    /// Largest linear memory one instance may grow to, in bytes.
-    pub memory_bytes: usize,
-    /// Largest total JSON size one query may return, in bytes.
-    pub query_bytes: usize,
-    /// Attempts per event before it is given up.
-    pub max_attempts: u32,
-    /// Backoff between attempts of one event.
-    pub backoff: crate::plugins::retry::Backoff,
-    /// How much the plugin may log (its `logging` calls, stdout and stderr together).
-    pub log_rate: LogRate,
-    /// Calls after which an instance is replaced by a fresh one (bounds the memory a
-    /// garbage-collected guest accumulates); 0 for never.
-    pub recycle_after_calls: u64,
-    /// Queued events past which new ones fold into the waiting state of their object.
-    pub backlog: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            deadline: Duration::from_secs(1),
-            memory_bytes: 64 << 20,
-            query_bytes: 16 << 20,
-            max_attempts: 10,
-            backoff: crate::plugins::retry::Backoff::default(),
-            log_rate: LogRate::default(),
-            recycle_after_calls: 100_000,
-            backlog: 10_000,
-        }
-    }
-}
 
 /// Why a plugin file could not be turned into runnable code.
 #[derive(Debug, thiserror::Error)]
@@ -122,9 +88,11 @@ impl PluginContext {
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: limiter::Limiter,
+    limits: limits::Limiter,
     ctx: Arc<PluginContext>,
 }
+
+impl bindings::kubewasm::plugin::types::Host for HostState {}
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
@@ -135,9 +103,9 @@ impl WasiView for HostState {
     }
 }
 
-/// The wasmtime engine and linker shared by every plugin.
-pub struct Runtime {
-    engine: Engine,
+/// The wasmtime engine and linker shared by every plugin, with the compiled-code cache.
+pub struct Engine {
+    engine: wasmtime::Engine,
     linker: Linker<HostState>,
     cache: Option<PathBuf>,
 }
@@ -150,12 +118,12 @@ pub struct PluginCode {
     pub cached: bool,
 }
 
-impl Runtime {
+impl Engine {
     /// An engine with epoch deadlines, and a linker with WASI and the kubewasm imports.
     pub fn new() -> wasmtime::Result<Self> {
         let mut config = Config::new();
         config.epoch_interruption(true);
-        let engine = Engine::new(&config)?;
+        let engine = wasmtime::Engine::new(&config)?;
         let weak = engine.weak();
         std::thread::Builder::new()
             .name("epoch-ticker".into())
@@ -176,35 +144,48 @@ impl Runtime {
         })
     }
 
-    /// Keeps compiled machine code in `dir`, keyed by the component's content hash and the
-    /// engine's settings, so an unchanged plugin loads in milliseconds instead of compiling.
-    /// The folder must be writable only by the host's user: its files are loaded as code.
-    pub fn with_cache(mut self, dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        self.cache = Some(dir.to_owned());
-        Ok(self)
+    /// [`Self::new`], keeping compiled machine code in `dir` when given, keyed by the
+    /// component's content hash and the engine's settings, so an unchanged plugin loads in
+    /// milliseconds instead of compiling. The folder must be writable only by the host's
+    /// user: its files are loaded as code. A folder that cannot be created is logged and
+    /// left out.
+    pub fn with_cache(dir: Option<&Path>) -> wasmtime::Result<Self> {
+        let mut engine = Self::new()?;
+        if let Some(dir) = dir {
+            match std::fs::create_dir_all(dir) {
+                Ok(()) => engine.cache = Some(dir.to_owned()),
+                Err(e) => {
+                    tracing::warn!(folder = %dir.display(), "no compiled-code cache: {e}")
+                }
+            }
+        }
+        Ok(engine)
     }
 
-    /// The cache file for `bytes` under the current engine settings.
-    fn cache_path(&self, dir: &Path, bytes: &[u8]) -> PathBuf {
-        use sha2::Digest;
-        let content: String = sha2::Sha256::digest(bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+    /// The default compiled-code folder: `kubewasm/compiled` in the user's cache folder.
+    pub fn default_cache_dir() -> Option<PathBuf> {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("kubewasm/compiled"))
+    }
+
+    /// The cache file for content `sha256` under the current engine settings.
+    fn cache_path(&self, dir: &Path, sha256: &str) -> PathBuf {
         let mut engine = std::collections::hash_map::DefaultHasher::new();
         self.engine
             .precompile_compatibility_hash()
             .hash(&mut engine);
-        dir.join(format!("{content}-{:016x}.cwasm", engine.finish()))
+        dir.join(format!("{sha256}-{:016x}.cwasm", engine.finish()))
     }
 
-    /// Machine code for `bytes`: from the cache when present, else compiled (and cached).
-    fn component(&self, bytes: &[u8]) -> wasmtime::Result<(Component, bool)> {
+    /// Machine code for `bytes` (content `sha256`): from the cache when present, else
+    /// compiled (and cached).
+    fn component(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<(Component, bool)> {
         let Some(dir) = &self.cache else {
             return Ok((Component::new(&self.engine, bytes)?, false));
         };
-        let path = self.cache_path(dir, bytes);
+        let path = self.cache_path(dir, sha256);
         if path.exists() {
             match load_precompiled(&self.engine, &path) {
                 Ok(component) => return Ok((component, true)),
@@ -220,15 +201,11 @@ impl Runtime {
         Ok((load_precompiled(&self.engine, &path)?, false))
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// Compiles component bytes and checks them against the plugin world. Blocking: seconds
-    /// for large components, so call it off the async runtime.
-    pub fn compile(&self, bytes: &[u8]) -> Result<PluginCode, LoadError> {
-        let (component, cached) = self.component(bytes).map_err(|e| {
+    /// Compiles component bytes (whose SHA-256 in hex is `sha256`) and checks them against
+    /// the plugin world. Blocking: seconds for large components, so call it off the async
+    /// runtime.
+    pub fn compile(&self, bytes: &[u8], sha256: &str) -> Result<PluginCode, LoadError> {
+        let (component, cached) = self.component(bytes, sha256).map_err(|e| {
             // Text (WAT) is accepted too, but a file that is neither says so plainly.
             let looks_textual = bytes.trim_ascii_start().starts_with(b"(");
             if !bytes.starts_with(b"\0asm") && !looks_textual {
@@ -253,7 +230,7 @@ impl Runtime {
         code: &PluginCode,
         ctx: Arc<PluginContext>,
     ) -> wasmtime::Result<Instance> {
-        let limits = limiter::Limiter::new(ctx.limits.memory_bytes);
+        let limits = limits::Limiter::new(ctx.limits.memory_bytes);
         let deadline_ticks = ticks(ctx.limits.deadline);
         // No preopened folders, network, environment or arguments: only clocks, random, and
         // stdout/stderr into the plugin's log.
@@ -282,9 +259,9 @@ impl Runtime {
     }
 }
 
-/// Maps precompiled code written by [`Runtime::component`] back in.
+/// Maps precompiled code written by [`Engine::component`] back in.
 #[allow(unsafe_code)]
-fn load_precompiled(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+fn load_precompiled(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
     // SAFETY: the file was produced by `Engine::precompile_component` of this host into its
     // own cache folder (written to a temporary name, then renamed), and is named by the
     // source's hash and the engine's compatibility hash; wasmtime also checks its header,

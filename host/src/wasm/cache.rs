@@ -1,4 +1,4 @@
-//! The host side of the `cache` and `logging` imports.
+//! The host side of the `cache` import: queries answered from the granted informers' stores.
 
 use std::sync::Arc;
 
@@ -7,13 +7,10 @@ use kubewasm_sdk::selector::Selector;
 use crate::informer::Informer;
 use crate::informer::store::StoreError;
 use crate::object::{KubeObject, object_key};
-use crate::runtime::bindings::kubewasm::plugin::{cache, logging, types};
-use crate::runtime::logging::Level;
-use crate::runtime::{HostState, convert};
+use crate::wasm::bindings::kubewasm::plugin::{cache, types};
+use crate::wasm::{HostState, convert};
 
 use types::{Gvk as WitGvk, Object, QueryError};
-
-impl types::Host for HostState {}
 
 impl HostState {
     /// The informer for `gvk` if this plugin may query it.
@@ -159,18 +156,5 @@ impl cache::Host for HostState {
             .store()
             .index_values(&index)
             .map_err(index_error)
-    }
-}
-
-impl logging::Host for HostState {
-    fn log(&mut self, level: logging::Level, message: String, fields: Vec<(String, String)>) {
-        let level = match level {
-            logging::Level::Trace => Level::Trace,
-            logging::Level::Debug => Level::Debug,
-            logging::Level::Info => Level::Info,
-            logging::Level::Warn => Level::Warn,
-            logging::Level::Error => Level::Error,
-        };
-        self.ctx.log.log(level, message, fields);
     }
 }

@@ -1,6 +1,35 @@
-//! The memory cap of one instance, which also keeps count of the memory it grants.
+//! What one plugin instance may use: its deadline, memory, query and log budgets, and the
+//! limiter that enforces the memory cap inside wasmtime.
+
+use std::time::Duration;
 
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+
+use crate::wasm::logging::LogRate;
+
+/// Per-plugin sandbox limits: what one instance may spend per call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest time one call into the plugin may run.
+    pub deadline: Duration,
+    /// Largest linear memory one instance may grow to, in bytes.
+    pub memory_bytes: usize,
+    /// Largest total JSON size one query may return, in bytes.
+    pub query_bytes: usize,
+    /// How much the plugin may log (its `logging` calls, stdout and stderr together).
+    pub log_rate: LogRate,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(1),
+            memory_bytes: 64 << 20,
+            query_bytes: 16 << 20,
+            log_rate: LogRate::default(),
+        }
+    }
+}
 
 /// wasmtime's `StoreLimits` (cap, trap on a refused growth) plus the bytes of linear memory
 /// and tables the instance has been granted so far.

@@ -3,7 +3,7 @@
 use crate::gvk::Gvk;
 use crate::informer::Notification;
 use crate::object::KubeObject;
-use crate::runtime::bindings::kubewasm::plugin::types as wit;
+use crate::wasm::bindings::kubewasm::plugin::types as wit;
 
 /// The WIT object for a cached object.
 pub fn object(o: &KubeObject) -> wit::Object {

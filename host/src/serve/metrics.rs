@@ -1,97 +1,11 @@
-//! Prometheus metrics: the handler-duration histogram and the text exposition of everything
-//! the host counts.
+//! The Prometheus text exposition of the host's status.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use serde::Serialize;
 
 use crate::gvk::Gvk;
+use crate::histogram::BUCKETS;
 use crate::plugins::PluginStatus;
-use crate::source::kube::stats::ReflectorSnapshot;
-
-/// Upper bounds of the handler-duration buckets, in seconds.
-pub const BUCKETS: [f64; 12] = [
-    0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
-];
-
-/// A duration histogram that threads update without locks.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
-}
-
-/// A histogram's values at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct HistogramSnapshot {
-    /// Observations at or under each bound of [`BUCKETS`] (cumulative).
-    pub cumulative: Vec<u64>,
-    /// Observations.
-    pub count: u64,
-    /// Their sum, in nanoseconds.
-    pub sum_nanos: u64,
-}
-
-impl Histogram {
-    /// Records one duration.
-    pub fn observe(&self, d: Duration) {
-        let seconds = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| seconds <= *b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    /// The current values.
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut total = 0;
-        let cumulative = self
-            .buckets
-            .iter()
-            .map(|b| {
-                total += b.load(Ordering::Relaxed);
-                total
-            })
-            .collect();
-        HistogramSnapshot {
-            cumulative,
-            count: self.count.load(Ordering::Relaxed),
-            sum_nanos: self.sum_nanos.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// One informer's counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct InformerSnapshot {
-    /// Its resource type.
-    pub gvk: Gvk,
-    /// Events received from the source (listed, applied and deleted objects).
-    pub received: u64,
-    /// Objects in its cache.
-    pub cached: usize,
-    /// Whether its first list has completed.
-    pub synced: bool,
-}
-
-/// Everything `/metrics` shows.
-pub struct Snapshot<'a> {
-    /// Loaded plugins.
-    pub plugins: &'a [PluginStatus],
-    /// Running informers.
-    pub informers: &'a [InformerSnapshot],
-    /// Reflector counters per type (API server source only).
-    pub reflectors: &'a [(Gvk, ReflectorSnapshot)],
-    /// Whether the host is ready.
-    pub ready: bool,
-    /// Whether this replica delivers events (always, without leader election).
-    pub leader: bool,
-}
+use crate::serve::Status;
 
 /// A Prometheus label value, escaped.
 fn label(value: &str) -> String {
@@ -151,23 +65,23 @@ fn plugin(p: &PluginStatus) -> Vec<(&'static str, String)> {
     vec![("plugin", p.name.clone())]
 }
 
-/// Renders `snapshot` in the Prometheus text exposition format (version 0.0.4).
-pub fn render(snapshot: &Snapshot<'_>) -> String {
+/// Renders `status` in the Prometheus text exposition format (version 0.0.4).
+pub fn render(status: &Status) -> String {
     let mut w = Writer { out: String::new() };
     w.header(
         "kubewasm_ready",
         "gauge",
         "1 when every loaded plugin has synced",
     );
-    w.sample("kubewasm_ready", &[], u8::from(snapshot.ready));
+    w.sample("kubewasm_ready", &[], u8::from(status.ready));
     w.header(
         "kubewasm_leader",
         "gauge",
         "1 when this replica delivers events (leader, or leader election off)",
     );
-    w.sample("kubewasm_leader", &[], u8::from(snapshot.leader));
+    w.sample("kubewasm_leader", &[], u8::from(status.leader));
 
-    let informers = snapshot.informers;
+    let informers = &status.informers;
     w.family(
         "kubewasm_events_received_total",
         "counter",
@@ -189,7 +103,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
         informers,
         |i| (resource(&i.gvk), f64::from(u8::from(i.synced))),
     );
-    let reflectors = snapshot.reflectors;
+    let reflectors = &status.reflectors;
     w.family(
         "kubewasm_watch_starts_total",
         "counter",
@@ -212,7 +126,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
         |(g, r)| (resource(g), r.errors as f64),
     );
 
-    let plugins = snapshot.plugins;
+    let plugins = &status.plugins;
     let counters: [(&str, &str, PluginValue); 9] = [
         ("delivered", "Events handled successfully", |p| {
             p.delivered as f64
@@ -323,19 +237,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histograms_are_cumulative_and_labels_escaped() {
-        let h = Histogram::default();
-        h.observe(Duration::from_micros(3));
-        h.observe(Duration::from_millis(2));
-        h.observe(Duration::from_secs(9));
-        let s = h.snapshot();
-        assert_eq!(s.count, 3);
-        assert_eq!(s.cumulative[0], 1, "3 µs is under 10 µs");
-        assert_eq!(s.cumulative[5], 2, "2 ms is under 5 ms");
-        assert_eq!(
-            s.cumulative[11], 2,
-            "9 s is over every bound, counted in +Inf only"
-        );
+    fn label_values_are_escaped() {
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

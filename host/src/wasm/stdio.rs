@@ -7,7 +7,7 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-use crate::runtime::logging::{Level, MAX_MESSAGE_BYTES, PluginLogger};
+use crate::wasm::logging::{Level, MAX_MESSAGE_BYTES, PluginLogger};
 
 /// A plugin's stdout (info) or stderr (warn), for `WasiCtxBuilder::stdout`/`stderr`.
 #[derive(Clone)]

@@ -1,0 +1,359 @@
+//! The agent: the one place where a source, the informers, the wasm engine, the plugins, the
+//! endpoints and leader election are wired together. The binary and the tests both start here.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinHandle;
+
+use crate::config::HostConfig;
+use crate::informer::factory::InformerFactory;
+use crate::leader::{ElectionConfig, Elector, LeaderCallbacks};
+use crate::object::Transform;
+use crate::plugins::folder::{FolderWatcher, SyncReport};
+use crate::plugins::{PluginHost, Role};
+use crate::serve::{Report, Status, serve};
+use crate::source::Source;
+use crate::source::kube::KubeSource;
+use crate::source::manifests::ManifestFolder;
+use crate::wasm::Engine;
+use crate::wasm::logging::LogSink;
+
+/// Where objects come from.
+pub enum Cluster {
+    /// A folder of YAML/JSON manifests playing the API server.
+    Folder(PathBuf),
+    /// A Kubernetes API server.
+    Kube(kube::Client),
+    /// Any other source (tests use a manifests folder they rescan themselves).
+    Source(Arc<dyn Source>),
+}
+
+/// Everything an agent is started from.
+pub struct AgentOptions {
+    /// Where objects come from.
+    pub cluster: Cluster,
+    /// The host configuration (plugin settings, shutdown timeout).
+    pub config: HostConfig,
+    /// What is dropped from each object before it is cached.
+    pub transform: Transform,
+    /// Folder of compiled plugin code reused across restarts; `None`: compile every time.
+    pub compiled_cache: Option<PathBuf>,
+    /// Where plugin log lines go.
+    pub log: Arc<dyn LogSink>,
+    /// Where to serve `/metrics`, `/healthz`, `/readyz` and `/status` (port 0: any free one).
+    pub metrics_address: Option<SocketAddr>,
+    /// Leader election (API server only): only the leader delivers.
+    pub election: Option<ElectionConfig>,
+}
+
+impl AgentOptions {
+    /// Options for `cluster` under `config`, with plugin lines going to `log`: no compiled-code
+    /// cache, no endpoints, no election, managedFields dropped.
+    pub fn new(cluster: Cluster, config: HostConfig, log: Arc<dyn LogSink>) -> Self {
+        Self {
+            cluster,
+            config,
+            transform: Transform::default(),
+            compiled_cache: None,
+            log,
+            metrics_address: None,
+            election: None,
+        }
+    }
+}
+
+/// How [`Agent::run_until`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Asked to stop.
+    Stopped,
+    /// This replica lost the leadership; it should restart as a follower.
+    LostLeadership,
+}
+
+/// What the endpoints and the election callbacks share.
+struct Shared {
+    plugins: Arc<PluginHost>,
+    factory: Arc<InformerFactory>,
+    kube: Option<Arc<KubeSource>>,
+    /// Set once the plugins folder has been read.
+    started: AtomicBool,
+}
+
+impl Report for Shared {
+    fn status(&self) -> Status {
+        Status::new(
+            self.started.load(Ordering::SeqCst),
+            self.plugins.leading(),
+            self.plugins.status(),
+            self.factory.stats(),
+            self.kube.as_ref().map(|k| k.stats()).unwrap_or_default(),
+        )
+    }
+}
+
+impl LeaderCallbacks for Shared {
+    fn started_leading(&self) {
+        self.plugins.lead();
+    }
+
+    fn stopped_leading(&self) {
+        tracing::error!("lost the leadership: delivery stopped");
+        self.plugins.stop_leading();
+    }
+}
+
+struct Election {
+    elector: Arc<tokio::sync::Mutex<Elector>>,
+    task: JoinHandle<()>,
+    lost: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// A running host: informers, plugins, endpoints and, when configured, leader election.
+pub struct Agent {
+    shared: Arc<Shared>,
+    manifests: Option<Arc<ManifestFolder>>,
+    server: Option<(SocketAddr, JoinHandle<()>)>,
+    watcher: Option<FolderWatcher>,
+    election: Option<Election>,
+    shutdown_timeout: Duration,
+}
+
+impl Agent {
+    /// Starts everything but the plugins folder (see [`Self::follow_plugins`]): the endpoints
+    /// first (so a taken port fails at once), then the source, informers, engine and plugin
+    /// host, then the election. Call it inside a tokio runtime.
+    pub async fn start(options: AgentOptions) -> anyhow::Result<Self> {
+        let listener = match options.metrics_address {
+            Some(address) => Some(
+                tokio::net::TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("metrics address {address}"))?,
+            ),
+            None => None,
+        };
+        let tasks = tokio::runtime::Handle::current();
+        let (source, manifests, kube, client): (Arc<dyn Source>, _, _, _) = match options.cluster {
+            Cluster::Folder(dir) => {
+                let transform = options.transform.clone();
+                let folder = tokio::task::spawn_blocking(move || {
+                    ManifestFolder::open(&dir, transform)
+                        .with_context(|| format!("manifests folder {}", dir.display()))
+                })
+                .await??;
+                let folder = Arc::new(folder);
+                tracing::info!(
+                    objects = folder.len(),
+                    "using the manifests folder as the cluster"
+                );
+                (folder.clone(), Some(folder), None, None)
+            }
+            Cluster::Kube(client) => {
+                let kube = Arc::new(KubeSource::new(
+                    client.clone(),
+                    options.transform.clone(),
+                    tasks.clone(),
+                ));
+                (kube.clone(), None, Some(kube), Some(client))
+            }
+            Cluster::Source(source) => (source, None, None, None),
+        };
+        anyhow::ensure!(
+            options.election.is_none() || client.is_some(),
+            "leader election needs a Kubernetes API server, not a manifests folder"
+        );
+        let factory = InformerFactory::new(source, tasks);
+        let engine = Arc::new(Engine::with_cache(options.compiled_cache.as_deref())?);
+        let role = match options.election {
+            Some(_) => Role::Follower,
+            None => Role::Leader,
+        };
+        let plugins = Arc::new(PluginHost::new(
+            engine,
+            factory.clone(),
+            options.log,
+            options.config.plugins,
+            role,
+        ));
+        let shared = Arc::new(Shared {
+            plugins,
+            factory,
+            kube,
+            started: AtomicBool::new(false),
+        });
+        let server = match listener {
+            Some(listener) => {
+                let address = listener.local_addr()?;
+                tracing::info!(%address, "serving /metrics, /healthz, /readyz and /status");
+                Some((address, tokio::spawn(serve(listener, shared.clone()))))
+            }
+            None => None,
+        };
+        let election = match (options.election, client) {
+            (Some(config), Some(client)) => {
+                tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "leader election on: waiting on standby");
+                let elector = Arc::new(tokio::sync::Mutex::new(Elector::new(client, config)));
+                let (lost_tx, lost) = tokio::sync::oneshot::channel();
+                let (running, callbacks) = (elector.clone(), shared.clone());
+                let task = tokio::spawn(async move {
+                    running.lock().await.run(callbacks).await;
+                    let _ = lost_tx.send(());
+                });
+                Some(Election {
+                    elector,
+                    task,
+                    lost,
+                })
+            }
+            _ => None,
+        };
+        Ok(Self {
+            shared,
+            manifests,
+            server,
+            watcher: None,
+            election,
+            shutdown_timeout: options.config.shutdown_timeout,
+        })
+    }
+
+    /// Loads every plugin of `dir` and follows its changes from then on; the host counts as
+    /// started once this first reading is done.
+    pub async fn follow_plugins(&mut self, dir: &Path) -> anyhow::Result<SyncReport> {
+        let (plugins, folder) = (self.shared.plugins.clone(), dir.to_owned());
+        let (watcher, first) =
+            tokio::task::spawn_blocking(move || FolderWatcher::start(plugins, &folder))
+                .await?
+                .with_context(|| format!("plugins folder {}", dir.display()))?;
+        self.watcher = Some(watcher);
+        self.shared.started.store(true, Ordering::SeqCst);
+        Ok(first)
+    }
+
+    /// The loaded plugins.
+    pub fn plugins(&self) -> &Arc<PluginHost> {
+        &self.shared.plugins
+    }
+
+    /// The shared informers.
+    pub fn factory(&self) -> &Arc<InformerFactory> {
+        &self.shared.factory
+    }
+
+    /// The manifests folder, when it is the cluster.
+    pub fn manifests(&self) -> Option<&Arc<ManifestFolder>> {
+        self.manifests.as_ref()
+    }
+
+    /// The API server source, when the cluster is one.
+    pub fn kube(&self) -> Option<&Arc<KubeSource>> {
+        self.shared.kube.as_ref()
+    }
+
+    /// Where the endpoints are served, when they are.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(|(address, _)| *address)
+    }
+
+    /// The current status (what `/status` serves).
+    pub fn status(&self) -> Status {
+        self.shared.status()
+    }
+
+    /// Runs until `shutdown` completes or the leadership is lost, then stops: the folder
+    /// watcher first, then delivery (calls in flight get the configured shutdown timeout),
+    /// then, with delivery stopped, the Lease is released so a follower takes over at once.
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> Exit {
+        let exit = {
+            let lost = async {
+                match self.election.as_mut() {
+                    Some(election) => {
+                        let _ = (&mut election.lost).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown => Exit::Stopped,
+                () = lost => Exit::LostLeadership,
+            }
+        };
+        if exit == Exit::Stopped {
+            tracing::info!(
+                "shutting down: no new events; calls in flight may finish within {:?}",
+                self.shutdown_timeout
+            );
+        }
+        self.watcher = None;
+        if let Some(election) = &mut self.election {
+            election.task.abort();
+            let _ = (&mut election.task).await;
+        }
+        let plugins = self.shared.plugins.clone();
+        let stopped = tokio::task::spawn_blocking(move || plugins.shutdown());
+        if tokio::time::timeout(self.shutdown_timeout, stopped)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "handler calls still running after {:?}; exiting anyway",
+                self.shutdown_timeout
+            );
+        }
+        // Only now, with delivery stopped, may another replica take over.
+        if let Some(election) = &self.election {
+            election.elector.lock().await.release().await;
+        }
+        exit
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some((_, server)) = &self.server {
+            server.abort();
+        }
+        if let Some(election) = &self.election {
+            election.task.abort();
+        }
+    }
+}
+
+/// This replica's identity in an election: `$POD_NAME` (or the host name) plus the process
+/// id, so two hosts on one machine differ.
+pub fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|| "kubewasm".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// A client from a kubeconfig file and context, or the in-cluster service account, then
+/// `$KUBECONFIG`, then `~/.kube/config`.
+pub async fn kube_client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options).await?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}

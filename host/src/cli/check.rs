@@ -1,0 +1,118 @@
+//! `kubewasm check`: what one plugin subscribes to, queries and indexes, and what it may read.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use kubewasm::gvk::Gvk;
+use kubewasm::informer::index::IndexFunc;
+
+use super::{engine, inspect_file, load_config};
+
+/// Arguments of `kubewasm check`.
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// The plugin component.
+    plugin: PathBuf,
+    /// Host configuration file, for the plugin's configuration and grants.
+    #[arg(long, env = "KUBEWASM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Folder for compiled plugin code (see `run`).
+    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+/// `kubewasm check`.
+pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(args.config.as_deref())?;
+    let (file, inspection) =
+        inspect_file(&args.plugin, &config, &engine(args.cache_dir.as_deref())?).await?;
+    let name = &file.name;
+    let m = &inspection.manifest;
+    let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!(
+        "plugin {name} (version {}) from {}: valid",
+        file.digest(),
+        args.plugin.display()
+    ));
+    line("subscribes to:".into());
+    for (gvk, filter) in &m.subscriptions {
+        let namespaces = if filter.namespaces.is_empty() {
+            "all namespaces".to_owned()
+        } else {
+            format!("namespaces {}", filter.namespaces.join(", "))
+        };
+        let selector = filter.selector.to_string();
+        let selector = if selector.is_empty() {
+            "every label".to_owned()
+        } else {
+            format!("labels {selector}")
+        };
+        line(format!("  {gvk}  ({namespaces}; {selector})"));
+    }
+    if m.subscriptions.is_empty() {
+        line("  nothing".into());
+    }
+    let subscribed: BTreeSet<&Gvk> = m.subscriptions.iter().map(|(g, _)| g).collect();
+    let queried: Vec<String> = m
+        .cached
+        .iter()
+        .filter(|g| !subscribed.contains(g))
+        .map(Gvk::to_string)
+        .collect();
+    line(format!(
+        "queries (besides its subscriptions): {}",
+        if queried.is_empty() {
+            "none".to_owned()
+        } else {
+            queried.join(", ")
+        }
+    ));
+    for index in &m.indexes {
+        if let IndexFunc::JsonPointer(pointer) = &index.func {
+            line(format!(
+                "index: {} {:?} on {pointer}",
+                index.gvk, index.name
+            ));
+        }
+    }
+    line(format!(
+        "resync: {}",
+        m.resync
+            .map_or_else(|| "off".to_owned(), |d| format!("every {d:?}"))
+    ));
+    line(format!(
+        "may read ({}):",
+        args.config.as_ref().map_or_else(
+            || "no configuration: whatever its manifest declares except Secrets".to_owned(),
+            |c| format!("under {}", c.display())
+        )
+    ));
+    for gvk in &m.cached {
+        line(format!("  {gvk}  get, list, watch"));
+    }
+    for gvk in inspection.denied() {
+        line(format!(
+            "  {gvk}  DENIED: not granted to plugins.{name}; its queries answer `denied`"
+        ));
+    }
+    let secrets = &inspection.ctx.secrets;
+    if !secrets.is_empty() {
+        let mut secrets: Vec<&String> = secrets.iter().collect();
+        secrets.sort();
+        line(format!(
+            "  Secrets, only: {}",
+            secrets
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}

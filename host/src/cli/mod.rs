@@ -1,0 +1,111 @@
+//! The subcommands, one file each, and what they share.
+
+mod check;
+mod rbac;
+mod run;
+mod status;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use kubewasm::config::HostConfig;
+use kubewasm::plugins::PluginFile;
+use kubewasm::plugins::inspect::{Inspection, inspect};
+use kubewasm::wasm::Engine;
+use kubewasm::wasm::logging::TracingSink;
+
+/// The command line.
+#[derive(Parser)]
+#[command(
+    name = "kubewasm",
+    version,
+    about = "React to Kubernetes events with WebAssembly components"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Human, global = true, env = "KUBEWASM_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// One readable line each.
+    Human,
+    /// One JSON object each.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the informers and deliver their events to the plugins in a folder.
+    Run(run::RunArgs),
+    /// Validate a plugin and print what it subscribes to, queries and indexes, and what it
+    /// may read under the configuration.
+    Check(check::CheckArgs),
+    /// Print the least-privilege RBAC for the host's service account.
+    Rbac(rbac::RbacArgs),
+    /// Print the plugins of a running host (from its `/status` endpoint).
+    Status(status::StatusArgs),
+}
+
+impl Command {
+    /// Runs the subcommand.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Command::Run(args) => run::run(args).await,
+            Command::Check(args) => check::check(args).await,
+            Command::Rbac(args) => rbac::rbac(args).await,
+            Command::Status(args) => status::status(args).await,
+        }
+    }
+}
+
+/// The configuration file, or the defaults without one.
+fn load_config(path: Option<&Path>) -> anyhow::Result<HostConfig> {
+    Ok(match path {
+        Some(path) => HostConfig::load(path)?,
+        None => HostConfig::default(),
+    })
+}
+
+/// The plugins folder: the flag (or `KUBEWASM_PLUGINS`), else `pluginsDir` of the configuration.
+fn plugins_dir(flag: Option<&Path>, config: &HostConfig) -> anyhow::Result<PathBuf> {
+    flag.map(Path::to_owned)
+        .or_else(|| config.plugins_dir.clone())
+        .context("no plugins folder: pass --plugins (or KUBEWASM_PLUGINS) or set pluginsDir in the configuration")
+}
+
+/// A wasm engine with the compiled-code cache in `dir`, else in the user's cache folder.
+fn engine(cache_dir: Option<&Path>) -> anyhow::Result<Arc<Engine>> {
+    let dir = cache_dir
+        .map(Path::to_owned)
+        .or_else(Engine::default_cache_dir);
+    Ok(Arc::new(
+        Engine::with_cache(dir.as_deref()).map_err(|e| anyhow::anyhow!("{e:#}"))?,
+    ))
+}
+
+/// Reads and inspects one plugin file under `config` with `engine`, off the async runtime.
+async fn inspect_file(
+    path: &Path,
+    config: &HostConfig,
+    engine: &Arc<Engine>,
+) -> anyhow::Result<(PluginFile, Inspection)> {
+    let (path, engine) = (path.to_owned(), engine.clone());
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || {
+        let file = PluginFile::read(&path).with_context(|| format!("{}", path.display()))?;
+        let settings = config.plugins.settings(&file.name);
+        let inspection = inspect(&engine, settings, Arc::new(TracingSink), &file)?;
+        Ok((file, inspection))
+    })
+    .await?
+}

@@ -1,0 +1,74 @@
+//! `kubewasm rbac`: the least-privilege RBAC for the plugins of a folder.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use kubewasm::plugins::folder::plugin_files;
+use kubewasm::rbac;
+
+use super::{engine, inspect_file, load_config, plugins_dir};
+
+/// Arguments of `kubewasm rbac`.
+#[derive(clap::Args)]
+pub struct RbacArgs {
+    /// Folder of plugin components; default: `pluginsDir` of the configuration.
+    #[arg(long, env = "KUBEWASM_PLUGINS")]
+    plugins: Option<PathBuf>,
+    /// Host configuration file (grants shape what each plugin reads).
+    #[arg(long, env = "KUBEWASM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Name of the ClusterRole and its binding.
+    #[arg(long, default_value = "kubewasm")]
+    name: String,
+    /// Namespace of the host's service account.
+    #[arg(long, default_value = "kubewasm")]
+    namespace: String,
+    /// The host's service account.
+    #[arg(long, default_value = "kubewasm")]
+    service_account: String,
+    /// Also grant what leader election needs (a Lease in the namespace); implied by
+    /// `leaderElection.enabled` in the configuration.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Folder for compiled plugin code (see `run`).
+    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+/// `kubewasm rbac`.
+pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(args.config.as_deref())?;
+    let dir = plugins_dir(args.plugins.as_deref(), &config)?;
+    // Exactly the files `run` would load from the folder.
+    let files = plugin_files(&dir).with_context(|| format!("plugins folder {}", dir.display()))?;
+    // One engine for every file (each new one would start its own epoch ticker).
+    let engine = engine(args.cache_dir.as_deref())?;
+    let mut types = BTreeSet::new();
+    let mut failed = Vec::new();
+    let mut names = Vec::new();
+    for path in &files {
+        match inspect_file(path, &config, &engine).await {
+            Ok((file, inspection)) => {
+                types.extend(inspection.manifest.cached.iter().cloned());
+                names.push(file.name);
+            }
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    anyhow::ensure!(
+        failed.is_empty(),
+        "no RBAC printed: these plugins do not load:\n{}",
+        failed.join("\n")
+    );
+    let identity = rbac::Identity {
+        name: args.name,
+        namespace: args.namespace,
+        service_account: args.service_account,
+        leader_election: args.leader_elect || config.leader_election.enabled,
+    };
+    let sources = format!("the plugins {}", names.join(", "));
+    print!("{}", rbac::render(&types, &identity, &sources));
+    Ok(ExitCode::SUCCESS)
+}

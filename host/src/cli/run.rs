@@ -1,0 +1,112 @@
+//! `kubewasm run`: the agent, until SIGTERM or Ctrl-C (or a lost leadership).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit, identity, kube_client};
+use kubewasm::object::Transform;
+use kubewasm::wasm::Engine;
+use kubewasm::wasm::logging::TracingSink;
+
+use super::{load_config, plugins_dir};
+
+/// Arguments of `kubewasm run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Folder of plugin components (`*.wasm`); default: `pluginsDir` of the configuration.
+    #[arg(long, env = "KUBEWASM_PLUGINS")]
+    plugins: Option<PathBuf>,
+    /// Folder of YAML/JSON manifests to use instead of a Kubernetes cluster.
+    #[arg(long, conflicts_with_all = ["kubeconfig", "context", "leader_elect"])]
+    cluster: Option<PathBuf>,
+    /// Kubeconfig file (default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// Keep `metadata.managedFields` and the last-applied annotation in cached objects.
+    #[arg(long)]
+    keep_managed_fields: bool,
+    /// Host configuration file (YAML): plugin limits, grants and configuration.
+    #[arg(long, env = "KUBEWASM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Folder for compiled plugin code, reused across restarts (default: the user's cache
+    /// folder, `kubewasm/compiled`). Keep it writable by the host alone.
+    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Address for /metrics, /healthz, /readyz and /status (default: `metricsAddress` of the
+    /// configuration; none: off).
+    #[arg(long, env = "KUBEWASM_METRICS_ADDRESS")]
+    metrics_address: Option<std::net::SocketAddr>,
+    /// Elect a leader through a Lease; only the leader delivers events.
+    #[arg(long, env = "KUBEWASM_LEADER_ELECT")]
+    leader_elect: bool,
+}
+
+/// `kubewasm run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(args.config.as_deref())?;
+    let plugins = plugins_dir(args.plugins.as_deref(), &config)?;
+    let cluster = match args.cluster {
+        Some(dir) => Cluster::Folder(dir),
+        None => {
+            Cluster::Kube(kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?)
+        }
+    };
+    let election =
+        (args.leader_elect || config.leader_election.enabled).then(|| config.election(&identity()));
+    let options = AgentOptions {
+        transform: if args.keep_managed_fields {
+            Transform::keep_everything()
+        } else {
+            Transform::default()
+        },
+        compiled_cache: args.cache_dir.or_else(Engine::default_cache_dir),
+        metrics_address: args.metrics_address.or(config.metrics_address),
+        election,
+        ..AgentOptions::new(cluster, config, Arc::new(TracingSink))
+    };
+    let mut agent = Agent::start(options).await?;
+    let first = agent.follow_plugins(&plugins).await?;
+    tracing::info!(
+        loaded = first.loaded.len(),
+        failed = first.failed.len(),
+        folder = %plugins.display(),
+        "plugins ready; following the folder for changes"
+    );
+    if first.loaded.is_empty() {
+        tracing::warn!(folder = %plugins.display(), "no plugin loaded yet: drop a .wasm into the folder");
+    }
+    Ok(match agent.run_until(shutdown_signal()).await {
+        Exit::Stopped => ExitCode::SUCCESS,
+        Exit::LostLeadership => {
+            tracing::error!("stopping so that this replica restarts as a follower");
+            ExitCode::FAILURE
+        }
+    })
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    tracing::warn!("cannot listen for SIGTERM: {e}");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,83 @@
+//! `kubewasm status`: one line per plugin from a running host's `/status`.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use kubewasm::serve::Status;
+
+/// Arguments of `kubewasm status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Address of the host's endpoints (its `metricsAddress`).
+    #[arg(
+        long,
+        default_value = "127.0.0.1:9090",
+        env = "KUBEWASM_METRICS_ADDRESS"
+    )]
+    address: String,
+}
+
+/// `kubewasm status`: one line per plugin from the host's `/status`.
+pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let address = args.address.trim_start_matches("http://").to_owned();
+    let body = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+        let mut stream = std::net::TcpStream::connect(&address)
+            .with_context(|| format!("cannot reach the host at {address}"))?;
+        write!(
+            stream,
+            "GET /status HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .context("malformed HTTP response")?;
+        anyhow::ensure!(
+            head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+            "{}",
+            head.lines().next().unwrap_or_default()
+        );
+        Ok(body.to_owned())
+    })
+    .await??;
+    let status: Status = serde_json::from_str(&body).context("malformed /status")?;
+    println!(
+        "host: {}, {}",
+        if status.ready { "ready" } else { "not ready" },
+        if status.leader {
+            "delivering"
+        } else {
+            "follower (standby)"
+        }
+    );
+    for reason in &status.not_ready {
+        println!("  not ready: {reason}");
+    }
+    println!(
+        "{:<24} {:<12} {:<10} {:>10} {:>8} {:>7}  LAST ERROR",
+        "PLUGIN", "VERSION", "STATE", "DELIVERED", "FAILED", "QUEUED"
+    );
+    for p in &status.plugins {
+        let state = if p.standby {
+            "standby"
+        } else if p.degraded {
+            "degraded"
+        } else if p.synced {
+            "running"
+        } else {
+            "syncing"
+        };
+        let error = p
+            .reload_error
+            .as_ref()
+            .map(|e| format!("reload failed: {e}"))
+            .or_else(|| p.last_error.clone())
+            .unwrap_or_default();
+        println!(
+            "{:<24} {:<12} {:<10} {:>10} {:>8} {:>7}  {error}",
+            p.name, p.digest, state, p.delivered, p.failed, p.queued,
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,459 @@
+//! The set of loaded plugins: prepare, activate (or hold on standby), replace, unload, and
+//! whether this replica delivers at all (leadership).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use crate::informer::Subscription;
+use crate::informer::factory::{InformerFactory, Lease};
+use crate::informer::queue::{QueueStats, queue};
+use crate::plugins::dispatch;
+use crate::plugins::inspect::{Inspection, inspect};
+use crate::plugins::manifest::PluginManifest;
+use crate::plugins::{PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus};
+use crate::plugins::{PluginsConfig, Reason};
+use crate::wasm::logging::{LogSink, PluginLogger};
+use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
+
+/// Whether a host delivers events from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Delivers (leader election off, or this replica already leads).
+    Leader,
+    /// Prepares plugins and keeps their caches warm, delivering nothing until
+    /// [`PluginHost::lead`].
+    Follower,
+}
+
+/// What applying a plugin file did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A plugin of that name was not loaded; now it is.
+    Loaded,
+    /// The new version replaced the running one.
+    Replaced,
+    /// The running version has the same content: nothing to do.
+    Unchanged,
+}
+
+/// A plugin version that delivers, on its own dispatch thread.
+struct Running {
+    file: PluginFile,
+    logger: Arc<PluginLogger>,
+    stats: Arc<PluginStats>,
+    queue: Arc<QueueStats>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// Its registrations with the informers, shared with its worker (for resync).
+    subscriptions: Arc<Mutex<Vec<Subscription>>>,
+    /// Versions that replaced an earlier one under this name.
+    reloads: u64,
+}
+
+impl Running {
+    /// Stops delivering at once: no new event reaches the worker, which returns after the
+    /// call in flight, if any.
+    fn halt(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        drop(self.take_subscriptions());
+    }
+
+    /// Halts, then waits for the worker.
+    fn stop(&mut self) {
+        self.halt();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!(plugin = %self.file.name, "plugin dispatch thread panicked");
+        }
+    }
+
+    fn take_subscriptions(&self) -> Vec<Subscription> {
+        std::mem::take(
+            &mut *self
+                .subscriptions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+/// A new plugin version, compiled, initialised and described, with its informers claimed:
+/// everything that can fail is done before it replaces anything.
+struct Prepared {
+    file: PluginFile,
+    code: PluginCode,
+    ctx: Arc<PluginContext>,
+    settings: PluginSettings,
+    instance: Instance,
+    manifest: PluginManifest,
+    leases: Vec<Lease>,
+    logger: Arc<PluginLogger>,
+}
+
+/// A file that failed to load, kept so that status can show it and the same content is
+/// not tried again.
+struct LoadFailure {
+    sha256: String,
+    error: String,
+    count: u64,
+}
+
+/// Which versions deliver, which wait, and whether this replica delivers at all: one lock,
+/// so status never shows a leader that is not delivering or the reverse.
+struct Plugins {
+    leading: bool,
+    running: BTreeMap<String, Running>,
+    /// Prepared while not leading: caches warm, nothing delivered.
+    standby: BTreeMap<String, Prepared>,
+}
+
+/// The set of loaded plugins, each delivering from the shared informers on its own thread.
+pub struct PluginHost {
+    engine: Arc<Engine>,
+    factory: Arc<InformerFactory>,
+    log: Arc<dyn LogSink>,
+    settings: PluginsConfig,
+    plugins: Mutex<Plugins>,
+    failures: Mutex<BTreeMap<String, LoadFailure>>,
+}
+
+impl PluginHost {
+    /// A host with no plugins yet, taking each plugin's settings from `settings` by name.
+    pub fn new(
+        engine: Arc<Engine>,
+        factory: Arc<InformerFactory>,
+        log: Arc<dyn LogSink>,
+        settings: PluginsConfig,
+        role: Role,
+    ) -> Self {
+        Self {
+            engine,
+            factory,
+            log,
+            settings,
+            plugins: Mutex::new(Plugins {
+                leading: role == Role::Leader,
+                running: BTreeMap::new(),
+                standby: BTreeMap::new(),
+            }),
+            failures: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn plugins(&self) -> MutexGuard<'_, Plugins> {
+        self.plugins.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn failures(&self) -> MutexGuard<'_, BTreeMap<String, LoadFailure>> {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The settings plugin `name` gets.
+    pub fn settings(&self, name: &str) -> &PluginSettings {
+        self.settings.settings(name)
+    }
+
+    /// Reads and loads a plugin that is not loaded yet (see [`Self::apply`] to replace one).
+    /// Blocking (compiling takes time): call it off the async runtime.
+    pub fn load(&self, path: &Path) -> Result<Outcome, PluginError> {
+        let file = PluginFile::read(path).map_err(|e| PluginError {
+            plugin: crate::plugins::plugin_name(path),
+            path: path.to_owned(),
+            reason: Reason::Read(e),
+        })?;
+        if self.plugins().running.contains_key(&file.name) {
+            return Err(Reason::AlreadyLoaded.of(&file));
+        }
+        self.apply(&file)
+    }
+
+    /// Loads a plugin file, or replaces the running version of that name when the content
+    /// differs. The new version is prepared completely first; if that fails, the running one
+    /// keeps serving and the failure shows in status. Blocking: call it off the async runtime.
+    pub fn apply(&self, file: &PluginFile) -> Result<Outcome, PluginError> {
+        if self.digest(&file.name).as_deref() == Some(file.digest()) {
+            return Ok(Outcome::Unchanged);
+        }
+        let outcome = self
+            .prepare(file)
+            .and_then(|p| self.activate_or_hold(p).map_err(|r| r.of(file)));
+        let mut failures = self.failures();
+        match &outcome {
+            Ok(_) => {
+                failures.remove(&file.name);
+            }
+            Err(e) => {
+                let count = failures.get(&file.name).map_or(0, |f| f.count) + 1;
+                failures.insert(
+                    file.name.clone(),
+                    LoadFailure {
+                        sha256: file.sha256.clone(),
+                        error: e.reason.to_string(),
+                        count,
+                    },
+                );
+            }
+        }
+        outcome
+    }
+
+    /// The digest of the version of plugin `name` that is loaded (delivering or on standby).
+    pub fn digest(&self, name: &str) -> Option<String> {
+        let plugins = self.plugins();
+        plugins
+            .running
+            .get(name)
+            .map(|r| &r.file)
+            .or_else(|| plugins.standby.get(name).map(|p| &p.file))
+            .map(|f| f.digest().to_owned())
+    }
+
+    /// True when `file`'s content already failed to load under its plugin name (so a rescan
+    /// need not try it again until it changes).
+    pub fn known_failure(&self, file: &PluginFile) -> bool {
+        self.failures()
+            .get(&file.name)
+            .is_some_and(|f| f.sha256 == file.sha256)
+    }
+
+    fn prepare(&self, file: &PluginFile) -> Result<Prepared, PluginError> {
+        let settings = self.settings(&file.name).clone();
+        let Inspection {
+            code,
+            mut ctx,
+            mut instance,
+            manifest,
+            logger,
+        } = inspect(&self.engine, &settings, self.log.clone(), file)?;
+        let leases: Vec<Lease> = manifest
+            .cached
+            .iter()
+            .map(|gvk| self.factory.acquire(gvk))
+            .collect();
+        for index in &manifest.indexes {
+            if let Some(lease) = leases.iter().find(|l| l.informer().gvk() == &index.gvk) {
+                lease
+                    .informer()
+                    .store()
+                    .add_index(&index.name, index.func.clone())
+                    .map_err(|e| Reason::from(e).of(file))?;
+            }
+        }
+        ctx.grants = leases
+            .iter()
+            .map(|l| (l.informer().gvk().clone(), l.informer().clone()))
+            .collect();
+        let ctx = Arc::new(ctx);
+        instance.set_context(ctx.clone());
+        Ok(Prepared {
+            file: file.clone(),
+            code,
+            ctx,
+            settings,
+            instance,
+            manifest,
+            leases,
+            logger,
+        })
+    }
+
+    /// Activates `p`, or holds it on standby while this replica does not lead.
+    fn activate_or_hold(&self, p: Prepared) -> Result<Outcome, Reason> {
+        let mut plugins = self.plugins();
+        if plugins.leading {
+            return activate(&self.engine, &mut plugins, p);
+        }
+        tracing::info!(plugin = %p.file.name, digest = %p.file.digest(), "plugin on standby: this replica is not the leader");
+        let replaced = plugins.standby.insert(p.file.name.clone(), p).is_some();
+        Ok(if replaced {
+            Outcome::Replaced
+        } else {
+            Outcome::Loaded
+        })
+    }
+
+    /// Stops delivering to plugin `name` and drops its instance, queue and informer claims.
+    /// Returns whether it was loaded.
+    pub fn unload(&self, name: &str) -> bool {
+        let mut plugins = self.plugins();
+        if plugins.standby.remove(name).is_some() {
+            tracing::info!(plugin = %name, "plugin unloaded (it was on standby)");
+            return true;
+        }
+        let Some(mut running) = plugins.running.remove(name) else {
+            return false;
+        };
+        drop(plugins);
+        running.stop();
+        tracing::info!(plugin = %name, "plugin unloaded");
+        true
+    }
+
+    /// The loaded plugins, by name.
+    pub fn status(&self) -> Vec<PluginStatus> {
+        let failures = self.failures();
+        let plugins = self.plugins();
+        let reload = |name: &str, s: PluginStatus| PluginStatus {
+            reload_error: failures.get(name).map(|f| f.error.clone()),
+            reload_failures: failures.get(name).map_or(0, |f| f.count),
+            ..s
+        };
+        let running = plugins.running.iter().map(|(name, r)| {
+            reload(
+                name,
+                PluginStatus {
+                    name: name.clone(),
+                    path: r.file.path.clone(),
+                    digest: r.file.digest().to_owned(),
+                    reloads: r.reloads,
+                    queued: r.queue.depth(),
+                    coalesced: r.queue.coalesced(),
+                    log_dropped: r.logger.dropped(),
+                    ..r.stats.status()
+                },
+            )
+        });
+        let standby = plugins.standby.iter().map(|(name, p)| {
+            reload(
+                name,
+                PluginStatus {
+                    name: name.clone(),
+                    path: p.file.path.clone(),
+                    digest: p.file.digest().to_owned(),
+                    synced: p.leases.iter().all(|l| l.informer().has_synced()),
+                    standby: true,
+                    ..PluginStatus::default()
+                },
+            )
+        });
+        running.chain(standby).collect()
+    }
+
+    /// Starts delivering to every plugin on standby; each gets the current state as its
+    /// initial list. Reports leading only once they all deliver. Blocking: call it off the
+    /// async runtime.
+    pub fn lead(&self) {
+        let mut plugins = self.plugins();
+        for (name, prepared) in std::mem::take(&mut plugins.standby) {
+            match activate(&self.engine, &mut plugins, prepared) {
+                Ok(_) => tracing::info!(plugin = %name, "now leading: delivering"),
+                Err(e) => tracing::error!(plugin = %name, "cannot start delivering: {e}"),
+            }
+        }
+        plugins.leading = true;
+    }
+
+    /// Stops every delivery at once (no new call starts; calls in flight finish on their
+    /// own threads): for a replica that lost the leadership. The plugins are unloaded.
+    pub fn stop_leading(&self) {
+        let mut plugins = self.plugins();
+        plugins.leading = false;
+        plugins.standby.clear();
+        for (name, running) in std::mem::take(&mut plugins.running) {
+            running.halt();
+            tracing::info!(plugin = %name, "delivery stopped: no longer the leader");
+        }
+    }
+
+    /// Whether this replica delivers events (not a follower waiting on standby).
+    pub fn leading(&self) -> bool {
+        self.plugins().leading
+    }
+
+    /// Unloads every plugin, waiting for each worker's call in flight.
+    pub fn shutdown(&self) {
+        let mut plugins = self.plugins();
+        plugins.standby.clear();
+        let running = std::mem::take(&mut plugins.running);
+        drop(plugins);
+        for (name, mut r) in running {
+            r.stop();
+            tracing::info!(plugin = %name, "plugin unloaded");
+        }
+    }
+}
+
+/// Starts delivering to a prepared version. When it replaces a running one, each of the old
+/// version's subscriptions is swapped for the new one's in one step per informer: events
+/// before the swap finish on the old version (its worker drains, then exits), events after go
+/// to the new one, which starts from the current state as initial adds.
+fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<Outcome, Reason> {
+    let (tx, rx) = queue(p.settings.delivery.backlog);
+    let old = plugins.running.remove(&p.file.name);
+    let mut old_subs = old
+        .as_ref()
+        .map(Running::take_subscriptions)
+        .unwrap_or_default();
+    let mut subs = Vec::new();
+    for (gvk, filter) in &p.manifest.subscriptions {
+        let Some(lease) = p.leases.iter().find(|l| l.informer().gvk() == gvk) else {
+            continue;
+        };
+        let sub = match old_subs.iter().position(|s| s.informer().gvk() == gvk) {
+            Some(i) => lease
+                .informer()
+                .swap(&old_subs.swap_remove(i), filter.clone(), tx.clone()),
+            None => lease.informer().subscribe(filter.clone(), tx.clone()),
+        };
+        subs.push(sub);
+    }
+    // Types the new version no longer subscribes to stop reaching the old one too.
+    drop(old_subs);
+    drop(tx);
+    let initial_lists = subs.len();
+    let subscriptions = Arc::new(Mutex::new(subs));
+    let queue = rx.stats();
+    let stats = Arc::new(PluginStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = dispatch::start(dispatch::Setup {
+        engine: engine.clone(),
+        code: p.code,
+        ctx: p.ctx,
+        config: p.settings.config,
+        delivery: p.settings.delivery,
+        instance: p.instance,
+        resync: p.manifest.resync.or(p.settings.resync),
+        leases: p.leases,
+        rx,
+        initial_lists,
+        subscriptions: subscriptions.clone(),
+        stats: stats.clone(),
+        stop: stop.clone(),
+    })
+    .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
+    let (outcome, reloads) = match old {
+        Some(old) => {
+            tracing::info!(plugin = %p.file.name, from = %old.file.digest(), to = %p.file.digest(), file = %p.file.path.display(), "plugin replaced");
+            // The old worker finishes what it already received, then exits on its own.
+            (Outcome::Replaced, old.reloads + 1)
+        }
+        None => {
+            tracing::info!(plugin = %p.file.name, digest = %p.file.digest(), file = %p.file.path.display(), "plugin loaded");
+            (Outcome::Loaded, 0)
+        }
+    };
+    plugins.running.insert(
+        p.file.name.clone(),
+        Running {
+            file: p.file,
+            logger: p.logger,
+            stats,
+            queue,
+            stop,
+            thread: Some(thread),
+            subscriptions,
+            reloads,
+        },
+    );
+    Ok(outcome)
+}
+
+impl Drop for PluginHost {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
