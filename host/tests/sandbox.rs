@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kubewasm::agent::Agent;
-use kubewasm::plugins::retry::Backoff;
+use kubewasm::plugins::Backoff;
 use kubewasm::plugins::{Delivery, PluginHost, PluginSettings, PluginStatus, Reason};
 use kubewasm::source::manifests::ManifestFolder;
 use kubewasm::wasm::logging::{LogRate, MemorySink, PluginLogRecord};

@@ -2,7 +2,7 @@
 
 pub mod factory;
 pub mod index;
-pub mod keys;
+mod keys;
 pub mod queue;
 pub mod store;
 

@@ -8,12 +8,13 @@ pub mod folder;
 mod host;
 pub mod inspect;
 pub mod manifest;
-pub mod retry;
+mod retry;
 mod settings;
 mod status;
 
 pub use error::{PluginError, Reason};
 pub use file::{PluginFile, digest, plugin_name};
 pub use host::{Outcome, PluginHost, Role};
+pub use retry::Backoff;
 pub use settings::{Delivery, Grants, PluginSettings, PluginsConfig};
 pub use status::{DEGRADED_AFTER, PluginStats, PluginStatus};

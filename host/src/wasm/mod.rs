@@ -4,7 +4,7 @@
 
 mod cache;
 pub mod convert;
-pub mod limits;
+mod limits;
 pub mod logging;
 mod stdio;
 
