@@ -414,3 +414,58 @@ fn a_plugin_that_falls_behind_gets_newest_states_and_a_bounded_queue() {
     );
     assert_eq!(r.status("good").coalesced, 0, "the fast plugin kept up");
 }
+
+/// Tight limits, with room in the guest for the huge strings it sends.
+fn roomy(mode: &str) -> (std::path::PathBuf, PluginSettings) {
+    let mut settings = tight();
+    settings.limits.memory_bytes = 256 << 20;
+    settings.limits.deadline = Duration::from_secs(10);
+    hostile(mode, settings)
+}
+
+#[test]
+fn oversized_query_arguments_are_refused_before_any_work() {
+    let (bad, settings) = roomy("huge-args");
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 6);
+    assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
+    for what in [
+        "huge get",
+        "huge list",
+        "huge index",
+        "huge value",
+        "huge kind",
+    ] {
+        let details = field_values(&r.lines("bad"), what, "detail");
+        assert_eq!(details.len(), 6, "{what}: {details:?}");
+        assert!(
+            details
+                .iter()
+                .all(|d| d.starts_with("invalid argument") && d.len() < 200),
+            "{what} is refused without echoing it: {details:?}"
+        );
+    }
+}
+
+#[test]
+fn what_a_plugin_logs_or_reports_is_cut_before_it_is_kept() {
+    let (bad, settings) = roomy("huge-log");
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 6);
+    assert_eq!(s.given_up, 6, "{s:?}");
+    let error = s.last_error.clone().unwrap_or_default();
+    assert!(
+        error.len() <= 4096 + 6 && error.ends_with("[cut]"),
+        "the 4 MiB error is kept cut: {} bytes",
+        error.len()
+    );
+    let lines = r.lines("bad");
+    assert_eq!(lines.len(), 6, "one warning per event");
+    for line in &lines {
+        assert!(line.message.len() <= 4096 + 6, "{}", line.message.len());
+        assert_eq!(line.fields.len(), 33, "32 fields and the count of the rest");
+        assert_eq!(line.field("fields-dropped"), Some("16"));
+        let bytes: usize = line.fields.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert!(bytes < 64 << 10, "fields cut: {bytes} bytes");
+    }
+}

@@ -22,6 +22,7 @@ use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::{Delivery, PluginStats};
 use crate::wasm::bindings::kubewasm::plugin::types::{Event, HandleError};
+use crate::wasm::logging::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, convert};
 /// Pause before each attempt of a degraded plugin: doubles from this...
 const PENALTY_BASE: Duration = Duration::from_millis(50);
@@ -225,10 +226,19 @@ impl Worker {
             }
             let delay = self.delivery.backoff.delay(failures);
             self.stats.retried.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                plugin = %name, key = %object, attempt = failures,
-                "handler failed, retrying in {delay:?}: {}", failure.reason
-            );
+            // One warning per failing event; later attempts are debug lines, and the give-up
+            // line carries the count.
+            if failures == 1 {
+                tracing::warn!(
+                    plugin = %name, key = %object,
+                    "handler failed, retrying (up to {max_attempts} attempts): {}", failure.reason
+                );
+            } else {
+                tracing::debug!(
+                    plugin = %name, key = %object, attempt = failures,
+                    "handler failed again, retrying in {delay:?}: {}", failure.reason
+                );
+            }
             self.retries
                 .block(key, events, failures, Instant::now() + delay);
             return;
@@ -306,6 +316,11 @@ impl Worker {
                 }
             },
         };
+        // Whatever the plugin said, a bounded part of it is logged and kept in status.
+        let outcome = outcome.map_err(|f| AttemptFailure {
+            reason: cut(f.reason, MAX_MESSAGE_BYTES),
+            ..f
+        });
         match &outcome {
             Ok(()) => {
                 self.stats.delivered.fetch_add(1, Ordering::Relaxed);

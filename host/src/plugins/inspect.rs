@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::gvk::Gvk;
 use crate::plugins::manifest::PluginManifest;
 use crate::plugins::{PluginError, PluginFile, PluginSettings, Reason};
-use crate::wasm::logging::{LogSink, PluginLogger};
+use crate::wasm::logging::{LogSink, MAX_MESSAGE_BYTES, PluginLogger, cut};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, is_secret};
 
 /// A plugin version that passed every check that needs no cache.
@@ -40,7 +40,15 @@ pub fn inspect(
     log: Arc<dyn LogSink>,
     file: &PluginFile,
 ) -> Result<Inspection, PluginError> {
-    let fail = |reason: Reason| reason.of(file);
+    // Messages from the plugin (refusals, traps) are cut before they are logged or kept.
+    let fail = |reason: Reason| {
+        match reason {
+            Reason::Init(m) => Reason::Init(cut(m, MAX_MESSAGE_BYTES)),
+            Reason::Start(m) => Reason::Start(cut(m, MAX_MESSAGE_BYTES)),
+            other => other,
+        }
+        .of(file)
+    };
     let code = engine
         .compile(&file.bytes, &file.sha256)
         .map_err(|e| fail(Reason::Load(e)))?;

@@ -8,7 +8,7 @@ use crate::gvk::Gvk;
 use crate::informer::Filter;
 use crate::informer::index::{IndexFunc, is_builtin};
 use crate::wasm::bindings::kubewasm::plugin::types as wit;
-use crate::wasm::convert;
+use crate::wasm::{convert, limits};
 
 /// A manifest field that is not acceptable, and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -66,9 +66,8 @@ impl PluginManifest {
         for (i, s) in m.subscriptions.iter().enumerate() {
             let gvk = check_gvk(format!("subscriptions[{i}].gvk"), &s.gvk)?;
             let selector = match &s.label_selector {
-                Some(text) => Selector::parse(text).map_err(|e| {
-                    error(format!("subscriptions[{i}].label-selector"), e.to_string())
-                })?,
+                Some(text) => limits::selector(text)
+                    .map_err(|e| error(format!("subscriptions[{i}].label-selector"), e))?,
                 None => Selector::everything(),
             };
             if !cached.contains(&gvk) {

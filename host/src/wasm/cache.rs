@@ -8,13 +8,20 @@ use crate::informer::Informer;
 use crate::informer::store::StoreError;
 use crate::object::{KubeObject, object_key};
 use crate::wasm::bindings::kubewasm::plugin::{cache, types};
-use crate::wasm::{HostState, convert};
+use crate::wasm::{HostState, convert, limits};
 
 use types::{Gvk as WitGvk, Object, QueryError};
 
 impl HostState {
     /// The informer for `gvk` if this plugin may query it.
     fn granted(&self, gvk: &WitGvk) -> Result<&Arc<Informer>, QueryError> {
+        for (what, part) in [
+            ("group", &gvk.group),
+            ("version", &gvk.version),
+            ("kind", &gvk.kind),
+        ] {
+            limits::argument(what, part).map_err(QueryError::InvalidArgument)?;
+        }
         let gvk = convert::gvk(gvk);
         if let Some(informer) = self.ctx.grants.get(&gvk) {
             return Ok(informer);
@@ -48,6 +55,19 @@ impl HostState {
         objects
     }
 
+    /// `strings` unless together they exceed the plugin's query size limit.
+    fn answer_strings(&self, strings: Vec<String>) -> Result<Vec<String>, QueryError> {
+        let bytes: usize = strings.iter().map(String::len).sum();
+        let limit = self.ctx.limits.query_bytes;
+        if bytes > limit {
+            return Err(QueryError::TooLarge(format!(
+                "{} values of {bytes} bytes exceed the limit of {limit} bytes per query",
+                strings.len()
+            )));
+        }
+        Ok(strings)
+    }
+
     /// Converts objects, refusing answers above the plugin's query size limit.
     fn answer(&self, objects: Vec<Arc<KubeObject>>) -> Result<Vec<Object>, QueryError> {
         let objects = self.visible(objects);
@@ -68,6 +88,13 @@ pub fn is_secret(gvk: &crate::gvk::Gvk) -> bool {
     gvk.group.is_empty() && gvk.kind == "Secret"
 }
 
+/// Refuses an over-long query argument before any work is done with it.
+fn arg(what: &str, value: &str) -> Result<(), QueryError> {
+    limits::argument(what, value)
+        .map(drop)
+        .map_err(QueryError::InvalidArgument)
+}
+
 fn index_error(e: StoreError) -> QueryError {
     match e {
         StoreError::UnknownIndex(name) => QueryError::UnknownIndex(format!(
@@ -85,6 +112,10 @@ impl cache::Host for HostState {
         name: String,
     ) -> Result<Option<Object>, QueryError> {
         let informer = self.granted(&gvk)?;
+        arg("name", &name)?;
+        if let Some(ns) = &namespace {
+            arg("namespace", ns)?;
+        }
         let key = object_key(namespace.as_deref(), &name);
         let found = informer.store().get(&key).into_iter().collect();
         Ok(self.visible(found).first().map(|o| convert::object(o)))
@@ -97,11 +128,12 @@ impl cache::Host for HostState {
         label_selector: Option<String>,
     ) -> Result<Vec<Object>, QueryError> {
         let selector = match label_selector.as_deref() {
-            Some(s) => {
-                Selector::parse(s).map_err(|e| QueryError::InvalidArgument(e.to_string()))?
-            }
+            Some(s) => limits::selector(s).map_err(QueryError::InvalidArgument)?,
             None => Selector::everything(),
         };
+        if let Some(ns) = &namespace {
+            arg("namespace", ns)?;
+        }
         let store = self.granted(&gvk)?.store();
         let mut objects = match namespace.as_deref() {
             Some(ns) => store
@@ -120,6 +152,8 @@ impl cache::Host for HostState {
         index: String,
         value: String,
     ) -> Result<Vec<Object>, QueryError> {
+        arg("index", &index)?;
+        arg("value", &value)?;
         let objects = self
             .granted(&gvk)?
             .store()
@@ -134,6 +168,8 @@ impl cache::Host for HostState {
         index: String,
         value: String,
     ) -> Result<Vec<String>, QueryError> {
+        arg("index", &index)?;
+        arg("value", &value)?;
         let mut keys = self
             .granted(&gvk)?
             .store()
@@ -142,19 +178,22 @@ impl cache::Host for HostState {
         if is_secret(&convert::gvk(&gvk)) {
             keys.retain(|k| self.ctx.secrets.contains(k));
         }
-        Ok(keys)
+        self.answer_strings(keys)
     }
 
     fn index_values(&mut self, gvk: WitGvk, index: String) -> Result<Vec<String>, QueryError> {
+        arg("index", &index)?;
         if is_secret(&convert::gvk(&gvk)) {
             // Values could reveal ungranted Secrets (their names, labels, fields).
             return Err(QueryError::Denied(
                 "index values are not available for Secrets".into(),
             ));
         }
-        self.granted(&gvk)?
+        let values = self
+            .granted(&gvk)?
             .store()
             .index_values(&index)
-            .map_err(index_error)
+            .map_err(index_error)?;
+        self.answer_strings(values)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+use wasmtime::ResourceLimiter;
 
 use crate::wasm::logging::LogRate;
 
@@ -12,7 +12,7 @@ use crate::wasm::logging::LogRate;
 pub struct Limits {
     /// Longest time one call into the plugin may run.
     pub deadline: Duration,
-    /// Largest linear memory one instance may grow to, in bytes.
+    /// Largest total of one instance's linear memories and tables, in bytes.
     pub memory_bytes: usize,
     /// Largest total JSON size one query may return, in bytes.
     pub query_bytes: usize,
@@ -31,28 +31,96 @@ impl Default for Limits {
     }
 }
 
-/// wasmtime's `StoreLimits` (cap, trap on a refused growth) plus the bytes of linear memory
-/// and tables the instance has been granted so far.
+/// Longest label selector a plugin may pass, in a query or its manifest.
+pub const MAX_SELECTOR_BYTES: usize = 4096;
+/// Most requirements in one label selector.
+pub const MAX_SELECTOR_REQUIREMENTS: usize = 32;
+/// Longest other query argument (name, namespace, index name or value).
+pub const MAX_ARGUMENT_BYTES: usize = 4096;
+
+/// A label selector from a plugin, refused before parsing when too long and after when it
+/// has too many requirements; errors never echo more than a bounded part of it.
+pub fn selector(text: &str) -> Result<kubewasm_sdk::selector::Selector, String> {
+    if text.len() > MAX_SELECTOR_BYTES {
+        return Err(format!(
+            "label selector of {} bytes: at most {MAX_SELECTOR_BYTES} bytes",
+            text.len()
+        ));
+    }
+    let selector = kubewasm_sdk::selector::Selector::parse(text).map_err(|e| e.to_string())?;
+    let count = selector.requirements().len();
+    if count > MAX_SELECTOR_REQUIREMENTS {
+        return Err(format!(
+            "label selector with {count} requirements: at most {MAX_SELECTOR_REQUIREMENTS}"
+        ));
+    }
+    Ok(selector)
+}
+
+/// `value` (the query argument `what`) unless it is longer than [`MAX_ARGUMENT_BYTES`].
+pub fn argument<'a>(what: &str, value: &'a str) -> Result<&'a str, String> {
+    if value.len() > MAX_ARGUMENT_BYTES {
+        return Err(format!(
+            "{what} of {} bytes: at most {MAX_ARGUMENT_BYTES} bytes",
+            value.len()
+        ));
+    }
+    Ok(value)
+}
+
+/// Bytes accounted per table element: wasmtime keeps one pointer per element.
+const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
+/// Linear memories one instance may create (a component has one per core module that
+/// defines its own; the examples in Rust, Python and JavaScript need at most two).
+pub const MAX_MEMORIES: usize = 8;
+/// Tables one instance may create (components add a few for their adapters' shims).
+pub const MAX_TABLES: usize = 32;
+/// Core instances one component instance may create.
+pub const MAX_INSTANCES: usize = 64;
+
+/// One accounting of an instance's memory: every linear memory and every table together,
+/// initial sizes included, against one cap. A growth past the cap traps (it is the plugin's
+/// failure, and its instance is replaced); so do more memories, tables or core instances
+/// than [`MAX_MEMORIES`], [`MAX_TABLES`] and [`MAX_INSTANCES`].
 pub struct Limiter {
-    limits: StoreLimits,
-    memory_bytes: usize,
+    cap: usize,
+    granted: usize,
+    /// The bytes granted by the last growth, taken back if wasmtime then fails it.
+    last_growth: usize,
 }
 
 impl Limiter {
-    /// A limiter capping linear memory at `memory_bytes` in total.
-    pub fn new(memory_bytes: usize) -> Self {
+    /// A limiter allowing `cap` bytes of linear memory and tables in total.
+    pub fn new(cap: usize) -> Self {
         Self {
-            limits: StoreLimitsBuilder::new()
-                .memory_size(memory_bytes)
-                .trap_on_grow_failure(true)
-                .build(),
-            memory_bytes: 0,
+            cap,
+            granted: 0,
+            last_growth: 0,
         }
     }
 
-    /// Bytes of linear memory granted to the instance (every memory, initial sizes included).
+    /// Bytes granted so far: linear memories and tables, initial sizes included.
     pub fn memory_bytes(&self) -> usize {
-        self.memory_bytes
+        self.granted
+    }
+
+    fn grow(&mut self, what: &str, bytes: usize) -> wasmtime::Result<bool> {
+        let total = self.granted.saturating_add(bytes);
+        if total > self.cap {
+            self.last_growth = 0;
+            return Err(wasmtime::Error::msg(format!(
+                "memory cap: growing a {what} by {bytes} bytes would take the instance to {total} bytes of memory and tables, over its cap of {} bytes",
+                self.cap
+            )));
+        }
+        self.granted = total;
+        self.last_growth = bytes;
+        Ok(true)
+    }
+
+    fn grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.granted -= std::mem::take(&mut self.last_growth);
+        Err(error)
     }
 }
 
@@ -63,15 +131,14 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let granted = self.limits.memory_growing(current, desired, maximum)?;
-        if granted {
-            self.memory_bytes += desired.saturating_sub(current);
+        if maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
         }
-        Ok(granted)
+        self.grow("linear memory", desired.saturating_sub(current))
     }
 
     fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.limits.memory_grow_failed(error)
+        self.grow_failed(error)
     }
 
     fn table_growing(
@@ -80,22 +147,103 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        self.limits.table_growing(current, desired, maximum)
+        if maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
+        let elements = desired.saturating_sub(current);
+        self.grow("table", elements.saturating_mul(TABLE_ELEMENT_BYTES))
     }
 
     fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.limits.table_grow_failed(error)
+        self.grow_failed(error)
     }
 
     fn instances(&self) -> usize {
-        self.limits.instances()
+        MAX_INSTANCES
     }
 
     fn tables(&self) -> usize {
-        self.limits.tables()
+        MAX_TABLES
     }
 
     fn memories(&self) -> usize {
-        self.limits.memories()
+        MAX_MEMORIES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::{Engine, Instance, Module, Store};
+
+    fn instantiate(wat: &str, cap: usize) -> (Store<Limiter>, wasmtime::Result<Instance>) {
+        let engine = Engine::default();
+        let module = Module::new(&engine, wat).expect("valid module");
+        let mut store = Store::new(&engine, Limiter::new(cap));
+        store.limiter(|l| l);
+        let instance = Instance::new(&mut store, &module, &[]);
+        (store, instance)
+    }
+
+    #[test]
+    fn the_cap_holds_over_every_memory_together() {
+        // Four memories of 20 MiB: each under a 64 MiB cap, together over it.
+        let pages = 20 * 16;
+        let wat = format!("(module {})", format!("(memory {pages})").repeat(4));
+        let (store, instance) = instantiate(&wat, 64 << 20);
+        let error = instance.expect_err("over the cap in total");
+        assert!(format!("{error:#}").contains("memory cap"), "{error:#}");
+        assert!(store.data().memory_bytes() <= 64 << 20);
+        let (store, instance) = instantiate(&wat, 100 << 20);
+        instance.expect("80 MiB fit under 100 MiB");
+        assert_eq!(store.data().memory_bytes(), 80 << 20);
+    }
+
+    #[test]
+    fn tables_count_against_the_same_cap() {
+        let wat = r#"(module
+            (memory 16)
+            (table 0 funcref)
+            (func (export "grow") (param i32) (result i32)
+                (table.grow 0 (ref.null func) (local.get 0))))"#;
+        let (mut store, instance) = instantiate(wat, 2 << 20);
+        let instance = instance.expect("1 MiB of memory fits");
+        let grow = instance
+            .get_typed_func::<i32, i32>(&mut store, "grow")
+            .expect("export");
+        assert_eq!(grow.call(&mut store, 1000).expect("small growth"), 0);
+        let error = grow
+            .call(&mut store, 50_000_000)
+            .expect_err("50 M elements are 400 MB");
+        assert!(format!("{error:?}").contains("memory cap"), "{error:?}");
+        assert_eq!(
+            store.data().memory_bytes(),
+            (1 << 20) + 1000 * TABLE_ELEMENT_BYTES
+        );
+    }
+
+    #[test]
+    fn selectors_and_arguments_are_bounded_before_any_work() {
+        let huge = "a=b,".repeat(1 << 20);
+        let error = selector(&huge).expect_err("4 MiB");
+        assert!(
+            error.len() < 200,
+            "the error does not echo the selector: {error}"
+        );
+        let many: Vec<String> = (0..MAX_SELECTOR_REQUIREMENTS + 1)
+            .map(|i| format!("k{i}=v"))
+            .collect();
+        let error = selector(&many.join(",")).expect_err("too many requirements");
+        assert!(error.contains("33 requirements"), "{error}");
+        selector("app=web,tier in (a,b)").expect("an ordinary selector");
+        assert!(argument("name", &"n".repeat(MAX_ARGUMENT_BYTES + 1)).is_err());
+        assert_eq!(argument("name", "web"), Ok("web"));
+    }
+
+    #[test]
+    fn memories_beyond_the_count_are_refused() {
+        let wat = format!("(module {})", "(memory 1)".repeat(MAX_MEMORIES + 1));
+        let (_, instance) = instantiate(&wat, 64 << 20);
+        assert!(instance.is_err(), "{} memories", MAX_MEMORIES + 1);
     }
 }

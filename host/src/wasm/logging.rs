@@ -7,8 +7,28 @@ use std::time::{Duration, Instant};
 use crate::wasm::HostState;
 use crate::wasm::bindings::kubewasm::plugin::logging;
 
-/// Longest message kept from a plugin; longer ones are cut (and say so).
+/// Longest message kept from a plugin (a log line, an error, a refusal); longer ones are cut
+/// (and say so).
 pub const MAX_MESSAGE_BYTES: usize = 4096;
+/// Most fields kept on one log line; the rest are dropped (and a field says how many).
+pub const MAX_FIELDS: usize = 32;
+/// Longest field name kept.
+pub const MAX_FIELD_NAME_BYTES: usize = 64;
+/// Longest field value kept.
+pub const MAX_FIELD_VALUE_BYTES: usize = 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary, marked ` [cut]` when cut.
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(" [cut]");
+    }
+    text
+}
 
 /// Severity of a plugin log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -182,24 +202,26 @@ impl PluginLogger {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Writes one line unless the plugin is over its rate.
-    pub fn log(&self, level: Level, mut message: String, fields: Vec<(String, String)>) {
+    /// Writes one line unless the plugin is over its rate; message and fields are cut to
+    /// their caps first.
+    pub fn log(&self, level: Level, message: String, mut fields: Vec<(String, String)>) {
         if !self.admit() {
             return;
         }
-        if message.len() > MAX_MESSAGE_BYTES {
-            let mut cut = MAX_MESSAGE_BYTES;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push_str(" [cut]");
+        let dropped = fields.len().saturating_sub(MAX_FIELDS);
+        fields.truncate(MAX_FIELDS);
+        let mut fields: Vec<(String, String)> = fields
+            .into_iter()
+            .map(|(k, v)| (cut(k, MAX_FIELD_NAME_BYTES), cut(v, MAX_FIELD_VALUE_BYTES)))
+            .collect();
+        if dropped > 0 {
+            fields.push(("fields-dropped".to_owned(), dropped.to_string()));
         }
         self.sink.record(PluginLogRecord {
             plugin: self.plugin.clone(),
             digest: self.digest.clone(),
             level,
-            message,
+            message: cut(message, MAX_MESSAGE_BYTES),
             fields,
         });
     }
@@ -265,6 +287,22 @@ mod tests {
         assert_eq!(logger.dropped(), 7);
         logger.log(Level::Info, "x".repeat(MAX_MESSAGE_BYTES + 10), Vec::new());
         assert_eq!(logger.dropped(), 8, "no token left");
+    }
+
+    #[test]
+    fn fields_are_capped_in_number_and_size() {
+        let sink = Arc::new(MemorySink::default());
+        let logger = PluginLogger::new("p", "v1", sink.clone(), LogRate::default());
+        let fields = (0..MAX_FIELDS + 5)
+            .map(|i| (format!("{i}").repeat(100), "v".repeat(1 << 20)))
+            .collect();
+        logger.log(Level::Info, "m".into(), fields);
+        let record = &sink.records()[0];
+        assert_eq!(record.fields.len(), MAX_FIELDS + 1);
+        assert_eq!(record.field("fields-dropped"), Some("5"));
+        assert!(record.fields[..MAX_FIELDS].iter().all(|(k, v)| {
+            k.len() <= MAX_FIELD_NAME_BYTES + 6 && v.len() <= MAX_FIELD_VALUE_BYTES + 6
+        }));
     }
 
     #[test]

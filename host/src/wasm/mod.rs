@@ -4,7 +4,7 @@
 
 mod cache;
 pub mod convert;
-mod limits;
+pub mod limits;
 pub mod logging;
 mod stdio;
 

@@ -4,7 +4,9 @@
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
 //! "secret" | "big-query" | "count" | "slow", "key": "ns/name"}` (`key` for `panic-on`; `count`
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
-//! `slow` burns about 20 ms of CPU per event, to fall behind).
+//! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 8 MiB
+//! arguments to every query; `huge-log` logs an 8 MiB message with 48 fields of 64 KiB and
+//! fails with a 4 MiB error).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -93,6 +95,29 @@ impl Plugin for Hostile {
                 report("secret list", cache::list(&secret(), None, None));
             }
             "big-query" => report("big list", cache::list(&Gvk::config_map(), None, None)),
+            "huge-args" => {
+                let huge = "a".repeat(8 << 20);
+                let selector = "a=b,".repeat(2 << 20);
+                let cm = Gvk::config_map();
+                report("huge get", cache::get(&cm, Some(&huge), "x"));
+                report("huge list", cache::list(&cm, None, Some(&selector)));
+                report("huge index", cache::by_index(&cm, &huge, "x"));
+                report("huge value", cache::index_keys(&cm, "namespace", &huge));
+                report(
+                    "huge kind",
+                    cache::get(&Gvk::new("", "v1", &huge), None, "x"),
+                );
+            }
+            "huge-log" => {
+                let value = "v".repeat(64 << 10);
+                let fields: Vec<(String, &str)> = (0..48)
+                    .map(|i| (format!("{i}").repeat(1000), value.as_str()))
+                    .collect();
+                let fields: Vec<(&str, &str)> =
+                    fields.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+                log::warn(&"m".repeat(8 << 20), &fields);
+                return Err(HandleError::fatal("e".repeat(4 << 20)));
+            }
             "count" => {
                 let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
                 log::info("count", &[("calls", &calls.to_string())]);
