@@ -162,10 +162,13 @@ fn plugins_react_to_the_example_cluster_and_its_edits() {
         .factory
         .get(&Gvk::new("", "v1", "Event"))
         .expect("event informer");
-    let involved = events
-        .store()
-        .index_values("involved-uid")
-        .expect("declared index");
+    let name = plugin_index(
+        &events.store().index_names(),
+        "deployment-view",
+        "involved-uid",
+    )
+    .expect("deployment-view's index");
+    let involved = events.store().index_values(&name).expect("declared index");
     assert_eq!(involved.len(), 2, "two pods have events: {involved:?}");
 
     // Update: the stuck pod becomes ready.
@@ -215,6 +218,51 @@ fn plugins_react_to_the_example_cluster_and_its_edits() {
     assert!(
         status.iter().all(|s| s.given_up == 0 && s.traps == 0),
         "{status:?}"
+    );
+}
+
+/// The store's name of `plugin`'s index `name`, if it has one.
+fn plugin_index(names: &[String], plugin: &str, name: &str) -> Option<String> {
+    names
+        .iter()
+        .find(|n| n.starts_with(&format!("{plugin}@")) && n.ends_with(&format!("/{name}")))
+        .cloned()
+}
+
+#[test]
+fn an_index_name_belongs_to_the_plugin_that_declares_it() {
+    // A plugin that declares deployment-view's index name on the same type, differently.
+    let h = harness(&[("squat", r#"{"mode": "squat"}"#)]);
+    let squat = h.install(kubewasm_plugin_artifacts::HOSTILE, "squat");
+    h.host.load(&squat).expect("the squatter loads");
+    h.load("deployment-view");
+    h.expect_line("deployment-view", "web summary", |r| {
+        summary(r, "shop/web", "2/3")
+    });
+    let events = h
+        .factory
+        .get(&Gvk::new("", "v1", "Event"))
+        .expect("event informer");
+    let names = events.store().index_names();
+    let theirs = plugin_index(&names, "deployment-view", "involved-uid").expect("theirs");
+    let squatted = plugin_index(&names, "squat", "involved-uid").expect("the squatter's");
+    assert_ne!(theirs, squatted);
+
+    // Unloading removes a plugin's indexes with it, and with the last user its informer.
+    assert!(h.host.unload("squat"));
+    let names = events.store().index_names();
+    assert!(
+        plugin_index(&names, "squat", "involved-uid").is_none(),
+        "{names:?}"
+    );
+    assert!(plugin_index(&names, "deployment-view", "involved-uid").is_some());
+    assert!(h.host.unload("deployment-view"));
+    assert!(h.factory.get(&Gvk::new("", "v1", "Event")).is_none());
+    assert_eq!(
+        events.store().index_names().len(),
+        4,
+        "only the built-in indexes: {:?}",
+        events.store().index_names()
     );
 }
 

@@ -360,6 +360,33 @@ fn fan_out(state: &mut State, n: &Notification) {
     });
 }
 
+/// A claim on a named index of an informer's store; the index goes with its last claim.
+pub struct IndexClaim {
+    informer: Arc<Informer>,
+    name: String,
+}
+
+impl IndexClaim {
+    /// Adds (or claims again) index `name` computed by `func` on `informer`'s store.
+    pub fn new(
+        informer: &Arc<Informer>,
+        name: &str,
+        func: index::IndexFunc,
+    ) -> Result<Self, store::StoreError> {
+        informer.store().add_index(name, func)?;
+        Ok(Self {
+            informer: informer.clone(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for IndexClaim {
+    fn drop(&mut self) {
+        self.informer.store().release_index(&self.name);
+    }
+}
+
 /// A registration with an informer; dropping it unsubscribes.
 pub struct Subscription {
     informer: Arc<Informer>,

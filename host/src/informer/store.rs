@@ -36,6 +36,8 @@ struct Inner {
     objects: HashMap<Arc<str>, Arc<KubeObject>>,
     indexers: BTreeMap<String, IndexFunc>,
     indices: Indices,
+    /// Claims on each added (not built-in) index; it is removed with its last claim.
+    claims: HashMap<String, usize>,
 }
 
 /// Objects by key (`namespace/name`), with named indexes kept current on every change.
@@ -70,12 +72,15 @@ impl Store {
         self.inner.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a named index and files every stored object in it. Adding the same index twice is
-    /// a no-op; the same name with another function is an error.
+    /// Adds a named index (or claims it again) and files every stored object in it. The same
+    /// name with another function is an error. See [`Self::release_index`].
     pub fn add_index(&self, name: &str, func: IndexFunc) -> Result<(), StoreError> {
         let mut inner = self.write();
         if let Some(existing) = inner.indexers.get(name) {
             if *existing == func {
+                if !index::is_builtin(name) {
+                    *inner.claims.entry(name.to_owned()).or_default() += 1;
+                }
                 return Ok(());
             }
             return Err(StoreError::IndexConflict {
@@ -93,7 +98,28 @@ impl Store {
         }
         inner.indexers.insert(name.to_owned(), func);
         inner.indices.insert(name.to_owned(), index);
+        inner.claims.insert(name.to_owned(), 1);
         Ok(())
+    }
+
+    /// Gives up one claim on an added index; the last one removes it with its entries.
+    /// Built-in indexes stay.
+    pub fn release_index(&self, name: &str) {
+        let mut inner = self.write();
+        let Some(claims) = inner.claims.get_mut(name) else {
+            return;
+        };
+        *claims -= 1;
+        if *claims == 0 {
+            inner.claims.remove(name);
+            inner.indexers.remove(name);
+            inner.indices.remove(name);
+        }
+    }
+
+    /// The names of the indexes, built-in ones included, sorted.
+    pub fn index_names(&self) -> Vec<String> {
+        self.read().indexers.keys().cloned().collect()
     }
 
     /// Inserts or replaces an object; returns the previous state. Only the informer changes
@@ -329,6 +355,23 @@ mod tests {
             store.add_index("node", IndexFunc::Namespace),
             Err(StoreError::IndexConflict { .. })
         ));
+    }
+
+    #[test]
+    fn an_added_index_goes_with_its_last_claim() {
+        let store = Store::new();
+        let func = IndexFunc::JsonPointer("/spec/nodeName".into());
+        store.add_index("p/x", func.clone()).expect("added");
+        store.add_index("p/x", func).expect("claimed again");
+        store.release_index("p/x");
+        assert!(
+            store.index_names().contains(&"p/x".to_owned()),
+            "one claim left"
+        );
+        store.release_index("p/x");
+        assert!(!store.index_names().contains(&"p/x".to_owned()));
+        store.release_index(index::NAMESPACE);
+        assert_eq!(store.index_names().len(), 4, "built-ins stay");
     }
 
     #[test]

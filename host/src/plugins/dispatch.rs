@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::informer::factory::Lease;
 use crate::informer::queue::{self, QueueReceiver};
-use crate::informer::{Notification, Subscription};
+use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::{Delivery, PluginStats};
@@ -49,6 +49,9 @@ pub struct Setup {
     pub resync: Option<Duration>,
     /// Claims on the informers the plugin needs (released when the worker ends).
     pub leases: Vec<Lease>,
+    /// Claims on the plugin's own indexes (released when the worker ends, after the leases'
+    /// informers no longer need them).
+    pub claims: Vec<IndexClaim>,
     /// The plugin's queue; it closes when the host drops or hands over its subscriptions.
     pub rx: QueueReceiver,
     /// Subscriptions whose initial state must be handed over before the plugin has synced.
@@ -71,6 +74,8 @@ struct Worker {
     /// Calls made on the current instance.
     calls: u64,
     resync: Option<Duration>,
+    /// Dropped before `leases`: an index goes before its informer.
+    _claims: Vec<IndexClaim>,
     leases: Vec<Lease>,
     subscriptions: Arc<Mutex<Vec<Subscription>>>,
     rx: QueueReceiver,
@@ -113,6 +118,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         instance: Some(setup.instance),
         calls: 0,
         resync: setup.resync,
+        _claims: setup.claims,
         leases: setup.leases,
         subscriptions: setup.subscriptions,
         rx: setup.rx,

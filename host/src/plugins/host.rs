@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
-use crate::informer::Subscription;
 use crate::informer::factory::{InformerFactory, Lease};
 use crate::informer::queue::{QueueStats, queue};
+use crate::informer::{IndexClaim, Subscription};
 use crate::plugins::dispatch;
 use crate::plugins::inspect::{Inspection, inspect};
 use crate::plugins::manifest::PluginManifest;
@@ -91,6 +91,7 @@ struct Prepared {
     instance: Instance,
     manifest: PluginManifest,
     leases: Vec<Lease>,
+    claims: Vec<IndexClaim>,
     logger: Arc<PluginLogger>,
 }
 
@@ -234,13 +235,17 @@ impl PluginHost {
             .iter()
             .map(|gvk| self.factory.acquire(gvk))
             .collect();
+        // Declared indexes belong to this version of this plugin: scoped names, removed with
+        // their last claim (when the version is replaced or unloaded).
+        let mut claims = Vec::new();
         for index in &manifest.indexes {
             if let Some(lease) = leases.iter().find(|l| l.informer().gvk() == &index.gvk) {
-                lease
-                    .informer()
-                    .store()
-                    .add_index(&index.name, index.func.clone())
+                let scoped = format!("{}@{}/{}", file.name, file.digest(), index.name);
+                let claim = IndexClaim::new(lease.informer(), &scoped, index.func.clone())
                     .map_err(|e| Reason::from(e).of(file))?;
+                claims.push(claim);
+                ctx.indexes
+                    .insert((index.gvk.clone(), index.name.clone()), scoped);
             }
         }
         ctx.grants = leases
@@ -257,6 +262,7 @@ impl PluginHost {
             instance,
             manifest,
             leases,
+            claims,
             logger,
         })
     }
@@ -418,6 +424,7 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
         instance: p.instance,
         resync: p.manifest.resync.or(p.settings.resync),
         leases: p.leases,
+        claims: p.claims,
         rx,
         initial_lists,
         subscriptions: subscriptions.clone(),

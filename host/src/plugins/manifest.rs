@@ -1,5 +1,6 @@
 //! A plugin's manifest, validated: what it subscribes to, queries and indexes.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use kubewasm_sdk::selector::Selector;
@@ -9,6 +10,19 @@ use crate::informer::Filter;
 use crate::informer::index::{IndexFunc, is_builtin};
 use crate::wasm::bindings::kubewasm::plugin::types as wit;
 use crate::wasm::{convert, limits};
+
+/// Most subscriptions in one manifest (identical ones are folded first).
+pub const MAX_SUBSCRIPTIONS: usize = 32;
+/// Most subscriptions a manifest may list before folding.
+pub const MAX_LISTED_SUBSCRIPTIONS: usize = 4096;
+/// Most distinct resource types one plugin may subscribe to or query.
+pub const MAX_TYPES: usize = 32;
+/// Most namespaces one subscription may name.
+pub const MAX_NAMESPACES: usize = 64;
+/// Most indexes one plugin may declare.
+pub const MAX_INDEXES: usize = 16;
+/// Longest index name, JSON pointer, namespace or part of a type name.
+pub const MAX_NAME_BYTES: usize = 253;
 
 /// A manifest field that is not acceptable, and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -55,16 +69,89 @@ fn check_gvk(field: String, g: &wit::Gvk) -> Result<Gvk, ManifestError> {
     if g.version.is_empty() || g.kind.is_empty() {
         return Err(error(field, "version and kind must not be empty"));
     }
+    if [&g.group, &g.version, &g.kind]
+        .iter()
+        .any(|p| p.len() > MAX_NAME_BYTES)
+    {
+        return Err(error(
+            field,
+            format!("a part is longer than {MAX_NAME_BYTES} bytes"),
+        ));
+    }
     Ok(convert::gvk(g))
+}
+
+fn check_count(field: &str, count: usize, max: usize) -> Result<(), ManifestError> {
+    if count > max {
+        return Err(error(
+            field.to_owned(),
+            format!("{count} entries: at most {max}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_name(field: String, text: &str) -> Result<(), ManifestError> {
+    if text.len() > MAX_NAME_BYTES {
+        return Err(error(
+            field,
+            format!("{} bytes: at most {MAX_NAME_BYTES}", text.len()),
+        ));
+    }
+    Ok(())
 }
 
 impl PluginManifest {
     /// Validates what a plugin's `describe` returned.
+    /// Counts are checked before any entry is looked at; identical subscriptions are folded
+    /// into one.
     pub fn validate(m: &wit::Manifest) -> Result<Self, ManifestError> {
+        check_count("indexes", m.indexes.len(), MAX_INDEXES)?;
+        check_count("queries", m.queries.len(), MAX_TYPES)?;
+        check_count(
+            "subscriptions",
+            m.subscriptions.len(),
+            MAX_LISTED_SUBSCRIPTIONS,
+        )?;
+        // Sizes first, so that folding compares bounded values only.
+        for (i, s) in m.subscriptions.iter().enumerate() {
+            check_count(
+                &format!("subscriptions[{i}].namespaces"),
+                s.namespaces.len(),
+                MAX_NAMESPACES,
+            )?;
+            if let Some(text) = &s.label_selector {
+                check_count(
+                    &format!("subscriptions[{i}].label-selector (bytes)"),
+                    text.len(),
+                    limits::MAX_SELECTOR_BYTES,
+                )?;
+            }
+        }
+        let mut seen = HashSet::new();
+        let distinct: Vec<&wit::Subscription> = m
+            .subscriptions
+            .iter()
+            .filter(|s| {
+                seen.insert((
+                    (&s.gvk.group, &s.gvk.version, &s.gvk.kind),
+                    &s.namespaces,
+                    &s.label_selector,
+                ))
+            })
+            .collect();
+        check_count(
+            "subscriptions (identical ones folded)",
+            distinct.len(),
+            MAX_SUBSCRIPTIONS,
+        )?;
         let mut subscriptions = Vec::new();
         let mut cached: Vec<Gvk> = Vec::new();
-        for (i, s) in m.subscriptions.iter().enumerate() {
+        for (i, s) in distinct.into_iter().enumerate() {
             let gvk = check_gvk(format!("subscriptions[{i}].gvk"), &s.gvk)?;
+            for (j, ns) in s.namespaces.iter().enumerate() {
+                check_name(format!("subscriptions[{i}].namespaces[{j}]"), ns)?;
+            }
             let selector = match &s.label_selector {
                 Some(text) => limits::selector(text)
                     .map_err(|e| error(format!("subscriptions[{i}].label-selector"), e))?,
@@ -91,6 +178,8 @@ impl PluginManifest {
         let mut indexes = Vec::new();
         for (i, x) in m.indexes.iter().enumerate() {
             let gvk = check_gvk(format!("indexes[{i}].gvk"), &x.gvk)?;
+            check_name(format!("indexes[{i}].name"), &x.name)?;
+            check_name(format!("indexes[{i}].json-pointer"), &x.json_pointer)?;
             if !cached.contains(&gvk) {
                 return Err(error(
                     format!("indexes[{i}].gvk"),
@@ -118,6 +207,7 @@ impl PluginManifest {
                 func: IndexFunc::JsonPointer(x.json_pointer.clone()),
             });
         }
+        check_count("types subscribed to and queried", cached.len(), MAX_TYPES)?;
         let resync = (m.resync_seconds > 0).then(|| Duration::from_secs(m.resync_seconds.into()));
         Ok(Self {
             subscriptions,
@@ -125,5 +215,68 @@ impl PluginManifest {
             indexes,
             resync,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gvk(kind: &str) -> wit::Gvk {
+        wit::Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: kind.into(),
+        }
+    }
+
+    fn subscription(kind: &str, selector: Option<&str>) -> wit::Subscription {
+        wit::Subscription {
+            gvk: gvk(kind),
+            namespaces: Vec::new(),
+            label_selector: selector.map(str::to_owned),
+        }
+    }
+
+    fn manifest(subscriptions: Vec<wit::Subscription>, indexes: usize) -> wit::Manifest {
+        wit::Manifest {
+            subscriptions,
+            queries: Vec::new(),
+            indexes: (0..indexes)
+                .map(|i| wit::Index {
+                    gvk: gvk("Pod"),
+                    name: format!("i{i}"),
+                    json_pointer: "/spec/nodeName".into(),
+                })
+                .collect(),
+            resync_seconds: 0,
+        }
+    }
+
+    #[test]
+    fn identical_subscriptions_fold_into_one() {
+        let many = vec![subscription("Pod", Some("app=web")); MAX_LISTED_SUBSCRIPTIONS];
+        let m = PluginManifest::validate(&manifest(many, 0)).expect("valid");
+        assert_eq!(m.subscriptions.len(), 1);
+        assert_eq!(m.cached.len(), 1);
+    }
+
+    #[test]
+    fn counts_and_sizes_are_bounded() {
+        let distinct: Vec<_> = (0..=MAX_SUBSCRIPTIONS)
+            .map(|i| subscription("Pod", Some(&format!("n={i}"))))
+            .collect();
+        let e = PluginManifest::validate(&manifest(distinct, 0)).expect_err("too many");
+        assert!(e.field.starts_with("subscriptions"), "{e}");
+        let listed = vec![subscription("Pod", None); MAX_LISTED_SUBSCRIPTIONS + 1];
+        assert!(PluginManifest::validate(&manifest(listed, 0)).is_err());
+        let huge = "a".repeat(limits::MAX_SELECTOR_BYTES + 1);
+        let e = PluginManifest::validate(&manifest(vec![subscription("Pod", Some(&huge))], 0))
+            .expect_err("selector too long");
+        assert!(e.to_string().len() < 200, "not echoed: {e}");
+        let e =
+            PluginManifest::validate(&manifest(vec![subscription("Pod", None)], MAX_INDEXES + 1))
+                .expect_err("too many indexes");
+        assert_eq!(e.field, "indexes");
     }
 }

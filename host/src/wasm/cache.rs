@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kubewasm_sdk::selector::Selector;
 
 use crate::informer::Informer;
+use crate::informer::index::is_builtin;
 use crate::informer::store::StoreError;
 use crate::object::{KubeObject, object_key};
 use crate::wasm::bindings::kubewasm::plugin::{cache, types};
@@ -55,6 +56,25 @@ impl HostState {
         objects
     }
 
+    /// The store's name of index `name` on `gvk` for this plugin: a built-in one, or one the
+    /// plugin declared; any other name is unknown (another plugin's indexes included).
+    fn index_name(&self, gvk: &WitGvk, name: &str) -> Result<String, QueryError> {
+        if is_builtin(name) {
+            return Ok(name.to_owned());
+        }
+        let gvk = convert::gvk(gvk);
+        self.ctx
+            .indexes
+            .get(&(gvk.clone(), name.to_owned()))
+            .cloned()
+            .ok_or_else(|| {
+                QueryError::UnknownIndex(format!(
+                    "no index named {name:?} on {gvk}: the built-in ones are {}; declare others in the plugin's manifest",
+                    kubewasm_sdk::index::BUILTIN.join(", ")
+                ))
+            })
+    }
+
     /// `strings` unless together they exceed the plugin's query size limit.
     fn answer_strings(&self, strings: Vec<String>) -> Result<Vec<String>, QueryError> {
         let bytes: usize = strings.iter().map(String::len).sum();
@@ -96,12 +116,7 @@ fn arg(what: &str, value: &str) -> Result<(), QueryError> {
 }
 
 fn index_error(e: StoreError) -> QueryError {
-    match e {
-        StoreError::UnknownIndex(name) => QueryError::UnknownIndex(format!(
-            "no index named {name:?}: declare it in the plugin's manifest"
-        )),
-        other => QueryError::InvalidArgument(other.to_string()),
-    }
+    QueryError::InvalidArgument(e.to_string())
 }
 
 impl cache::Host for HostState {
@@ -154,10 +169,9 @@ impl cache::Host for HostState {
     ) -> Result<Vec<Object>, QueryError> {
         arg("index", &index)?;
         arg("value", &value)?;
-        let objects = self
-            .granted(&gvk)?
-            .store()
-            .by_index(&index, &value)
+        let store = self.granted(&gvk)?.store();
+        let objects = store
+            .by_index(&self.index_name(&gvk, &index)?, &value)
             .map_err(index_error)?;
         self.answer(objects)
     }
@@ -170,10 +184,9 @@ impl cache::Host for HostState {
     ) -> Result<Vec<String>, QueryError> {
         arg("index", &index)?;
         arg("value", &value)?;
-        let mut keys = self
-            .granted(&gvk)?
-            .store()
-            .index_keys(&index, &value)
+        let store = self.granted(&gvk)?.store();
+        let mut keys = store
+            .index_keys(&self.index_name(&gvk, &index)?, &value)
             .map_err(index_error)?;
         if is_secret(&convert::gvk(&gvk)) {
             keys.retain(|k| self.ctx.secrets.contains(k));
@@ -189,10 +202,9 @@ impl cache::Host for HostState {
                 "index values are not available for Secrets".into(),
             ));
         }
-        let values = self
-            .granted(&gvk)?
-            .store()
-            .index_values(&index)
+        let store = self.granted(&gvk)?.store();
+        let values = store
+            .index_values(&self.index_name(&gvk, &index)?)
             .map_err(index_error)?;
         self.answer_strings(values)
     }

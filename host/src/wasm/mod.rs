@@ -59,6 +59,9 @@ pub struct PluginContext {
     pub grants: HashMap<Gvk, Arc<Informer>>,
     /// Types the plugin asked for that the operator did not grant: queries answer `denied`.
     pub denied: HashSet<Gvk>,
+    /// The plugin's own indexes: the name it declared, by type, to the name in the store
+    /// (scoped to the plugin, so no plugin reaches or squats another's).
+    pub indexes: HashMap<(Gvk, String), String>,
     /// The only Secrets (`namespace/name`) the plugin may see, when it was granted any.
     pub secrets: BTreeSet<String>,
     /// Its log, shared by all its instances.
@@ -76,6 +79,7 @@ impl PluginContext {
             name: name.to_owned(),
             grants: HashMap::new(),
             denied: HashSet::new(),
+            indexes: HashMap::new(),
             secrets: BTreeSet::new(),
             log,
             limits,

@@ -6,7 +6,7 @@
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
 //! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 8 MiB
 //! arguments to every query; `huge-log` logs an 8 MiB message with 48 fields of 64 KiB and
-//! fails with a 4 MiB error).
+//! fails with a 4 MiB error; `squat` declares an index under deployment-view's index name).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -52,9 +52,18 @@ impl Plugin for Hostile {
     }
 
     fn describe() -> Manifest {
-        Manifest::new()
+        let manifest = Manifest::new()
             .subscribe(Subscription::to(Gvk::config_map()))
-            .query(secret())
+            .query(secret());
+        if CONFIG.get().is_some_and(|c| c.mode == "squat") {
+            // deployment-view's index name, on the same type, computed differently.
+            return manifest.query(Gvk::event()).index(
+                Gvk::event(),
+                "involved-uid",
+                "/metadata/name",
+            );
+        }
+        manifest
     }
 
     fn handle(event: Event) -> Result<(), HandleError> {
