@@ -91,6 +91,7 @@ impl Report for Shared {
         Status::new(
             self.started.load(Ordering::SeqCst),
             self.plugins.leading(),
+            self.plugins.abandoned(),
             self.plugins.status(),
             self.factory.stats(),
             self.kube.as_ref().map(|k| k.stats()).unwrap_or_default(),

@@ -5,6 +5,9 @@ mod cli;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// How long, once a subcommand is done, its remaining background work may hold the exit.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -17,7 +20,12 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|tasks| tasks.block_on(args.command.run()));
+        .and_then(|tasks| {
+            let outcome = tasks.block_on(args.command.run());
+            // A plugin call stuck past the shutdown timeout must not hold the exit.
+            tasks.shutdown_timeout(EXIT_GRACE);
+            outcome
+        });
     match outcome {
         Ok(code) => code,
         Err(e) => {

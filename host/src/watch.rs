@@ -2,16 +2,20 @@
 
 use std::path::Path;
 use std::sync::mpsc::{RecvTimeoutError, channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher};
 
 /// How long a followed folder must be quiet after a change before it is read again: the
 /// manifests folder and the plugins folder alike.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// The longest a burst of changes can hold back a reading: a file that never stops changing
+/// is still read this often.
+pub const MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// Watches `path` and calls `act` on a thread of its own once after each burst of changes,
-/// when [`DEBOUNCE`] has passed without another. Stops when the returned watcher is dropped.
+/// when [`DEBOUNCE`] has passed without another, or [`MAX_WAIT`] after the burst began.
+/// Stops when the returned watcher is dropped.
 pub fn debounced(
     path: &Path,
     mode: RecursiveMode,
@@ -31,8 +35,10 @@ pub fn debounced(
         .name(thread_name.into())
         .spawn(move || {
             while rx.recv().is_ok() {
-                loop {
-                    match rx.recv_timeout(DEBOUNCE) {
+                let began = Instant::now();
+                while began.elapsed() < MAX_WAIT {
+                    let quiet = DEBOUNCE.min(MAX_WAIT.saturating_sub(began.elapsed()));
+                    match rx.recv_timeout(quiet) {
                         Ok(()) => continue,
                         Err(RecvTimeoutError::Timeout) => break,
                         Err(RecvTimeoutError::Disconnected) => return,
@@ -42,4 +48,40 @@ pub fn debounced(
             }
         })?;
     Ok(watcher)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_file_that_never_stops_changing_is_still_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let readings = Arc::new(AtomicUsize::new(0));
+        let counted = readings.clone();
+        let _watcher = debounced(
+            dir.path(),
+            RecursiveMode::NonRecursive,
+            "test-watch",
+            move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            },
+        )
+        .expect("watch");
+        // A write every 5 ms for three times the longest wait: never a quiet period.
+        let started = Instant::now();
+        let mut i = 0_u64;
+        while started.elapsed() < MAX_WAIT * 3 {
+            std::fs::write(dir.path().join("f.yaml"), i.to_string()).expect("write");
+            i += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            readings.load(Ordering::SeqCst) >= 2,
+            "read {} times during {i} writes",
+            readings.load(Ordering::SeqCst)
+        );
+    }
 }

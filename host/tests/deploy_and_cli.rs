@@ -1,6 +1,7 @@
 //! The `kubewasm` binary's agent commands (`check`, `rbac`, SIGTERM on `run`) and the
 //! manifests in examples/deploy, which must match what the binary generates.
 
+use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -167,14 +168,18 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     );
 }
 
-#[test]
-fn sigterm_stops_delivery_and_exits_zero() {
-    let plugins = deployed_plugins();
+/// `kubewasm run` with `args`, once it says its plugins are ready: the child and its output
+/// lines so far, with the rest arriving on the receiver.
+fn run_until_ready(
+    args: &[&std::ffi::OsStr],
+) -> (
+    std::process::Child,
+    Vec<String>,
+    std::sync::mpsc::Receiver<String>,
+) {
     let mut child = Command::new(KUBEWASM)
-        .args(["run", "--plugins"])
-        .arg(plugins.path())
-        .arg("--cluster")
-        .arg(root().join("examples/cluster"))
+        .arg("run")
+        .args(args)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
@@ -197,22 +202,43 @@ fn sigterm_stops_delivery_and_exits_zero() {
             lines.push(line);
         }
     }
+    (child, lines, rx)
+}
+
+/// Sends SIGTERM and waits at most `bound` for the exit: the status and how long it took.
+fn terminate(
+    child: &mut std::process::Child,
+    bound: Duration,
+) -> (std::process::ExitStatus, Duration) {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
     let stopped = Instant::now();
-    let exit = loop {
+    loop {
         if let Some(exit) = child.try_wait().expect("wait") {
-            break exit;
+            return (exit, stopped.elapsed());
         }
-        assert!(
-            stopped.elapsed() < Duration::from_secs(15),
-            "still running after SIGTERM"
-        );
+        if stopped.elapsed() > bound {
+            let _ = child.kill();
+            panic!("still running {bound:?} after SIGTERM");
+        }
         std::thread::sleep(Duration::from_millis(50));
-    };
+    }
+}
+
+#[test]
+fn sigterm_stops_delivery_and_exits_zero() {
+    let plugins = deployed_plugins();
+    let cluster = root().join("examples/cluster");
+    let (mut child, mut lines, rx) = run_until_ready(&[
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+        "--cluster".as_ref(),
+        cluster.as_os_str(),
+    ]);
+    let (exit, _) = terminate(&mut child, Duration::from_secs(15));
     lines.extend(rx.try_iter());
     assert!(exit.success(), "exit {exit:?}: {lines:#?}");
     assert!(
@@ -222,5 +248,50 @@ fn sigterm_stops_delivery_and_exits_zero() {
     assert!(
         lines.iter().any(|l| l.contains("plugin unloaded")),
         "delivery stopped: {lines:#?}"
+    );
+}
+
+#[test]
+fn sigterm_exits_within_the_shutdown_timeout_while_a_call_is_stuck() {
+    // The hostile plugin loops in every call, and its deadline is a minute: a shutdown that
+    // waited for the call would take that minute.
+    let plugins = tempfile::tempdir().expect("temp dir");
+    fs::copy(
+        kubewasm_plugin_artifacts::HOSTILE,
+        plugins.path().join("stuck.wasm"),
+    )
+    .expect("copy");
+    let config = plugins.path().join("config.yaml");
+    fs::write(
+        &config,
+        "shutdownTimeoutSeconds: 1\nplugins:\n  stuck:\n    config: {mode: loop}\n    limits: {deadlineMs: 60000}\n",
+    )
+    .expect("write");
+    let cluster = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        cluster.path().join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: t}\n",
+    )
+    .expect("write");
+    let (mut child, mut lines, rx) = run_until_ready(&[
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+        "--cluster".as_ref(),
+        cluster.path().as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
+    // Let the first call start and get stuck.
+    std::thread::sleep(Duration::from_millis(500));
+    let (exit, took) = terminate(&mut child, Duration::from_secs(30));
+    lines.extend(rx.try_iter());
+    assert!(exit.success(), "exit {exit:?}: {lines:#?}");
+    assert!(
+        took < Duration::from_secs(1) + Duration::from_secs(1) + Duration::from_millis(900),
+        "exited {took:?} after SIGTERM (shutdown timeout 1 s): {lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("exiting anyway")),
+        "{lines:#?}"
     );
 }

@@ -68,6 +68,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         election,
         ..AgentOptions::new(cluster, config, Arc::new(TracingSink))
     };
+    let shutdown = shutdown_signal()?;
     let mut agent = Agent::start(options).await?;
     let first = agent.follow_plugins(&plugins).await?;
     tracing::info!(
@@ -79,7 +80,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if first.loaded.is_empty() {
         tracing::warn!(folder = %plugins.display(), "no plugin loaded yet: drop a .wasm into the folder");
     }
-    Ok(match agent.run_until(shutdown_signal()).await {
+    Ok(match agent.run_until(shutdown).await {
         Exit::Stopped => ExitCode::SUCCESS,
         Exit::LostLeadership => {
             tracing::error!("stopping so that this replica restarts as a follower");
@@ -88,25 +89,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(e) => {
-                    tracing::warn!("cannot listen for SIGTERM: {e}");
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+/// Completes on Ctrl-C or SIGTERM. The signals are caught from the moment this is called,
+/// so call it before anything a signal should be able to stop.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
         tokio::select! {
-            _ = ctrl_c => {}
             _ = term.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    })
 }

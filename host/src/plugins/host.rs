@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::informer::factory::{InformerFactory, Lease};
 use crate::informer::queue::{QueueStats, queue};
@@ -39,9 +40,14 @@ pub enum Outcome {
     Unchanged,
 }
 
+/// How long past its call deadline a stopping worker may take before it is abandoned.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
 /// A plugin version that delivers, on its own dispatch thread.
 struct Running {
     file: PluginFile,
+    /// Its call deadline: a stopping worker's call in flight ends within it.
+    deadline: Duration,
     logger: Arc<PluginLogger>,
     stats: Arc<PluginStats>,
     queue: Arc<QueueStats>,
@@ -61,14 +67,25 @@ impl Running {
         drop(self.take_subscriptions());
     }
 
-    /// Halts, then waits for the worker.
-    fn stop(&mut self) {
+    /// Halts, then waits for the worker at most its call deadline and a grace period.
+    /// Returns false when it had to be abandoned (its thread ends on its own, if ever).
+    fn stop(&mut self) -> bool {
         self.halt();
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
+        let Some(thread) = self.thread.take() else {
+            return true;
+        };
+        let until = Instant::now() + self.deadline + STOP_GRACE;
+        while !thread.is_finished() {
+            if Instant::now() >= until {
+                tracing::error!(plugin = %self.file.name, "a call did not return within {:?} of its deadline; its worker is abandoned", STOP_GRACE);
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if thread.join().is_err() {
             tracing::error!(plugin = %self.file.name, "plugin dispatch thread panicked");
         }
+        true
     }
 
     fn take_subscriptions(&self) -> Vec<Subscription> {
@@ -120,6 +137,8 @@ pub struct PluginHost {
     settings: PluginsConfig,
     plugins: Mutex<Plugins>,
     failures: Mutex<BTreeMap<String, LoadFailure>>,
+    /// Workers that did not stop in time and were left behind.
+    abandoned: AtomicU64,
 }
 
 impl PluginHost {
@@ -142,6 +161,18 @@ impl PluginHost {
                 standby: BTreeMap::new(),
             }),
             failures: Mutex::new(BTreeMap::new()),
+            abandoned: AtomicU64::new(0),
+        }
+    }
+
+    /// Workers abandoned because a call outlived its deadline while they stopped.
+    pub fn abandoned(&self) -> u64 {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    fn stop(&self, running: &mut Running) {
+        if !running.stop() {
+            self.abandoned.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -294,7 +325,7 @@ impl PluginHost {
             return false;
         };
         drop(plugins);
-        running.stop();
+        self.stop(&mut running);
         tracing::info!(plugin = %name, "plugin unloaded");
         true
     }
@@ -377,7 +408,7 @@ impl PluginHost {
         let running = std::mem::take(&mut plugins.running);
         drop(plugins);
         for (name, mut r) in running {
-            r.stop();
+            self.stop(&mut r);
             tracing::info!(plugin = %name, "plugin unloaded");
         }
     }
@@ -389,6 +420,7 @@ impl PluginHost {
 /// to the new one, which starts from the current state as initial adds.
 fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<Outcome, Reason> {
     let (tx, rx) = queue(p.settings.delivery.backlog);
+    let deadline = p.ctx.limits.deadline;
     let old = plugins.running.remove(&p.file.name);
     let mut old_subs = old
         .as_ref()
@@ -446,6 +478,7 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
     plugins.running.insert(
         p.file.name.clone(),
         Running {
+            deadline,
             file: p.file,
             logger: p.logger,
             stats,

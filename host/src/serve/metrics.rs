@@ -80,6 +80,16 @@ pub fn render(status: &Status) -> String {
         "1 when this replica delivers events (leader, or leader election off)",
     );
     w.sample("kubewasm_leader", &[], u8::from(status.leader));
+    w.header(
+        "kubewasm_abandoned_workers_total",
+        "counter",
+        "Plugin workers left behind because a call outlived its deadline while they stopped",
+    );
+    w.sample(
+        "kubewasm_abandoned_workers_total",
+        &[],
+        status.abandoned_workers,
+    );
 
     let informers = &status.informers;
     w.family(

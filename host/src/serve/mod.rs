@@ -32,6 +32,8 @@ pub struct Status {
     pub not_ready: Vec<String>,
     /// Whether this replica delivers events.
     pub leader: bool,
+    /// Plugin workers left behind because a call outlived its deadline while they stopped.
+    pub abandoned_workers: u64,
     /// Loaded plugins.
     pub plugins: Vec<PluginStatus>,
     /// Running informers.
@@ -47,6 +49,7 @@ impl Status {
     pub fn new(
         started: bool,
         leader: bool,
+        abandoned_workers: u64,
         plugins: Vec<PluginStatus>,
         informers: Vec<InformerStats>,
         reflectors: Vec<(Gvk, ReflectorSnapshot)>,
@@ -68,6 +71,7 @@ impl Status {
             ready: not_ready.is_empty(),
             not_ready,
             leader,
+            abandoned_workers,
             plugins,
             informers,
             reflectors,

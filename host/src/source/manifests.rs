@@ -11,7 +11,7 @@
 //! without `metadata.uid` get one derived from their type and key, so owner references can be
 //! written by hand.
 
-use std::collections::{BTreeMap, btree_map};
+use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -75,6 +75,8 @@ struct State {
     objects: BTreeMap<(Gvk, String), Reported>,
     watchers: Vec<(Gvk, UnboundedSender<SourceEvent>)>,
     version: u64,
+    /// Manifest-named entries that are not regular files, already reported.
+    skipped: BTreeSet<PathBuf>,
 }
 
 struct Shared {
@@ -182,8 +184,12 @@ impl Shared {
     }
 
     fn rescan(&self) {
-        let paths = manifest_files(&self.root);
+        let (paths, skipped) = manifest_files(&self.root);
         let mut state = self.state();
+        for path in skipped.difference(&state.skipped) {
+            tracing::warn!(file = %path.display(), "skipping: not a regular file (a FIFO, device or socket is never read)");
+        }
+        state.skipped = skipped;
         let mut files = BTreeMap::new();
         for path in paths {
             let previous = state.files.remove(&path);
@@ -342,10 +348,21 @@ fn derived_uid(identity: &str) -> String {
 }
 
 /// Manifest files under `root`, sorted, skipping hidden files and folders.
-fn manifest_files(root: &Path) -> Vec<PathBuf> {
+/// The manifest files under `root` (sorted), and the manifest-named entries that are not
+/// regular files (never opened: reading a FIFO would block for good). Each directory is read
+/// once, however many symlinks lead to it.
+fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
     let mut out = Vec::new();
+    let mut skipped = BTreeSet::new();
+    let mut seen = BTreeSet::new();
     let mut dirs = vec![root.to_owned()];
     while let Some(dir) = dirs.pop() {
+        let Ok(real) = std::fs::canonicalize(&dir) else {
+            continue;
+        };
+        if !seen.insert(real) {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -356,18 +373,26 @@ fn manifest_files(root: &Path) -> Vec<PathBuf> {
                 continue;
             }
             let path = entry.path();
-            if path.is_dir() {
+            // Symlinks followed: what they point at decides.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
                 dirs.push(path);
             } else if matches!(
                 path.extension().and_then(|e| e.to_str()),
                 Some("yaml" | "yml" | "json")
             ) {
-                out.push(path);
+                if meta.is_file() {
+                    out.push(path);
+                } else {
+                    skipped.insert(path);
+                }
             }
         }
     }
     out.sort();
-    out
+    (out, skipped)
 }
 
 /// Parses one file into its objects; an error names the document and the reason.

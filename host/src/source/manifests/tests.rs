@@ -225,3 +225,32 @@ async fn follows_file_changes_through_the_watcher() {
     fs::remove_file(dir.path().join("a.yaml")).expect("remove");
     assert_eq!(next(&mut events).await, "delete a");
 }
+
+#[test]
+fn special_files_are_never_opened_and_symlink_loops_are_read_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");
+    fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    fs::write(dir.path().join("sub/b.yaml"), cm("b", "1")).expect("write");
+    // A loop back to the root, and a FIFO named like a manifest: reading it would block.
+    std::os::unix::fs::symlink(dir.path(), dir.path().join("sub/loop")).expect("symlink");
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("pipe.yaml"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let (files, skipped) = manifest_files(dir.path());
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| {
+            p.strip_prefix(dir.path())
+                .expect("inside")
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(names, ["a.yaml", "sub/b.yaml"], "each file once");
+    assert_eq!(skipped.len(), 1);
+    let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("reads");
+    assert_eq!(folder.len(), 2);
+}
