@@ -170,7 +170,10 @@ impl Agent {
             "leader election needs a Kubernetes API server, not a manifests folder"
         );
         let factory = InformerFactory::new(source, tasks);
-        let engine = Arc::new(Engine::with_cache(options.compiled_cache.as_deref())?);
+        let engine = Arc::new(Engine::with_cache(
+            options.compiled_cache.as_deref(),
+            options.config.compiled_cache_bytes,
+        )?);
         let role = match options.election {
             Some(_) => Role::Follower,
             None => Role::Leader,

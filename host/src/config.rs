@@ -5,6 +5,8 @@
 //! metricsAddress: 0.0.0.0:9090 # /metrics /healthz /readyz /status; off when absent;
 //!                              # --metrics-address / KUBEWASM_METRICS_ADDRESS override
 //! shutdownTimeoutSeconds: 10   # on SIGTERM, how long in-flight handler calls may finish
+//! maxPluginMiB: 64             # larger plugin files fail to load without being read
+//! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
 //! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
 //!   enabled: true
 //!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
@@ -216,6 +218,10 @@ struct FileConfig {
     plugins_dir: Option<PathBuf>,
     metrics_address: Option<String>,
     shutdown_timeout_seconds: Option<u64>,
+    #[serde(rename = "maxPluginMiB")]
+    max_plugin_mib: Option<u64>,
+    #[serde(rename = "compiledCacheMiB")]
+    compiled_cache_mib: Option<u64>,
     #[serde(default)]
     leader_election: LeaderElectionConfig,
     #[serde(default)]
@@ -233,6 +239,8 @@ pub struct HostConfig {
     pub metrics_address: Option<SocketAddr>,
     /// Bound on the wait for in-flight handler calls at shutdown.
     pub shutdown_timeout: Duration,
+    /// Bound on the compiled-code cache folder, in bytes.
+    pub compiled_cache_bytes: u64,
     /// Leader election.
     pub leader_election: LeaderElectionConfig,
     /// Every plugin's settings.
@@ -261,6 +269,7 @@ impl Default for HostConfig {
             plugins_dir: None,
             metrics_address: None,
             shutdown_timeout: Duration::from_secs(10),
+            compiled_cache_bytes: crate::wasm::DEFAULT_CACHE_BYTES,
             leader_election: LeaderElectionConfig::default(),
             plugins: PluginsConfig::default(),
         }
@@ -334,7 +343,16 @@ impl HostConfig {
             metrics_address,
             shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
             leader_election: file.leader_election,
-            plugins: PluginsConfig { defaults, named },
+            compiled_cache_bytes: file
+                .compiled_cache_mib
+                .map_or(crate::wasm::DEFAULT_CACHE_BYTES, |mib| mib << 20),
+            plugins: PluginsConfig {
+                max_file_bytes: file
+                    .max_plugin_mib
+                    .map_or(crate::plugins::DEFAULT_MAX_FILE_BYTES, |mib| mib << 20),
+                defaults,
+                named,
+            },
         })
     }
 

@@ -328,8 +328,13 @@ fn a_configmap_data_swap_and_several_files_at_once_are_followed() {
 #[test]
 fn a_restart_loads_unchanged_plugins_from_the_compiled_cache() {
     let cache = tempfile::tempdir().expect("temp dir");
-    let file = PluginFile::read(Path::new(kubewasm_plugin_artifacts::AUDIT_LOG)).expect("read");
-    let cold = Engine::with_cache(Some(cache.path())).expect("engine");
+    let file = PluginFile::read(
+        Path::new(kubewasm_plugin_artifacts::AUDIT_LOG),
+        kubewasm::plugins::DEFAULT_MAX_FILE_BYTES,
+    )
+    .expect("read");
+    let cold = Engine::with_cache(Some(cache.path()), kubewasm::wasm::DEFAULT_CACHE_BYTES)
+        .expect("engine");
     let start = Instant::now();
     assert!(
         !cold
@@ -338,7 +343,8 @@ fn a_restart_loads_unchanged_plugins_from_the_compiled_cache() {
             .cached
     );
     let compile_time = start.elapsed();
-    let warm = Engine::with_cache(Some(cache.path())).expect("engine");
+    let warm = Engine::with_cache(Some(cache.path()), kubewasm::wasm::DEFAULT_CACHE_BYTES)
+        .expect("engine");
     let start = Instant::now();
     assert!(
         warm.compile(&file.bytes, &file.sha256)
@@ -393,4 +399,42 @@ fn the_default_resync_period_reaches_plugins_the_configuration_does_not_name() {
         "resync every second: {}",
         support::render(&lines)
     );
+}
+
+#[test]
+fn the_compiled_code_cache_keeps_to_its_bound() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    // A bound smaller than one entry: each new entry evicts the others.
+    let engine = Engine::with_cache(Some(cache.path()), 1).expect("engine");
+    let compile = |tag: &str| {
+        let file = PluginFile::new(Path::new("audit.wasm"), variant(tag));
+        engine
+            .compile(&file.bytes, &file.sha256)
+            .expect("compiles")
+            .cached
+    };
+    assert!(!compile("a"));
+    assert!(!compile("b"));
+    let entries: Vec<_> = fs::read_dir(cache.path())
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(entries.len(), 1, "only the newest stays: {entries:?}");
+    assert!(compile("b"), "the newest is served from the cache");
+    assert!(!compile("a"), "a was evicted");
+}
+
+#[test]
+fn an_oversized_plugin_file_fails_without_being_read() {
+    let e = env();
+    let path = e.plugins.path().join("huge.wasm");
+    fs::File::create(&path)
+        .and_then(|f| f.set_len(3 << 30))
+        .expect("a sparse 3 GB file");
+    let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
+    assert_eq!(report.failed, ["huge"]);
+    let again = sync_dir(&e.host, e.plugins.path()).expect("sync");
+    assert_eq!(again.failed, ["huge"], "still refused, logged once");
+    assert!(e.host.status().is_empty());
 }

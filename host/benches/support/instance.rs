@@ -37,8 +37,10 @@ pub fn instance(path: &str, config: &str, informers: &[Arc<Informer>]) -> Instan
         .map(|i| (i.gvk().clone(), i.clone()))
         .collect();
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
-    let engine = Engine::with_cache(Some(&cache)).expect("engine");
-    let file = PluginFile::read(Path::new(path)).expect("plugin");
+    let engine =
+        Engine::with_cache(Some(&cache), kubewasm::wasm::DEFAULT_CACHE_BYTES).expect("engine");
+    let file = PluginFile::read(Path::new(path), kubewasm::plugins::DEFAULT_MAX_FILE_BYTES)
+        .expect("plugin");
     let code = engine.compile(&file.bytes, &file.sha256).expect("compiles");
     let mut instance = engine.instantiate(&code, Arc::new(ctx)).expect("instance");
     instance.init(config).expect("no trap").expect("init");

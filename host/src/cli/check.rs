@@ -25,8 +25,12 @@ pub struct CheckArgs {
 /// `kubewasm check`.
 pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
-    let (file, inspection) =
-        inspect_file(&args.plugin, &config, &engine(args.cache_dir.as_deref())?).await?;
+    let (file, inspection) = inspect_file(
+        &args.plugin,
+        &config,
+        &engine(args.cache_dir.as_deref(), &config)?,
+    )
+    .await?;
     let name = &file.name;
     let m = &inspection.manifest;
     let mut out = String::new();

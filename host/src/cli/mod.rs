@@ -84,12 +84,13 @@ fn plugins_dir(flag: Option<&Path>, config: &HostConfig) -> anyhow::Result<PathB
 }
 
 /// A wasm engine with the compiled-code cache in `dir`, else in the user's cache folder.
-fn engine(cache_dir: Option<&Path>) -> anyhow::Result<Arc<Engine>> {
+fn engine(cache_dir: Option<&Path>, config: &HostConfig) -> anyhow::Result<Arc<Engine>> {
     let dir = cache_dir
         .map(Path::to_owned)
         .or_else(Engine::default_cache_dir);
     Ok(Arc::new(
-        Engine::with_cache(dir.as_deref()).map_err(|e| anyhow::anyhow!("{e:#}"))?,
+        Engine::with_cache(dir.as_deref(), config.compiled_cache_bytes)
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?,
     ))
 }
 
@@ -102,7 +103,8 @@ async fn inspect_file(
     let (path, engine) = (path.to_owned(), engine.clone());
     let config = config.clone();
     tokio::task::spawn_blocking(move || {
-        let file = PluginFile::read(&path).with_context(|| format!("{}", path.display()))?;
+        let file = PluginFile::read(&path, config.plugins.max_file_bytes)
+            .with_context(|| format!("{}", path.display()))?;
         let settings = config.plugins.settings(&file.name);
         let inspection = inspect(&engine, settings, Arc::new(TracingSink), &file)?;
         Ok((file, inspection))

@@ -44,7 +44,7 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     // Exactly the files `run` would load from the folder.
     let files = plugin_files(&dir).with_context(|| format!("plugins folder {}", dir.display()))?;
     // One engine for every file (each new one would start its own epoch ticker).
-    let engine = engine(args.cache_dir.as_deref())?;
+    let engine = engine(args.cache_dir.as_deref(), &config)?;
     let mut types = BTreeSet::new();
     let mut failed = Vec::new();
     let mut names = Vec::new();

@@ -1,5 +1,6 @@
 //! One plugin file: its name, path, bytes and content digest, read and hashed once.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -29,9 +30,35 @@ impl std::fmt::Debug for PluginFile {
 }
 
 impl PluginFile {
-    /// Reads `path`.
-    pub fn read(path: &Path) -> std::io::Result<Self> {
-        Ok(Self::new(path, std::fs::read(path)?))
+    /// Reads `path`, a regular file of at most `max_bytes` (checked before reading, and
+    /// while reading, should it grow).
+    pub fn read(path: &Path, max_bytes: u64) -> std::io::Result<Self> {
+        let too_large = |len: u64| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{len} bytes or more: plugin files may be at most {max_bytes} bytes (maxPluginMiB)"
+                ),
+            )
+        };
+        let file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        if meta.len() > max_bytes {
+            return Err(too_large(meta.len()));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max_bytes {
+            return Err(too_large(bytes.len() as u64));
+        }
+        Ok(Self::new(path, bytes))
     }
 
     /// The file at `path` with content `bytes`.
@@ -69,4 +96,28 @@ pub fn plugin_name(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_over_the_bound_are_refused_before_they_are_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("big.wasm");
+        // A sparse 3 GB file: refused from its size alone.
+        std::fs::File::create(&path)
+            .and_then(|f| f.set_len(3 << 30))
+            .expect("sparse file");
+        let error = PluginFile::read(&path, 64 << 20).expect_err("too large");
+        assert!(
+            error.to_string().contains("at most 67108864 bytes"),
+            "{error}"
+        );
+        std::fs::write(&path, b"\0asm").expect("write");
+        let file = PluginFile::read(&path, 64 << 20).expect("small");
+        assert_eq!((file.name.as_str(), file.bytes.len()), ("big", 4));
+        assert!(PluginFile::read(dir.path(), 64 << 20).is_err(), "a folder");
+    }
 }

@@ -60,11 +60,19 @@ pub fn sync_dir(host: &PluginHost, dir: &Path) -> std::io::Result<SyncReport> {
     }
     for path in files {
         let before = fingerprint(&path);
-        let file = match PluginFile::read(&path) {
+        let file = match PluginFile::read(&path, host.max_file_bytes()) {
             // A file that changed while we read it is still being written: next round.
             Ok(file) if before.is_some() && fingerprint(&path) == before => file,
-            _ => {
+            Ok(_) => {
                 report.unstable.push(plugin_name(&path));
+                continue;
+            }
+            Err(e) => {
+                // Too large, gone, unreadable: fails like any load, once per content.
+                match host.refuse(&path, e) {
+                    Some(name) => report.failed.push(name),
+                    None => report.unstable.push(plugin_name(&path)),
+                }
                 continue;
             }
         };

@@ -184,6 +184,11 @@ impl PluginHost {
         self.failures.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Largest plugin file this host reads.
+    pub fn max_file_bytes(&self) -> u64 {
+        self.settings.max_file_bytes
+    }
+
     /// The settings plugin `name` gets.
     pub fn settings(&self, name: &str) -> &PluginSettings {
         self.settings.settings(name)
@@ -192,11 +197,12 @@ impl PluginHost {
     /// Reads and loads a plugin that is not loaded yet (see [`Self::apply`] to replace one).
     /// Blocking (compiling takes time): call it off the async runtime.
     pub fn load(&self, path: &Path) -> Result<Outcome, PluginError> {
-        let file = PluginFile::read(path).map_err(|e| PluginError {
-            plugin: crate::plugins::plugin_name(path),
-            path: path.to_owned(),
-            reason: Reason::Read(e),
-        })?;
+        let file =
+            PluginFile::read(path, self.settings.max_file_bytes).map_err(|e| PluginError {
+                plugin: crate::plugins::plugin_name(path),
+                path: path.to_owned(),
+                reason: Reason::Read(e),
+            })?;
         if self.plugins().running.contains_key(&file.name) {
             return Err(Reason::AlreadyLoaded.of(&file));
         }
@@ -242,6 +248,35 @@ impl PluginHost {
             .map(|r| &r.file)
             .or_else(|| plugins.standby.get(name).map(|p| &p.file))
             .map(|f| f.digest().to_owned())
+    }
+
+    /// Records that the plugin file at `path` cannot be read (`error`): logged when it is
+    /// new, shown in status like any failed load. `None` when the file simply vanished.
+    pub fn refuse(&self, path: &Path, error: std::io::Error) -> Option<String> {
+        if error.kind() == std::io::ErrorKind::NotFound {
+            return None;
+        }
+        let failure = PluginError {
+            plugin: crate::plugins::plugin_name(path),
+            path: path.to_owned(),
+            reason: Reason::Read(error),
+        };
+        let text = failure.reason.to_string();
+        let mut failures = self.failures();
+        let entry = failures
+            .entry(failure.plugin.clone())
+            .or_insert_with(|| LoadFailure {
+                sha256: String::new(),
+                error: String::new(),
+                count: 0,
+            });
+        if entry.error != text {
+            tracing::error!("{failure}");
+            entry.error = text;
+            entry.sha256 = String::new();
+            entry.count += 1;
+        }
+        Some(failure.plugin)
     }
 
     /// True when `file`'s content already failed to load under its plugin name (so a rescan

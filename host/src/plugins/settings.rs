@@ -81,15 +81,30 @@ impl Default for PluginSettings {
     }
 }
 
+/// The default bound on a plugin file's size.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+
 /// Settings for every plugin: the defaults, and complete settings for the plugins the
 /// configuration names.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginsConfig {
+    /// Largest plugin file read, in bytes; larger ones fail to load without being read.
+    pub max_file_bytes: u64,
     /// What a plugin the configuration does not name gets.
     pub defaults: PluginSettings,
     /// Plugins with an entry of their own, by name (their entries already include the
     /// defaults they do not override).
     pub named: BTreeMap<String, PluginSettings>,
+}
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            defaults: PluginSettings::default(),
+            named: BTreeMap::new(),
+        }
+    }
 }
 
 impl PluginsConfig {

@@ -3,16 +3,18 @@
 //! WASI's stdout and stderr in `stdio.rs`).
 
 mod cache;
+mod compiled;
 pub mod convert;
 pub mod limits;
 pub mod logging;
 mod stdio;
 
 pub use cache::is_secret;
+use compiled::CompiledCache;
+pub use compiled::DEFAULT_CACHE_BYTES;
 pub use limits::Limits;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -111,7 +113,7 @@ impl WasiView for HostState {
 pub struct Engine {
     engine: wasmtime::Engine,
     linker: Linker<HostState>,
-    cache: Option<PathBuf>,
+    cache: Option<CompiledCache>,
 }
 
 /// A compiled, type-checked and pre-linked plugin, ready to instantiate cheaply.
@@ -148,16 +150,16 @@ impl Engine {
         })
     }
 
-    /// [`Self::new`], keeping compiled machine code in `dir` when given, keyed by the
-    /// component's content hash and the engine's settings, so an unchanged plugin loads in
-    /// milliseconds instead of compiling. The folder must be writable only by the host's
-    /// user: its files are loaded as code. A folder that cannot be created is logged and
-    /// left out.
-    pub fn with_cache(dir: Option<&Path>) -> wasmtime::Result<Self> {
+    /// [`Self::new`], keeping compiled machine code in `dir` when given (at most
+    /// `max_bytes` of it, least recently used evicted first), keyed by the component's
+    /// content hash and the engine's settings, so an unchanged plugin loads in milliseconds
+    /// instead of compiling. The folder must be writable only by the host's user: its files
+    /// are loaded as code. A folder that cannot be created is logged and left out.
+    pub fn with_cache(dir: Option<&Path>, max_bytes: u64) -> wasmtime::Result<Self> {
         let mut engine = Self::new()?;
         if let Some(dir) = dir {
-            match std::fs::create_dir_all(dir) {
-                Ok(()) => engine.cache = Some(dir.to_owned()),
+            match CompiledCache::open(dir, max_bytes, &engine.engine) {
+                Ok(cache) => engine.cache = Some(cache),
                 Err(e) => {
                     tracing::warn!(folder = %dir.display(), "no compiled-code cache: {e}")
                 }
@@ -174,35 +176,13 @@ impl Engine {
             .map(|c| c.join("kubewasm/compiled"))
     }
 
-    /// The cache file for content `sha256` under the current engine settings.
-    fn cache_path(&self, dir: &Path, sha256: &str) -> PathBuf {
-        let mut engine = std::collections::hash_map::DefaultHasher::new();
-        self.engine
-            .precompile_compatibility_hash()
-            .hash(&mut engine);
-        dir.join(format!("{sha256}-{:016x}.cwasm", engine.finish()))
-    }
-
     /// Machine code for `bytes` (content `sha256`): from the cache when present, else
     /// compiled (and cached).
     fn component(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<(Component, bool)> {
-        let Some(dir) = &self.cache else {
-            return Ok((Component::new(&self.engine, bytes)?, false));
-        };
-        let path = self.cache_path(dir, sha256);
-        if path.exists() {
-            match load_precompiled(&self.engine, &path) {
-                Ok(component) => return Ok((component, true)),
-                Err(e) => {
-                    tracing::warn!(file = %path.display(), "ignoring unusable precompiled code: {e:#}")
-                }
-            }
+        match &self.cache {
+            Some(cache) => cache.component(&self.engine, bytes, sha256),
+            None => Ok((Component::new(&self.engine, bytes)?, false)),
         }
-        let compiled = self.engine.precompile_component(bytes)?;
-        let partial = path.with_extension("partial");
-        std::fs::write(&partial, &compiled)?;
-        std::fs::rename(&partial, &path)?;
-        Ok((load_precompiled(&self.engine, &path)?, false))
     }
 
     /// Compiles component bytes (whose SHA-256 in hex is `sha256`) and checks them against
@@ -261,16 +241,6 @@ impl Engine {
             deadline_ticks,
         })
     }
-}
-
-/// Maps precompiled code written by [`Engine::component`] back in.
-#[allow(unsafe_code)]
-fn load_precompiled(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
-    // SAFETY: the file was produced by `Engine::precompile_component` of this host into its
-    // own cache folder (written to a temporary name, then renamed), and is named by the
-    // source's hash and the engine's compatibility hash; wasmtime also checks its header,
-    // version and settings. The operator keeps that folder writable by the host alone.
-    unsafe { Component::deserialize_file(engine, path) }
 }
 
 fn ticks(d: Duration) -> u64 {

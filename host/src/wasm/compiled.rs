@@ -1,0 +1,111 @@
+//! The compiled-code cache: machine code on disk, named by the component's SHA-256 and the
+//! engine's compatibility hash, bounded in size (least recently used evicted first).
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use wasmtime::component::Component;
+
+/// The default bound on the cache folder.
+pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
+
+/// A folder of precompiled components.
+pub struct CompiledCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// The engine's compatibility hash, part of every file name.
+    engine: u64,
+}
+
+impl CompiledCache {
+    /// The cache in `dir` (created if missing), holding at most `max_bytes`.
+    pub fn open(dir: &Path, max_bytes: u64, engine: &wasmtime::Engine) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        Ok(Self {
+            dir: dir.to_owned(),
+            max_bytes,
+            engine: hasher.finish(),
+        })
+    }
+
+    fn path(&self, sha256: &str) -> PathBuf {
+        self.dir
+            .join(format!("{sha256}-{:016x}.cwasm", self.engine))
+    }
+
+    /// Machine code for `bytes` (content `sha256`) and whether it came from the cache.
+    pub fn component(
+        &self,
+        engine: &wasmtime::Engine,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> wasmtime::Result<(Component, bool)> {
+        let path = self.path(sha256);
+        if path.exists() {
+            match load_precompiled(engine, &path) {
+                Ok(component) => {
+                    // Recently used: evicted last.
+                    let _ = std::fs::File::options()
+                        .write(true)
+                        .open(&path)
+                        .and_then(|f| f.set_modified(SystemTime::now()));
+                    return Ok((component, true));
+                }
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "ignoring unusable precompiled code: {e:#}")
+                }
+            }
+        }
+        let compiled = engine.precompile_component(bytes)?;
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, &compiled)?;
+        std::fs::rename(&partial, &path)?;
+        self.evict(&path);
+        Ok((load_precompiled(engine, &path)?, false))
+    }
+
+    /// Removes the least recently used files until the folder fits its bound, keeping `keep`.
+    fn evict(&self, keep: &Path) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                Some((meta.modified().ok()?, meta.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= self.max_bytes {
+                break;
+            }
+            if path == keep {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    total -= len;
+                    tracing::info!(file = %path.display(), "compiled code evicted: the cache holds at most {} bytes", self.max_bytes);
+                }
+                Err(e) => tracing::warn!(file = %path.display(), "cannot evict compiled code: {e}"),
+            }
+        }
+    }
+}
+
+/// Maps precompiled code written by [`CompiledCache::component`] back in.
+#[allow(unsafe_code)]
+fn load_precompiled(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: the file was produced by `Engine::precompile_component` of this host into its
+    // own cache folder (written to a temporary name, then renamed), and is named by the
+    // source's hash and the engine's compatibility hash; wasmtime also checks its header,
+    // version and settings. The operator keeps that folder writable by the host alone.
+    unsafe { Component::deserialize_file(engine, path) }
+}
