@@ -17,7 +17,7 @@ use crate::leader::{ElectionConfig, Elector, LeaderCallbacks};
 use crate::object::Transform;
 use crate::plugins::folder::{FolderWatcher, SyncReport};
 use crate::plugins::{PluginHost, Role};
-use crate::serve::{Report, Status, serve};
+use crate::serve::{Parts, Report, Status, serve};
 use crate::source::Source;
 use crate::source::kube::KubeSource;
 use crate::source::manifests::ManifestFolder;
@@ -84,18 +84,21 @@ struct Shared {
     kube: Option<Arc<KubeSource>>,
     /// Set once the plugins folder has been read.
     started: AtomicBool,
+    /// How long a plugin or informer may take to sync before it stops counting for readiness.
+    sync_timeout: Duration,
 }
 
 impl Report for Shared {
     fn status(&self) -> Status {
-        Status::new(
-            self.started.load(Ordering::SeqCst),
-            self.plugins.leading(),
-            self.plugins.abandoned(),
-            self.plugins.status(),
-            self.factory.stats(),
-            self.kube.as_ref().map(|k| k.stats()).unwrap_or_default(),
-        )
+        let parts = Parts {
+            started: self.started.load(Ordering::SeqCst),
+            leader: self.plugins.leading(),
+            abandoned_workers: self.plugins.abandoned(),
+            plugins: self.plugins.status(),
+            informers: self.factory.stats(),
+            reflectors: self.kube.as_ref().map(|k| k.stats()).unwrap_or_default(),
+        };
+        Status::new(parts, self.sync_timeout)
     }
 }
 
@@ -190,6 +193,7 @@ impl Agent {
             factory,
             kube,
             started: AtomicBool::new(false),
+            sync_timeout: options.config.sync_timeout,
         });
         let server = match listener {
             Some(listener) => {

@@ -5,6 +5,8 @@
 //! metricsAddress: 0.0.0.0:9090 # /metrics /healthz /readyz /status; off when absent;
 //!                              # --metrics-address / KUBEWASM_METRICS_ADDRESS override
 //! shutdownTimeoutSeconds: 10   # on SIGTERM, how long in-flight handler calls may finish
+//! syncTimeoutSeconds: 300      # a plugin or informer not synced this long after it started
+//!                              # stops holding /readyz at 503 (listed in /status sync_overdue)
 //! maxPluginMiB: 64             # larger plugin files fail to load without being read
 //! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
 //! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
@@ -46,6 +48,9 @@ use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
 use serde::Deserialize;
+
+/// How long a plugin or informer may take to sync before it stops counting for readiness.
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Why the configuration file is not usable.
 #[derive(Debug, thiserror::Error)]
@@ -218,6 +223,7 @@ struct FileConfig {
     plugins_dir: Option<PathBuf>,
     metrics_address: Option<String>,
     shutdown_timeout_seconds: Option<u64>,
+    sync_timeout_seconds: Option<u64>,
     #[serde(rename = "maxPluginMiB")]
     max_plugin_mib: Option<u64>,
     #[serde(rename = "compiledCacheMiB")]
@@ -241,6 +247,9 @@ pub struct HostConfig {
     pub shutdown_timeout: Duration,
     /// Bound on the compiled-code cache folder, in bytes.
     pub compiled_cache_bytes: u64,
+    /// How long a plugin or informer may take to sync before it stops counting for
+    /// readiness.
+    pub sync_timeout: Duration,
     /// Leader election.
     pub leader_election: LeaderElectionConfig,
     /// Every plugin's settings.
@@ -270,6 +279,7 @@ impl Default for HostConfig {
             metrics_address: None,
             shutdown_timeout: Duration::from_secs(10),
             compiled_cache_bytes: crate::wasm::DEFAULT_CACHE_BYTES,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
             leader_election: LeaderElectionConfig::default(),
             plugins: PluginsConfig::default(),
         }
@@ -343,6 +353,9 @@ impl HostConfig {
             metrics_address,
             shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
             leader_election: file.leader_election,
+            sync_timeout: file
+                .sync_timeout_seconds
+                .map_or(DEFAULT_SYNC_TIMEOUT, Duration::from_secs),
             compiled_cache_bytes: file
                 .compiled_cache_mib
                 .map_or(crate::wasm::DEFAULT_CACHE_BYTES, |mib| mib << 20),

@@ -469,3 +469,51 @@ fn what_a_plugin_logs_or_reports_is_cut_before_it_is_kept() {
         assert!(bytes < 64 << 10, "fields cut: {bytes} bytes");
     }
 }
+
+#[test]
+fn a_plugin_that_never_syncs_stops_holding_readiness_after_the_sync_timeout() {
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    fs::write(cluster.path().join("cm-1.yaml"), cm("cm-1", "1")).expect("write");
+    let mut config = support::configs(&[]);
+    config.sync_timeout = Duration::from_secs(1);
+    // Its first call (the initial add) loops until its 4 s deadline: no initial state before.
+    let mut stuck = tight();
+    stuck.limits.deadline = Duration::from_secs(4);
+    let (bad, settings) = hostile("loop", stuck);
+    config.plugins.named.insert("bad".into(), settings);
+    let sink = Arc::new(MemorySink::default());
+    let (mut agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
+    let plugins = tempfile::tempdir().expect("temp dir");
+    fs::copy(bad, plugins.path().join("bad.wasm")).expect("copy");
+    let loaded = Instant::now();
+    let report = runtime
+        .block_on(agent.follow_plugins(plugins.path()))
+        .expect("the plugins folder is read");
+    assert_eq!(report.loaded, ["bad"]);
+    let mut status = agent.status();
+    assert!(
+        status.not_ready.iter().any(|r| r.contains("plugin bad")),
+        "{status:?}"
+    );
+    while !status.ready && loaded.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+        status = agent.status();
+    }
+    assert!(status.ready, "{status:?}");
+    let bad_status = status
+        .plugins
+        .iter()
+        .find(|p| p.name == "bad")
+        .expect("bad");
+    // Ready while the plugin is still stuck in its first call: the timeout made it so.
+    assert!(!bad_status.synced, "{status:?}");
+    assert!(
+        status.sync_overdue.iter().any(|r| r.contains("plugin bad")),
+        "{status:?}"
+    );
+    assert!(
+        loaded.elapsed() >= Duration::from_secs(1),
+        "not ready before the sync timeout"
+    );
+}

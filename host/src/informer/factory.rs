@@ -15,6 +15,7 @@ struct Entry {
     informer: Arc<Informer>,
     users: usize,
     task: JoinHandle<()>,
+    started: std::time::Instant,
 }
 
 /// One informer's counters.
@@ -28,6 +29,8 @@ pub struct InformerStats {
     pub cached: usize,
     /// Whether its first list has completed.
     pub synced: bool,
+    /// Seconds since it started.
+    pub running_seconds: u64,
 }
 
 /// Hands out shared informers by resource type, all fed by one source.
@@ -68,6 +71,7 @@ impl InformerFactory {
                 informer,
                 users: 0,
                 task,
+                started: std::time::Instant::now(),
             }
         });
         entry.users += 1;
@@ -98,18 +102,19 @@ impl InformerFactory {
 
     /// Counters of every running informer, by type.
     pub fn stats(&self) -> Vec<InformerStats> {
-        let informers: Vec<Arc<Informer>> = self
+        let informers: Vec<(Arc<Informer>, u64)> = self
             .entries()
             .values()
-            .map(|e| e.informer.clone())
+            .map(|e| (e.informer.clone(), e.started.elapsed().as_secs()))
             .collect();
         let mut stats: Vec<_> = informers
             .iter()
-            .map(|i| InformerStats {
+            .map(|(i, running_seconds)| InformerStats {
                 gvk: i.gvk().clone(),
                 received: i.received(),
                 cached: i.store().len(),
                 synced: i.has_synced(),
+                running_seconds: *running_seconds,
             })
             .collect();
         stats.sort_by(|a, b| a.gvk.cmp(&b.gvk));

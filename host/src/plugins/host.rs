@@ -46,6 +46,8 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 /// A plugin version that delivers, on its own dispatch thread.
 struct Running {
     file: PluginFile,
+    /// When this version was prepared.
+    loaded: Instant,
     /// Its call deadline: a stopping worker's call in flight ends within it.
     deadline: Duration,
     logger: Arc<PluginLogger>,
@@ -102,6 +104,8 @@ impl Running {
 /// everything that can fail is done before it replaces anything.
 struct Prepared {
     file: PluginFile,
+    /// When it was prepared (the start of its time to sync).
+    loaded: Instant,
     code: PluginCode,
     ctx: Arc<PluginContext>,
     settings: PluginSettings,
@@ -322,6 +326,7 @@ impl PluginHost {
         instance.set_context(ctx.clone());
         Ok(Prepared {
             file: file.clone(),
+            loaded: Instant::now(),
             code,
             ctx,
             settings,
@@ -382,6 +387,7 @@ impl PluginHost {
                     path: r.file.path.clone(),
                     digest: r.file.digest().to_owned(),
                     reloads: r.reloads,
+                    running_seconds: r.loaded.elapsed().as_secs(),
                     queued: r.queue.depth(),
                     coalesced: r.queue.coalesced(),
                     log_dropped: r.logger.dropped(),
@@ -398,6 +404,7 @@ impl PluginHost {
                     digest: p.file.digest().to_owned(),
                     synced: p.leases.iter().all(|l| l.informer().has_synced()),
                     standby: true,
+                    running_seconds: p.loaded.elapsed().as_secs(),
                     ..PluginStatus::default()
                 },
             )
@@ -514,6 +521,7 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
         p.file.name.clone(),
         Running {
             deadline,
+            loaded: p.loaded,
             file: p.file,
             logger: p.logger,
             stats,

@@ -100,6 +100,8 @@ pub struct PluginStatus {
     pub synced: bool,
     /// Prepared with warm caches but not delivering (this replica is not the leader).
     pub standby: bool,
+    /// Seconds since this version was loaded.
+    pub running_seconds: u64,
     /// Events waiting in its queue.
     pub queued: usize,
     /// Events folded into a newer state of their object because the queue was backed up.

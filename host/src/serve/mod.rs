@@ -23,6 +23,22 @@ pub trait Report: Send + Sync + 'static {
     fn status(&self) -> Status;
 }
 
+/// What a status is made from.
+pub struct Parts {
+    /// Whether the plugins folder has been read.
+    pub started: bool,
+    /// Whether this replica delivers events.
+    pub leader: bool,
+    /// Plugin workers left behind.
+    pub abandoned_workers: u64,
+    /// Loaded plugins.
+    pub plugins: Vec<PluginStatus>,
+    /// Running informers.
+    pub informers: Vec<InformerStats>,
+    /// Reflector counters per resource type.
+    pub reflectors: Vec<(Gvk, ReflectorSnapshot)>,
+}
+
 /// The `/status` document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
@@ -30,6 +46,8 @@ pub struct Status {
     pub ready: bool,
     /// Why not, when not.
     pub not_ready: Vec<String>,
+    /// What did not sync within the sync timeout and no longer counts for readiness.
+    pub sync_overdue: Vec<String>,
     /// Whether this replica delivers events.
     pub leader: bool,
     /// Plugin workers left behind because a call outlived its deadline while they stopped.
@@ -45,31 +63,44 @@ pub struct Status {
 impl Status {
     /// The status of a host whose plugins folder has (`started`) or has not been read yet.
     /// This is the one definition of readiness: the folder has been read, every running
-    /// informer has synced, and every plugin has been handed its initial state.
-    pub fn new(
-        started: bool,
-        leader: bool,
-        abandoned_workers: u64,
-        plugins: Vec<PluginStatus>,
-        informers: Vec<InformerStats>,
-        reflectors: Vec<(Gvk, ReflectorSnapshot)>,
-    ) -> Self {
+    /// informer has synced and every plugin has been handed its initial state, except those
+    /// that did not within `sync_timeout` of their start: they are listed as overdue and no
+    /// longer count, so one plugin (or one type it asked for) cannot hold the host unready.
+    pub fn new(parts: Parts, sync_timeout: std::time::Duration) -> Self {
+        let Parts {
+            started,
+            leader,
+            abandoned_workers,
+            plugins,
+            informers,
+            reflectors,
+        } = parts;
+        let timeout = sync_timeout.as_secs();
         let mut not_ready = Vec::new();
+        let mut sync_overdue = Vec::new();
         if !started {
             not_ready.push("the plugins folder has not been read yet".to_owned());
         }
         for i in informers.iter().filter(|i| !i.synced) {
-            not_ready.push(format!("informer {} has not synced", i.gvk));
+            let reason = format!("informer {} has not synced", i.gvk);
+            if i.running_seconds >= timeout {
+                sync_overdue.push(format!("{reason} within {timeout} s"));
+            } else {
+                not_ready.push(reason);
+            }
         }
         for p in plugins.iter().filter(|p| !p.synced) {
-            not_ready.push(format!(
-                "plugin {} has not been handed its initial state",
-                p.name
-            ));
+            let reason = format!("plugin {} has not been handed its initial state", p.name);
+            if p.running_seconds >= timeout {
+                sync_overdue.push(format!("{reason} within {timeout} s"));
+            } else {
+                not_ready.push(reason);
+            }
         }
         Self {
             ready: not_ready.is_empty(),
             not_ready,
+            sync_overdue,
             leader,
             abandoned_workers,
             plugins,
@@ -152,5 +183,45 @@ pub async fn serve(listener: TcpListener, report: Arc<dyn Report>) {
                 tracing::debug!("metrics endpoint: connection ended: {e}");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn parts(plugin_age: u64, informer_age: u64) -> Parts {
+        Parts {
+            started: true,
+            leader: true,
+            abandoned_workers: 0,
+            plugins: vec![PluginStatus {
+                name: "stuck".into(),
+                running_seconds: plugin_age,
+                ..PluginStatus::default()
+            }],
+            informers: vec![InformerStats {
+                gvk: Gvk::new("", "v1", "Secret"),
+                received: 0,
+                cached: 0,
+                synced: false,
+                running_seconds: informer_age,
+            }],
+            reflectors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn what_does_not_sync_in_time_stops_holding_readiness() {
+        let young = Status::new(parts(5, 5), Duration::from_secs(60));
+        assert!(!young.ready);
+        assert_eq!(young.not_ready.len(), 2, "{:?}", young.not_ready);
+        let old = Status::new(parts(61, 61), Duration::from_secs(60));
+        assert!(old.ready, "{:?}", old.not_ready);
+        assert_eq!(old.sync_overdue.len(), 2, "{:?}", old.sync_overdue);
+        assert!(old.sync_overdue[1].contains("plugin stuck"));
+        let mixed = Status::new(parts(61, 5), Duration::from_secs(60));
+        assert!(!mixed.ready, "the young informer still counts");
     }
 }
