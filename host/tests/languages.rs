@@ -109,3 +109,32 @@ fn python_plugin_walks_owner_references_through_the_cache() {
 fn javascript_plugin_walks_owner_references_through_the_cache() {
     owner_chain_through_the_host(kubewasm_plugin_artifacts::OWNER_CHAIN_JS, "javascript");
 }
+
+#[test]
+fn every_example_component_is_well_within_the_compile_limits() {
+    use kubewasm::wasm::shape::{MAX_EXPORTS, MAX_FUNCTIONS, shape};
+    let rust = [
+        kubewasm_plugin_artifacts::POD_PHASE,
+        kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+        kubewasm_plugin_artifacts::AUDIT_LOG,
+        kubewasm_plugin_artifacts::OWNER_CHAIN,
+    ];
+    let others = [
+        kubewasm_plugin_artifacts::OWNER_CHAIN_PY,
+        kubewasm_plugin_artifacts::OWNER_CHAIN_JS,
+    ];
+    let paths: Vec<&str> =
+        rust.into_iter()
+            .chain(others.into_iter().map(|p| {
+                p.expect("the Python and JavaScript plugins are built (scripts/setup.sh)")
+            }))
+            .collect();
+    for path in paths {
+        let s = shape(&fs::read(path).expect("read"));
+        eprintln!("{path}: {s:?}");
+        assert!(
+            s.functions * 2 < MAX_FUNCTIONS && s.exports * 2 < MAX_EXPORTS,
+            "{path}: {s:?}"
+        );
+    }
+}

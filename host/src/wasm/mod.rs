@@ -7,6 +7,7 @@ mod compiled;
 pub mod convert;
 pub mod limits;
 pub mod logging;
+pub mod shape;
 mod stdio;
 
 pub use cache::is_secret;
@@ -47,6 +48,9 @@ pub enum LoadError {
     /// The bytes are not a valid WebAssembly component.
     #[error("not a WebAssembly component: {0}")]
     NotAComponent(String),
+    /// The component has more functions or exports than a plugin may.
+    #[error("too complex to compile: {0}")]
+    TooComplex(String),
     /// The component does not fit the `kubewasm:plugin@0.1.0` world.
     #[error("does not match the kubewasm:plugin@0.1.0 world: {0}")]
     WrongWorld(String),
@@ -189,17 +193,27 @@ impl Engine {
     /// the plugin world. Blocking: seconds for large components, so call it off the async
     /// runtime.
     pub fn compile(&self, bytes: &[u8], sha256: &str) -> Result<PluginCode, LoadError> {
-        let (component, cached) = self.component(bytes, sha256).map_err(|e| {
-            // Text (WAT) is accepted too, but a file that is neither says so plainly.
-            let looks_textual = bytes.trim_ascii_start().starts_with(b"(");
-            if !bytes.starts_with(b"\0asm") && !looks_textual {
-                LoadError::NotAComponent(
-                    "no WebAssembly header (\\0asm) at the start of the file".into(),
-                )
-            } else {
-                LoadError::NotAComponent(format!("{e:#}"))
-            }
-        })?;
+        // Text (WAT) is accepted too, turned into binary first so the same checks apply; a
+        // file that is neither says so plainly.
+        let binary = if bytes.starts_with(b"\0asm") {
+            std::borrow::Cow::Borrowed(bytes)
+        } else if bytes.trim_ascii_start().starts_with(b"(") {
+            std::borrow::Cow::Owned(
+                wat::parse_bytes(bytes)
+                    .map_err(|e| LoadError::NotAComponent(format!("{e}")))?
+                    .into_owned(),
+            )
+        } else {
+            return Err(LoadError::NotAComponent(
+                "no WebAssembly header (\\0asm) at the start of the file".into(),
+            ));
+        };
+        if let Some(refused) = shape::refusal(shape::shape(&binary)) {
+            return Err(LoadError::TooComplex(refused));
+        }
+        let (component, cached) = self
+            .component(&binary, sha256)
+            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
         let pre = self
             .linker
             .instantiate_pre(&component)
