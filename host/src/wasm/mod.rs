@@ -3,6 +3,7 @@
 //! WASI's stdout and stderr in `stdio.rs`).
 
 mod cache;
+mod clocks;
 mod compiled;
 pub mod convert;
 pub mod limits;
@@ -38,6 +39,9 @@ pub mod bindings {
 }
 
 use bindings::exports::kubewasm::plugin::handler::{Event, HandleError, Manifest};
+
+/// Most random bytes one WASI call may ask for (wasmtime's default is 64 MiB).
+const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
 /// How often the engine's epoch advances: the granularity of call deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -97,6 +101,8 @@ impl PluginContext {
 /// The data of one instance's store.
 pub struct HostState {
     wasi: WasiCtx,
+    /// Where the instance's monotonic clock starts (see `clocks.rs`).
+    clock_origin: std::time::Instant,
     table: ResourceTable,
     limits: limits::Limiter,
     ctx: Arc<PluginContext>,
@@ -146,6 +152,7 @@ impl Engine {
             })?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        clocks::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Self {
             engine,
@@ -232,7 +239,10 @@ impl Engine {
         let deadline_ticks = ticks(ctx.limits.deadline);
         // No preopened folders, network, environment or arguments: only clocks, random, and
         // stdout/stderr into the plugin's log.
+        let clock_origin = std::time::Instant::now();
         let wasi = WasiCtx::builder()
+            .monotonic_clock(clocks::Clock(clock_origin))
+            .max_random_size(MAX_RANDOM_BYTES)
             .stdout(stdio::LogStream::stdout(ctx.log.clone()))
             .stderr(stdio::LogStream::stderr(ctx.log.clone()))
             .allow_tcp(false)
@@ -241,6 +251,7 @@ impl Engine {
             .build();
         let state = HostState {
             wasi,
+            clock_origin,
             table: ResourceTable::new(),
             limits,
             ctx,

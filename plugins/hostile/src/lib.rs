@@ -6,7 +6,8 @@
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
 //! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 8 MiB
 //! arguments to every query; `huge-log` logs an 8 MiB message with 48 fields of 64 KiB and
-//! fails with a 4 MiB error; `squat` declares an index under deployment-view's index name).
+//! fails with a 4 MiB error; `squat` declares an index under deployment-view's index name; `sleep` sleeps an hour in
+//! every call).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -130,6 +131,10 @@ impl Plugin for Hostile {
             "count" => {
                 let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
                 log::info("count", &[("calls", &calls.to_string())]);
+            }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                log::info("woke", &[("key", &key)]);
             }
             "slow" => {
                 let mut n: u64 = 0;
