@@ -36,35 +36,42 @@ impl CompiledCache {
             .join(format!("{sha256}-{:016x}.cwasm", self.engine))
     }
 
-    /// Machine code for `bytes` (content `sha256`) and whether it came from the cache.
-    pub fn component(
+    /// The machine code cached for content `sha256`, if any (then marked recently used).
+    pub fn lookup(&self, engine: &wasmtime::Engine, sha256: &str) -> Option<Component> {
+        let path = self.path(sha256);
+        if !path.exists() {
+            return None;
+        }
+        match load_precompiled(engine, &path) {
+            Ok(component) => {
+                let _ = std::fs::File::options()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| f.set_modified(SystemTime::now()));
+                Some(component)
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), "ignoring unusable precompiled code: {e:#}");
+                None
+            }
+        }
+    }
+
+    /// Compiles `bytes` (content `sha256`), keeps the machine code, and evicts what no
+    /// longer fits.
+    pub fn compile(
         &self,
         engine: &wasmtime::Engine,
         bytes: &[u8],
         sha256: &str,
-    ) -> wasmtime::Result<(Component, bool)> {
+    ) -> wasmtime::Result<Component> {
         let path = self.path(sha256);
-        if path.exists() {
-            match load_precompiled(engine, &path) {
-                Ok(component) => {
-                    // Recently used: evicted last.
-                    let _ = std::fs::File::options()
-                        .write(true)
-                        .open(&path)
-                        .and_then(|f| f.set_modified(SystemTime::now()));
-                    return Ok((component, true));
-                }
-                Err(e) => {
-                    tracing::warn!(file = %path.display(), "ignoring unusable precompiled code: {e:#}")
-                }
-            }
-        }
         let compiled = engine.precompile_component(bytes)?;
         let partial = path.with_extension("partial");
         std::fs::write(&partial, &compiled)?;
         std::fs::rename(&partial, &path)?;
         self.evict(&path);
-        Ok((load_precompiled(engine, &path)?, false))
+        load_precompiled(engine, &path)
     }
 
     /// Removes the least recently used files until the folder fits its bound, keeping `keep`.
@@ -100,7 +107,7 @@ impl CompiledCache {
     }
 }
 
-/// Maps precompiled code written by [`CompiledCache::component`] back in.
+/// Maps precompiled code written by [`CompiledCache::compile`] back in.
 #[allow(unsafe_code)]
 fn load_precompiled(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
     // SAFETY: the file was produced by `Engine::precompile_component` of this host into its

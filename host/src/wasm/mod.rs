@@ -187,15 +187,6 @@ impl Engine {
             .map(|c| c.join("kubewasm/compiled"))
     }
 
-    /// Machine code for `bytes` (content `sha256`): from the cache when present, else
-    /// compiled (and cached).
-    fn component(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<(Component, bool)> {
-        match &self.cache {
-            Some(cache) => cache.component(&self.engine, bytes, sha256),
-            None => Ok((Component::new(&self.engine, bytes)?, false)),
-        }
-    }
-
     /// Compiles component bytes (whose SHA-256 in hex is `sha256`) and checks them against
     /// the plugin world. Blocking: seconds for large components, so call it off the async
     /// runtime.
@@ -215,12 +206,27 @@ impl Engine {
                 "no WebAssembly header (\\0asm) at the start of the file".into(),
             ));
         };
-        if let Some(refused) = shape::refusal(shape::shape(&binary)) {
-            return Err(LoadError::TooComplex(refused));
-        }
-        let (component, cached) = self
-            .component(&binary, sha256)
-            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?;
+        // Code in the cache passed the checks below when it was compiled.
+        let cached = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.lookup(&self.engine, sha256));
+        let (component, cached) = match cached {
+            Some(component) => (component, true),
+            None => {
+                if let Some(refused) = shape::refusal(shape::shape(&binary)) {
+                    return Err(LoadError::TooComplex(refused));
+                }
+                let compiled = match &self.cache {
+                    Some(cache) => cache.compile(&self.engine, &binary, sha256),
+                    None => Component::new(&self.engine, &*binary),
+                };
+                (
+                    compiled.map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?,
+                    false,
+                )
+            }
+        };
         let pre = self
             .linker
             .instantiate_pre(&component)
