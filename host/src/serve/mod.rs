@@ -81,17 +81,16 @@ impl Status {
         if !started {
             not_ready.push("the plugins folder has not been read yet".to_owned());
         }
-        for i in informers.iter().filter(|i| !i.synced) {
+        let unsynced_informers = informers.iter().filter(|i| !i.synced).map(|i| {
             let reason = format!("informer {} has not synced", i.gvk);
-            if i.running_seconds >= timeout {
-                sync_overdue.push(format!("{reason} within {timeout} s"));
-            } else {
-                not_ready.push(reason);
-            }
-        }
-        for p in plugins.iter().filter(|p| !p.synced) {
+            (reason, i.running_seconds)
+        });
+        let unsynced_plugins = plugins.iter().filter(|p| !p.synced).map(|p| {
             let reason = format!("plugin {} has not been handed its initial state", p.name);
-            if p.running_seconds >= timeout {
+            (reason, p.running_seconds)
+        });
+        for (reason, age) in unsynced_informers.chain(unsynced_plugins) {
+            if age >= timeout {
                 sync_overdue.push(format!("{reason} within {timeout} s"));
             } else {
                 not_ready.push(reason);

@@ -104,7 +104,19 @@ impl Limiter {
         self.granted
     }
 
-    fn grow(&mut self, what: &str, bytes: usize) -> wasmtime::Result<bool> {
+    /// A memory or table growing from `current` to `desired` units of `unit_bytes`.
+    fn grow(
+        &mut self,
+        what: &str,
+        (current, desired, maximum): (usize, usize, Option<usize>),
+        unit_bytes: usize,
+    ) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|m| desired > m) {
+            // It fails anyway; nothing to account (or to take back).
+            self.last_growth = 0;
+            return Ok(false);
+        }
+        let bytes = desired.saturating_sub(current).saturating_mul(unit_bytes);
         let total = self.granted.saturating_add(bytes);
         if total > self.cap {
             self.last_growth = 0;
@@ -131,10 +143,7 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if maximum.is_some_and(|m| desired > m) {
-            return Ok(false);
-        }
-        self.grow("linear memory", desired.saturating_sub(current))
+        self.grow("linear memory", (current, desired, maximum), 1)
     }
 
     fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
@@ -147,11 +156,7 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if maximum.is_some_and(|m| desired > m) {
-            return Ok(false);
-        }
-        let elements = desired.saturating_sub(current);
-        self.grow("table", elements.saturating_mul(TABLE_ELEMENT_BYTES))
+        self.grow("table", (current, desired, maximum), TABLE_ELEMENT_BYTES)
     }
 
     fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
