@@ -56,7 +56,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     }
     println!(
         "{:<24} {:<12} {:<10} {:>10} {:>8} {:>7}  LAST ERROR",
-        "PLUGIN", "VERSION", "STATE", "DELIVERED", "FAILED", "QUEUED"
+        "PLUGIN", "DIGEST", "STATE", "DELIVERED", "FAILED", "QUEUED"
     );
     for p in &status.plugins {
         let state = if p.standby {
