@@ -70,10 +70,10 @@ mod tests {
             },
         )
         .expect("watch");
-        // A write every 5 ms for three times the longest wait: never a quiet period.
+        // A write every 5 ms for four times the longest wait: never a quiet period.
         let started = Instant::now();
         let mut i = 0_u64;
-        while started.elapsed() < MAX_WAIT * 3 {
+        while started.elapsed() < MAX_WAIT * 4 {
             std::fs::write(dir.path().join("f.yaml"), i.to_string()).expect("write");
             i += 1;
             std::thread::sleep(Duration::from_millis(5));
