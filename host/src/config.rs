@@ -8,6 +8,7 @@
 //! syncTimeoutSeconds: 300      # a plugin or informer not synced this long after it started
 //!                              # stops holding /readyz at 503 (listed in /status sync_overdue)
 //! maxPluginMiB: 64             # larger plugin files fail to load without being read
+//! compileTimeoutSeconds: 300   # a plugin compiling longer fails to load (off the folder thread)
 //! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
 //! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
 //!   enabled: true
@@ -226,6 +227,7 @@ struct FileConfig {
     sync_timeout_seconds: Option<u64>,
     #[serde(rename = "maxPluginMiB")]
     max_plugin_mib: Option<u64>,
+    compile_timeout_seconds: Option<u64>,
     #[serde(rename = "compiledCacheMiB")]
     compiled_cache_mib: Option<u64>,
     #[serde(default)]
@@ -360,6 +362,9 @@ impl HostConfig {
                 .compiled_cache_mib
                 .map_or(crate::wasm::DEFAULT_CACHE_BYTES, |mib| mib << 20),
             plugins: PluginsConfig {
+                compile_timeout: file
+                    .compile_timeout_seconds
+                    .map_or(crate::plugins::DEFAULT_COMPILE_TIMEOUT, Duration::from_secs),
                 max_file_bytes: file
                     .max_plugin_mib
                     .map_or(crate::plugins::DEFAULT_MAX_FILE_BYTES, |mib| mib << 20),

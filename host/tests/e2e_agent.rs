@@ -167,7 +167,7 @@ async fn wait_async<F: Future<Output = anyhow::Result<bool>>>(
 
 /// What `kubewasm rbac` computes for `plugins`: the types they read.
 fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<BTreeSet<Gvk>> {
-    let engine = Engine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let engine = Arc::new(Engine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?);
     let mut types = BTreeSet::new();
     for (name, built, config) in plugins {
         let bytes = std::fs::read(built)?;
@@ -176,7 +176,13 @@ fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<BTreeSet<Gvk>> {
             config: config.clone(),
             ..PluginSettings::default()
         };
-        let inspection = inspect(&engine, &settings, Arc::new(MemorySink::default()), &file)?;
+        let inspection = inspect(
+            &engine,
+            kubewasm::plugins::DEFAULT_COMPILE_TIMEOUT,
+            &settings,
+            Arc::new(MemorySink::default()),
+            &file,
+        )?;
         types.extend(inspection.manifest.cached.iter().cloned());
     }
     Ok(types)

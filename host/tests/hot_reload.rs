@@ -438,3 +438,31 @@ fn an_oversized_plugin_file_fails_without_being_read() {
     assert_eq!(again.failed, ["huge"], "still refused, logged once");
     assert!(e.host.status().is_empty());
 }
+
+#[test]
+fn a_plugin_that_compiles_too_long_fails_and_the_folder_goes_on() {
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    let mut config = support::configs(&[]);
+    // No compiled-code cache here: every load compiles, and none fits in a millisecond.
+    config.plugins.compile_timeout = Duration::from_millis(1);
+    let sink = Arc::new(MemorySink::default());
+    let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
+    let plugins = tempfile::tempdir().expect("temp dir");
+    fs::write(plugins.path().join("audit.wasm"), variant("slow")).expect("write");
+    let started = Instant::now();
+    let report = sync_dir(agent.plugins(), plugins.path()).expect("sync");
+    assert_eq!(report.failed, ["audit"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the folder did not wait for the compile: {:?}",
+        started.elapsed()
+    );
+    assert!(agent.plugins().status().is_empty());
+    fs::write(plugins.path().join("other.wasm"), variant("other")).expect("write");
+    let error = agent
+        .plugins()
+        .load(&plugins.path().join("other.wasm"))
+        .expect_err("too slow to compile");
+    assert!(error.to_string().contains("longer than"), "{error}");
+}

@@ -521,18 +521,16 @@ fn a_plugin_that_never_syncs_stops_holding_readiness_after_the_sync_timeout() {
 #[test]
 fn a_plugin_that_sleeps_in_a_host_call_wakes_at_its_deadline() {
     // Sleeping is a WASI host call that epoch interruption cannot stop; the clock ends the
-    // wait at the call deadline (100 ms here), and the plugin is then interrupted.
+    // wait at the call deadline (100 ms here). The plugin is then interrupted, or, when the
+    // epoch ticker lags on a loaded machine, finishes its call: either way no call lasts
+    // much past its deadline, and every event is delivered or given up.
     let (bad, settings) = hostile("sleep", tight());
-    let started = Instant::now();
     let r = run(&bad, settings);
-    let s = r.bad_status_until(|s| s.given_up >= 6);
-    assert_eq!(s.given_up, 6, "{s:?}");
-    assert!(
-        r.lines("bad").iter().all(|l| l.message != "woke"),
-        "interrupted before it logs"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(3600),
-        "no call waited its hour"
+    let s = r.bad_status_until(|s| s.delivered + s.given_up >= 6);
+    assert_eq!(s.delivered + s.given_up, 6, "{s:?}");
+    let within_half_a_second = s.durations.cumulative[9];
+    assert_eq!(
+        within_half_a_second, s.durations.count,
+        "every call ended within 0.5 s: {s:?}"
     );
 }

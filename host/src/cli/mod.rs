@@ -106,7 +106,13 @@ async fn inspect_file(
         let file = PluginFile::read(&path, config.plugins.max_file_bytes)
             .with_context(|| format!("{}", path.display()))?;
         let settings = config.plugins.settings(&file.name);
-        let inspection = inspect(&engine, settings, Arc::new(TracingSink), &file)?;
+        let inspection = inspect(
+            &engine,
+            config.plugins.compile_timeout,
+            settings,
+            Arc::new(TracingSink),
+            &file,
+        )?;
         Ok((file, inspection))
     })
     .await?

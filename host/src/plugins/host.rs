@@ -299,7 +299,13 @@ impl PluginHost {
             mut instance,
             manifest,
             logger,
-        } = inspect(&self.engine, &settings, self.log.clone(), file)?;
+        } = inspect(
+            &self.engine,
+            self.settings.compile_timeout,
+            &settings,
+            self.log.clone(),
+            file,
+        )?;
         let leases: Vec<Lease> = manifest
             .cached
             .iter()

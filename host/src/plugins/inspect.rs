@@ -33,9 +33,11 @@ impl Inspection {
     }
 }
 
-/// Checks plugin `file` under `settings`, logging to `log`.
+/// Checks plugin `file` under `settings`, logging to `log`; compiling may take at most
+/// `compile_timeout`.
 pub fn inspect(
-    engine: &Engine,
+    engine: &Arc<Engine>,
+    compile_timeout: std::time::Duration,
     settings: &PluginSettings,
     log: Arc<dyn LogSink>,
     file: &PluginFile,
@@ -50,7 +52,7 @@ pub fn inspect(
         .of(file)
     };
     let code = engine
-        .compile(&file.bytes, &file.sha256)
+        .compile_within(&file.bytes, &file.sha256, compile_timeout)
         .map_err(|e| fail(Reason::Load(e)))?;
     let name = &file.name;
     let logger = Arc::new(PluginLogger::new(

@@ -16,5 +16,8 @@ pub use error::{PluginError, Reason};
 pub use file::{PluginFile, digest, plugin_name};
 pub use host::{Outcome, PluginHost, Role};
 pub use retry::Backoff;
-pub use settings::{DEFAULT_MAX_FILE_BYTES, Delivery, Grants, PluginSettings, PluginsConfig};
+pub use settings::{
+    DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_FILE_BYTES, Delivery, Grants, PluginSettings,
+    PluginsConfig,
+};
 pub use status::{DEGRADED_AFTER, PluginStats, PluginStatus};

@@ -81,6 +81,10 @@ impl Default for PluginSettings {
     }
 }
 
+/// The default bound on compiling one plugin (an 18 MB Python component takes about 45 s in
+/// a debug build on 2 cores, a few in release).
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// The default bound on a plugin file's size.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 
@@ -90,6 +94,8 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 pub struct PluginsConfig {
     /// Largest plugin file read, in bytes; larger ones fail to load without being read.
     pub max_file_bytes: u64,
+    /// Longest a plugin may take to compile; past it, the load fails.
+    pub compile_timeout: Duration,
     /// What a plugin the configuration does not name gets.
     pub defaults: PluginSettings,
     /// Plugins with an entry of their own, by name (their entries already include the
@@ -101,6 +107,7 @@ impl Default for PluginsConfig {
     fn default() -> Self {
         Self {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            compile_timeout: DEFAULT_COMPILE_TIMEOUT,
             defaults: PluginSettings::default(),
             named: BTreeMap::new(),
         }

@@ -124,7 +124,13 @@ pub struct Engine {
     engine: wasmtime::Engine,
     linker: Linker<HostState>,
     cache: Option<CompiledCache>,
+    /// Compilations running now, abandoned ones included.
+    compiling: std::sync::atomic::AtomicUsize,
 }
+
+/// Compilations that may run at once, abandoned ones included (a plugin whose compile ran
+/// past its time keeps a core busy until it ends; two of them at most).
+const MAX_COMPILES: usize = 2;
 
 /// A compiled, type-checked and pre-linked plugin, ready to instantiate cheaply.
 #[derive(Clone)]
@@ -158,6 +164,7 @@ impl Engine {
             engine,
             linker,
             cache: None,
+            compiling: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -185,6 +192,45 @@ impl Engine {
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .map(|c| c.join("kubewasm/compiled"))
+    }
+
+    /// [`Self::compile`] on a thread of its own, given up after `timeout`: the caller gets an
+    /// error and goes on, the compilation ends on its own (its code is cached for next
+    /// time). At most [`MAX_COMPILES`] run at once; past that, compiling is refused.
+    pub fn compile_within(
+        self: &Arc<Self>,
+        bytes: &[u8],
+        sha256: &str,
+        timeout: Duration,
+    ) -> Result<PluginCode, LoadError> {
+        use std::sync::atomic::Ordering;
+        if self.compiling.fetch_add(1, Ordering::SeqCst) >= MAX_COMPILES {
+            self.compiling.fetch_sub(1, Ordering::SeqCst);
+            return Err(LoadError::TooComplex(format!(
+                "{MAX_COMPILES} compilations that ran past their time are still running; refused until they end"
+            )));
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (engine, bytes, sha256) = (self.clone(), bytes.to_vec(), sha256.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("compile".into())
+            .spawn(move || {
+                let code = engine.compile(&bytes, &sha256);
+                engine.compiling.fetch_sub(1, Ordering::SeqCst);
+                // The receiver is gone when the caller gave up; the code is cached anyway.
+                let _ = tx.send(code);
+            });
+        if let Err(e) = spawned {
+            self.compiling.fetch_sub(1, Ordering::SeqCst);
+            return Err(LoadError::NotAComponent(format!(
+                "cannot start compiling: {e}"
+            )));
+        }
+        rx.recv_timeout(timeout).unwrap_or_else(|_| {
+            Err(LoadError::TooComplex(format!(
+                "compiling took longer than {timeout:?} (compileTimeoutSeconds); abandoned"
+            )))
+        })
     }
 
     /// Compiles component bytes (whose SHA-256 in hex is `sha256`) and checks them against
