@@ -193,11 +193,6 @@ impl PluginHost {
         self.settings.max_file_bytes
     }
 
-    /// The settings plugin `name` gets.
-    pub fn settings(&self, name: &str) -> &PluginSettings {
-        self.settings.settings(name)
-    }
-
     /// Reads and loads a plugin that is not loaded yet (see [`Self::apply`] to replace one).
     /// Blocking (compiling takes time): call it off the async runtime.
     pub fn load(&self, path: &Path) -> Result<Outcome, PluginError> {
@@ -292,7 +287,7 @@ impl PluginHost {
     }
 
     fn prepare(&self, file: &PluginFile) -> Result<Prepared, PluginError> {
-        let settings = self.settings(&file.name).clone();
+        let settings = self.settings.settings(&file.name).clone();
         let Inspection {
             code,
             mut ctx,
