@@ -251,36 +251,60 @@ fn sigterm_stops_delivery_and_exits_zero() {
     );
 }
 
+/// A `kubewasm run` of copies of `plugins` (file name, artifact) with `config`, over a
+/// cluster folder of `config_maps` ConfigMaps, once it is ready.
+struct Hosted {
+    child: std::process::Child,
+    lines: Vec<String>,
+    rx: std::sync::mpsc::Receiver<String>,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+fn host_with(plugins: &[(&str, &str)], config: &str, config_maps: usize) -> Hosted {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, artifact) in plugins {
+        fs::copy(artifact, dir.path().join(format!("{name}.wasm"))).expect("copy");
+    }
+    let config_file = dir.path().join("config.yaml");
+    fs::write(&config_file, config).expect("write");
+    let cluster = tempfile::tempdir().expect("temp dir");
+    for i in 0..config_maps {
+        fs::write(
+            cluster.path().join(format!("cm-{i}.yaml")),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}, namespace: t}}\n"),
+        )
+        .expect("write");
+    }
+    let (child, lines, rx) = run_until_ready(&[
+        "--plugins".as_ref(),
+        dir.path().as_os_str(),
+        "--cluster".as_ref(),
+        cluster.path().as_os_str(),
+        "--config".as_ref(),
+        config_file.as_os_str(),
+    ]);
+    Hosted {
+        child,
+        lines,
+        rx,
+        _dirs: [dir, cluster],
+    }
+}
+
 #[test]
 fn sigterm_exits_within_the_shutdown_timeout_while_a_call_is_stuck() {
     // The hostile plugin loops in every call, and its deadline is a minute: a shutdown that
     // waited for the call would take that minute.
-    let plugins = tempfile::tempdir().expect("temp dir");
-    fs::copy(
-        kubewasm_plugin_artifacts::HOSTILE,
-        plugins.path().join("stuck.wasm"),
-    )
-    .expect("copy");
-    let config = plugins.path().join("config.yaml");
-    fs::write(
-        &config,
+    let Hosted {
+        mut child,
+        mut lines,
+        rx,
+        ..
+    } = host_with(
+        &[("stuck", kubewasm_plugin_artifacts::HOSTILE)],
         "shutdownTimeoutSeconds: 1\nplugins:\n  stuck:\n    config: {mode: loop}\n    limits: {deadlineMs: 60000}\n",
-    )
-    .expect("write");
-    let cluster = tempfile::tempdir().expect("temp dir");
-    fs::write(
-        cluster.path().join("cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: t}\n",
-    )
-    .expect("write");
-    let (mut child, mut lines, rx) = run_until_ready(&[
-        "--plugins".as_ref(),
-        plugins.path().as_os_str(),
-        "--cluster".as_ref(),
-        cluster.path().as_os_str(),
-        "--config".as_ref(),
-        config.as_os_str(),
-    ]);
+        1,
+    );
     // Let the first call start and get stuck.
     std::thread::sleep(Duration::from_millis(500));
     let (exit, took) = terminate(&mut child, Duration::from_secs(30));
@@ -294,4 +318,71 @@ fn sigterm_exits_within_the_shutdown_timeout_while_a_call_is_stuck() {
         lines.iter().any(|l| l.contains("exiting anyway")),
         "{lines:#?}"
     );
+}
+
+/// The process's peak resident memory (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+#[test]
+fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
+    // Three hostile plugins (one allocating until its cap, one sending 8 MiB query
+    // arguments, one logging 8 MiB messages and failing with 4 MiB errors) beside a good one,
+    // each with the default 64 MiB cap.
+    let hostile = kubewasm_plugin_artifacts::HOSTILE;
+    let Hosted {
+        mut child,
+        mut lines,
+        rx,
+        ..
+    } = host_with(
+        &[
+            ("alloc", hostile),
+            ("args", hostile),
+            ("flood", hostile),
+            ("good", kubewasm_plugin_artifacts::AUDIT_LOG),
+        ],
+        "plugins:\n  alloc:\n    config: {mode: alloc}\n    limits: {maxAttempts: 2}\n  args:\n    config: {mode: huge-args}\n  flood:\n    config: {mode: huge-log}\n",
+        3,
+    );
+    let count = |lines: &[String], plugin: &str, text: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!("plugin={plugin}")) && l.contains(text))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // A given-up line is several lines long (the trap's backtrace); its last carries the
+    // plugin and the attempt count.
+    while count(&lines, "alloc", "attempts=2") < 3
+        || count(&lines, "args", "huge kind") < 3
+        || count(&lines, "flood", "fields-dropped") < 3
+        || count(&lines, "good", "added") < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "never saw every event: {lines:#?}"
+        );
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            lines.push(line);
+        }
+    }
+    let peak = peak_rss(child.id());
+    let (exit, _) = terminate(&mut child, Duration::from_secs(30));
+    assert!(exit.success());
+    let bound = 4 * (64 << 20) + (100 << 20);
+    assert!(
+        peak < bound,
+        "peak RSS {} MiB, over the caps plus 100 MiB ({} MiB)",
+        peak >> 20,
+        bound >> 20
+    );
+    eprintln!("peak RSS {} MiB (bound {} MiB)", peak >> 20, bound >> 20);
 }

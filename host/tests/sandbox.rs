@@ -10,7 +10,7 @@ use kubewasm::agent::Agent;
 use kubewasm::plugins::Backoff;
 use kubewasm::plugins::{Delivery, PluginHost, PluginSettings, PluginStatus, Reason};
 use kubewasm::source::manifests::ManifestFolder;
-use kubewasm::wasm::logging::{LogRate, MemorySink, PluginLogRecord};
+use kubewasm::wasm::logging::{Level, LogRate, MemorySink, PluginLogRecord};
 use kubewasm::wasm::{Limits, LoadError};
 use support::field_values;
 
@@ -54,6 +54,19 @@ impl Run {
 
     fn lines(&self, plugin: &str) -> Vec<PluginLogRecord> {
         support::of(self.sink.records(), plugin)
+    }
+
+    /// Checks that no call either plugin made into the host took 50 ms or more (waits a
+    /// plugin asked for left out), and that the hostile plugin's calls were measured.
+    fn host_calls_stay_short(&self) {
+        for name in ["good", "bad"] {
+            let slowest = self.status(name).slowest_host_call_us;
+            assert!(
+                slowest < 50_000,
+                "{name}'s slowest host call took {slowest} us"
+            );
+        }
+        assert!(self.status("bad").slowest_host_call_us > 0, "measured");
     }
 
     /// Waits until the hostile plugin's status satisfies `done`; returns it either way.
@@ -239,6 +252,20 @@ fn panic_on_one_key_only_gives_up_that_key() {
     assert!(!s.degraded);
     let handled = field_values(&r.lines("bad"), "handled", "key");
     assert!(!handled.contains(&"t/cm-2".to_owned()), "{handled:?}");
+    // The panic message reaches stderr on each of the 3 attempts; only the first is above
+    // debug level.
+    let stderr: Vec<Level> = r
+        .lines("bad")
+        .iter()
+        .filter(|l| l.field("stream") == Some("stderr") && l.message.contains("panicked"))
+        .map(|l| l.level)
+        .collect();
+    assert_eq!(stderr.len(), 3, "{stderr:?}");
+    assert_eq!(
+        stderr.iter().filter(|l| **l > Level::Debug).count(),
+        1,
+        "{stderr:?}"
+    );
     assert!(
         handled.contains(&"t/cm-4".to_owned()),
         "other keys flow: {handled:?}"
@@ -273,6 +300,7 @@ fn log_flood_is_rate_limited_and_counted() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!(s.delivered, 6, "{s:?}");
+    r.host_calls_stay_short();
     // Every line is either kept or counted as dropped: 6 events of 5,000 log calls and 5,000
     // stdout lines each, plus one "handled" line per event.
     let kept = r.lines("bad").len() as u64;
@@ -295,6 +323,7 @@ fn secret_queries_are_denied_as_values_not_traps() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!((s.delivered, s.traps, s.failed), (6, 0, 0), "{s:?}");
+    r.host_calls_stay_short();
     let outcomes = field_values(&r.lines("bad"), "secret", "outcome");
     assert_eq!(outcomes.len(), 12);
     assert!(outcomes.iter().all(|o| o == "denied"), "{outcomes:?}");
@@ -321,6 +350,7 @@ fn oversized_queries_get_a_too_large_error() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
+    r.host_calls_stay_short();
     let outcomes = field_values(&r.lines("bad"), "big list", "detail");
     assert_eq!(outcomes.len(), 6);
     assert!(
@@ -429,6 +459,7 @@ fn oversized_query_arguments_are_refused_before_any_work() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
     assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
+    r.host_calls_stay_short();
     for what in [
         "huge get",
         "huge list",
@@ -453,6 +484,7 @@ fn what_a_plugin_logs_or_reports_is_cut_before_it_is_kept() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.given_up >= 6);
     assert_eq!(s.given_up, 6, "{s:?}");
+    r.host_calls_stay_short();
     let error = s.last_error.clone().unwrap_or_default();
     assert!(
         error.len() <= 4096 + 6 && error.ends_with("[cut]"),
@@ -528,6 +560,7 @@ fn a_plugin_that_sleeps_in_a_host_call_wakes_at_its_deadline() {
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered + s.given_up >= 6);
     assert_eq!(s.delivered + s.given_up, 6, "{s:?}");
+    r.host_calls_stay_short();
     let within_half_a_second = s.durations.cumulative[9];
     assert_eq!(
         within_half_a_second, s.durations.count,

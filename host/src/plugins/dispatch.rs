@@ -92,7 +92,7 @@ struct AttemptFailure {
     retry: bool,
 }
 
-/// Calls the handler, recording its duration and the instance's memory afterwards.
+/// Calls the handler, recording its duration, the instance's memory and its slowest host call.
 fn timed(
     stats: &PluginStats,
     instance: &mut Instance,
@@ -103,6 +103,10 @@ fn timed(
     stats.durations.observe(started.elapsed());
     let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
     stats.memory_bytes.store(memory, Ordering::Relaxed);
+    let slowest = u64::try_from(instance.slowest_host_call().as_micros()).unwrap_or(u64::MAX);
+    stats
+        .slowest_host_call_us
+        .fetch_max(slowest, Ordering::Relaxed);
     outcome
 }
 
@@ -212,7 +216,10 @@ impl Worker {
                 return;
             }
             self.pause_if_degraded();
-            let Err(failure) = self.attempt(n) else {
+            self.ctx.log.set_retrying(failures > 0);
+            let attempt = self.attempt(n);
+            self.ctx.log.set_retrying(false);
+            let Err(failure) = attempt else {
                 events.pop_front();
                 failures = 0;
                 continue;

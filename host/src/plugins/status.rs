@@ -34,6 +34,8 @@ pub struct PluginStats {
     pub durations: Histogram,
     /// Linear memory of the current instance, in bytes.
     pub memory_bytes: AtomicU64,
+    /// The longest call any of its instances made into the host, in microseconds.
+    pub slowest_host_call_us: AtomicU64,
 }
 
 impl PluginStats {
@@ -66,6 +68,7 @@ impl PluginStats {
             synced: self.synced.load(Ordering::Relaxed),
             durations: self.durations.snapshot(),
             memory_bytes: self.memory_bytes.load(Ordering::Relaxed),
+            slowest_host_call_us: self.slowest_host_call_us.load(Ordering::Relaxed),
             ..PluginStatus::default()
         }
     }
@@ -110,6 +113,8 @@ pub struct PluginStatus {
     pub durations: HistogramSnapshot,
     /// Linear memory of the current instance, in bytes.
     pub memory_bytes: u64,
+    /// The longest call it made into the host, in microseconds (waits it asked for left out).
+    pub slowest_host_call_us: u64,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
     /// Times a new version replaced the running one.

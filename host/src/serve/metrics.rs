@@ -198,6 +198,13 @@ pub fn render(status: &Status) -> String {
         |p| (plugin(p), p.memory_bytes as f64),
     );
     w.family(
+        "kubewasm_plugin_slowest_host_call_seconds",
+        "gauge",
+        "The longest call the plugin made into the host, waits it asked for left out",
+        plugins,
+        |p| (plugin(p), p.slowest_host_call_us as f64 / 1e6),
+    );
+    w.family(
         "kubewasm_plugin_synced",
         "gauge",
         "1 once the plugin has been handed the initial state of every type it watches",

@@ -1,6 +1,6 @@
 //! Plugin log lines: the host side of the `logging` import, and where the lines go.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -178,6 +178,9 @@ pub struct PluginLogger {
     rate: LogRate,
     bucket: Mutex<Bucket>,
     dropped: AtomicU64,
+    /// Set while an event is retried: the first attempt's lines (a traceback, say) are
+    /// enough, so later attempts write theirs at debug level.
+    retrying: AtomicBool,
 }
 
 impl PluginLogger {
@@ -194,7 +197,13 @@ impl PluginLogger {
                 warned: None,
             }),
             dropped: AtomicU64::new(0),
+            retrying: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the attempts that follow as retries (their lines at debug level) or not.
+    pub fn set_retrying(&self, retrying: bool) {
+        self.retrying.store(retrying, Ordering::Relaxed);
     }
 
     /// Lines dropped so far for exceeding the rate.
@@ -217,6 +226,11 @@ impl PluginLogger {
         if dropped > 0 {
             fields.push(("fields-dropped".to_owned(), dropped.to_string()));
         }
+        let level = if self.retrying.load(Ordering::Relaxed) {
+            level.min(Level::Debug)
+        } else {
+            level
+        };
         self.sink.record(PluginLogRecord {
             plugin: self.plugin.clone(),
             digest: self.digest.clone(),

@@ -6,6 +6,7 @@ mod cache;
 mod clocks;
 mod compiled;
 pub mod convert;
+mod host_calls;
 pub mod limits;
 pub mod logging;
 pub mod shape;
@@ -105,6 +106,7 @@ pub struct HostState {
     clock_origin: std::time::Instant,
     table: ResourceTable,
     limits: limits::Limiter,
+    host_calls: host_calls::HostCalls,
     ctx: Arc<PluginContext>,
 }
 
@@ -306,10 +308,15 @@ impl Engine {
             clock_origin,
             table: ResourceTable::new(),
             limits,
+            host_calls: host_calls::HostCalls::default(),
             ctx,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
+        store.call_hook(|mut s, hook| {
+            s.data_mut().host_calls.hook(hook);
+            Ok(())
+        });
         store.set_epoch_deadline(deadline_ticks);
         let plugin = code.pre.instantiate(&mut store)?;
         Ok(Instance {
@@ -355,6 +362,11 @@ impl Instance {
     /// Bytes of linear memory the instance has been granted.
     pub fn memory_bytes(&self) -> usize {
         self.store.data().limits.memory_bytes()
+    }
+
+    /// The longest this instance's calls into the host took, waits it asked for left out.
+    pub fn slowest_host_call(&self) -> Duration {
+        self.store.data().host_calls.slowest()
     }
 
     /// Calls `handle`; the inner error is the plugin's own failure report.
