@@ -62,7 +62,8 @@ pub struct Status {
 
 impl Status {
     /// The status of a host whose plugins folder has (`started`) or has not been read yet.
-    /// This is the one definition of readiness: the folder has been read, every running
+    /// This is the one definition of readiness: the folder has been read and holds at least
+    /// one loaded plugin, every running
     /// informer has synced and every plugin has been handed its initial state, except those
     /// that did not within `sync_timeout` of their start: they are listed as overdue and no
     /// longer count, so one plugin (or one type it asked for) cannot hold the host unready.
@@ -80,6 +81,9 @@ impl Status {
         let mut sync_overdue = Vec::new();
         if !started {
             not_ready.push("the plugins folder has not been read yet".to_owned());
+        } else if plugins.is_empty() {
+            // A host with nothing to deliver to is not doing its job, whatever its cache.
+            not_ready.push("no plugin is loaded".to_owned());
         }
         let unsynced_informers = informers.iter().filter(|i| !i.synced).map(|i| {
             let reason = format!("informer {} has not synced", i.gvk);
@@ -222,5 +226,14 @@ mod tests {
         assert!(old.sync_overdue[1].contains("plugin stuck"));
         let mixed = Status::new(parts(61, 5), Duration::from_secs(60));
         assert!(!mixed.ready, "the young informer still counts");
+    }
+
+    #[test]
+    fn a_host_without_plugins_is_not_ready() {
+        let mut empty = parts(61, 61);
+        empty.plugins.clear();
+        let status = Status::new(empty, Duration::from_secs(60));
+        assert!(!status.ready);
+        assert_eq!(status.not_ready, ["no plugin is loaded"]);
     }
 }

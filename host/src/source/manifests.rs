@@ -1,15 +1,23 @@
 //! A folder of YAML and JSON manifests playing the API server, for local runs and tests.
 //!
-//! Every `.yaml`, `.yml` and `.json` file under the folder (recursively, hidden entries skipped)
-//! holds one or more objects: multi-document YAML and `kind: List` are expanded. The folder's
-//! state is the union of its files. After each change (debounced) the folder is rescanned and
-//! diffed against what was last reported: a new or changed object is an `Applied`, a vanished one
-//! a `Deleted`. Renaming a file therefore produces no event. A file that fails to parse is
-//! reported once with its path and the reason, and its last good objects stay in place.
+//! Every `.yaml`, `.yml` and `.json` file under the folder (recursively, hidden entries skipped,
+//! regular files only) holds objects, read as kubectl reads them (`parse.rs`): documents one
+//! by one, `kind: List` expanded. A document that is not a valid object is reported with its
+//! file, number and line, and the file's other documents load. The folder's state is the union
+//! of its files; the first file (in path order) to define an object wins.
 //!
-//! Objects without `metadata.resourceVersion` get one from a folder-wide counter, and objects
-//! without `metadata.uid` get one derived from their type and key, so owner references can be
-//! written by hand.
+//! After each change the folder is rescanned and diffed against what was last reported, by the
+//! content of each object (not its written `resourceVersion`): a new or changed object is an
+//! `Applied`, a vanished one a `Deleted`; renaming a file produces no event. While a file has
+//! errors, the objects it defined before stay as they were, so a half-saved edit deletes
+//! nothing. Namespaces follow kubectl (`scope.rs`): a namespaced object without one lands in
+//! `default`, a cluster-scoped object's namespace is dropped.
+//!
+//! The folder sets every resource version itself, from a folder-wide counter, and derives a uid
+//! from type and key for objects without one, so owner references can be written by hand. Once
+//! a scan has reported its objects the folder keeps only a digest of each (the objects
+//! themselves are the cache's); one needed again later (a losing duplicate that now wins, a
+//! kind whose scope changed) is read again from its file.
 
 use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::path::{Path, PathBuf};
@@ -22,8 +30,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::gvk::Gvk;
-use crate::object::{KubeObject, Transform};
+use crate::object::{KubeObject, Transform, object_key};
 use crate::source::{Source, SourceEvent};
+use scope::Scopes;
 
 /// Why the folder could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -46,37 +55,89 @@ pub enum FolderError {
     },
 }
 
-/// One object as written in a file, before the folder adds its resource version.
-#[derive(Clone)]
-struct Written {
-    gvk: Gvk,
-    key: String,
-    /// The object as JSON text exactly as written (after the transform): the change detector.
-    text: String,
-    value: Value,
+/// An object's type and key: what the folder holds one of.
+type Id = (Gvk, String);
+
+/// SHA-256 of some bytes.
+type Digest32 = [u8; 32];
+
+fn digest(bytes: &[u8]) -> Digest32 {
+    Sha256::digest(bytes).into()
 }
 
-/// A file's last read text and its last good objects.
+/// One valid object of a file, remembered by its digest only (its content is read again
+/// from the file when the folder must report it).
+struct Doc {
+    gvk: Gvk,
+    /// The namespace as written (the folder's scope rules decide where it lands).
+    namespace: Option<String>,
+    name: String,
+    /// Its position among the file's items (see `parse::items`).
+    item: usize,
+    /// SHA-256 of the object as it would be cached, resource version aside: the change
+    /// detector.
+    digest: Digest32,
+    /// The kind it defines, when it is a CustomResourceDefinition.
+    defines: Option<scope::Defined>,
+    /// The object as JSON, from the scan that parsed it until that scan reports it.
+    json: Option<Box<str>>,
+}
+
+/// What the folder knows of one file.
+#[derive(Default)]
 struct FileEntry {
-    text: String,
-    objects: Vec<Written>,
-    error: Option<String>,
+    /// SHA-256 of the file's bytes when last read.
+    hash: Digest32,
+    docs: Vec<Doc>,
+    /// Why some of its documents are not objects: `document N (line L): reason`.
+    errors: Vec<String>,
+    /// Why it could not be read at the last scan.
+    unreadable: Option<String>,
+    /// Objects it defined before an error: kept, unchanged, while it has errors, so a
+    /// half-saved edit deletes nothing.
+    kept: Vec<Id>,
+    /// Every object it stood for at the last scan (its docs and what it kept).
+    owned: Vec<Id>,
+}
+
+impl FileEntry {
+    fn broken(&self) -> bool {
+        !self.errors.is_empty() || self.unreadable.is_some()
+    }
 }
 
 /// An object the folder has reported.
 struct Reported {
-    text: String,
+    digest: Digest32,
     object: Arc<KubeObject>,
+}
+
+/// Where the folder's desired state takes an object from.
+enum Want {
+    /// A valid document: file and index into its `docs`.
+    Doc(PathBuf, usize),
+    /// A broken file's earlier object: whatever was reported stays.
+    Keep(PathBuf),
+}
+
+impl Want {
+    fn path(&self) -> &PathBuf {
+        match self {
+            Want::Doc(p, _) | Want::Keep(p) => p,
+        }
+    }
 }
 
 #[derive(Default)]
 struct State {
     files: BTreeMap<PathBuf, FileEntry>,
-    objects: BTreeMap<(Gvk, String), Reported>,
+    objects: BTreeMap<Id, Reported>,
     watchers: Vec<(Gvk, UnboundedSender<SourceEvent>)>,
     version: u64,
     /// Manifest-named entries that are not regular files, already reported.
     skipped: BTreeSet<PathBuf>,
+    /// Objects defined twice (the file whose definition lost), already reported.
+    duplicates: BTreeSet<(Id, PathBuf)>,
 }
 
 struct Shared {
@@ -136,13 +197,19 @@ impl ManifestFolder {
         self.shared.rescan();
     }
 
-    /// Files that currently fail to parse, with the reason.
+    /// Every current problem, with its file: documents that are not valid objects
+    /// (`document N (line L): reason`) and files that cannot be read.
     pub fn errors(&self) -> Vec<(PathBuf, String)> {
         self.shared
             .state()
             .files
             .iter()
-            .filter_map(|(path, f)| f.error.clone().map(|e| (path.clone(), e)))
+            .flat_map(|(path, f)| {
+                f.errors
+                    .iter()
+                    .chain(&f.unreadable)
+                    .map(move |e| (path.clone(), e.clone()))
+            })
             .collect()
     }
 
@@ -196,61 +263,143 @@ impl Shared {
             let entry = self.read_file(&path, previous);
             files.insert(path, entry);
         }
-        state.files = files;
+        let mut scopes = Scopes::default();
+        for doc in files.values().flat_map(|f| &f.docs) {
+            if let Some(defined) = &doc.defines {
+                scopes.define(defined);
+            }
+        }
 
         // The folder's desired state: the union of every file's objects. The first file (in
         // path order) that defines an object wins.
-        let mut desired: BTreeMap<(Gvk, String), (&PathBuf, &Written)> = BTreeMap::new();
-        for (path, entry) in &state.files {
-            for written in &entry.objects {
-                match desired.entry((written.gvk.clone(), written.key.clone())) {
+        let mut desired: BTreeMap<Id, Want> = BTreeMap::new();
+        let mut duplicates = BTreeSet::new();
+        for (path, entry) in &mut files {
+            let ids: Vec<Id> = entry.docs.iter().map(|d| id(&scopes, d)).collect();
+            entry.kept = if entry.broken() {
+                let now: BTreeSet<&Id> = ids.iter().collect();
+                entry
+                    .owned
+                    .iter()
+                    .filter(|id| !now.contains(id))
+                    .cloned()
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            entry.owned = ids.iter().chain(&entry.kept).cloned().collect();
+            let wants = ids
+                .into_iter()
+                .enumerate()
+                .map(|(i, id)| (id, Want::Doc(path.clone(), i)))
+                .chain(
+                    entry
+                        .kept
+                        .iter()
+                        .map(|id| (id.clone(), Want::Keep(path.clone()))),
+                );
+            for (id, want) in wants {
+                match desired.entry(id) {
                     btree_map::Entry::Vacant(v) => {
-                        v.insert((path, written));
+                        v.insert(want);
                     }
-                    btree_map::Entry::Occupied(o) => tracing::warn!(
-                        file = %path.display(),
-                        first = %o.get().0.display(),
-                        resource = %written.gvk,
-                        key = %written.key,
-                        "object defined twice; using the first file's definition"
-                    ),
+                    btree_map::Entry::Occupied(o) => {
+                        duplicates.insert((o.key().clone(), path.clone()));
+                    }
                 }
             }
         }
-        let desired: Vec<((Gvk, String), PathBuf, Written)> = desired
-            .into_iter()
-            .map(|(id, (path, w))| (id, path.clone(), w.clone()))
-            .collect();
+        state.files = files;
+        for (id, path) in duplicates.difference(&state.duplicates) {
+            let first = desired.get(id).map(Want::path);
+            tracing::warn!(
+                file = %path.display(),
+                first = %first.map_or(String::new(), |p| p.display().to_string()),
+                resource = %id.0, key = %id.1,
+                "object defined twice; using the first file's definition"
+            );
+        }
+        for (id, path) in state.duplicates.difference(&duplicates) {
+            tracing::info!(file = %path.display(), resource = %id.0, key = %id.1, "object no longer defined twice");
+        }
+        state.duplicates = duplicates;
 
-        let mut events: Vec<(Gvk, SourceEvent)> = Vec::new();
-        let mut live = std::collections::BTreeSet::new();
-        for (id, path, written) in desired {
-            live.insert(id.clone());
-            if state
-                .objects
-                .get(&id)
-                .is_some_and(|r| r.text == written.text)
-            {
-                continue;
-            }
-            state.version += 1;
-            let version = state.version;
-            match self.materialize(written.value, version) {
-                Ok(object) => {
-                    let object = Arc::new(object);
-                    events.push((id.0.clone(), SourceEvent::Applied(object.clone())));
-                    state.objects.insert(
-                        id,
-                        Reported {
-                            text: written.text,
-                            object,
-                        },
-                    );
+        // What changed, read again from its file (one read per file).
+        let mut live = BTreeSet::new();
+        let mut changed: BTreeMap<PathBuf, Vec<(Id, usize)>> = BTreeMap::new();
+        for (id, want) in desired {
+            match want {
+                Want::Keep(_) => {
+                    if state.objects.contains_key(&id) {
+                        live.insert(id);
+                    }
                 }
-                Err(e) => tracing::error!(file = %path.display(), key = %id.1, "{e}"),
+                Want::Doc(path, i) => {
+                    let doc = &state.files[&path].docs[i];
+                    let same = state
+                        .objects
+                        .get(&id)
+                        .is_some_and(|r| r.digest == doc.digest);
+                    if !same {
+                        changed.entry(path).or_default().push((id.clone(), i));
+                    }
+                    live.insert(id);
+                }
             }
         }
-        let gone: Vec<(Gvk, String)> = state
+        let mut events: Vec<(Gvk, SourceEvent)> = Vec::new();
+        let State {
+            files,
+            objects,
+            version,
+            ..
+        } = &mut *state;
+        for (path, wanted) in changed {
+            let Some(entry) = files.get_mut(&path) else {
+                continue;
+            };
+            let hash = entry.hash;
+            // Read again only when an object parsed in an earlier scan is needed now.
+            let mut again: Option<Option<Vec<parse::Item>>> = None;
+            for (id, i) in wanted {
+                let doc = &mut entry.docs[i];
+                let value = match doc.json.take() {
+                    Some(json) => serde_json::from_str::<Value>(&json).ok(),
+                    None => again
+                        .get_or_insert_with(|| self.read_again(&path, hash))
+                        .as_mut()
+                        .and_then(|items| items.get_mut(doc.item))
+                        .and_then(|item| item.value.as_mut().ok())
+                        .map(std::mem::take),
+                };
+                let Some(value) = value else {
+                    // Changed since it was read: the watcher reports it and the next scan
+                    // takes it; until then what was reported stays.
+                    if !objects.contains_key(&id) {
+                        live.remove(&id);
+                    }
+                    continue;
+                };
+                *version += 1;
+                match self.materialize(value, id_namespace(&id), *version) {
+                    Ok(object) => {
+                        let object = Arc::new(object);
+                        events.push((id.0.clone(), SourceEvent::Applied(object.clone())));
+                        let digest = doc.digest;
+                        objects.insert(id, Reported { digest, object });
+                    }
+                    Err(e) => {
+                        tracing::error!(file = %path.display(), key = %id.1, "{e}");
+                        live.remove(&id);
+                    }
+                }
+            }
+        }
+        // Only what the cache needs stays: a digest per object, no text.
+        for doc in files.values_mut().flat_map(|f| &mut f.docs) {
+            doc.json = None;
+        }
+        let gone: Vec<Id> = state
             .objects
             .keys()
             .filter(|id| !live.contains(*id))
@@ -268,65 +417,146 @@ impl Shared {
         }
     }
 
+    /// Reads `path` and, when its content changed, parses it into its objects. A problem
+    /// is logged when it appears and when it clears, not at every scan.
     fn read_file(&self, path: &Path, previous: Option<FileEntry>) -> FileEntry {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
+        let read = std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                let hash = digest(&bytes);
+                String::from_utf8(bytes)
+                    .map(|text| (hash, text))
+                    .map_err(|_| "not UTF-8 text".to_owned())
+            });
+        let (hash, text) = match read {
+            Ok(read) => read,
             Err(e) => {
-                // Vanished between listing and reading, or unreadable: keep what we had.
-                tracing::error!(file = %path.display(), "cannot read manifest: {e}");
-                return previous.unwrap_or(FileEntry {
-                    text: String::new(),
-                    objects: Vec::new(),
-                    error: Some(e.to_string()),
-                });
+                // Unreadable (or vanished between listing and reading): keep what we had.
+                let mut entry = previous.unwrap_or_default();
+                if entry.unreadable.as_ref() != Some(&e) {
+                    tracing::error!(file = %path.display(), "cannot read manifest, keeping its objects: {e}");
+                }
+                entry.unreadable = Some(e);
+                return entry;
             }
         };
         let previous = match previous {
-            Some(unchanged) if unchanged.text == text => return unchanged,
+            Some(unchanged) if unchanged.hash == hash && unchanged.unreadable.is_none() => {
+                return unchanged;
+            }
+            Some(mut entry) if entry.hash == hash => {
+                tracing::info!(file = %path.display(), "manifest readable again");
+                entry.unreadable = None;
+                return entry;
+            }
             other => other,
         };
-        match parse_manifest(path, &text, &self.transform) {
-            Ok(objects) => FileEntry {
-                text,
-                objects,
-                error: None,
-            },
-            Err(error) => {
-                tracing::error!(
-                    file = %path.display(),
-                    "invalid manifest, keeping its last good objects ({}): {error}",
-                    previous.as_ref().map_or(0, |p| p.objects.len())
-                );
-                FileEntry {
-                    text,
-                    objects: previous.map(|p| p.objects).unwrap_or_default(),
-                    error: Some(error),
+        let json = path.extension().is_some_and(|e| e == "json");
+        let mut docs = Vec::new();
+        let mut errors = Vec::new();
+        for (item, parsed) in parse::items(&text, json).into_iter().enumerate() {
+            match parsed.value.and_then(|v| self.doc(v, item)) {
+                Ok(doc) => docs.push(doc),
+                Err(e) => {
+                    tracing::error!(file = %path.display(), "{}: {e}", parsed.place);
+                    errors.push(format!("{}: {e}", parsed.place));
                 }
             }
         }
+        if errors.is_empty() && previous.as_ref().is_some_and(FileEntry::broken) {
+            tracing::info!(file = %path.display(), "manifest valid again");
+        }
+        FileEntry {
+            hash,
+            docs,
+            errors,
+            unreadable: None,
+            kept: Vec::new(),
+            owned: previous.map(|p| p.owned).unwrap_or_default(),
+        }
     }
 
-    /// Adds the folder's resource version (and a derived uid when absent) and builds the object.
+    /// The items of `path` when its content still has the digest `hash`.
+    fn read_again(&self, path: &Path, hash: Digest32) -> Option<Vec<parse::Item>> {
+        let bytes = std::fs::read(path).ok()?;
+        if digest(&bytes) != hash {
+            return None;
+        }
+        let text = String::from_utf8(bytes).ok()?;
+        Some(parse::items(
+            &text,
+            path.extension().is_some_and(|e| e == "json"),
+        ))
+    }
+
+    /// Checks one item is an object the folder can hold, and remembers it by digest.
+    fn doc(&self, mut value: Value, item: usize) -> Result<Doc, String> {
+        if let Some(Value::Object(meta)) = value.get_mut("metadata") {
+            // The folder plays the API server: it sets resource versions itself.
+            meta.remove("resourceVersion");
+            if !meta.contains_key("name") && meta.contains_key("generateName") {
+                return Err("metadata.generateName without metadata.name: the folder cannot generate names (kubectl apply cannot either); give the object a name".into());
+            }
+        }
+        let defines = scope::Defined::from_crd(&value);
+        let object = KubeObject::from_value(value, &self.transform).map_err(|e| e.to_string())?;
+        Ok(Doc {
+            digest: digest(object.json.as_bytes()),
+            gvk: object.gvk,
+            namespace: object.namespace,
+            name: object.name,
+            item,
+            defines,
+            json: Some(object.json),
+        })
+    }
+
+    /// Places the object in `namespace` (its scope decided it), adds the folder's resource
+    /// version (and a derived uid when absent) and builds it.
     fn materialize(
         &self,
         mut value: Value,
+        namespace: Option<&str>,
         version: u64,
     ) -> Result<KubeObject, crate::object::ObjectError> {
         let identity = format!(
             "{}/{}/{}/{}",
             value_str(&value, "/apiVersion"),
             value_str(&value, "/kind"),
-            value_str(&value, "/metadata/namespace"),
+            namespace.unwrap_or(""),
             value_str(&value, "/metadata/name")
         );
+        let kind = value_str(&value, "/kind").to_owned();
         if let Some(Value::Object(meta)) = value.get_mut("metadata") {
-            meta.entry("resourceVersion")
-                .or_insert_with(|| Value::String(version.to_string()));
+            match namespace {
+                Some(ns) => {
+                    meta.insert("namespace".into(), Value::String(ns.to_owned()));
+                }
+                None => {
+                    if let Some(Value::String(written)) = meta.remove("namespace")
+                        && !written.is_empty()
+                    {
+                        tracing::warn!(namespace = %written, "{kind} is cluster-scoped: the namespace written for it is ignored");
+                    }
+                }
+            }
+            meta.insert("resourceVersion".into(), Value::String(version.to_string()));
             meta.entry("uid")
                 .or_insert_with(|| Value::String(derived_uid(&identity)));
         }
         KubeObject::from_value(value, &self.transform)
     }
+}
+
+/// Where `doc` lands: its type and key, after the scope rules.
+fn id(scopes: &Scopes, doc: &Doc) -> Id {
+    let namespace = scopes.namespace(&doc.gvk, doc.namespace.as_deref());
+    (doc.gvk.clone(), object_key(namespace, &doc.name))
+}
+
+/// The namespace part of an object's key.
+fn id_namespace(id: &Id) -> Option<&str> {
+    id.1.split_once('/').map(|(ns, _)| ns)
 }
 
 fn value_str<'a>(value: &'a Value, pointer: &str) -> &'a str {
@@ -395,54 +625,8 @@ fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
     (out, skipped)
 }
 
-/// Parses one file into its objects; an error names the document and the reason.
-fn parse_manifest(path: &Path, text: &str, transform: &Transform) -> Result<Vec<Written>, String> {
-    let documents: Vec<Value> = if path.extension().is_some_and(|e| e == "json") {
-        vec![serde_json::from_str(text).map_err(|e| e.to_string())?]
-    } else {
-        let mut docs = Vec::new();
-        for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-            let value: Value = serde::Deserialize::deserialize(doc)
-                .map_err(|e| format!("document {}: {e}", i + 1))?;
-            docs.push(value);
-        }
-        docs
-    };
-    let mut objects = Vec::new();
-    for (i, doc) in documents.into_iter().enumerate() {
-        let items = match doc {
-            Value::Null => continue,
-            Value::Object(mut map) if is_list(&map) => match map.remove("items") {
-                Some(Value::Array(items)) => items,
-                _ => Vec::new(),
-            },
-            other => vec![other],
-        };
-        for item in items {
-            let object = KubeObject::from_value(item.clone(), transform)
-                .map_err(|e| format!("document {}: {e}", i + 1))?;
-            let mut value = item;
-            if let Value::Object(map) = &mut value {
-                transform.apply(map);
-            }
-            objects.push(Written {
-                gvk: object.gvk,
-                key: object.key,
-                text: object.json.into_string(),
-                value,
-            });
-        }
-    }
-    Ok(objects)
-}
-
-/// True for `kind: List` (or any `*List`) documents with an `items` array.
-fn is_list(map: &serde_json::Map<String, Value>) -> bool {
-    map.get("kind")
-        .and_then(Value::as_str)
-        .is_some_and(|k| k.ends_with("List"))
-        && map.get("items").is_some_and(Value::is_array)
-}
+mod parse;
+mod scope;
 
 #[cfg(test)]
 mod tests;

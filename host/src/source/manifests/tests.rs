@@ -3,6 +3,8 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use super::*;
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: NAME\n  namespace: ns\ndata:\n  k: VALUE\n";
@@ -253,4 +255,201 @@ fn special_files_are_never_opened_and_symlink_loops_are_read_once() {
     assert_eq!(skipped.len(), 1);
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("reads");
     assert_eq!(folder.len(), 2);
+}
+
+/// The log lines `f` writes (info and above), as text.
+fn logged(f: impl FnOnce()) -> Vec<String> {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = buf.0.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn open(dir: &Path) -> ManifestFolder {
+    ManifestFolder::snapshot(dir, Transform::default()).expect("open")
+}
+
+/// The objects a fresh watch of `gvk` lists, as `namespace/name` keys.
+fn keys(folder: &ManifestFolder, gvk: &Gvk) -> Vec<String> {
+    let mut events = folder.watch(gvk);
+    let mut keys = Vec::new();
+    while let Some(Some(e)) = events.next().now_or_never() {
+        if let SourceEvent::Listed(o) = e {
+            keys.push(o.key.clone());
+        }
+    }
+    keys
+}
+
+#[test]
+fn an_edit_is_seen_even_when_the_file_sets_a_resource_version() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("a.yaml");
+    let with_rv = |value: &str| {
+        cm("a", value).replace("  name: a\n", "  name: a\n  resourceVersion: \"5\"\n")
+    };
+    fs::write(&file, with_rv("1")).expect("write");
+    let folder = open(dir.path());
+    let mut events = folder.watch(&configmaps());
+    assert_eq!(ready(&mut events), ["list[a]"]);
+    fs::write(&file, with_rv("2")).expect("write");
+    folder.rescan();
+    assert_eq!(ready(&mut events), ["apply a"]);
+    let cached = folder
+        .shared
+        .state()
+        .objects
+        .values()
+        .next()
+        .map(|r| r.object.clone());
+    let cached = cached.expect("a");
+    assert!(cached.json.contains(r#""k":2"#), "{}", cached.json);
+    assert_ne!(
+        cached.resource_version, "5",
+        "the folder sets versions itself"
+    );
+}
+
+#[test]
+fn a_bad_document_costs_only_itself_and_is_named() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let task = "apiVersion: tekton.dev/v1\nkind: Task\nmetadata:\n  name: build\n  namespace: ci\n";
+    let run = "apiVersion: tekton.dev/v1\nkind: PipelineRun\nmetadata:\n  generateName: build-\n  namespace: ci\n";
+    let dup = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: d\n  name: e\n";
+    fs::write(
+        dir.path().join("ci.yaml"),
+        format!("{task}---\n{run}---\n{dup}---\n{}", cm("ok", "1")),
+    )
+    .expect("write");
+    let folder = open(dir.path());
+    assert_eq!(
+        keys(&folder, &Gvk::new("tekton.dev", "v1", "Task")),
+        ["ci/build"]
+    );
+    assert_eq!(keys(&folder, &configmaps()), ["ns/ok"]);
+    let errors: Vec<String> = folder
+        .errors()
+        .into_iter()
+        .map(|(p, e)| {
+            assert!(p.ends_with("ci.yaml"));
+            e
+        })
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].starts_with("document 2 (line 7): ") && errors[0].contains("generateName"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("document 3 (line 13): ") && errors[1].contains("name"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn namespaces_are_placed_as_kubectl_places_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        dir.path().join("a.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: no-ns}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team, namespace: wrong}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g, namespace: here}\n",
+    )
+    .expect("write");
+    let folder = open(dir.path());
+    assert_eq!(keys(&folder, &configmaps()), ["default/no-ns"]);
+    let lines = logged(|| folder.rescan());
+    assert!(
+        lines.is_empty(),
+        "nothing changed, nothing logged: {lines:?}"
+    );
+    assert_eq!(keys(&folder, &Gvk::new("", "v1", "Namespace")), ["team"]);
+    let widgets = Gvk::new("example.com", "v1", "Widget");
+    let gadgets = Gvk::new("example.com", "v1", "Gadget");
+    // Unknown kinds are taken as written.
+    assert_eq!(keys(&folder, &widgets), ["w"]);
+    assert_eq!(keys(&folder, &gadgets), ["here/g"]);
+    // Definitions in the folder decide: Widget namespaced, Gadget cluster-scoped.
+    let crd = |kind: &str, scope: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {kind}s.example.com}}\nspec:\n  group: example.com\n  scope: {scope}\n  names: {{kind: {kind}, plural: {kind}s}}\n"
+        )
+    };
+    fs::write(
+        dir.path().join("crds.yaml"),
+        format!(
+            "{}---\n{}",
+            crd("Widget", "Namespaced"),
+            crd("Gadget", "Cluster")
+        ),
+    )
+    .expect("write");
+    let mut watch = folder.watch(&widgets);
+    ready(&mut watch);
+    let lines = logged(|| folder.rescan());
+    assert_eq!(ready(&mut watch), ["apply w", "delete w"]);
+    assert_eq!(keys(&folder, &widgets), ["default/w"]);
+    assert_eq!(keys(&folder, &gadgets), ["g"]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("Gadget is cluster-scoped") && l.contains("here")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn problems_are_logged_when_they_appear_and_when_they_clear() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");
+    fs::write(dir.path().join("b.yaml"), cm("a", "2")).expect("write");
+    fs::write(dir.path().join("c.yaml"), "kind: [oops\n").expect("write");
+    let mut folder = None;
+    let first = logged(|| folder = Some(open(dir.path())));
+    let folder = folder.expect("open");
+    let count = |lines: &[String], text: &str| lines.iter().filter(|l| l.contains(text)).count();
+    assert_eq!(count(&first, "defined twice"), 1, "{first:?}");
+    assert_eq!(count(&first, "c.yaml"), 1, "{first:?}");
+    let again = logged(|| folder.rescan());
+    assert!(
+        again.is_empty(),
+        "an unchanged folder logs nothing: {again:?}"
+    );
+    fs::remove_file(dir.path().join("b.yaml")).expect("remove");
+    fs::write(dir.path().join("c.yaml"), cm("c", "1")).expect("write");
+    let cleared = logged(|| folder.rescan());
+    assert_eq!(count(&cleared, "no longer defined twice"), 1, "{cleared:?}");
+    assert_eq!(count(&cleared, "valid again"), 1, "{cleared:?}");
+}
+
+#[test]
+fn empty_files_hold_no_objects_in_either_format() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(dir.path().join("a.json"), "").expect("write");
+    fs::write(dir.path().join("b.yaml"), "").expect("write");
+    fs::write(dir.path().join("c.json"), "\u{feff}").expect("write");
+    let folder = open(dir.path());
+    assert!(folder.errors().is_empty(), "{:?}", folder.errors());
+    assert!(folder.is_empty());
 }

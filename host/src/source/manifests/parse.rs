@@ -1,0 +1,221 @@
+//! Manifest files into documents, the way kubectl reads them: YAML streams split on `---`
+//! lines (each document on its own, so one bad document costs only itself), JSON files as a
+//! stream of values, `kind: List` expanded. Scalars resolve as kubectl's YAML reader resolves
+//! them (`0644` is octal, `yes` and `on` are booleans, `<<` merges), and a key written twice
+//! in one mapping is an error naming it.
+//!
+//! One known difference: in a flow sequence, a plain scalar ending in `:` just before `]` or
+//! `,` (`[fd00::]`) is read the YAML 1.2 way, as a one-entry mapping; quote such values.
+
+use serde_json::Value;
+
+/// One object (or the reason it is not one) at a place in a file.
+#[derive(Debug)]
+pub struct Item {
+    /// Where it is: `document N (line L)`, with `item M` inside a list.
+    pub place: String,
+    /// The object, or why the document or item could not be read.
+    pub value: Result<Value, String>,
+}
+
+/// Every item of a manifest file's text, in order; `json` picks the JSON reader.
+pub fn items(text: &str, json: bool) -> Vec<Item> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let documents = if json {
+        json_documents(text)
+    } else {
+        yaml_documents(text)
+    };
+    let mut out = Vec::new();
+    for (n, (line, parsed)) in documents.into_iter().enumerate() {
+        let place = format!("document {} (line {line})", n + 1);
+        match parsed {
+            Ok(Value::Null) => {}
+            Ok(Value::Object(mut map)) if is_list(&map) => {
+                let Some(Value::Array(list)) = map.remove("items") else {
+                    continue;
+                };
+                for (m, item) in list.into_iter().enumerate() {
+                    out.push(Item {
+                        place: format!("{place} item {}", m + 1),
+                        value: Ok(item),
+                    });
+                }
+            }
+            Ok(value) => out.push(Item {
+                place,
+                value: Ok(value),
+            }),
+            Err(e) => out.push(Item {
+                place,
+                value: Err(e),
+            }),
+        }
+    }
+    out
+}
+
+/// The JSON values of `text` one after another, each with its first line; reading stops at
+/// the first error (JSON has no separator to resume at).
+fn json_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
+    let mut out = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    loop {
+        let start = stream.byte_offset();
+        let line = line_of(text, start);
+        match stream.next() {
+            None => return out,
+            Some(Ok(value)) => out.push((line, Ok(value))),
+            Some(Err(e)) => {
+                out.push((line, Err(e.to_string())));
+                return out;
+            }
+        }
+    }
+}
+
+/// The line number (from 1) of the first non-blank character at or after `offset`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let rest = text.get(offset..).unwrap_or("");
+    let skipped = rest.len() - rest.trim_start().len();
+    text[..offset + skipped].matches('\n').count() + 1
+}
+
+/// The YAML documents of `text`, split on separator lines as kubectl's reader does, each
+/// parsed on its own. Documents holding only comments or blanks are left out.
+fn yaml_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
+    let mut out = Vec::new();
+    for (line, chunk) in split_documents(text) {
+        if chunk
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            continue;
+        }
+        let parsed = serde_saphyr::from_str_with_options::<Value>(chunk, yaml_options())
+            .map_err(|e| yaml_error(&e, line));
+        out.push((line, parsed));
+    }
+    out
+}
+
+/// Splits at lines that are `---`, alone or followed by blanks or a comment. Each piece
+/// comes with the line (from 1) it starts on.
+fn split_documents(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let (mut start, mut start_line, mut offset) = (0, 1, 0);
+    for (n, line) in text.split_inclusive('\n').enumerate() {
+        if let Some(rest) = line.strip_prefix("---") {
+            let rest = rest.trim();
+            if rest.is_empty() || rest.starts_with('#') {
+                out.push((start_line, &text[start..offset]));
+                start = offset + line.len();
+                start_line = n + 2;
+            }
+        }
+        offset += line.len();
+    }
+    out.push((start_line, &text[start..]));
+    out
+}
+
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    options.merge_keys = serde_saphyr::MergeKeyPolicy::Merge;
+    options.legacy_octal_numbers = true;
+    options
+}
+
+/// The parser's message with its line moved from the document's to the file's.
+fn yaml_error(e: &serde_saphyr::Error, first_line: usize) -> String {
+    let message = e.to_string();
+    // The parser counts lines within the document; say where that is in the file.
+    let message = message.lines().next().unwrap_or("").trim().to_owned();
+    match e.location() {
+        Some(at) => format!(
+            "{message} (line {})",
+            first_line + usize::try_from(at.line()).unwrap_or(1) - 1
+        ),
+        None => message,
+    }
+}
+
+/// True for `kind: List` (or any `*List`) documents with an `items` array.
+fn is_list(map: &serde_json::Map<String, Value>) -> bool {
+    map.get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"))
+        && map.get("items").is_some_and(Value::is_array)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn values(text: &str) -> Vec<Result<Value, String>> {
+        items(text, false).into_iter().map(|i| i.value).collect()
+    }
+
+    #[test]
+    fn one_bad_document_costs_only_itself() {
+        let text = "a: 1\n---\nb: [oops\n--- # a comment\nc: 3\n";
+        let items = items(text, false);
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[0].value, Ok(json!({"a": 1})));
+        assert!(items[1].value.is_err());
+        assert_eq!(items[1].place, "document 2 (line 3)");
+        assert_eq!(items[2].value, Ok(json!({"c": 3})));
+        assert_eq!(items[2].place, "document 3 (line 5)");
+    }
+
+    #[test]
+    fn scalars_resolve_as_kubectl_resolves_them() {
+        let text = "base: &b {x: 1, y: 2}\nderived:\n  <<: *b\n  y: 3\nflag: yes\nips: [1.2.3.4, 2001:db8::1]\nmode: 0755\nport: 8080\n";
+        assert_eq!(
+            values(text),
+            [Ok(json!({
+                "base": {"x": 1, "y": 2},
+                "derived": {"x": 1, "y": 3},
+                "flag": true,
+                "ips": ["1.2.3.4", "2001:db8::1"],
+                "mode": 0o755,
+                "port": 8080,
+            }))]
+        );
+    }
+
+    #[test]
+    fn a_duplicate_key_is_an_error_naming_it_and_its_line() {
+        let [Err(e)] = &values("---\nmetadata:\n  name: a\n  name: b\n")[..] else {
+            panic!("one error");
+        };
+        assert!(e.contains("name"), "{e}");
+        assert!(e.contains("line 4"), "{e}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_and_empty_files_are_fine() {
+        assert_eq!(values("\u{feff}a: 1\n"), [Ok(json!({"a": 1}))]);
+        assert!(items("", true).is_empty());
+        assert!(items(" \n", true).is_empty());
+        assert!(items("# nothing\n---\n", false).is_empty());
+    }
+
+    #[test]
+    fn json_streams_and_lists_are_expanded() {
+        let list = r#"{"kind": "List", "items": [{"a": 1}, {"b": 2}]}
+{"c": 3}"#;
+        let items = items(list, true);
+        let places: Vec<&str> = items.iter().map(|i| i.place.as_str()).collect();
+        assert_eq!(
+            places,
+            [
+                "document 1 (line 1) item 1",
+                "document 1 (line 1) item 2",
+                "document 2 (line 2)"
+            ]
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! Which kinds are namespaced, as kubectl would learn it from the API server: the built-in
+//! types, and the CustomResourceDefinitions found in the folder. A namespaced object written
+//! without a namespace lands in `default`; a cluster-scoped one loses the namespace it was
+//! given; a kind neither built in nor defined in the folder is taken as written.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::gvk::Gvk;
+
+/// Where a namespaced object written without a namespace lands, as with kubectl.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The API groups the API server serves itself (a kind in one of them is built in).
+const BUILTIN_GROUPS: &[&str] = &[
+    "",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
+/// The built-in cluster-scoped kinds (Kubernetes 1.34), by group; every other built-in kind
+/// is namespaced.
+const CLUSTER_SCOPED: &[(&str, &str)] = &[
+    ("", "ComponentStatus"),
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    ("authentication.k8s.io", "SelfSubjectReview"),
+    ("authentication.k8s.io", "TokenReview"),
+    ("authorization.k8s.io", "SelfSubjectAccessReview"),
+    ("authorization.k8s.io", "SelfSubjectRulesReview"),
+    ("authorization.k8s.io", "SubjectAccessReview"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("certificates.k8s.io", "ClusterTrustBundle"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    ("internal.apiserver.k8s.io", "StorageVersion"),
+    ("networking.k8s.io", "IPAddress"),
+    ("networking.k8s.io", "IngressClass"),
+    ("networking.k8s.io", "ServiceCIDR"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "DeviceTaintRule"),
+    ("resource.k8s.io", "ResourceSlice"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"),
+    ("storagemigration.k8s.io", "StorageVersionMigration"),
+];
+
+/// Whether a kind's objects live in a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// In a namespace (`default` when none is written).
+    Namespaced,
+    /// Not in any namespace (a written one is ignored).
+    Cluster,
+    /// Neither built in nor defined in the folder: taken as written.
+    Unknown,
+}
+
+/// A kind a CustomResourceDefinition in the folder defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defined {
+    /// `spec.group`.
+    pub group: String,
+    /// `spec.names.kind`.
+    pub kind: String,
+    /// `spec.scope` is `Cluster`.
+    pub cluster: bool,
+}
+
+impl Defined {
+    /// What `value` defines, when it is a CustomResourceDefinition.
+    pub fn from_crd(value: &Value) -> Option<Self> {
+        let text = |p: &str| value.pointer(p).and_then(Value::as_str);
+        let api_version = text("/apiVersion")?;
+        if text("/kind")? != "CustomResourceDefinition"
+            || !api_version.starts_with("apiextensions.k8s.io/")
+        {
+            return None;
+        }
+        Some(Self {
+            group: text("/spec/group")?.to_owned(),
+            kind: text("/spec/names/kind")?.to_owned(),
+            cluster: text("/spec/scope")? == "Cluster",
+        })
+    }
+}
+
+/// The scope of every kind the folder can hold.
+#[derive(Debug, Default)]
+pub struct Scopes {
+    defined: HashMap<(String, String), bool>,
+}
+
+impl Scopes {
+    /// Adds a kind a CustomResourceDefinition in the folder defines.
+    pub fn define(&mut self, d: &Defined) {
+        self.defined
+            .insert((d.group.clone(), d.kind.clone()), d.cluster);
+    }
+
+    /// The scope of `gvk`.
+    pub fn of(&self, gvk: &Gvk) -> Scope {
+        if BUILTIN_GROUPS.contains(&gvk.group.as_str()) {
+            return if CLUSTER_SCOPED.contains(&(gvk.group.as_str(), gvk.kind.as_str())) {
+                Scope::Cluster
+            } else {
+                Scope::Namespaced
+            };
+        }
+        match self.defined.get(&(gvk.group.clone(), gvk.kind.clone())) {
+            Some(true) => Scope::Cluster,
+            Some(false) => Scope::Namespaced,
+            None => Scope::Unknown,
+        }
+    }
+
+    /// The namespace an object of `gvk` written with `namespace` lands in.
+    pub fn namespace<'a>(&self, gvk: &Gvk, namespace: Option<&'a str>) -> Option<&'a str> {
+        match self.of(gvk) {
+            Scope::Cluster => None,
+            Scope::Namespaced => Some(namespace.unwrap_or(DEFAULT_NAMESPACE)),
+            Scope::Unknown => namespace,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::any::TypeId;
+
+    use k8s_openapi::{ClusterResourceScope, Resource};
+
+    use super::*;
+
+    /// The table agrees with k8s-openapi's scope of the type.
+    fn agrees<T: Resource + 'static>() {
+        let cluster = TypeId::of::<T::Scope>() == TypeId::of::<ClusterResourceScope>();
+        let gvk = Gvk::new(T::GROUP, T::VERSION, T::KIND);
+        let expected = if cluster {
+            Scope::Cluster
+        } else {
+            Scope::Namespaced
+        };
+        assert_eq!(Scopes::default().of(&gvk), expected, "{gvk}");
+    }
+
+    #[test]
+    fn built_in_scopes_agree_with_k8s_openapi() {
+        use k8s_openapi::api::{
+            admissionregistration::v1 as adm, apps::v1 as apps, batch::v1 as batch,
+            certificates::v1 as cert, coordination::v1 as coord, core::v1 as core,
+            discovery::v1 as disc, events::v1 as events, flowcontrol::v1 as flow,
+            networking::v1 as net, node::v1 as node, policy::v1 as policy, rbac::v1 as rbac,
+            resource::v1 as res, scheduling::v1 as sched, storage::v1 as storage,
+        };
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+        use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as reg;
+        agrees::<core::Namespace>();
+        agrees::<core::Node>();
+        agrees::<core::PersistentVolume>();
+        agrees::<core::ComponentStatus>();
+        agrees::<core::Pod>();
+        agrees::<core::ConfigMap>();
+        agrees::<core::Secret>();
+        agrees::<core::Service>();
+        agrees::<core::PersistentVolumeClaim>();
+        agrees::<apps::Deployment>();
+        agrees::<batch::CronJob>();
+        agrees::<policy::PodDisruptionBudget>();
+        agrees::<coord::Lease>();
+        agrees::<disc::EndpointSlice>();
+        agrees::<events::Event>();
+        agrees::<adm::MutatingWebhookConfiguration>();
+        agrees::<adm::ValidatingWebhookConfiguration>();
+        agrees::<adm::ValidatingAdmissionPolicy>();
+        agrees::<adm::ValidatingAdmissionPolicyBinding>();
+        agrees::<ext::CustomResourceDefinition>();
+        agrees::<reg::APIService>();
+        agrees::<cert::CertificateSigningRequest>();
+        agrees::<flow::FlowSchema>();
+        agrees::<flow::PriorityLevelConfiguration>();
+        agrees::<net::IngressClass>();
+        agrees::<net::IPAddress>();
+        agrees::<net::ServiceCIDR>();
+        agrees::<net::Ingress>();
+        agrees::<net::NetworkPolicy>();
+        agrees::<node::RuntimeClass>();
+        agrees::<rbac::ClusterRole>();
+        agrees::<rbac::ClusterRoleBinding>();
+        agrees::<rbac::Role>();
+        agrees::<rbac::RoleBinding>();
+        agrees::<res::DeviceClass>();
+        agrees::<res::ResourceSlice>();
+        agrees::<res::ResourceClaim>();
+        agrees::<sched::PriorityClass>();
+        agrees::<storage::CSIDriver>();
+        agrees::<storage::CSINode>();
+        agrees::<storage::StorageClass>();
+        agrees::<storage::VolumeAttachment>();
+        agrees::<storage::VolumeAttributesClass>();
+    }
+
+    #[test]
+    fn custom_kinds_take_their_scope_from_a_definition_in_the_folder() {
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "clusterissuers.cert-manager.io"},
+            "spec": {"group": "cert-manager.io", "scope": "Cluster",
+                     "names": {"kind": "ClusterIssuer", "plural": "clusterissuers"}},
+        });
+        let issuer = Gvk::new("cert-manager.io", "v1", "ClusterIssuer");
+        let mut scopes = Scopes::default();
+        assert_eq!(scopes.of(&issuer), Scope::Unknown);
+        assert_eq!(scopes.namespace(&issuer, Some("x")), Some("x"));
+        scopes.define(&Defined::from_crd(&crd).expect("a definition"));
+        assert_eq!(scopes.namespace(&issuer, Some("x")), None);
+        let pod = Gvk::new("", "v1", "Pod");
+        assert_eq!(scopes.namespace(&pod, None), Some("default"));
+        // A look-alike group is not built in.
+        let gateway = Gvk::new("gateway.networking.k8s.io", "v1", "GatewayClass");
+        assert_eq!(scopes.of(&gateway), Scope::Unknown);
+    }
+}
