@@ -23,3 +23,4 @@ pub mod serve;
 pub mod source;
 pub mod wasm;
 pub mod watch;
+pub mod yaml;

@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 13] = [
+const LAYERS: [&str; 14] = [
     "gvk",
+    "yaml",
     "object",
     "histogram",
     "watch",

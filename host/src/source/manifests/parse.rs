@@ -92,8 +92,7 @@ fn yaml_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
         {
             continue;
         }
-        let parsed = serde_saphyr::from_str_with_options::<Value>(chunk, yaml_options())
-            .map_err(|e| yaml_error(&e, line));
+        let parsed = crate::yaml::from_str_at::<Value>(chunk, line);
         out.push((line, parsed));
     }
     out
@@ -117,28 +116,6 @@ fn split_documents(text: &str) -> Vec<(usize, &str)> {
     }
     out.push((start_line, &text[start..]));
     out
-}
-
-fn yaml_options() -> serde_saphyr::Options {
-    let mut options = serde_saphyr::Options::default();
-    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
-    options.merge_keys = serde_saphyr::MergeKeyPolicy::Merge;
-    options.legacy_octal_numbers = true;
-    options
-}
-
-/// The parser's message with its line moved from the document's to the file's.
-fn yaml_error(e: &serde_saphyr::Error, first_line: usize) -> String {
-    let message = e.to_string();
-    // The parser counts lines within the document; say where that is in the file.
-    let message = message.lines().next().unwrap_or("").trim().to_owned();
-    match e.location() {
-        Some(at) => format!(
-            "{message} (line {})",
-            first_line + usize::try_from(at.line()).unwrap_or(1) - 1
-        ),
-        None => message,
-    }
 }
 
 /// True for `kind: List` (or any `*List`) documents with an `items` array.
