@@ -15,6 +15,17 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 
+/// Why an attempt on the Lease failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ElectionError {
+    /// The API server refused or failed the request.
+    #[error("{0}")]
+    Api(kube::Error),
+    /// The API server did not answer in time.
+    #[error("no answer from the API server within {0:?}")]
+    NoAnswer(Duration),
+}
+
 /// Timing and naming of an election.
 #[derive(Debug, Clone)]
 pub struct ElectionConfig {
@@ -88,6 +99,15 @@ impl Elector {
         }
     }
 
+    /// [`Self::try_acquire_or_renew`] given at most `within`: a call the API server never
+    /// answers fails at the bound instead of holding the elector (kube sets no read timeout).
+    async fn attempt(&mut self, within: Duration) -> Result<bool, ElectionError> {
+        match tokio::time::timeout(within, self.try_acquire_or_renew()).await {
+            Ok(result) => result.map_err(ElectionError::Api),
+            Err(_) => Err(ElectionError::NoAnswer(within)),
+        }
+    }
+
     /// One attempt to acquire or renew the Lease; true when this replica holds it.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let me = &self.config.identity;
@@ -155,7 +175,7 @@ impl Elector {
     /// Waits until this replica holds the Lease.
     async fn acquire(&mut self) {
         loop {
-            match self.try_acquire_or_renew().await {
+            match self.attempt(self.config.renew_deadline).await {
                 Ok(true) => {
                     self.holding = true;
                     tracing::info!(lease = %format!("{}/{}", self.config.namespace, self.config.name), identity = %self.config.identity, "became the leader");
@@ -169,24 +189,27 @@ impl Elector {
     }
 
     /// Renews while leading; returns once renewing has failed for the renew deadline or
-    /// another replica holds the Lease.
+    /// another replica holds the Lease. Each attempt is bounded by what is left of the renew
+    /// deadline, so a hung API server ends the leadership on time, before a follower's
+    /// lease duration lets it take over.
     async fn hold(&mut self) {
         let mut last_renewal = Instant::now();
+        let deadline = self.config.renew_deadline;
+        let left = |last: Instant| deadline.saturating_sub(last.elapsed());
         loop {
-            tokio::time::sleep(self.config.retry).await;
-            match self.try_acquire_or_renew().await {
+            tokio::time::sleep(self.config.retry.min(left(last_renewal))).await;
+            let within = left(last_renewal);
+            if within.is_zero() {
+                tracing::error!(lease = %self.config.name, "lease not renewed within {:?}: no longer leading", self.config.renew_deadline);
+                break;
+            }
+            match self.attempt(within).await {
                 Ok(true) => last_renewal = Instant::now(),
                 Ok(false) => {
                     tracing::error!(lease = %self.config.name, "another replica holds the lease: no longer leading");
                     break;
                 }
-                Err(e) => {
-                    tracing::warn!(lease = %self.config.name, "cannot renew the lease: {e}");
-                    if last_renewal.elapsed() > self.config.renew_deadline {
-                        tracing::error!(lease = %self.config.name, "lease not renewed within {:?}: no longer leading", self.config.renew_deadline);
-                        break;
-                    }
-                }
+                Err(e) => tracing::warn!(lease = %self.config.name, "cannot renew the lease: {e}"),
             }
         }
         self.holding = false;
@@ -213,7 +236,10 @@ impl Elector {
         if !std::mem::take(&mut self.holding) {
             return;
         }
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
+        let within = self.config.retry;
+        let Ok(Ok(Some(mut lease))) =
+            tokio::time::timeout(within, self.api.get_opt(&self.config.name)).await
+        else {
             return;
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -223,13 +249,16 @@ impl Elector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(now());
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => tracing::info!(lease = %self.config.name, "released the lease"),
-            Err(e) => tracing::warn!(lease = %self.config.name, "cannot release the lease: {e}"),
+        let params = PostParams::default();
+        let replace = self.api.replace(&self.config.name, &params, &lease);
+        match tokio::time::timeout(within, replace).await {
+            Ok(Ok(_)) => tracing::info!(lease = %self.config.name, "released the lease"),
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %self.config.name, "cannot release the lease: {e}")
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.config.name, "cannot release the lease: no answer within {within:?}")
+            }
         }
     }
 }

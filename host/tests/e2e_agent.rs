@@ -487,10 +487,7 @@ async fn steal_lease(admin: &kube::Client, name: &str, thief: &str) -> anyhow::R
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_loses_its_lease_stops_delivering_at_once() -> anyhow::Result<()> {
     let (_env, admin, plugins) = election_env().await?;
-    let mut config = ElectionConfig::new("kubewasm", "lost", "a");
-    config.lease_duration = Duration::from_secs(4);
-    config.renew_deadline = Duration::from_secs(3);
-    config.retry = Duration::from_millis(200);
+    let config = quick_election("lost", "a", 4);
     let mut a = agent(admin.clone(), &plugins, Some(config)).await?;
     a.load_all().await?;
     wait("a leading", || a.agent.plugins().leading().then_some(())).await?;
@@ -539,21 +536,9 @@ async fn a_follower_takes_over_once_a_crashed_leaders_lease_expires() -> anyhow:
     let env = TestEnv::start().await?;
     let admin = env.client().await?;
     resources::create_namespace(&admin, "kubewasm").await?;
-    let election = |identity: &str| {
-        let mut config = ElectionConfig::new("kubewasm", "crash", identity);
-        config.lease_duration = Duration::from_secs(3);
-        config.renew_deadline = Duration::from_secs(2);
-        config.retry = Duration::from_millis(200);
-        config
-    };
-    let (a_leads, b_leads) = (Arc::new(Leads::default()), Arc::new(Leads::default()));
-    let mut a = Elector::new(admin.clone(), election("a"));
-    let a_running = a_leads.clone();
-    let a_task = tokio::spawn(async move { a.run(a_running).await });
+    let (a_leads, a_task) = elect(admin.clone(), quick_election("crash", "a", 3));
     wait("a leading", || a_leads.started().then_some(())).await?;
-    let mut b = Elector::new(admin.clone(), election("b"));
-    let b_running = b_leads.clone();
-    let _b_task = tokio::spawn(async move { b.run(b_running).await });
+    let (b_leads, _b_task) = elect(admin.clone(), quick_election("crash", "b", 3));
     // a renews for a while: b must not take over a live lease.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!b_leads.started(), "b took over a renewed lease");
@@ -570,11 +555,70 @@ async fn a_follower_takes_over_once_a_crashed_leaders_lease_expires() -> anyhow:
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_by_a_hung_api_server_stops_before_a_follower_leads() -> anyhow::Result<()>
+{
+    // a reaches the API server through a proxy that then hangs (every byte held, connections
+    // open): its renewal never gets an answer. b reaches the server directly and takes over
+    // once the lease has not changed for its duration. There must be no moment when both lead.
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "kubewasm").await?;
+    let proxy = kubewasm_testenv::proxy::FreezableProxy::start(env.addr()).await?;
+    let through_proxy = env.admin_client_via(proxy.addr()).await?;
+    let (a_leads, _a_task) = elect(through_proxy, quick_election("hung", "a", 4));
+    wait("a leading", || a_leads.started().then_some(())).await?;
+    let (b_leads, _b_task) = elect(admin.clone(), quick_election("hung", "b", 4));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.freeze(true);
+    let frozen = Instant::now();
+    wait("b leading", || b_leads.started().then_some(())).await?;
+    let b_led = Instant::now();
+    let a_stopped = a_leads
+        .stopped_at()
+        .expect("a stopped leading before b led");
+    assert!(
+        a_stopped < b_led,
+        "a stopped {:?} after the freeze, b led {:?} after it",
+        a_stopped - frozen,
+        b_led - frozen
+    );
+    assert!(
+        a_stopped - frozen < Duration::from_secs(3) + Duration::from_secs(1),
+        "a stopped {:?} after its last answer (renew deadline 3 s)",
+        a_stopped - frozen
+    );
+    Ok(())
+}
+
+/// A quick election on Lease `lease` for `identity`: valid `lease_secs`, renewed every
+/// 200 ms, given up one second before it expires.
+fn quick_election(lease: &str, identity: &str, lease_secs: u64) -> ElectionConfig {
+    let mut config = ElectionConfig::new("kubewasm", lease, identity);
+    config.lease_duration = Duration::from_secs(lease_secs);
+    config.renew_deadline = Duration::from_secs(lease_secs - 1);
+    config.retry = Duration::from_millis(200);
+    config
+}
+
+/// Runs an elector on `client`; what it reports is in the returned [`Leads`].
+fn elect(
+    client: kube::Client,
+    config: ElectionConfig,
+) -> (Arc<Leads>, tokio::task::JoinHandle<()>) {
+    let leads = Arc::new(Leads::default());
+    let running = leads.clone();
+    let mut elector = Elector::new(client, config);
+    let task = tokio::spawn(async move { elector.run(running).await });
+    (leads, task)
+}
+
 /// Election callbacks that only record what happened.
 #[derive(Default)]
 struct Leads {
     started: AtomicBool,
     stopped: AtomicBool,
+    stopped_at: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Leads {
@@ -585,6 +629,13 @@ impl Leads {
     fn stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
+
+    fn stopped_at(&self) -> Option<Instant> {
+        *self
+            .stopped_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl LeaderCallbacks for Leads {
@@ -593,6 +644,10 @@ impl LeaderCallbacks for Leads {
     }
 
     fn stopped_leading(&self) {
+        *self
+            .stopped_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
         self.stopped.store(true, Ordering::SeqCst);
     }
 }

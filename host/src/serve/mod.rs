@@ -17,6 +17,10 @@ use crate::informer::factory::InformerStats;
 use crate::plugins::PluginStatus;
 use crate::source::kube::stats::ReflectorSnapshot;
 
+/// How long a client may take to send a request's headers before it is disconnected (a
+/// client that opens connections and sends nothing would otherwise hold them forever).
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What the endpoints report on: anything that can tell its current status.
 pub trait Report: Send + Sync + 'static {
     /// The current status.
@@ -180,6 +184,8 @@ pub async fn serve(listener: TcpListener, report: Arc<dyn Report>) {
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(io, service)
                 .await
             {
@@ -235,5 +241,35 @@ mod tests {
         let status = Status::new(empty, Duration::from_secs(60));
         assert!(!status.ready);
         assert_eq!(status.not_ready, ["no plugin is loaded"]);
+    }
+
+    struct Fixed;
+
+    impl Report for Fixed {
+        fn status(&self) -> Status {
+            Status::new(parts(0, 0), Duration::from_secs(60))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_no_headers_is_disconnected() {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(serve(listener, Arc::new(Fixed)));
+        let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let started = tokio::time::Instant::now();
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(HEADER_READ_TIMEOUT * 2, silent.read(&mut buf)).await;
+        assert!(
+            matches!(read, Ok(Ok(_)) | Ok(Err(_))),
+            "still connected after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() >= HEADER_READ_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

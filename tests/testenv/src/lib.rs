@@ -10,6 +10,7 @@ pub mod double;
 pub mod generate;
 mod pki;
 mod process;
+pub mod proxy;
 pub mod resources;
 
 use std::io::{Read, Write};
@@ -221,6 +222,24 @@ impl TestEnv {
     /// The API server's URL.
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The API server's address.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// An admin client that reaches the API server through `addr` (a proxy in front of it).
+    pub async fn admin_client_via(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> anyhow::Result<kube::Client> {
+        let file = kube::config::Kubeconfig::read_from(self.kubeconfig())?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await?;
+        config.cluster_url = format!("https://{addr}").parse()?;
+        Ok(kube::Client::try_from(config)?)
     }
 
     /// The temporary folder holding certificates, data and logs.
