@@ -407,3 +407,89 @@ async fn pods_and_deployments_in_order_over_paginated_lists() -> anyhow::Result<
     );
     Ok(())
 }
+
+/// The reflector counters of `kind` in the agent's status.
+fn reflector(h: &Host, kind: &str) -> kubewasm::source::kube::stats::ReflectorSnapshot {
+    h.agent
+        .status()
+        .reflectors
+        .into_iter()
+        .find(|(gvk, _)| gvk.kind == kind)
+        .map(|(_, r)| r)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_api_server_is_noticed_within_90_s_and_nothing_is_lost() -> anyhow::Result<()> {
+    use kubewasm::source::kube::reflector::SILENCE;
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "e2e").await?;
+    let config = r#"{"resources": ["v1/ConfigMap"], "namespaces": ["e2e"]}"#;
+    let h = host(
+        &env,
+        &[("audit", kubewasm_plugin_artifacts::AUDIT_LOG, config)],
+    )
+    .await?;
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), "e2e");
+    cms.create(&PostParams::default(), &config_map("before", "1")?)
+        .await?;
+    h.wait("audit", "the first add", |l| {
+        audit(l, "ConfigMap") == ["added e2e/before"]
+    })
+    .await?;
+    // A healthy idle watch stays up longer than the silence bound: its bookmarks count.
+    tokio::time::sleep(SILENCE + Duration::from_secs(10)).await;
+    assert_eq!(
+        reflector(&h, "ConfigMap").silences,
+        0,
+        "a healthy watch is not silent"
+    );
+
+    env.freeze_apiserver(true)?;
+    let frozen = Instant::now();
+    while reflector(&h, "ConfigMap").silences == 0 {
+        anyhow::ensure!(
+            frozen.elapsed() < SILENCE + Duration::from_secs(30),
+            "the frozen server went unnoticed: {:?}",
+            reflector(&h, "ConfigMap")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let noticed = frozen.elapsed();
+    assert!(
+        noticed <= SILENCE + Duration::from_secs(2),
+        "noticed after {noticed:?}"
+    );
+    let status = reflector(&h, "ConfigMap");
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("silent")),
+        "/status says why: {status:?}"
+    );
+    let metrics = h.agent.status().metrics();
+    assert!(
+        metrics.contains("kubewasm_watch_silences_total{resource=\"v1/ConfigMap\"} 1"),
+        "{metrics}"
+    );
+
+    env.freeze_apiserver(false)?;
+    cms.create(&PostParams::default(), &config_map("after", "1")?)
+        .await?;
+    let lines = h
+        .wait("audit", "the add after the freeze", |l| {
+            audit(l, "ConfigMap").len() >= 2
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let lines = h.wait("audit", "", |_| true).await.unwrap_or(lines);
+    assert_eq!(
+        audit(&lines, "ConfigMap"),
+        ["added e2e/before", "added e2e/after"],
+        "nothing lost, nothing repeated: {}",
+        render(&lines)
+    );
+    Ok(())
+}

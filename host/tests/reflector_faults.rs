@@ -181,6 +181,29 @@ async fn a_streaming_list_needs_no_list_request_and_goes_on_as_the_watch() -> an
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_list_cut_half_way_is_streamed_again() -> anyhow::Result<()> {
+    // A cut is not a refusal: the list starts over by streaming, never falls back to pages.
+    let double = ApiDouble::start().await?;
+    for name in ["a", "b", "c"] {
+        double.create("ns", name, json!({}));
+    }
+    double.fault(Fault::CutWatch { after: 1 });
+    let feed = feed(&double)?;
+    assert_eq!(feed.next(4).await?, ["+a*", "+b*", "+c*", "|"]);
+    let requests = double.requests();
+    assert!(of(&requests, Verb::List).is_empty(), "{requests:#?}");
+    let watches = of(&requests, Verb::Watch);
+    assert!(
+        watches.len() >= 2
+            && watches[..2]
+                .iter()
+                .all(|w| w.param("sendInitialEvents") == "true"),
+        "streamed twice: {watches:#?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_cut_mid_stream_resumes_from_the_last_event_without_relist() -> anyhow::Result<()> {
     let double = ApiDouble::start().await?;
     let feed = feed(&double)?;

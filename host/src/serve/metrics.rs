@@ -135,6 +135,13 @@ pub fn render(status: &Status) -> String {
         reflectors,
         |(g, r)| (resource(g), r.errors as f64),
     );
+    w.family(
+        "kubewasm_watch_silences_total",
+        "counter",
+        "Watches ended because nothing, not even a bookmark, arrived for 90 s (a hung API server), per resource type",
+        reflectors,
+        |(g, r)| (resource(g), r.silences as f64),
+    );
 
     let plugins = &status.plugins;
     let counters: [(&str, &str, PluginValue); 9] = [

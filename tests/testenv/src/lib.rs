@@ -326,6 +326,17 @@ impl TestEnv {
         client_from(&self.kubeconfig).await
     }
 
+    /// Freezes kube-apiserver (SIGSTOP: connections stay open, nothing is answered), or
+    /// lets it go on (SIGCONT).
+    pub fn freeze_apiserver(&self, frozen: bool) -> anyhow::Result<()> {
+        let server = self
+            .apiserver
+            .as_ref()
+            .context("kube-apiserver is not running")?;
+        server.pause(frozen)?;
+        Ok(())
+    }
+
     /// Stops kube-apiserver and starts it again on the same port and etcd; waits for ready.
     pub async fn restart_apiserver(&mut self) -> anyhow::Result<()> {
         if let Some(mut server) = self.apiserver.take() {

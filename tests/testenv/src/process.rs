@@ -81,6 +81,22 @@ impl Server {
         log_tail(&self.log, lines)
     }
 
+    /// Stops the process where it is (SIGSTOP: its sockets stay open, nothing is answered),
+    /// or lets it go on (SIGCONT).
+    pub fn pause(&self, paused: bool) -> std::io::Result<()> {
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "kill {signal} failed: {status}"
+            )))
+        }
+    }
+
     /// Kills the process and waits for it.
     pub fn stop(&mut self) {
         let _ = self.child.kill();

@@ -4,7 +4,10 @@
 //!   it, else a paginated list (500 per page). Both stream into the informer object by object.
 //! - Then a watch from the listed resourceVersion with bookmarks on and a server-side timeout
 //!   drawn from [5, 10) minutes; a watch that ends is resumed from the last version seen
-//!   (an object's or a bookmark's), without a relist.
+//!   (an object's or a bookmark's), without a relist. A watch silent for 90 s (no event, no
+//!   bookmark: a healthy server bookmarks about every minute) is counted and resumed, and
+//!   every request is bounded (10 s for a watch's answer, 70 s per list page), so a hung API
+//!   server is noticed and retried instead of waited on.
 //! - 410 Gone relists: first from the last version seen, then, if that is gone too, with a
 //!   consistent read.
 //! - Every failure waits on kube-runtime's default backoff (800 ms doubling to 30 s, with
@@ -38,8 +41,14 @@ use crate::source::kube::wire::{self, Page, Status, WatchEvent};
 pub const PAGE_SIZE: u32 = 500;
 /// The server-side watch timeout is drawn from [this, twice this) (client-go's range).
 const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
-/// A watch is considered dead when nothing arrives for its timeout plus this.
-const IDLE_MARGIN: Duration = Duration::from_secs(30);
+/// A watch on which nothing arrives for this long is given up as dead and resumed: a
+/// healthy API server sends a bookmark about every minute, so silence means it hangs.
+pub const SILENCE: Duration = Duration::from_secs(90);
+/// How long the API server may take to answer a watch request (its headers; the stream
+/// follows): a frozen server otherwise holds a reconnect in its TLS handshake.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one list page may take (the API server's own request timeout is 60 s).
+pub const PAGE_TIMEOUT: Duration = Duration::from_secs(70);
 /// A watch that ends sooner than this without delivering anything counts as a failure.
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
@@ -255,10 +264,9 @@ impl Reflector {
             let request = Request::new(self.path.as_str())
                 .list(&params)
                 .map_err(|e| Stop::Failed(format!("cannot build list request: {e}")))?;
-            let page: Page = self
-                .client
-                .request(request)
+            let page: Page = tokio::time::timeout(PAGE_TIMEOUT, self.client.request(request))
                 .await
+                .map_err(|_| Stop::Failed(format!("list: no answer within {PAGE_TIMEOUT:?}")))?
                 .map_err(|e| self.failure(Verb::List, &e))?;
             for item in page.items {
                 match wire::object(&self.gvk, item, &self.transform) {
@@ -312,7 +320,13 @@ impl Reflector {
             http::HeaderValue::from_static("identity"),
         );
         let started = Instant::now();
-        let body = match self.client.request_stream(request).await {
+        let answer = tokio::time::timeout(ANSWER_TIMEOUT, self.client.request_stream(request));
+        let Ok(answer) = answer.await else {
+            return Err(Stop::Failed(format!(
+                "watch: no answer within {ANSWER_TIMEOUT:?}"
+            )));
+        };
+        let body = match answer {
             Ok(body) => body,
             Err(e) if initial && refuses_streaming(&e) => {
                 tracing::info!(resource = %self.gvk, "the API server does not serve streaming lists ({e}); using paginated lists");
@@ -328,8 +342,13 @@ impl Reflector {
         let mut events = 0_u64;
         let mut lines = Box::pin(body.lines());
         loop {
-            let line = match tokio::time::timeout(timeout + IDLE_MARGIN, lines.next()).await {
-                Err(_) => return Err(Stop::Failed("watch stalled: nothing received".into())),
+            let line = match tokio::time::timeout(SILENCE, lines.next()).await {
+                Err(_) => {
+                    self.stats.note_silence();
+                    return Err(Stop::Failed(format!(
+                        "watch silent for {SILENCE:?}: no event or bookmark; the API server may be hung"
+                    )));
+                }
                 Ok(None) => break,
                 Ok(Some(Err(e))) if initial => {
                     // A cut is not a refusal: list again by streaming, after a backoff.

@@ -10,6 +10,7 @@ pub struct ReflectorStats {
     relists: AtomicU64,
     events: AtomicU64,
     errors: AtomicU64,
+    silences: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
 
@@ -24,6 +25,8 @@ pub struct ReflectorSnapshot {
     pub events: u64,
     /// Failed requests and streams.
     pub errors: u64,
+    /// Watches given up because nothing arrived for [`super::reflector::SILENCE`].
+    pub silences: u64,
     /// The latest failure, if any.
     pub last_error: Option<String>,
 }
@@ -41,6 +44,10 @@ impl ReflectorStats {
         self.events.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(super) fn note_silence(&self) {
+        self.silences.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(super) fn note_error(&self, reason: &str) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         *self
@@ -56,6 +63,7 @@ impl ReflectorStats {
             relists: self.relists.load(Ordering::Relaxed),
             events: self.events.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
+            silences: self.silences.load(Ordering::Relaxed),
             last_error: self
                 .last_error
                 .lock()
