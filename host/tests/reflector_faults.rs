@@ -11,6 +11,7 @@ use kubewasm::informer::queue::{Delivery, QueueReceiver, queue};
 use kubewasm::informer::{Filter, Notification, Subscription};
 use kubewasm::object::Transform;
 use kubewasm::source::kube::KubeSource;
+use kubewasm::source::{Source, SourceEvent};
 use kubewasm_testenv::double::{ApiDouble, Fault, Seen, Verb};
 use serde_json::json;
 
@@ -392,5 +393,41 @@ async fn forbidden_names_the_type_and_the_missing_permission_then_recovers() -> 
         "{error}"
     );
     assert_eq!(feed.next(1).await?, ["|"], "synced once allowed");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_the_server_does_not_serve_is_empty_and_its_discovery_failures_are_counted()
+-> anyhow::Result<()> {
+    use futures::StreamExt;
+    let double = ApiDouble::start().await?;
+    let source = KubeSource::new(
+        double.client()?,
+        Transform::default(),
+        tokio::runtime::Handle::current(),
+    );
+    let widgets = Gvk::new("example.com", "v1", "Widget");
+    let mut events = source.watch(&widgets);
+    // Reported once as an empty list, so it holds nothing back.
+    let first = tokio::time::timeout(WAIT, events.next()).await?;
+    assert!(matches!(first, Some(SourceEvent::ListStarted)), "{first:?}");
+    let second = tokio::time::timeout(WAIT, events.next()).await?;
+    assert!(matches!(second, Some(SourceEvent::ListDone)), "{second:?}");
+    // Looked for again on a backoff (0.8 s, then 1.6 s ...), each failure counted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stats = source
+        .stats()
+        .into_iter()
+        .find(|(g, _)| g == &widgets)
+        .map(|(_, s)| s)
+        .expect("stats for the type");
+    assert!(stats.errors >= 2, "{stats:?}");
+    assert!(
+        stats
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("discovery: ")),
+        "{stats:?}"
+    );
     Ok(())
 }

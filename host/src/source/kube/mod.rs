@@ -2,7 +2,9 @@
 //!
 //! A resource type the server does not serve yet (a CRD installed later) is reported as empty,
 //! so it does not hold back readiness, and discovery is retried until it appears; its objects
-//! then arrive as adds.
+//! then arrive as adds. Every failed discovery is counted in the type's reflector stats (the
+//! watch error counter and `last_error`), bounded in time, and retried on kube-runtime's
+//! backoff (800 ms doubling to 30 s).
 
 pub mod reflector;
 pub mod stats;
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use kube::api::{ApiResource, GroupVersionKind};
+use kube::runtime::watcher::DefaultBackoff;
 use kube::{Client, discovery};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
@@ -24,8 +27,8 @@ use crate::source::{Source, SourceEvent};
 use reflector::Reflector;
 use stats::{ReflectorSnapshot, ReflectorStats};
 
-/// How long to wait before resolving a resource type that discovery did not find.
-const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
+/// How long one discovery of a type may take.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A source backed by a Kubernetes API server.
 pub struct KubeSource {
@@ -69,7 +72,7 @@ impl Source for KubeSource {
             .clone();
         let (client, gvk, transform) = (self.client.clone(), gvk.clone(), self.transform.clone());
         self.tasks.spawn(async move {
-            let Some(resource) = resolve(&client, &gvk, &tx).await else {
+            let Some(resource) = resolve(&client, &gvk, &tx, &stats).await else {
                 return;
             };
             Reflector::new(client, gvk, &resource, transform, tx, stats)
@@ -85,31 +88,39 @@ async fn resolve(
     client: &Client,
     gvk: &Gvk,
     tx: &UnboundedSender<SourceEvent>,
+    stats: &ReflectorStats,
 ) -> Option<ApiResource> {
     let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
     let mut reported_absent = false;
+    let mut backoff = DefaultBackoff::default();
     loop {
-        match discovery::pinned_kind(client, &wanted).await {
-            Ok((resource, _)) => return Some(resource),
-            Err(e) => {
-                // A type the server does not serve (yet) has no objects: say so once, so plugins
-                // that also watch other types are not held back, and keep looking for it.
-                let absent = matches!(&e, kube::Error::Discovery(_))
-                    || matches!(&e, kube::Error::Api(s) if s.code == 404);
-                if absent && !reported_absent {
-                    reported_absent = true;
-                    tracing::warn!(resource = %gvk, "the API server does not serve this type (yet); treating it as empty and retrying every {DISCOVERY_RETRY:?}: {e}");
-                    for event in [SourceEvent::ListStarted, SourceEvent::ListDone] {
-                        tx.send(event).ok()?;
-                    }
-                } else if !absent {
-                    tracing::error!(resource = %gvk, "cannot resolve resource type, retrying in {DISCOVERY_RETRY:?}: {e}");
-                }
-                if tx.is_closed() {
-                    return None;
-                }
-                tokio::time::sleep(DISCOVERY_RETRY).await;
+        let found =
+            tokio::time::timeout(DISCOVERY_TIMEOUT, discovery::pinned_kind(client, &wanted));
+        let e = match found.await {
+            Ok(Ok((resource, _))) => return Some(resource),
+            Ok(Err(e)) => e,
+            Err(_) => kube::Error::Service(
+                format!("discovery: no answer within {DISCOVERY_TIMEOUT:?}").into(),
+            ),
+        };
+        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+        // A type the server does not serve (yet) has no objects: say so once, so plugins that
+        // also watch other types are not held back, and keep looking for it.
+        let absent = matches!(&e, kube::Error::Discovery(_))
+            || matches!(&e, kube::Error::Api(s) if s.code == 404);
+        stats.note_error(&format!("discovery: {e}"));
+        if absent && !reported_absent {
+            reported_absent = true;
+            tracing::warn!(resource = %gvk, "the API server does not serve this type (yet); treating it as empty and looking again with backoff: {e}");
+            for event in [SourceEvent::ListStarted, SourceEvent::ListDone] {
+                tx.send(event).ok()?;
             }
+        } else if !absent {
+            tracing::warn!(resource = %gvk, "cannot resolve resource type, retrying in {delay:.1?}: {e}");
         }
+        if tx.is_closed() {
+            return None;
+        }
+        tokio::time::sleep(delay).await;
     }
 }
