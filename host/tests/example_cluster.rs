@@ -369,3 +369,23 @@ fn bad_plugins_get_one_clear_error_each_and_the_good_one_runs() {
     // The failed plugins hold no informers: only the Pod informer for pod-phase runs.
     assert_eq!(h.factory.running(), [Gvk::new("", "v1", "Pod")]);
 }
+
+#[test]
+fn a_taken_metrics_port_fails_before_the_folder_is_read() {
+    // The folder does not exist: reading it first would fail on the folder, binding first
+    // fails on the port, at once, whatever the folder's size.
+    let runtime = support::tokio();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mut options = kubewasm::agent::AgentOptions::new(
+        kubewasm::agent::Cluster::Folder(PathBuf::from("/no/such/cluster")),
+        support::configs(&[]),
+        Arc::new(MemorySink::default()),
+    );
+    options.metrics_address = Some(taken.local_addr().expect("address"));
+    let error = runtime
+        .block_on(Agent::start(options))
+        .err()
+        .expect("the port is taken");
+    let error = format!("{error:#}");
+    assert!(error.starts_with("metrics address 127.0.0.1:"), "{error}");
+}
