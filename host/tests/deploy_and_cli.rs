@@ -157,6 +157,21 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
             "missing {expected:?} in:\n{stdout}"
         );
     }
+    assert!(!stdout.contains("warning"), "{stdout}");
+    // cargo writes deployment_view.wasm; the configuration names deployment-view.
+    let renamed = plugins.path().join("deployment_view.wasm");
+    std::fs::copy(&plugin, &renamed).expect("copy");
+    let out = run(&[
+        "check",
+        renamed.to_str().expect("utf-8 path"),
+        "--config",
+        config.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("warning: the configuration has no entry plugins.deployment_view but one for plugins.deployment-view"),
+        "{stdout}"
+    );
     let broken = plugins.path().join("broken.wasm");
     std::fs::write(&broken, b"not a component").expect("write");
     let out = run(&["check", broken.to_str().expect("utf-8 path")]);
@@ -374,6 +389,15 @@ fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
             lines.push(line);
         }
     }
+    // `good` has no entry of its own: run says so once, when it loads.
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("no entry plugins.good (it names alloc, args, flood)"))
+            .count(),
+        1,
+        "{lines:#?}"
+    );
     let peak = peak_rss(child.id());
     let (exit, _) = terminate(&mut child, Duration::from_secs(30));
     assert!(exit.success());

@@ -43,6 +43,9 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         file.digest(),
         args.plugin.display()
     ));
+    if let Some(warning) = config.plugins.missing_entry(name) {
+        line(format!("warning: {warning}"));
+    }
     line("subscribes to:".into());
     for (gvk, filter) in &m.subscriptions {
         let namespaces = if filter.namespaces.is_empty() {

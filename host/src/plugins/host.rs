@@ -220,8 +220,13 @@ impl PluginHost {
             .and_then(|p| self.activate_or_hold(p).map_err(|r| r.of(file)));
         let mut failures = self.failures();
         match &outcome {
-            Ok(_) => {
+            Ok(loaded) => {
                 failures.remove(&file.name);
+                if *loaded == Outcome::Loaded
+                    && let Some(warning) = self.settings.missing_entry(&file.name)
+                {
+                    tracing::warn!(plugin = %file.name, "{warning}");
+                }
             }
             Err(e) => {
                 let count = failures.get(&file.name).map_or(0, |f| f.count) + 1;

@@ -119,4 +119,25 @@ impl PluginsConfig {
     pub fn settings(&self, name: &str) -> &PluginSettings {
         self.named.get(name).unwrap_or(&self.defaults)
     }
+
+    /// A warning when the configuration names plugins but not `name`, which then runs with
+    /// the defaults: usually a file named differently from its entry (cargo writes
+    /// `ns_quota.wasm` for a package `ns-quota`; a plugin's name is its file stem).
+    pub fn missing_entry(&self, name: &str) -> Option<String> {
+        if self.named.is_empty() || self.named.contains_key(name) {
+            return None;
+        }
+        let spelled = |n: &str| n.replace('_', "-").to_lowercase();
+        Some(
+            match self.named.keys().find(|k| spelled(k) == spelled(name)) {
+                Some(entry) => format!(
+                    "the configuration has no entry plugins.{name} but one for plugins.{entry}: a plugin's name is its file name without .wasm, so this one runs with the defaults; rename the file to {entry}.wasm or the entry to {name}"
+                ),
+                None => format!(
+                    "the configuration has no entry plugins.{name} (it names {}): this plugin runs with the defaults",
+                    self.named.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            },
+        )
+    }
 }
