@@ -146,8 +146,9 @@ impl Agent {
         let (source, manifests, kube, client): (Arc<dyn Source>, _, _, _) = match options.cluster {
             Cluster::Folder(dir) => {
                 let transform = options.transform.clone();
+                let namespace = options.config.default_namespace.clone();
                 let folder = tokio::task::spawn_blocking(move || {
-                    ManifestFolder::open(&dir, transform)
+                    ManifestFolder::open_in(&dir, transform, &namespace)
                         .with_context(|| format!("manifests folder {}", dir.display()))
                 })
                 .await??;

@@ -10,6 +10,8 @@
 //! maxPluginMiB: 64             # larger plugin files fail to load without being read
 //! compileTimeoutSeconds: 300   # a plugin compiling longer fails to load (off the folder thread)
 //! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
+//! defaultNamespace: default    # with --cluster DIR: where namespaced objects written without
+//!                              # a namespace land (as kubectl's context namespace)
 //! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
 //!   enabled: true
 //!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
@@ -48,6 +50,7 @@ use std::time::Duration;
 use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
+use crate::source::manifests::scope::DEFAULT_NAMESPACE;
 use serde::Deserialize;
 
 /// How long a plugin or informer may take to sync before it stops counting for readiness.
@@ -230,6 +233,7 @@ struct FileConfig {
     compile_timeout_seconds: Option<u64>,
     #[serde(rename = "compiledCacheMiB")]
     compiled_cache_mib: Option<u64>,
+    default_namespace: Option<String>,
     #[serde(default)]
     leader_election: LeaderElectionConfig,
     #[serde(default)]
@@ -252,6 +256,9 @@ pub struct HostConfig {
     /// How long a plugin or informer may take to sync before it stops counting for
     /// readiness.
     pub sync_timeout: Duration,
+    /// Where a manifests folder's namespaced objects written without a namespace land
+    /// (`default`, as with kubectl).
+    pub default_namespace: String,
     /// Leader election.
     pub leader_election: LeaderElectionConfig,
     /// Every plugin's settings.
@@ -282,10 +289,22 @@ impl Default for HostConfig {
             shutdown_timeout: Duration::from_secs(10),
             compiled_cache_bytes: crate::wasm::DEFAULT_CACHE_BYTES,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
+            default_namespace: DEFAULT_NAMESPACE.to_owned(),
             leader_election: LeaderElectionConfig::default(),
             plugins: PluginsConfig::default(),
         }
     }
+}
+
+/// True for a valid namespace name (an RFC 1123 label).
+fn is_namespace_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    (1..=63).contains(&name.len())
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 impl HostConfig {
@@ -350,9 +369,20 @@ impl HostConfig {
             })?),
             None => None,
         };
+        let default_namespace = match file.default_namespace {
+            Some(ns) if is_namespace_name(&ns) => ns,
+            Some(ns) => {
+                return Err(format!(
+                    "defaultNamespace: {:?} is not a namespace name (lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit)",
+                    crate::wasm::logging::cut(ns, 80)
+                ));
+            }
+            None => DEFAULT_NAMESPACE.to_owned(),
+        };
         Ok(Self {
             plugins_dir: file.plugins_dir,
             metrics_address,
+            default_namespace,
             shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
             leader_election: file.leader_election,
             sync_timeout: file
@@ -488,5 +518,17 @@ plugins:
         let unnamed = config.plugins.settings("not-in-the-file");
         assert_eq!(unnamed.resync, Some(Duration::from_secs(7)));
         assert_eq!(unnamed.delivery.backlog, 5);
+    }
+
+    #[test]
+    fn the_default_namespace_is_a_namespace_name() {
+        assert_eq!(HostConfig::default().default_namespace, "default");
+        let team = HostConfig::parse("defaultNamespace: team-a\n").expect("valid");
+        assert_eq!(team.default_namespace, "team-a");
+        for bad in ["Team", "-a", "a_b", "", &"a".repeat(64)] {
+            let e = HostConfig::parse(&format!("defaultNamespace: \"{bad}\"\n"))
+                .expect_err("not a namespace name");
+            assert!(e.starts_with("defaultNamespace: "), "{e}");
+        }
     }
 }

@@ -11,7 +11,8 @@
 //! `Applied`, a vanished one a `Deleted`; renaming a file produces no event. While a file has
 //! errors, the objects it defined before stay as they were, so a half-saved edit deletes
 //! nothing. Namespaces follow kubectl (`scope.rs`): a namespaced object without one lands in
-//! `default`, a cluster-scoped object's namespace is dropped.
+//! `default` (or the namespace the folder was opened in), a cluster-scoped object's namespace
+//! is dropped.
 //!
 //! The folder sets every resource version itself, from a folder-wide counter, and derives a uid
 //! from type and key for objects without one, so owner references can be written by hand. Once
@@ -143,6 +144,8 @@ struct State {
 struct Shared {
     root: PathBuf,
     transform: Transform,
+    /// Where namespaced objects written without a namespace land.
+    default_namespace: String,
     state: Mutex<State>,
 }
 
@@ -155,7 +158,16 @@ pub struct ManifestFolder {
 impl ManifestFolder {
     /// Reads the folder and follows its changes until dropped.
     pub fn open(root: &Path, transform: Transform) -> Result<Self, FolderError> {
-        let folder = Self::snapshot(root, transform)?;
+        Self::open_in(root, transform, scope::DEFAULT_NAMESPACE)
+    }
+
+    /// [`Self::open`], with namespaced objects written without a namespace in `namespace`.
+    pub fn open_in(
+        root: &Path,
+        transform: Transform,
+        namespace: &str,
+    ) -> Result<Self, FolderError> {
+        let folder = Self::snapshot_in(root, transform, namespace)?;
         let shared = folder.shared.clone();
         // Each burst of changes ends with one rescan once the folder is quiet.
         let watcher = crate::watch::debounced(
@@ -176,6 +188,15 @@ impl ManifestFolder {
 
     /// Reads the folder once, without following changes (call [`Self::rescan`] to re-read).
     pub fn snapshot(root: &Path, transform: Transform) -> Result<Self, FolderError> {
+        Self::snapshot_in(root, transform, scope::DEFAULT_NAMESPACE)
+    }
+
+    /// [`Self::snapshot`], with namespaced objects written without a namespace in `namespace`.
+    pub fn snapshot_in(
+        root: &Path,
+        transform: Transform,
+        namespace: &str,
+    ) -> Result<Self, FolderError> {
         std::fs::read_dir(root).map_err(|source| FolderError::Unreadable {
             path: root.to_owned(),
             source,
@@ -183,6 +204,7 @@ impl ManifestFolder {
         let shared = Arc::new(Shared {
             root: root.to_owned(),
             transform,
+            default_namespace: namespace.to_owned(),
             state: Mutex::new(State::default()),
         });
         shared.rescan();
@@ -263,7 +285,7 @@ impl Shared {
             let entry = self.read_file(&path, previous);
             files.insert(path, entry);
         }
-        let mut scopes = Scopes::default();
+        let mut scopes = Scopes::new(&self.default_namespace);
         for doc in files.values().flat_map(|f| &f.docs) {
             if let Some(defined) = &doc.defines {
                 scopes.define(defined);
@@ -626,7 +648,7 @@ fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
 }
 
 mod parse;
-mod scope;
+pub mod scope;
 
 #[cfg(test)]
 mod tests;

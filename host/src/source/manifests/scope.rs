@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::gvk::Gvk;
 
-/// Where a namespaced object written without a namespace lands, as with kubectl.
+/// Where a namespaced object written without a namespace lands, as with kubectl, unless the
+/// host configuration's `defaultNamespace` says otherwise.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// The API groups the API server serves itself (a kind in one of them is built in).
@@ -134,13 +135,30 @@ impl Defined {
     }
 }
 
-/// The scope of every kind the folder can hold.
-#[derive(Debug, Default)]
+/// The scope of every kind the folder can hold, and where namespaced objects written without
+/// a namespace land.
+#[derive(Debug)]
 pub struct Scopes {
     defined: HashMap<(String, String), bool>,
+    default_namespace: String,
+}
+
+impl Default for Scopes {
+    /// The built-in kinds only, with [`DEFAULT_NAMESPACE`].
+    fn default() -> Self {
+        Self::new(DEFAULT_NAMESPACE)
+    }
 }
 
 impl Scopes {
+    /// The built-in kinds only; namespaced objects without a namespace land in `namespace`.
+    pub fn new(default_namespace: &str) -> Self {
+        Self {
+            defined: HashMap::new(),
+            default_namespace: default_namespace.to_owned(),
+        }
+    }
+
     /// Adds a kind a CustomResourceDefinition in the folder defines.
     pub fn define(&mut self, d: &Defined) {
         self.defined
@@ -164,10 +182,10 @@ impl Scopes {
     }
 
     /// The namespace an object of `gvk` written with `namespace` lands in.
-    pub fn namespace<'a>(&self, gvk: &Gvk, namespace: Option<&'a str>) -> Option<&'a str> {
+    pub fn namespace<'a>(&'a self, gvk: &Gvk, namespace: Option<&'a str>) -> Option<&'a str> {
         match self.of(gvk) {
             Scope::Cluster => None,
-            Scope::Namespaced => Some(namespace.unwrap_or(DEFAULT_NAMESPACE)),
+            Scope::Namespaced => Some(namespace.unwrap_or(&self.default_namespace)),
             Scope::Unknown => namespace,
         }
     }

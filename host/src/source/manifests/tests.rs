@@ -453,3 +453,16 @@ fn empty_files_hold_no_objects_in_either_format() {
     assert!(folder.errors().is_empty(), "{:?}", folder.errors());
     assert!(folder.is_empty());
 }
+
+#[test]
+fn a_configured_namespace_takes_the_place_of_default() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        dir.path().join("a.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: no-ns}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: has-ns, namespace: x}\n",
+    )
+    .expect("write");
+    let folder =
+        ManifestFolder::snapshot_in(dir.path(), Transform::default(), "team").expect("open");
+    assert_eq!(keys(&folder, &configmaps()), ["team/no-ns", "x/has-ns"]);
+}
