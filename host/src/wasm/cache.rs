@@ -75,6 +75,22 @@ impl HostState {
             })
     }
 
+    /// The informer of `gvk` and the store's name of its index `index`, once the arguments
+    /// (`value` too, when the query has one) passed their size checks and the type is granted.
+    fn indexed(
+        &self,
+        gvk: &WitGvk,
+        index: &str,
+        value: Option<&str>,
+    ) -> Result<(&Arc<Informer>, String), QueryError> {
+        arg("index", index)?;
+        if let Some(value) = value {
+            arg("value", value)?;
+        }
+        let informer = self.granted(gvk)?;
+        Ok((informer, self.index_name(gvk, index)?))
+    }
+
     /// `strings` unless together they exceed the plugin's query size limit.
     fn answer_strings(&self, strings: Vec<String>) -> Result<Vec<String>, QueryError> {
         let bytes: usize = strings.iter().map(String::len).sum();
@@ -167,11 +183,10 @@ impl cache::Host for HostState {
         index: String,
         value: String,
     ) -> Result<Vec<Object>, QueryError> {
-        arg("index", &index)?;
-        arg("value", &value)?;
-        let store = self.granted(&gvk)?.store();
-        let objects = store
-            .by_index(&self.index_name(&gvk, &index)?, &value)
+        let (informer, index) = self.indexed(&gvk, &index, Some(&value))?;
+        let objects = informer
+            .store()
+            .by_index(&index, &value)
             .map_err(index_error)?;
         self.answer(objects)
     }
@@ -182,11 +197,10 @@ impl cache::Host for HostState {
         index: String,
         value: String,
     ) -> Result<Vec<String>, QueryError> {
-        arg("index", &index)?;
-        arg("value", &value)?;
-        let store = self.granted(&gvk)?.store();
-        let mut keys = store
-            .index_keys(&self.index_name(&gvk, &index)?, &value)
+        let (informer, index) = self.indexed(&gvk, &index, Some(&value))?;
+        let mut keys = informer
+            .store()
+            .index_keys(&index, &value)
             .map_err(index_error)?;
         if is_secret(&convert::gvk(&gvk)) {
             keys.retain(|k| self.ctx.secrets.contains(k));
@@ -202,10 +216,8 @@ impl cache::Host for HostState {
                 "index values are not available for Secrets".into(),
             ));
         }
-        let store = self.granted(&gvk)?.store();
-        let values = store
-            .index_values(&self.index_name(&gvk, &index)?)
-            .map_err(index_error)?;
+        let (informer, index) = self.indexed(&gvk, &index, None)?;
+        let values = informer.store().index_values(&index).map_err(index_error)?;
         self.answer_strings(values)
     }
 }
