@@ -94,10 +94,8 @@ struct FileEntry {
     errors: Vec<String>,
     /// Why it could not be read at the last scan.
     unreadable: Option<String>,
-    /// Objects it defined before an error: kept, unchanged, while it has errors, so a
-    /// half-saved edit deletes nothing.
-    kept: Vec<Id>,
-    /// Every object it stood for at the last scan (its docs and what it kept).
+    /// Every object it stood for at the last scan: its docs and, while it has errors, the
+    /// objects it defined before (kept unchanged, so a half-saved edit deletes nothing).
     owned: Vec<Id>,
 }
 
@@ -298,7 +296,7 @@ impl Shared {
         let mut duplicates = BTreeSet::new();
         for (path, entry) in &mut files {
             let ids: Vec<Id> = entry.docs.iter().map(|d| id(&scopes, d)).collect();
-            entry.kept = if entry.broken() {
+            let kept: Vec<Id> = if entry.broken() {
                 let now: BTreeSet<&Id> = ids.iter().collect();
                 entry
                     .owned
@@ -309,17 +307,12 @@ impl Shared {
             } else {
                 Vec::new()
             };
-            entry.owned = ids.iter().chain(&entry.kept).cloned().collect();
+            entry.owned = ids.iter().chain(&kept).cloned().collect();
             let wants = ids
                 .into_iter()
                 .enumerate()
                 .map(|(i, id)| (id, Want::Doc(path.clone(), i)))
-                .chain(
-                    entry
-                        .kept
-                        .iter()
-                        .map(|id| (id.clone(), Want::Keep(path.clone()))),
-                );
+                .chain(kept.into_iter().map(|id| (id, Want::Keep(path.clone()))));
             for (id, want) in wants {
                 match desired.entry(id) {
                     btree_map::Entry::Vacant(v) => {
@@ -493,7 +486,6 @@ impl Shared {
             docs,
             errors,
             unreadable: None,
-            kept: Vec::new(),
             owned: previous.map(|p| p.owned).unwrap_or_default(),
         }
     }

@@ -60,9 +60,13 @@ pub fn items(text: &str, json: bool) -> Vec<Item> {
 fn json_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
     let mut out = Vec::new();
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    // Lines are counted on from the previous document, not from the top each time.
+    let (mut counted, mut line) = (0, 1);
     loop {
-        let start = stream.byte_offset();
-        let line = line_of(text, start);
+        let rest = &text[stream.byte_offset()..];
+        let start = text.len() - rest.trim_start().len();
+        line += text[counted..start].matches('\n').count();
+        counted = start;
         match stream.next() {
             None => return out,
             Some(Ok(value)) => out.push((line, Ok(value))),
@@ -72,13 +76,6 @@ fn json_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
             }
         }
     }
-}
-
-/// The line number (from 1) of the first non-blank character at or after `offset`.
-fn line_of(text: &str, offset: usize) -> usize {
-    let rest = text.get(offset..).unwrap_or("");
-    let skipped = rest.len() - rest.trim_start().len();
-    text[..offset + skipped].matches('\n').count() + 1
 }
 
 /// The YAML documents of `text`, split on separator lines as kubectl's reader does, each
