@@ -17,7 +17,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 /// Why an attempt on the Lease failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ElectionError {
+enum ElectionError {
     /// The API server refused or failed the request.
     #[error("{0}")]
     Api(kube::Error),

@@ -134,12 +134,15 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     let plugins = deployed_plugins();
     let config = root().join("examples/deploy/config.yaml");
     let plugin = plugins.path().join("deployment-view.wasm");
-    let out = run(&[
-        "check",
-        plugin.to_str().expect("utf-8 path"),
-        "--config",
-        config.to_str().expect("utf-8 path"),
-    ]);
+    let check = |plugin: &std::path::Path| {
+        run(&[
+            "check",
+            plugin.to_str().expect("utf-8 path"),
+            "--config",
+            config.to_str().expect("utf-8 path"),
+        ])
+    };
+    let out = check(&plugin);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -161,12 +164,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     // cargo writes deployment_view.wasm; the configuration names deployment-view.
     let renamed = plugins.path().join("deployment_view.wasm");
     std::fs::copy(&plugin, &renamed).expect("copy");
-    let out = run(&[
-        "check",
-        renamed.to_str().expect("utf-8 path"),
-        "--config",
-        config.to_str().expect("utf-8 path"),
-    ]);
+    let out = check(&renamed);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("warning: the configuration has no entry plugins.deployment_view but one for plugins.deployment-view"),

@@ -96,18 +96,18 @@ async fn resolve(
     loop {
         let found =
             tokio::time::timeout(DISCOVERY_TIMEOUT, discovery::pinned_kind(client, &wanted));
-        let e = match found.await {
-            Ok(Ok((resource, _))) => return Some(resource),
-            Ok(Err(e)) => e,
-            Err(_) => kube::Error::Service(
-                format!("discovery: no answer within {DISCOVERY_TIMEOUT:?}").into(),
-            ),
-        };
-        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
         // A type the server does not serve (yet) has no objects: say so once, so plugins that
         // also watch other types are not held back, and keep looking for it.
-        let absent = matches!(&e, kube::Error::Discovery(_))
-            || matches!(&e, kube::Error::Api(s) if s.code == 404);
+        let (absent, e) = match found.await {
+            Ok(Ok((resource, _))) => return Some(resource),
+            Ok(Err(e)) => (
+                matches!(&e, kube::Error::Discovery(_))
+                    || matches!(&e, kube::Error::Api(s) if s.code == 404),
+                e.to_string(),
+            ),
+            Err(_) => (false, format!("no answer within {DISCOVERY_TIMEOUT:?}")),
+        };
+        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
         stats.note_error(&format!("discovery: {e}"));
         if absent && !reported_absent {
             reported_absent = true;
