@@ -17,7 +17,7 @@ use kubewasm::informer::Notification;
 use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::object::Transform;
 use kubewasm::source::manifests::ManifestFolder;
-use kubewasm::wasm::{Instance, convert};
+use kubewasm::wasm::Instance;
 
 #[path = "support/mod.rs"]
 mod support;
@@ -30,7 +30,7 @@ struct Bench {
     _tokio: tokio::runtime::Runtime,
     _leases: Vec<Lease>,
     instance: Instance,
-    event: kubewasm::wasm::bindings::kubewasm::plugin::types::Event,
+    event: Notification,
 }
 
 fn setup(plugin: &str) -> Bench {
@@ -59,10 +59,10 @@ fn setup(plugin: &str) -> Bench {
         .store()
         .get("shop/web-5d8f7c9b6-hv4rd")
         .expect("example pod");
-    let event = convert::event(&Notification::Updated {
+    let event = Notification::Updated {
         old: pod.clone(),
         new: pod,
-    });
+    };
     Bench {
         _tokio: tokio,
         _leases: leases,

@@ -86,6 +86,7 @@ struct LimitsConfig {
     memory_mib: Option<usize>,
     #[serde(rename = "queryMiB")]
     query_mib: Option<usize>,
+    max_handles: Option<usize>,
     max_attempts: Option<u32>,
     backoff_base_ms: Option<u64>,
     backoff_cap_ms: Option<u64>,
@@ -113,6 +114,12 @@ impl LimitsConfig {
         }
         if let Some(mib) = self.query_mib {
             limits.query_bytes = mib << 20;
+        }
+        if let Some(n) = self.max_handles {
+            if n == 0 {
+                return Err(format!("{field}.maxHandles: must be at least 1"));
+            }
+            limits.handles = n;
         }
         if let Some(n) = self.log_lines_per_second {
             limits.log_rate.per_second = n;

@@ -319,7 +319,12 @@ fn bad_plugins_get_one_clear_error_each_and_the_good_one_runs() {
     fs::write(h.plugins.path().join("core-module.wasm"), "(module)").expect("write");
     fs::write(
         h.plugins.path().join("wrong-world.wasm"),
-        "(component (import \"kubewasm:plugin/elsewhere@9.9.9\" (instance)))",
+        "(component (import \"kubewasm:plugin/elsewhere@0.2.0\" (instance)))",
+    )
+    .expect("write");
+    fs::write(
+        h.plugins.path().join("old-contract.wasm"),
+        "(component (import \"kubewasm:plugin/cache@0.1.0\" (instance)))",
     )
     .expect("write");
     h.install(kubewasm_plugin_artifacts::DEPLOYMENT_VIEW, "bad-config");
@@ -339,7 +344,13 @@ fn bad_plugins_get_one_clear_error_each_and_the_good_one_runs() {
     let names: Vec<&str> = by_name.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["bad-config", "core-module", "garbage", "wrong-world"]
+        [
+            "bad-config",
+            "core-module",
+            "garbage",
+            "old-contract",
+            "wrong-world"
+        ]
     );
     for failure in &failures {
         let text = failure.to_string();
@@ -352,6 +363,11 @@ fn bad_plugins_get_one_clear_error_each_and_the_good_one_runs() {
             ),
             "wrong-world" => assert!(
                 matches!(failure.reason, Reason::Load(LoadError::WrongWorld(_))),
+                "{text}"
+            ),
+            "old-contract" => assert!(
+                matches!(failure.reason, Reason::Load(LoadError::WrongVersion { .. }))
+                    && text.contains("built for kubewasm:plugin@0.1.0"),
                 "{text}"
             ),
             "bad-config" => {

@@ -73,6 +73,9 @@ fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
 
     let lines = sink.wait_until(WAIT, |rs| chains(rs).len() >= EXPECTED.len());
     assert_eq!(chains(&lines), EXPECTED, "{}", support::render(&lines));
+    // Every object handle its queries were given went back to the host.
+    let status = host.status();
+    assert_eq!(status[0].handles, 0, "{language} kept handles: {status:?}");
 
     // A new pod of the web ReplicaSet: its chain, with one more sibling.
     let pod = fs::read_to_string(cluster.path().join("shop-web-stuck-pod.yaml")).expect("read");

@@ -89,6 +89,7 @@ fn tight() -> PluginSettings {
             deadline: Duration::from_millis(100),
             memory_bytes: 16 << 20,
             query_bytes: 16 << 20,
+            handles: 5,
             log_rate: LogRate {
                 per_second: 50,
                 burst: 100,
@@ -343,9 +344,9 @@ fn a_secret_granted_by_name_is_the_only_one_visible() {
 }
 
 #[test]
-fn oversized_queries_get_a_too_large_error() {
+fn an_answer_past_the_handle_limit_is_an_error_not_host_memory() {
     let mut tight = tight();
-    tight.limits.query_bytes = 100;
+    tight.limits.handles = 2;
     let (bad, settings) = hostile("big-query", tight);
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered >= 6);
@@ -356,9 +357,54 @@ fn oversized_queries_get_a_too_large_error() {
     assert!(
         outcomes
             .iter()
-            .all(|o| o.starts_with("too large") && o.contains("100 bytes")),
+            .all(|o| o.starts_with("too many handles") && o.contains("limit of 2")),
         "{outcomes:?}"
     );
+}
+
+#[test]
+fn hoarded_handles_are_refused_then_released_with_the_instance() {
+    let mut tight = tight();
+    // Three ConfigMaps per answer at first: the second answer would hold six.
+    tight.limits.handles = 5;
+    tight.delivery.recycle_after_calls = 3;
+    let (bad, settings) = hostile("hoard", tight);
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 6);
+    assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
+    let outcomes = field_values(&r.lines("bad"), "hoard", "outcome");
+    assert_eq!(
+        outcomes,
+        [
+            "ok",
+            "too many handles",
+            "too many handles",
+            "ok",
+            "too many handles",
+            "too many handles"
+        ],
+        "a fresh instance every 3 calls starts with no handles"
+    );
+}
+
+#[test]
+fn huge_or_deep_json_pointers_are_refused_quickly() {
+    let (bad, settings) = roomy("huge-pointer");
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 6);
+    assert_eq!((s.delivered, s.traps), (6, 0), "{s:?}");
+    r.host_calls_stay_short();
+    let lines = r.lines("bad");
+    for what in ["huge pointer", "deep pointer"] {
+        let outcomes = field_values(&lines, what, "detail");
+        assert_eq!(outcomes.len(), 6, "{what}");
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| o.starts_with("invalid argument") && o.contains("longer than")),
+            "{what}: {outcomes:?}"
+        );
+    }
 }
 
 #[test]
@@ -368,7 +414,7 @@ fn a_component_importing_what_the_host_lacks_is_refused() {
     fs::write(
         &wat,
         r#"(component
-             (import "kubewasm:plugin/filesystem-escape@0.1.0" (instance (export "open" (func))))
+             (import "kubewasm:plugin/filesystem-escape@0.2.0" (instance (export "open" (func))))
            )"#,
     )
     .expect("write");

@@ -18,7 +18,7 @@ pub mod bindings {
 
 pub use bindings::kubewasm::plugin::types::{
     Added, Deleted, Event, Gvk, HandleError, Index, Manifest, Object, OwnerReference, QueryError,
-    Subscription, Updated,
+    Subscription, Updated, Value,
 };
 
 /// What a plugin implements. Export it with [`export_plugin!`](crate::export_plugin).
@@ -33,8 +33,9 @@ pub trait Plugin {
     /// What the plugin needs: subscriptions, queried types, indexes, resync period.
     fn describe() -> Manifest;
 
-    /// Handles one event.
-    fn handle(event: Event) -> Result<(), HandleError>;
+    /// Handles one event. Its objects are handles lent for this call: read what you need
+    /// through them ([`Object::field`], [`Object::label`], [`Object::parse`], ...).
+    fn handle(event: Event<'_>) -> Result<(), HandleError>;
 }
 
 /// Exports a [`Plugin`] implementation as the component's `handler`.
@@ -50,7 +51,7 @@ macro_rules! export_plugin {
                 fn init(config: ::std::string::String) -> ::std::result::Result<(), ::std::string::String> {
                     <$plugin as $crate::Plugin>::init(&config)
                 }
-                fn handle(event: $crate::Event) -> ::std::result::Result<(), $crate::HandleError> {
+                fn handle(event: $crate::Event<'_>) -> ::std::result::Result<(), $crate::HandleError> {
                     <$plugin as $crate::Plugin>::handle(event)
                 }
             }
@@ -181,49 +182,86 @@ impl Subscription {
 }
 
 impl Object {
-    /// The cache key: `namespace/name`, or `name` when cluster-scoped.
-    pub fn key(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("{ns}/{}", self.name),
-            None => self.name.clone(),
-        }
-    }
-
-    /// Parses the JSON text into any deserializable type (`serde_json::Value`, a struct of
-    /// your own, or a k8s-openapi type with the `k8s` feature).
+    /// Parses the whole object into any deserializable type (`serde_json::Value`, a struct of
+    /// your own, or a k8s-openapi type with the `k8s` feature). Copies the object's JSON; to
+    /// read a few fields, [`Object::field`] and [`Object::text`] are cheaper.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(&self.json)
+        serde_json::from_str(&self.json())
     }
 
-    /// The value of a label.
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The owner reference marked as controller, if any.
-    pub fn controller(&self) -> Option<&OwnerReference> {
-        self.owner_references.iter().find(|o| o.controller)
+    /// The string at a JSON pointer (`/status/phase`), or none when nothing, or something
+    /// other than a string, is there.
+    pub fn text(&self, pointer: &str) -> Result<Option<String>, QueryError> {
+        Ok(match self.field(pointer)? {
+            Some(Value::Text(s)) => Some(s),
+            _ => None,
+        })
     }
 }
 
-impl Event {
-    /// The newest state of the object this event is about.
-    pub fn object(&self) -> &Object {
+impl Value {
+    /// The string, if this is one.
+    pub fn as_str(&self) -> Option<&str> {
         match self {
-            Event::Added(a) => &a.object,
-            Event::Updated(u) => &u.new,
-            Event::Deleted(d) => &d.object,
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is one.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Integer(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The number, if this is one (integers included).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Integer(i) => Some(*i as f64),
+            Value::Number(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The boolean, if this is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Boolean(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// Parses the value into any deserializable type (a struct for an object, a `Vec` for an
+    /// array, ...).
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        match self {
+            Value::Null => serde_json::from_str("null"),
+            Value::Boolean(b) => serde_json::from_value(serde_json::Value::Bool(*b)),
+            Value::Integer(i) => serde_json::from_value((*i).into()),
+            Value::Number(n) => serde_json::from_value((*n).into()),
+            Value::Text(s) => serde_json::from_value(serde_json::Value::String(s.clone())),
+            Value::Json(text) => serde_json::from_str(text),
+        }
+    }
+}
+
+impl<'a> Event<'a> {
+    /// The newest state of the object this event is about.
+    pub fn object(&self) -> &'a Object {
+        match self {
+            Event::Added(a) => a.object,
+            Event::Updated(u) => u.new,
+            Event::Deleted(d) => d.object,
             Event::Sync(o) => o,
         }
     }
 
     /// The previous state, for updates.
-    pub fn old(&self) -> Option<&Object> {
+    pub fn old(&self) -> Option<&'a Object> {
         match self {
-            Event::Updated(u) => Some(&u.old),
+            Event::Updated(u) => Some(u.old),
             _ => None,
         }
     }
@@ -256,6 +294,7 @@ impl QueryError {
             QueryError::UnknownIndex(d) => ("unknown index", d),
             QueryError::InvalidArgument(d) => ("invalid argument", d),
             QueryError::TooLarge(d) => ("too large", d),
+            QueryError::TooManyHandles(d) => ("too many handles", d),
         };
         format!("{what}: {detail}")
     }
@@ -264,7 +303,7 @@ impl QueryError {
 impl From<QueryError> for HandleError {
     /// A failed query: retried, unless the request itself is wrong or forbidden.
     fn from(e: QueryError) -> Self {
-        let retry = matches!(e, QueryError::TooLarge(_));
+        let retry = matches!(e, QueryError::TooLarge(_) | QueryError::TooManyHandles(_));
         Self {
             message: e.explain(),
             retry,
@@ -309,6 +348,27 @@ pub mod cache {
     /// Every value present in index `index`.
     pub fn index_values(gvk: &Gvk, index: &str) -> Result<Vec<String>, QueryError> {
         host::index_values(gvk, index)
+    }
+}
+
+/// Writes to the cluster, staged during `handle` and sent when it returns Ok (see the
+/// `cluster` interface in `wit/plugin.wit`). This host version answers every write
+/// `unsupported`: writes are specified in the contract and not built yet.
+pub mod cluster {
+    pub use crate::bindings::kubewasm::plugin::cluster::*;
+
+    impl WriteError {
+        /// A one-line explanation: what kind of failure, then the host's detail.
+        pub fn explain(&self) -> String {
+            let (what, detail) = match self {
+                WriteError::Denied(d) => ("denied", d),
+                WriteError::NotLeader(d) => ("not leader", d),
+                WriteError::InvalidArgument(d) => ("invalid argument", d),
+                WriteError::TooLarge(d) => ("too large", d),
+                WriteError::Unsupported(d) => ("unsupported", d),
+            };
+            format!("{what}: {detail}")
+        }
     }
 }
 

@@ -3,7 +3,10 @@
 //! A plugin is a WASI 0.2 component built for `wasm32-wasip2` that implements [`Plugin`] and
 //! exports it with [`export_plugin!`]. The host owns every watch and the cache: the plugin
 //! says what it wants in [`Plugin::describe`], receives [`Event`]s in [`Plugin::handle`], and
-//! asks the cache questions through [`cache`]. Instances are disposable (after a trap, on a
+//! asks the cache questions through [`cache`]. Objects are handles to the host's cached
+//! objects ([`Object`]): a plugin reads the fields it needs (`pod.text("/status/phase")`,
+//! `pod.label("app")`, `pod.owner_references()`) or parses the whole object when it wants a
+//! typed view (`pod.parse::<k8s::api::core::v1::Pod>()`). Instances are disposable (after a trap, on a
 //! reload), so keep no state that the cache cannot give back.
 //!
 //! ```no_run
@@ -16,11 +19,11 @@
 //!         Manifest::new().subscribe(Subscription::to(Gvk::pod()).selector("app=web"))
 //!     }
 //!
-//!     fn handle(event: Event) -> Result<(), HandleError> {
+//!     fn handle(event: Event<'_>) -> Result<(), HandleError> {
 //!         if let Event::Added(added) = &event {
-//!             let pod: serde_json::Value = added.object.parse().map_err(HandleError::fatal)?;
-//!             let node = pod.pointer("/spec/nodeName").and_then(|n| n.as_str()).unwrap_or("-");
-//!             log::info("new pod", &[("pod", &added.object.key()), ("node", node)]);
+//!             // Objects are handles: each call reads one thing from the host's cache.
+//!             let node = added.object.text("/spec/nodeName")?.unwrap_or_else(|| "-".into());
+//!             log::info("new pod", &[("pod", &added.object.key()), ("node", &node)]);
 //!         }
 //!         Ok(())
 //!     }

@@ -21,9 +21,9 @@ use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::{Delivery, PluginStats};
-use crate::wasm::bindings::kubewasm::plugin::types::{Event, HandleError};
+use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
 use crate::wasm::logging::{MAX_MESSAGE_BYTES, cut};
-use crate::wasm::{Engine, Instance, PluginCode, PluginContext, convert};
+use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
 /// Pause before each attempt of a degraded plugin: doubles from this...
 const PENALTY_BASE: Duration = Duration::from_millis(50);
 /// ...up to this.
@@ -96,13 +96,15 @@ struct AttemptFailure {
 fn timed(
     stats: &PluginStats,
     instance: &mut Instance,
-    event: &Event,
+    event: &Notification,
 ) -> wasmtime::Result<Result<(), HandleError>> {
     let started = Instant::now();
     let outcome = instance.handle(event);
     stats.durations.observe(started.elapsed());
     let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
     stats.memory_bytes.store(memory, Ordering::Relaxed);
+    let handles = u64::try_from(instance.handles_held()).unwrap_or(u64::MAX);
+    stats.handles.store(handles, Ordering::Relaxed);
     let slowest = u64::try_from(instance.slowest_host_call().as_micros()).unwrap_or(u64::MAX);
     stats
         .slowest_host_call_us
@@ -306,14 +308,13 @@ impl Worker {
         // Every line logged during the call (the plugin's own included) carries both.
         let _span =
             tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
-        let event = convert::event(n);
         let stats = self.stats.clone();
         let outcome = match self.instance() {
             Err(reason) => Err(AttemptFailure {
                 reason,
                 retry: true,
             }),
-            Ok(instance) => match timed(&stats, instance, &event) {
+            Ok(instance) => match timed(&stats, instance, n) {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(AttemptFailure {
                     reason: e.message,

@@ -34,6 +34,8 @@ pub struct PluginStats {
     pub durations: Histogram,
     /// Linear memory of the current instance, in bytes.
     pub memory_bytes: AtomicU64,
+    /// Object handles the current instance holds after its last call.
+    pub handles: AtomicU64,
     /// The longest call any of its instances made into the host, in microseconds.
     pub slowest_host_call_us: AtomicU64,
 }
@@ -68,6 +70,7 @@ impl PluginStats {
             synced: self.synced.load(Ordering::Relaxed),
             durations: self.durations.snapshot(),
             memory_bytes: self.memory_bytes.load(Ordering::Relaxed),
+            handles: self.handles.load(Ordering::Relaxed),
             slowest_host_call_us: self.slowest_host_call_us.load(Ordering::Relaxed),
             ..PluginStatus::default()
         }
@@ -113,6 +116,9 @@ pub struct PluginStatus {
     pub durations: HistogramSnapshot,
     /// Linear memory of the current instance, in bytes.
     pub memory_bytes: u64,
+    /// Object handles its current instance holds after its last call (query answers it has
+    /// not dropped).
+    pub handles: u64,
     /// The longest call it made into the host, in microseconds (waits it asked for left out).
     pub slowest_host_call_us: u64,
     /// Log lines dropped for exceeding its log rate.

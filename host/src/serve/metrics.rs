@@ -205,6 +205,13 @@ pub fn render(status: &Status) -> String {
         |p| (plugin(p), p.memory_bytes as f64),
     );
     w.family(
+        "kubewasm_plugin_object_handles",
+        "gauge",
+        "Object handles the plugin's current instance holds",
+        plugins,
+        |p| (plugin(p), p.handles as f64),
+    );
+    w.family(
         "kubewasm_plugin_slowest_host_call_seconds",
         "gauge",
         "The longest call the plugin made into the host, waits it asked for left out",

@@ -10,6 +10,7 @@ use crate::informer::store::StoreError;
 use crate::object::{KubeObject, object_key};
 use crate::wasm::bindings::kubewasm::plugin::{cache, types};
 use crate::wasm::{HostState, convert, limits};
+use wasmtime::component::Resource;
 
 use types::{Gvk as WitGvk, Object, QueryError};
 
@@ -104,18 +105,16 @@ impl HostState {
         Ok(strings)
     }
 
-    /// Converts objects, refusing answers above the plugin's query size limit.
-    fn answer(&self, objects: Vec<Arc<KubeObject>>) -> Result<Vec<Object>, QueryError> {
+    /// Handles to the objects the plugin may see, unless it would hold too many.
+    fn answer(
+        &mut self,
+        objects: Vec<Arc<KubeObject>>,
+    ) -> Result<Vec<Resource<Object>>, QueryError> {
         let objects = self.visible(objects);
-        let bytes: usize = objects.iter().map(|o| o.json.len()).sum();
-        let limit = self.ctx.limits.query_bytes;
-        if bytes > limit {
-            return Err(QueryError::TooLarge(format!(
-                "{} objects of {bytes} bytes exceed the limit of {limit} bytes per query; narrow it with a namespace, selector or index",
-                objects.len()
-            )));
-        }
-        Ok(objects.iter().map(|o| convert::object(o)).collect())
+        let limit = self.ctx.limits.handles;
+        self.handles
+            .give(objects, limit)
+            .map_err(|e| QueryError::TooManyHandles(e.to_string()))
     }
 }
 
@@ -141,15 +140,8 @@ impl cache::Host for HostState {
         gvk: WitGvk,
         namespace: Option<String>,
         name: String,
-    ) -> Result<Option<Object>, QueryError> {
-        let informer = self.granted(&gvk)?;
-        arg("name", &name)?;
-        if let Some(ns) = &namespace {
-            arg("namespace", ns)?;
-        }
-        let key = object_key(namespace.as_deref(), &name);
-        let found = informer.store().get(&key).into_iter().collect();
-        Ok(self.visible(found).first().map(|o| convert::object(o)))
+    ) -> wasmtime::Result<Result<Option<Resource<Object>>, QueryError>> {
+        Ok(self.get_object(&gvk, namespace.as_deref(), &name))
     }
 
     fn list_objects(
@@ -157,16 +149,72 @@ impl cache::Host for HostState {
         gvk: WitGvk,
         namespace: Option<String>,
         label_selector: Option<String>,
-    ) -> Result<Vec<Object>, QueryError> {
-        let selector = match label_selector.as_deref() {
+    ) -> wasmtime::Result<Result<Vec<Resource<Object>>, QueryError>> {
+        Ok(self.list(&gvk, namespace.as_deref(), label_selector.as_deref()))
+    }
+
+    fn by_index(
+        &mut self,
+        gvk: WitGvk,
+        index: String,
+        value: String,
+    ) -> wasmtime::Result<Result<Vec<Resource<Object>>, QueryError>> {
+        Ok(self.by_index_objects(&gvk, &index, &value))
+    }
+
+    fn index_keys(
+        &mut self,
+        gvk: WitGvk,
+        index: String,
+        value: String,
+    ) -> wasmtime::Result<Result<Vec<String>, QueryError>> {
+        Ok(self.keys(&gvk, &index, &value))
+    }
+
+    fn index_values(
+        &mut self,
+        gvk: WitGvk,
+        index: String,
+    ) -> wasmtime::Result<Result<Vec<String>, QueryError>> {
+        Ok(self.values(&gvk, &index))
+    }
+}
+
+impl HostState {
+    fn get_object(
+        &mut self,
+        gvk: &WitGvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Resource<Object>>, QueryError> {
+        let informer = self.granted(gvk)?;
+        arg("name", name)?;
+        if let Some(ns) = namespace {
+            arg("namespace", ns)?;
+        }
+        let found = informer
+            .store()
+            .get(&object_key(namespace, name))
+            .into_iter()
+            .collect();
+        Ok(self.answer(found)?.pop())
+    }
+
+    fn list(
+        &mut self,
+        gvk: &WitGvk,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Resource<Object>>, QueryError> {
+        let selector = match label_selector {
             Some(s) => limits::selector(s).map_err(QueryError::InvalidArgument)?,
             None => Selector::everything(),
         };
-        if let Some(ns) = &namespace {
+        if let Some(ns) = namespace {
             arg("namespace", ns)?;
         }
-        let store = self.granted(&gvk)?.store();
-        let mut objects = match namespace.as_deref() {
+        let store = self.granted(gvk)?.store();
+        let mut objects = match namespace {
             Some(ns) => store
                 .by_index(crate::informer::index::NAMESPACE, ns)
                 .map_err(index_error)?,
@@ -177,46 +225,41 @@ impl cache::Host for HostState {
         self.answer(objects)
     }
 
-    fn by_index(
+    fn by_index_objects(
         &mut self,
-        gvk: WitGvk,
-        index: String,
-        value: String,
-    ) -> Result<Vec<Object>, QueryError> {
-        let (informer, index) = self.indexed(&gvk, &index, Some(&value))?;
+        gvk: &WitGvk,
+        index: &str,
+        value: &str,
+    ) -> Result<Vec<Resource<Object>>, QueryError> {
+        let (informer, index) = self.indexed(gvk, index, Some(value))?;
         let objects = informer
             .store()
-            .by_index(&index, &value)
+            .by_index(&index, value)
             .map_err(index_error)?;
         self.answer(objects)
     }
 
-    fn index_keys(
-        &mut self,
-        gvk: WitGvk,
-        index: String,
-        value: String,
-    ) -> Result<Vec<String>, QueryError> {
-        let (informer, index) = self.indexed(&gvk, &index, Some(&value))?;
+    fn keys(&self, gvk: &WitGvk, index: &str, value: &str) -> Result<Vec<String>, QueryError> {
+        let (informer, index) = self.indexed(gvk, index, Some(value))?;
         let mut keys = informer
             .store()
-            .index_keys(&index, &value)
+            .index_keys(&index, value)
             .map_err(index_error)?;
-        if is_secret(&convert::gvk(&gvk)) {
+        if is_secret(&convert::gvk(gvk)) {
             keys.retain(|k| self.ctx.secrets.contains(k));
         }
         self.answer_strings(keys)
     }
 
-    fn index_values(&mut self, gvk: WitGvk, index: String) -> Result<Vec<String>, QueryError> {
-        arg("index", &index)?;
-        if is_secret(&convert::gvk(&gvk)) {
+    fn values(&self, gvk: &WitGvk, index: &str) -> Result<Vec<String>, QueryError> {
+        arg("index", index)?;
+        if is_secret(&convert::gvk(gvk)) {
             // Values could reveal ungranted Secrets (their names, labels, fields).
             return Err(QueryError::Denied(
                 "index values are not available for Secrets".into(),
             ));
         }
-        let (informer, index) = self.indexed(&gvk, &index, None)?;
+        let (informer, index) = self.indexed(gvk, index, None)?;
         let values = informer.store().index_values(&index).map_err(index_error)?;
         self.answer_strings(values)
     }

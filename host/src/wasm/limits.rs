@@ -16,6 +16,8 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Largest total JSON size one query may return, in bytes.
     pub query_bytes: usize,
+    /// Most object handles one instance may hold at once (query answers it has not dropped).
+    pub handles: usize,
     /// How much the plugin may log (its `logging` calls, stdout and stderr together).
     pub log_rate: LogRate,
 }
@@ -26,6 +28,7 @@ impl Default for Limits {
             deadline: Duration::from_secs(1),
             memory_bytes: 64 << 20,
             query_bytes: 16 << 20,
+            handles: crate::wasm::handles::DEFAULT_MAX_HANDLES,
             log_rate: LogRate::default(),
         }
     }

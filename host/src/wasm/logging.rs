@@ -266,7 +266,12 @@ impl PluginLogger {
 }
 
 impl logging::Host for HostState {
-    fn log(&mut self, level: logging::Level, message: String, fields: Vec<(String, String)>) {
+    fn log(
+        &mut self,
+        level: logging::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) -> wasmtime::Result<()> {
         let level = match level {
             logging::Level::Trace => Level::Trace,
             logging::Level::Debug => Level::Debug,
@@ -275,6 +280,7 @@ impl logging::Host for HostState {
             logging::Level::Error => Level::Error,
         };
         self.ctx.log.log(level, message, fields);
+        Ok(())
     }
 }
 

@@ -1,16 +1,21 @@
 //! The wasm sandbox: the wasmtime engine, limits, pre-linked components, instances, and the
-//! host side of the contract's imports (one file per WIT interface: `cache.rs`, `logging.rs`;
-//! WASI's stdout and stderr in `stdio.rs`).
+//! host side of the contract's imports (one file per WIT interface or resource: `cache.rs`,
+//! `cluster.rs`, `logging.rs`, `objects.rs`; WASI's stdout and stderr in `stdio.rs`).
 
 mod cache;
 mod clocks;
+mod cluster;
 mod compiled;
 pub mod convert;
+pub mod field;
+pub mod handles;
 mod host_calls;
 pub mod limits;
 pub mod logging;
+mod objects;
 pub mod shape;
 mod stdio;
+mod version;
 
 pub use cache::is_secret;
 use compiled::CompiledCache;
@@ -36,10 +41,14 @@ pub mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "kubewasm:plugin/plugin",
+        // A host call can fail in ways that are not the plugin's answer (a handle the host no
+        // longer knows): those end the call as a trap.
+        imports: { default: trappable },
     });
 }
 
-use bindings::exports::kubewasm::plugin::handler::{Event, HandleError, Manifest};
+use crate::informer::Notification;
+use bindings::exports::kubewasm::plugin::handler::{HandleError, Manifest};
 
 /// Most random bytes one WASI call may ask for (wasmtime's default is 64 MiB).
 const MAX_RANDOM_BYTES: u64 = 1 << 20;
@@ -56,9 +65,18 @@ pub enum LoadError {
     /// The component has more functions or exports than a plugin may.
     #[error("too complex to compile: {0}")]
     TooComplex(String),
-    /// The component does not fit the `kubewasm:plugin@0.1.0` world.
-    #[error("does not match the kubewasm:plugin@0.1.0 world: {0}")]
+    /// The component does not fit the `kubewasm:plugin@0.2.0` world.
+    #[error("does not match the kubewasm:plugin@0.2.0 world: {0}")]
     WrongWorld(String),
+    /// The component was built for another version of the contract.
+    #[error(
+        "built for {found}, but this host speaks kubewasm:plugin@{}: rebuild it against the current SDK or wit/plugin.wit",
+        version::CONTRACT
+    )]
+    WrongVersion {
+        /// The contract version the component imports or exports, for example `kubewasm:plugin@0.1.0`.
+        found: String,
+    },
 }
 
 /// What a plugin instance can reach in the host: its name, its granted caches and its log.
@@ -105,12 +123,11 @@ pub struct HostState {
     /// Where the instance's monotonic clock starts (see `clocks.rs`).
     clock_origin: std::time::Instant,
     table: ResourceTable,
+    handles: handles::Handles,
     limits: limits::Limiter,
     host_calls: host_calls::HostCalls,
     ctx: Arc<PluginContext>,
 }
-
-impl bindings::kubewasm::plugin::types::Host for HostState {}
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
@@ -147,6 +164,9 @@ impl Engine {
     pub fn new() -> wasmtime::Result<Self> {
         let mut config = Config::new();
         config.epoch_interruption(true);
+        // Every call is synchronous: without the machinery for component-model concurrency a
+        // call into a plugin costs about a quarter as much (docs/BENCHMARKS.md).
+        config.concurrency_support(false);
         let engine = wasmtime::Engine::new(&config)?;
         let weak = engine.weak();
         std::thread::Builder::new()
@@ -275,6 +295,9 @@ impl Engine {
                 )
             }
         };
+        if let Some(found) = version::foreign(&component, &self.engine) {
+            return Err(LoadError::WrongVersion { found });
+        }
         let pre = self
             .linker
             .instantiate_pre(&component)
@@ -307,6 +330,7 @@ impl Engine {
             wasi,
             clock_origin,
             table: ResourceTable::new(),
+            handles: handles::Handles::default(),
             limits,
             host_calls: host_calls::HostCalls::default(),
             ctx,
@@ -369,12 +393,22 @@ impl Instance {
         self.store.data().host_calls.slowest()
     }
 
-    /// Calls `handle`; the inner error is the plugin's own failure report.
-    pub fn handle(&mut self, event: &Event) -> wasmtime::Result<Result<(), HandleError>> {
+    /// Calls `handle` with `n`'s objects lent as handles for the call; the inner error is the
+    /// plugin's own failure report.
+    pub fn handle(&mut self, n: &Notification) -> wasmtime::Result<Result<(), HandleError>> {
         self.arm();
-        self.plugin
+        let event = convert::event(n, &mut self.store.data_mut().handles);
+        let outcome = self
+            .plugin
             .kubewasm_plugin_handler()
-            .call_handle(&mut self.store, event)
+            .call_handle(&mut self.store, event);
+        self.store.data_mut().handles.end_call();
+        outcome
+    }
+
+    /// Object handles the plugin holds now.
+    pub fn handles_held(&self) -> usize {
+        self.store.data().handles.owned()
     }
 
     /// Replaces what this instance can reach (after `describe` told what it needs).

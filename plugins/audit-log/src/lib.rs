@@ -60,7 +60,7 @@ impl Plugin for AuditLog {
         })
     }
 
-    fn handle(event: Event) -> Result<(), HandleError> {
+    fn handle(event: Event<'_>) -> Result<(), HandleError> {
         let (what, flag) = match &event {
             Event::Added(a) => ("added", if a.initial { "initial" } else { "" }),
             Event::Updated(_) => ("updated", ""),
@@ -70,15 +70,15 @@ impl Plugin for AuditLog {
         let o = event.object();
         let old_rv = event
             .old()
-            .map(|o| o.resource_version.as_str())
-            .unwrap_or("");
+            .map(|o| o.resource_version())
+            .unwrap_or_default();
         log::info(
             what,
             &[
-                ("kind", &o.kind),
+                ("kind", &o.gvk().kind),
                 ("key", &o.key()),
-                ("rv", &o.resource_version),
-                ("old-rv", old_rv),
+                ("rv", &o.resource_version()),
+                ("old-rv", &old_rv),
                 ("flag", flag),
             ],
         );

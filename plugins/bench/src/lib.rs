@@ -1,11 +1,12 @@
 //! The benchmarks' plugin: subscribes to Pods and does as little or as much as it is told.
 //!
-//! Configuration: `{"work": "noop" | "parse" | "get" | "select" | "index", "arg": "..."}`.
+//! Configuration: `{"work": "noop" | "parse" | "get" | "select" | "index" | "field", "arg": "..."}`.
 //! - `noop`: returns at once (the cost of a delivery itself);
 //! - `parse`: parses the pod into a typed `k8s_openapi` Pod and reads its phase;
 //! - `get`: one `get` of the pod itself;
 //! - `select`: one list of all pods by the label selector `arg`;
-//! - `index`: one `by-index` query on the built-in `label` index for `arg` (`key=value`).
+//! - `index`: one `by-index` query on the built-in `label` index for `arg` (`key=value`);
+//! - `field`: reads the field at the JSON pointer `arg` through the object's handle.
 //!
 //! Results go nowhere: it logs nothing, so logging is not what is measured.
 
@@ -32,7 +33,7 @@ impl Plugin for Bench {
         let config: Config =
             serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
         match config.work.as_str() {
-            "noop" | "parse" | "get" | "select" | "index" => {}
+            "noop" | "parse" | "get" | "select" | "index" | "field" => {}
             other => return Err(format!("unknown work {other:?}")),
         }
         let _ = CONFIG.set(config);
@@ -45,7 +46,7 @@ impl Plugin for Bench {
             .query(Gvk::pod())
     }
 
-    fn handle(event: Event) -> Result<(), HandleError> {
+    fn handle(event: Event<'_>) -> Result<(), HandleError> {
         let o = event.object();
         let failed = |e: kubewasm_sdk::QueryError| HandleError::fatal(e.explain());
         let Some(config) = CONFIG.get() else {
@@ -58,7 +59,7 @@ impl Plugin for Bench {
             }
             "get" => {
                 let found =
-                    cache::get(&Gvk::pod(), o.namespace.as_deref(), &o.name).map_err(failed)?;
+                    cache::get(&Gvk::pod(), o.namespace().as_deref(), &o.name()).map_err(failed)?;
                 std::hint::black_box(found);
             }
             "select" => {
@@ -69,6 +70,9 @@ impl Plugin for Bench {
                 let found = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::LABEL, &config.arg)
                     .map_err(failed)?;
                 std::hint::black_box(found);
+            }
+            "field" => {
+                std::hint::black_box(o.field(&config.arg).map_err(failed)?);
             }
             _ => {}
         }

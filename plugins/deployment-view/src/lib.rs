@@ -42,30 +42,6 @@ fn log_once(deployment: &str, message: &str, fields: &[(&str, &str)]) {
     }
 }
 
-#[derive(Deserialize, Default)]
-struct Meta {
-    #[serde(default)]
-    annotations: std::collections::BTreeMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct Annotated {
-    #[serde(default)]
-    metadata: Meta,
-}
-
-#[derive(Deserialize)]
-struct Pod {
-    #[serde(default)]
-    status: PodStatus,
-}
-
-#[derive(Deserialize, Default)]
-struct PodStatus {
-    #[serde(default)]
-    conditions: Vec<Condition>,
-}
-
 #[derive(Deserialize)]
 struct Condition {
     #[serde(rename = "type")]
@@ -103,63 +79,41 @@ impl KubeEvent {
 
 fn parse<T: for<'de> Deserialize<'de>>(o: &Object) -> Result<T, HandleError> {
     o.parse()
-        .map_err(|e| HandleError::fatal(format!("{} {}: {e}", o.kind, o.key())))
-}
-
-fn revision(o: &Object) -> Result<Option<String>, HandleError> {
-    Ok(parse::<Annotated>(o)?
-        .metadata
-        .annotations
-        .get(REVISION)
-        .cloned())
+        .map_err(|e| HandleError::fatal(format!("{} {}: {e}", o.gvk().kind, o.key())))
 }
 
 /// The owner of `o` with this kind, preferring the controller.
-fn owner_named<'a>(o: &'a Object, kind: &str) -> Option<&'a str> {
-    o.owner_references
-        .iter()
+fn owner_named(o: &Object, kind: &str) -> Option<String> {
+    o.owner_references()
+        .into_iter()
         .filter(|r| r.kind == kind)
         .max_by_key(|r| r.controller)
-        .map(|r| r.name.as_str())
+        .map(|r| r.name)
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Involved {
-    involved_object: InvolvedObject,
-}
-
-#[derive(Deserialize)]
-struct InvolvedObject {
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    name: String,
-}
-
-/// The Deployment an object belongs to: itself, its owner, its owner's owner, or (for an
-/// Event) that of the pod it is about.
+/// The Deployment an object that is not one belongs to: its owner, its owner's owner, or
+/// (for an Event) that of the pod it is about.
 fn deployment_of(o: &Object) -> Result<Option<Object>, HandleError> {
-    let ns = o.namespace.as_deref();
-    let deployment_name = match o.kind.as_str() {
-        "Deployment" => return Ok(Some(o.clone())),
+    let ns = o.namespace();
+    let ns = ns.as_deref();
+    let deployment_name = match o.gvk().kind.as_str() {
         "Event" => {
-            let about: Involved = parse(o)?;
-            if about.involved_object.kind != "Pod" {
+            if o.text("/involvedObject/kind")?.as_deref() != Some("Pod") {
                 return Ok(None);
             }
-            return match cache::get(&Gvk::pod(), ns, &about.involved_object.name)? {
+            let name = o.text("/involvedObject/name")?.unwrap_or_default();
+            return match cache::get(&Gvk::pod(), ns, &name)? {
                 Some(pod) => deployment_of(&pod),
                 None => Ok(None),
             };
         }
-        "ReplicaSet" => owner_named(o, "Deployment").map(str::to_owned),
+        "ReplicaSet" => owner_named(o, "Deployment"),
         "Pod" => {
             let Some(rs_name) = owner_named(o, "ReplicaSet") else {
                 return Ok(None);
             };
-            match cache::get(&Gvk::replica_set(), ns, rs_name)? {
-                Some(rs) => owner_named(&rs, "Deployment").map(str::to_owned),
+            match cache::get(&Gvk::replica_set(), ns, &rs_name)? {
+                Some(rs) => owner_named(&rs, "Deployment"),
                 None => None,
             }
         }
@@ -171,11 +125,17 @@ fn deployment_of(o: &Object) -> Result<Option<Object>, HandleError> {
     }
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .conditions
+/// True when the pod's `Ready` condition is `True`; reads only its conditions.
+fn is_ready(pod: &Object) -> Result<bool, HandleError> {
+    let conditions: Vec<Condition> = match pod.field("/status/conditions")? {
+        Some(v) => v
+            .parse()
+            .map_err(|e| HandleError::fatal(format!("{}: conditions: {e}", pod.key())))?,
+        None => Vec::new(),
+    };
+    Ok(conditions
         .iter()
-        .any(|c| c.kind == "Ready" && c.status == "True")
+        .any(|c| c.kind == "Ready" && c.status == "True"))
 }
 
 /// The newest Event about an object, by index, not by scanning.
@@ -192,7 +152,7 @@ fn latest_event(uid: &str) -> Result<Option<String>, HandleError> {
 
 fn summarize(deployment: &Object) -> Result<(), HandleError> {
     let key = deployment.key();
-    let Some(revision) = revision(deployment)? else {
+    let Some(revision) = deployment.annotation(REVISION) else {
         log_once(
             &key,
             "deployment has no revision yet",
@@ -205,9 +165,9 @@ fn summarize(deployment: &Object) -> Result<(), HandleError> {
     for rs in cache::by_index(
         &Gvk::replica_set(),
         kubewasm_sdk::index::OWNER_UID,
-        &deployment.uid,
+        &deployment.uid(),
     )? {
-        if self::revision(&rs)?.as_deref() == Some(revision.as_str()) {
+        if rs.annotation(REVISION).as_deref() == Some(revision.as_str()) {
             current = Some(rs);
         }
     }
@@ -224,15 +184,15 @@ fn summarize(deployment: &Object) -> Result<(), HandleError> {
         );
         return Ok(());
     };
-    let pods = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid)?;
+    let pods = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid())?;
     let mut ready = 0;
     let mut not_ready = Vec::new();
     for pod in &pods {
-        if is_ready(&parse(pod)?) {
+        if is_ready(pod)? {
             ready += 1;
         } else {
-            let why = latest_event(&pod.uid)?.unwrap_or_else(|| "no events".into());
-            not_ready.push(format!("{}: {why}", pod.name));
+            let why = latest_event(&pod.uid())?.unwrap_or_else(|| "no events".into());
+            not_ready.push(format!("{}: {why}", pod.name()));
         }
     }
     let counts = format!("{ready}/{}", pods.len());
@@ -243,7 +203,7 @@ fn summarize(deployment: &Object) -> Result<(), HandleError> {
         &[
             ("deployment", &key),
             ("revision", &revision),
-            ("replicaset", &rs.name),
+            ("replicaset", &rs.name()),
             ("ready", &counts),
             ("not-ready", &not_ready),
         ],
@@ -277,9 +237,11 @@ impl Plugin for DeploymentView {
             .index(Gvk::event(), INVOLVED_UID, "/involvedObject/uid")
     }
 
-    fn handle(event: Event) -> Result<(), HandleError> {
+    fn handle(event: Event<'_>) -> Result<(), HandleError> {
+        let object = event.object();
+        let is_deployment = object.gvk().kind == "Deployment";
         if let Event::Deleted(d) = &event
-            && d.object.kind == "Deployment"
+            && is_deployment
         {
             let key = d.object.key();
             LOGGED
@@ -289,7 +251,10 @@ impl Plugin for DeploymentView {
             log::info("deployment deleted", &[("deployment", &key)]);
             return Ok(());
         }
-        match deployment_of(event.object())? {
+        if is_deployment {
+            return summarize(object);
+        }
+        match deployment_of(object)? {
             Some(deployment) => summarize(&deployment),
             None => Ok(()),
         }

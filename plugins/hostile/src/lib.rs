@@ -2,12 +2,13 @@
 //!
 //! It subscribes to ConfigMaps and misbehaves as its configuration says:
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
-//! "secret" | "big-query" | "count" | "slow", "key": "ns/name"}` (`key` for `panic-on`; `count`
+//! "secret" | "big-query" | "count" | "slow" | ..., "key": "ns/name"}` (`key` for `panic-on`; `count`
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
 //! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 8 MiB
 //! arguments to every query; `huge-log` logs an 8 MiB message with 48 fields of 64 KiB and
-//! fails with a 4 MiB error; `squat` declares an index under deployment-view's index name; `sleep` sleeps an hour in
-//! every call).
+//! fails with a 4 MiB error; `squat` declares an index under deployment-view's index
+//! name; `sleep` sleeps an hour in every call; `hoard` keeps every object handle it is given and asks for more; `huge-pointer`
+//! reads fields by 4 MiB and 900 KB JSON pointers).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -67,7 +68,7 @@ impl Plugin for Hostile {
         manifest
     }
 
-    fn handle(event: Event) -> Result<(), HandleError> {
+    fn handle(event: Event<'_>) -> Result<(), HandleError> {
         let Some(config) = CONFIG.get() else {
             return Err(HandleError::fatal("not initialised"));
         };
@@ -97,7 +98,7 @@ impl Plugin for Hostile {
                 }
             }
             "secret" => {
-                let ns = event.object().namespace.clone();
+                let ns = event.object().namespace();
                 report(
                     "secret get",
                     cache::get(&secret(), ns.as_deref(), "db-password"),
@@ -105,6 +106,16 @@ impl Plugin for Hostile {
                 report("secret list", cache::list(&secret(), None, None));
             }
             "big-query" => report("big list", cache::list(&Gvk::config_map(), None, None)),
+            "hoard" => {
+                // Keeps every handle it is given, across events, and asks for more.
+                let answer = cache::list(&Gvk::config_map(), None, None);
+                report("hoard", answer.map(std::mem::forget));
+            }
+            "huge-pointer" => {
+                let o = event.object();
+                report("huge pointer", o.field(&"/a".repeat(4 << 20)));
+                report("deep pointer", o.field(&"/metadata".repeat(100_000)));
+            }
             "huge-args" => {
                 let huge = "a".repeat(8 << 20);
                 let selector = "a=b,".repeat(2 << 20);
@@ -146,7 +157,7 @@ impl Plugin for Hostile {
         }
         log::info(
             "handled",
-            &[("key", &key), ("rv", &event.object().resource_version)],
+            &[("key", &key), ("rv", &event.object().resource_version())],
         );
         Ok(())
     }

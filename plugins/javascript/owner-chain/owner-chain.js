@@ -5,19 +5,25 @@
 // `owner-uid` index, then logs one line: `owner chain pod=... replicaset=... deployment=...
 // siblings=N`. Build: node build.mjs (componentize-js against ../../../wit).
 
-import { get, byIndex } from "kubewasm:plugin/cache@0.1.0";
-import { log } from "kubewasm:plugin/logging@0.1.0";
+import { get, byIndex } from "kubewasm:plugin/cache@0.2.0";
+import { log } from "kubewasm:plugin/logging@0.2.0";
 
 const POD = { group: "", version: "v1", kind: "Pod" };
 const REPLICA_SET = { group: "apps", version: "v1", kind: "ReplicaSet" };
 const DEPLOYMENT = { group: "apps", version: "v1", kind: "Deployment" };
 
-// The controlling owner of `obj` of type `gvk`, from the cache (uid checked).
+// The controlling owner of `obj` of type `gvk`, from the cache (uid checked). Objects are
+// handles: `obj.controller()` reads only the owner reference from the host.
 function owner(obj, gvk) {
-  const ref = obj.ownerReferences.find((r) => r.kind === gvk.kind && r.controller);
-  if (!ref) return undefined;
-  const found = get(gvk, obj.namespace, ref.name);
-  return found && found.uid === ref.uid ? found : undefined;
+  const ref = obj.controller();
+  if (!ref || ref.kind !== gvk.kind) return undefined;
+  const found = get(gvk, obj.namespace(), ref.name);
+  return found && found.uid() === ref.uid ? found : undefined;
+}
+
+// Owned handles go back to the host when disposed; the garbage collector is not prompt.
+function release(objects) {
+  for (const o of objects) o[Symbol.dispose]();
 }
 
 function info(message, fields) {
@@ -41,19 +47,22 @@ export const handler = {
     if (event.tag === "added") pod = event.val.object;
     else if (event.tag === "updated") pod = event.val.new;
     else return;
-    const key = `${pod.namespace}/${pod.name}`;
+    const key = pod.key();
     const rs = owner(pod, REPLICA_SET);
     if (!rs) {
       info("owner chain", { pod: key, replicaset: "-", deployment: "-", siblings: "0" });
       return;
     }
     const deployment = owner(rs, DEPLOYMENT);
-    const siblings = byIndex(POD, "owner-uid", rs.uid);
+    const siblings = byIndex(POD, "owner-uid", rs.uid());
+    const count = siblings.length;
+    release(siblings);
     info("owner chain", {
       pod: key,
-      replicaset: rs.name,
-      deployment: deployment ? deployment.name : "-",
-      siblings: String(siblings.length),
+      replicaset: rs.name(),
+      deployment: deployment ? deployment.name() : "-",
+      siblings: String(count),
     });
+    release(deployment ? [rs, deployment] : [rs]);
   },
 };

@@ -8,15 +8,11 @@ use kubewasm_sdk::{
 
 /// The controlling owner of `obj` of type `gvk`, from the cache (uid checked).
 fn owner(obj: &Object, gvk: &Gvk) -> Result<Option<Object>, HandleError> {
-    let Some(r) = obj
-        .owner_references
-        .iter()
-        .find(|r| r.kind == gvk.kind && r.controller)
-    else {
+    let Some(r) = obj.controller().filter(|r| r.kind == gvk.kind) else {
         return Ok(None);
     };
-    let found = cache::get(gvk, obj.namespace.as_deref(), &r.name)?;
-    Ok(found.filter(|o| o.uid == r.uid))
+    let found = cache::get(gvk, obj.namespace().as_deref(), &r.name)?;
+    Ok(found.filter(|o| o.uid() == r.uid))
 }
 
 struct OwnerChain;
@@ -29,10 +25,10 @@ impl Plugin for OwnerChain {
             .query(Gvk::deployment())
     }
 
-    fn handle(event: Event) -> Result<(), HandleError> {
+    fn handle(event: Event<'_>) -> Result<(), HandleError> {
         let pod = match &event {
-            Event::Added(a) => &a.object,
-            Event::Updated(u) => &u.new,
+            Event::Added(a) => a.object,
+            Event::Updated(u) => u.new,
             _ => return Ok(()),
         };
         let key = pod.key();
@@ -49,16 +45,16 @@ impl Plugin for OwnerChain {
             return Ok(());
         };
         let deployment = owner(&rs, &Gvk::deployment())?;
-        let siblings = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid)?
+        let siblings = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid())?
             .len()
             .to_string();
-        let deployment = deployment.as_ref().map_or("-", |d| d.name.as_str());
+        let deployment = deployment.map_or_else(|| "-".to_owned(), |d| d.name());
         log::info(
             "owner chain",
             &[
                 ("pod", &key),
-                ("replicaset", &rs.name),
-                ("deployment", deployment),
+                ("replicaset", &rs.name()),
+                ("deployment", &deployment),
                 ("siblings", &siblings),
             ],
         );

@@ -17,21 +17,16 @@ REPLICA_SET = types.Gvk(group="apps", version="v1", kind="ReplicaSet")
 DEPLOYMENT = types.Gvk(group="apps", version="v1", kind="Deployment")
 
 
-def controller(obj: types.Object, kind: str):
-    """The owner reference of `kind` that is the controller, if any."""
-    for ref in obj.owner_references:
-        if ref.kind == kind and ref.controller:
-            return ref
-    return None
-
-
 def owner(obj: types.Object, gvk: types.Gvk):
-    """The controlling owner of `obj` of type `gvk`, from the cache (uid checked)."""
-    ref = controller(obj, gvk.kind)
-    if ref is None:
+    """The controlling owner of `obj` of type `gvk`, from the cache (uid checked).
+
+    Objects are handles: `obj.controller()` reads only the owner reference from the host.
+    """
+    ref = obj.controller()
+    if ref is None or ref.kind != gvk.kind:
         return None
-    found = cache.get(gvk, obj.namespace, ref.name)
-    return found if found is not None and found.uid == ref.uid else None
+    found = cache.get(gvk, obj.namespace(), ref.name)
+    return found if found is not None and found.uid() == ref.uid else None
 
 
 def log(message: str, **fields: str) -> None:
@@ -57,21 +52,25 @@ class Handler(exports.Handler):
             pod = event.value.new
         else:
             return None
-        key = f"{pod.namespace}/{pod.name}"
+        key = pod.key()
         try:
             rs = owner(pod, REPLICA_SET)
             if rs is None:
                 log("owner chain", pod=key, replicaset="-", deployment="-", siblings="0")
                 return None
             deployment = owner(rs, DEPLOYMENT)
-            siblings = cache.by_index(POD, "owner-uid", rs.uid)
+            siblings = cache.by_index(POD, "owner-uid", rs.uid())
         except Err as e:
             raise Err(types.HandleError(message=f"query failed: {e.value}", retry=True))
+        count = len(siblings)
+        # Owned handles go back to the host when dropped; do it now rather than at collection.
+        for sibling in siblings:
+            sibling.__exit__(None, None, None)
         log(
             "owner chain",
             pod=key,
-            replicaset=rs.name,
-            deployment=deployment.name if deployment is not None else "-",
-            siblings=str(len(siblings)),
+            replicaset=rs.name(),
+            deployment=deployment.name() if deployment is not None else "-",
+            siblings=str(count),
         )
         return None

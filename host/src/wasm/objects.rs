@@ -1,0 +1,138 @@
+//! The host side of the `object` resource: what a plugin reads through an object handle.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use wasmtime::component::Resource;
+
+use crate::object::{KubeObject, OwnerRef};
+use crate::wasm::bindings::kubewasm::plugin::types::{
+    self, Gvk as WitGvk, HostObject, Object, OwnerReference, QueryError, Value,
+};
+use crate::wasm::{HostState, field};
+
+impl HostState {
+    fn object(&self, handle: &Resource<Object>) -> wasmtime::Result<&Arc<KubeObject>> {
+        self.handles.get(handle)
+    }
+}
+
+fn owner(r: &OwnerRef) -> OwnerReference {
+    OwnerReference {
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        name: r.name.clone(),
+        uid: r.uid.clone(),
+        controller: r.controller,
+    }
+}
+
+/// The WIT value for a JSON value.
+fn value(v: serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Boolean(b),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::Text(s),
+        other @ (J::Array(_) | J::Object(_)) => Value::Json(other.to_string()),
+    }
+}
+
+impl HostObject for HostState {
+    fn gvk(&mut self, this: Resource<Object>) -> wasmtime::Result<WitGvk> {
+        let gvk = &self.object(&this)?.gvk;
+        Ok(WitGvk {
+            group: gvk.group.clone(),
+            version: gvk.version.clone(),
+            kind: gvk.kind.clone(),
+        })
+    }
+
+    fn namespace(&mut self, this: Resource<Object>) -> wasmtime::Result<Option<String>> {
+        Ok(self.object(&this)?.namespace.clone())
+    }
+
+    fn name(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
+        Ok(self.object(&this)?.name.clone())
+    }
+
+    fn key(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
+        Ok(self.object(&this)?.key.clone())
+    }
+
+    fn uid(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
+        Ok(self.object(&this)?.uid.clone())
+    }
+
+    fn resource_version(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
+        Ok(self.object(&this)?.resource_version.clone())
+    }
+
+    fn label(&mut self, this: Resource<Object>, key: String) -> wasmtime::Result<Option<String>> {
+        Ok(self.object(&this)?.label(&key).map(str::to_owned))
+    }
+
+    fn labels(&mut self, this: Resource<Object>) -> wasmtime::Result<Vec<(String, String)>> {
+        Ok(self.object(&this)?.labels.clone())
+    }
+
+    fn annotation(
+        &mut self,
+        this: Resource<Object>,
+        key: String,
+    ) -> wasmtime::Result<Option<String>> {
+        let path = [
+            Cow::Borrowed("metadata"),
+            Cow::Borrowed("annotations"),
+            Cow::Owned(key),
+        ];
+        Ok(match field::lookup(&self.object(&this)?.json, &path) {
+            Some(serde_json::Value::String(s)) => Some(s),
+            _ => None,
+        })
+    }
+
+    fn owner_references(
+        &mut self,
+        this: Resource<Object>,
+    ) -> wasmtime::Result<Vec<OwnerReference>> {
+        Ok(self.object(&this)?.owners.iter().map(owner).collect())
+    }
+
+    fn controller(&mut self, this: Resource<Object>) -> wasmtime::Result<Option<OwnerReference>> {
+        Ok(self
+            .object(&this)?
+            .owners
+            .iter()
+            .find(|r| r.controller)
+            .map(owner))
+    }
+
+    fn field(
+        &mut self,
+        this: Resource<Object>,
+        pointer: String,
+    ) -> wasmtime::Result<Result<Option<Value>, QueryError>> {
+        let tokens = match field::tokens(&pointer) {
+            Ok(tokens) => tokens,
+            Err(e) => return Ok(Err(QueryError::InvalidArgument(e.to_string()))),
+        };
+        Ok(Ok(
+            field::lookup(&self.object(&this)?.json, &tokens).map(value)
+        ))
+    }
+
+    fn json(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
+        Ok(self.object(&this)?.json.to_string())
+    }
+
+    fn drop(&mut self, this: Resource<Object>) -> wasmtime::Result<()> {
+        self.handles.drop_owned(this)
+    }
+}
+
+impl types::Host for HostState {}
