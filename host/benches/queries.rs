@@ -4,7 +4,8 @@
 //! - `deliver_noop`: that plus the call into a plugin that returns at once, for an update
 //!   (old and new object) and for an add (one object);
 //! - `query_*`: the call into a plugin that makes one query from its handler; minus
-//!   `deliver_noop`, that is the query's latency as a plugin sees it: `get` one pod, `select`
+//!   `deliver_noop`, that is the query's latency as a plugin sees it: `get` one pod by a name
+//!   the plugin knows, `select`
 //!   the 10 pods matching a label selector, `by_index` 10 or 1,000 pods through the built-in
 //!   `label` index; `field` reads `/status/phase` through the handle (the last field of the
 //!   pod's JSON, so the host walks all of it).
@@ -113,7 +114,7 @@ fn deliver_noop_added(bencher: divan::Bencher) {
 
 #[divan::bench(sample_count = 100)]
 fn query_get(bencher: divan::Bencher) {
-    call(bencher, "get", "", false);
+    call(bencher, "get", "bench-5/pod-5", false);
 }
 
 #[divan::bench(sample_count = 100)]

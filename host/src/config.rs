@@ -22,7 +22,8 @@
 //!   limits:
 //!     deadlineMs: 1000         # longest call into a plugin
 //!     memoryMiB: 64            # linear memory per instance
-//!     queryMiB: 16             # largest answer of one cache query
+//!     queryMiB: 16             # largest list of keys or index values one query returns
+//!     maxHandles: 10000        # object handles one instance may hold at once
 //!     maxAttempts: 10          # attempts per event before it is given up
 //!     backoffBaseMs: 5         # first retry delay, doubling per attempt...
 //!     backoffCapMs: 60000      # ...up to this
@@ -505,6 +506,24 @@ plugins:
         let zero = HostConfig::parse("plugins:\n  v:\n    limits: {maxAttempts: 0}\n")
             .expect_err("zero attempts");
         assert!(zero.contains("plugins.v.limits.maxAttempts"), "{zero}");
+        let zero = HostConfig::parse("plugins:\n  v:\n    limits: {maxHandles: 0}\n")
+            .expect_err("zero handles");
+        assert!(zero.contains("plugins.v.limits.maxHandles"), "{zero}");
+    }
+
+    #[test]
+    fn the_handle_limit_is_configurable() {
+        let config = HostConfig::parse("defaults:\n  limits: {maxHandles: 3}\n").expect("valid");
+        assert_eq!(config.plugins.settings("any").limits.handles, 3);
+        assert_eq!(
+            HostConfig::parse("{}")
+                .expect("valid")
+                .plugins
+                .settings("any")
+                .limits
+                .handles,
+            crate::wasm::handles::DEFAULT_MAX_HANDLES
+        );
     }
 
     #[test]

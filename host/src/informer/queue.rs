@@ -63,6 +63,9 @@ struct Inner {
     newest: HashMap<String, u64>,
     senders: usize,
     receiver: bool,
+    /// True while the receiver waits on `ready`: a send wakes it only then (a wake is a
+    /// system call, and the informer fans out to every plugin's queue under its lock).
+    receiver_waiting: bool,
 }
 
 struct Shared {
@@ -87,6 +90,7 @@ pub fn queue(threshold: usize) -> (QueueSender, QueueReceiver) {
             newest: HashMap::new(),
             senders: 1,
             receiver: true,
+            receiver_waiting: false,
         }),
         ready: Condvar::new(),
         threshold,
@@ -188,7 +192,9 @@ impl QueueSender {
             .stats
             .depth
             .store(inner.slots.len(), Ordering::Relaxed);
-        self.shared.ready.notify_one();
+        if inner.receiver_waiting {
+            self.shared.ready.notify_one();
+        }
     }
 }
 
@@ -250,12 +256,14 @@ impl QueueReceiver {
             if left.is_zero() {
                 return Err(RecvTimeoutError::Timeout);
             }
+            inner.receiver_waiting = true;
             inner = self
                 .shared
                 .ready
                 .wait_timeout(inner, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            inner.receiver_waiting = false;
         }
     }
 

@@ -10,7 +10,6 @@ use wasmtime_wasi::HostMonotonicClock;
 use wasmtime_wasi::p2::{Pollable, subscribe};
 
 use crate::wasm::HostState;
-use crate::wasm::host_calls::Waits;
 
 /// The WASI package version whose clock functions are replaced; the linker resolves every
 /// semver-compatible import (any `0.2.x`) to it.
@@ -29,13 +28,12 @@ impl HostMonotonicClock for Clock {
     }
 }
 
-/// A wait that is over at an instant, reporting its length so it is not counted as host work.
-struct Wait(tokio::time::Instant, Waits);
+/// A wait that is over at an instant.
+struct Wait(tokio::time::Instant);
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for Wait {
     async fn ready(&mut self) {
-        let _timed = self.1.start();
         tokio::time::sleep_until(self.0).await;
     }
 }
@@ -46,10 +44,7 @@ fn wait(
     nanos: u64,
 ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
     let wait = Duration::from_nanos(nanos).min(state.ctx.limits.deadline);
-    let waits = state.host_calls.waits();
-    let resource = state
-        .table
-        .push(Wait(tokio::time::Instant::now() + wait, waits))?;
+    let resource = state.table.push(Wait(tokio::time::Instant::now() + wait))?;
     subscribe(&mut state.table, resource)
 }
 

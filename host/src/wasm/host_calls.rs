@@ -1,77 +1,46 @@
-//! How long the host spends in the calls a plugin makes into it (its queries, its log, WASI),
-//! waits the plugin asked for (a sleep, bounded by the call deadline) left out: the figure
-//! that shows no plugin argument can make host code run long.
+//! How long the host spends in the calls a plugin makes into it (its queries, the object reads
+//! that walk JSON, its log, its stdout and stderr): the figure that shows no plugin argument can
+//! make host code run long.
+//!
+//! Calls are timed by the host functions that do work in proportion to their arguments, not by
+//! a wasmtime call hook: the hook ran on every crossing between guest and host and cost more
+//! than a whole no-op delivery (docs/BENCHMARKS.md). Calls left out do constant work (an
+//! object's name, uid, a handle's drop) or are WASI functions that cannot block (random bytes
+//! are capped; waits end at the call deadline, `clocks.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use wasmtime::CallHook;
-
-/// The time of the host call in progress and the slowest one so far, for one instance.
-#[derive(Debug, Default)]
-pub struct HostCalls {
-    entered: Option<Instant>,
-    /// The longest wait (nanoseconds) inside the current host call; waits run in parallel
-    /// within one `poll`, so the longest is what the call spent waiting.
-    waited: Arc<AtomicU64>,
-    slowest: Duration,
-}
+/// The slowest timed host call of one instance; clones share it.
+#[derive(Debug, Default, Clone)]
+pub struct HostCalls(Arc<AtomicU64>);
 
 impl HostCalls {
-    /// Where a wait records how long it lasted.
-    pub fn waits(&self) -> Waits {
-        Waits(self.waited.clone())
-    }
-
-    /// Called by wasmtime on every crossing between guest and host.
-    pub fn hook(&mut self, hook: CallHook) {
-        match hook {
-            CallHook::CallingHost => {
-                self.waited.store(0, Ordering::Relaxed);
-                self.entered = Some(Instant::now());
-            }
-            CallHook::ReturningFromHost => {
-                if let Some(entered) = self.entered.take() {
-                    let waited = Duration::from_nanos(self.waited.load(Ordering::Relaxed));
-                    self.slowest = self.slowest.max(entered.elapsed().saturating_sub(waited));
-                }
-            }
-            CallHook::CallingWasm | CallHook::ReturningFromWasm => {}
-        }
-    }
-
-    /// The slowest host call of this instance so far.
-    pub fn slowest(&self) -> Duration {
-        self.slowest
-    }
-}
-
-/// The handle a wait uses to report its length to the instance's [`HostCalls`].
-#[derive(Debug, Clone)]
-pub struct Waits(Arc<AtomicU64>);
-
-impl Waits {
-    /// Starts timing a wait; its length is recorded when the guard drops (finished or
-    /// cancelled because another pollable was ready first).
-    pub fn start(&self) -> WaitGuard {
-        WaitGuard {
+    /// Starts timing a host call; it is recorded when the guard drops.
+    pub fn start(&self) -> Timed {
+        Timed {
             since: Instant::now(),
-            waited: self.0.clone(),
+            slowest: self.0.clone(),
         }
+    }
+
+    /// The slowest timed host call so far.
+    pub fn slowest(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
     }
 }
 
-/// A wait in progress (see [`Waits::start`]).
-pub struct WaitGuard {
+/// A host call being timed (see [`HostCalls::start`]).
+pub struct Timed {
     since: Instant,
-    waited: Arc<AtomicU64>,
+    slowest: Arc<AtomicU64>,
 }
 
-impl Drop for WaitGuard {
+impl Drop for Timed {
     fn drop(&mut self) {
         let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.waited.fetch_max(nanos, Ordering::Relaxed);
+        self.slowest.fetch_max(nanos, Ordering::Relaxed);
     }
 }
 
@@ -80,26 +49,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn waits_are_left_out_and_the_slowest_call_is_kept() {
-        let mut calls = HostCalls::default();
-        calls.hook(CallHook::CallingHost);
-        std::thread::sleep(Duration::from_millis(30));
-        calls.hook(CallHook::ReturningFromHost);
+    fn the_slowest_call_is_kept_and_shared_by_clones() {
+        let calls = HostCalls::default();
+        {
+            let _call = calls.start();
+            std::thread::sleep(Duration::from_millis(30));
+        }
         let worked = calls.slowest();
         assert!(worked >= Duration::from_millis(30), "{worked:?}");
-
-        calls.hook(CallHook::CallingHost);
+        drop(calls.start());
+        assert_eq!(calls.slowest(), worked, "a quicker call keeps the slowest");
+        let clone = calls.clone();
         {
-            let _wait = calls.waits().start();
-            std::thread::sleep(Duration::from_millis(80));
+            let _call = clone.start();
+            std::thread::sleep(Duration::from_millis(60));
         }
-        calls.hook(CallHook::ReturningFromHost);
-        assert_eq!(calls.slowest(), worked, "an 80 ms wait is not host work");
-
-        // A wait in an earlier call does not hide the work of a later one.
-        calls.hook(CallHook::CallingHost);
-        std::thread::sleep(Duration::from_millis(60));
-        calls.hook(CallHook::ReturningFromHost);
         assert!(
             calls.slowest() >= Duration::from_millis(60),
             "{:?}",

@@ -272,6 +272,7 @@ impl logging::Host for HostState {
         message: String,
         fields: Vec<(String, String)>,
     ) -> wasmtime::Result<()> {
+        let _call = self.host_calls.start();
         let level = match level {
             logging::Level::Trace => Level::Trace,
             logging::Level::Debug => Level::Debug,

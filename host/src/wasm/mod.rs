@@ -317,11 +317,18 @@ impl Engine {
         // No preopened folders, network, environment or arguments: only clocks, random, and
         // stdout/stderr into the plugin's log.
         let clock_origin = std::time::Instant::now();
+        let host_calls = host_calls::HostCalls::default();
         let wasi = WasiCtx::builder()
             .monotonic_clock(clocks::Clock(clock_origin))
             .max_random_size(MAX_RANDOM_BYTES)
-            .stdout(stdio::LogStream::stdout(ctx.log.clone()))
-            .stderr(stdio::LogStream::stderr(ctx.log.clone()))
+            .stdout(stdio::LogStream::stdout(
+                ctx.log.clone(),
+                host_calls.clone(),
+            ))
+            .stderr(stdio::LogStream::stderr(
+                ctx.log.clone(),
+                host_calls.clone(),
+            ))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -332,15 +339,11 @@ impl Engine {
             table: ResourceTable::new(),
             handles: handles::Handles::default(),
             limits,
-            host_calls: host_calls::HostCalls::default(),
+            host_calls,
             ctx,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        store.call_hook(|mut s, hook| {
-            s.data_mut().host_calls.hook(hook);
-            Ok(())
-        });
         store.set_epoch_deadline(deadline_ticks);
         let plugin = code.pre.instantiate(&mut store)?;
         Ok(Instance {
@@ -388,7 +391,7 @@ impl Instance {
         self.store.data().limits.memory_bytes()
     }
 
-    /// The longest this instance's calls into the host took, waits it asked for left out.
+    /// The longest of this instance's timed calls into the host (see `host_calls.rs`).
     pub fn slowest_host_call(&self) -> Duration {
         self.store.data().host_calls.slowest()
     }

@@ -77,6 +77,7 @@ impl HostObject for HostState {
     }
 
     fn labels(&mut self, this: Resource<Object>) -> wasmtime::Result<Vec<(String, String)>> {
+        let _call = self.host_calls.start();
         Ok(self.object(&this)?.labels.clone())
     }
 
@@ -85,6 +86,7 @@ impl HostObject for HostState {
         this: Resource<Object>,
         key: String,
     ) -> wasmtime::Result<Option<String>> {
+        let _call = self.host_calls.start();
         let path = [
             Cow::Borrowed("metadata"),
             Cow::Borrowed("annotations"),
@@ -100,6 +102,7 @@ impl HostObject for HostState {
         &mut self,
         this: Resource<Object>,
     ) -> wasmtime::Result<Vec<OwnerReference>> {
+        let _call = self.host_calls.start();
         Ok(self.object(&this)?.owners.iter().map(owner).collect())
     }
 
@@ -117,6 +120,7 @@ impl HostObject for HostState {
         this: Resource<Object>,
         pointer: String,
     ) -> wasmtime::Result<Result<Option<Value>, QueryError>> {
+        let _call = self.host_calls.start();
         let tokens = match field::tokens(&pointer) {
             Ok(tokens) => tokens,
             Err(e) => return Ok(Err(QueryError::InvalidArgument(e.to_string()))),
@@ -127,6 +131,7 @@ impl HostObject for HostState {
     }
 
     fn json(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
+        let _call = self.host_calls.start();
         Ok(self.object(&this)?.json.to_string())
     }
 

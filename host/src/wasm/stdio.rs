@@ -9,6 +9,7 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
+use crate::wasm::host_calls::HostCalls;
 use crate::wasm::logging::{Level, MAX_MESSAGE_BYTES, PluginLogger};
 
 /// The most one `write` (or `write-zeroes`) may pass; `check-write` permits exactly this.
@@ -20,24 +21,27 @@ pub struct LogStream {
     logger: Arc<PluginLogger>,
     stream: &'static str,
     level: Level,
+    calls: HostCalls,
 }
 
 impl LogStream {
-    /// The plugin's stdout.
-    pub fn stdout(logger: Arc<PluginLogger>) -> Self {
+    /// The plugin's stdout; writes are timed into `calls`.
+    pub fn stdout(logger: Arc<PluginLogger>, calls: HostCalls) -> Self {
         Self {
             logger,
             stream: "stdout",
             level: Level::Info,
+            calls,
         }
     }
 
-    /// The plugin's stderr.
-    pub fn stderr(logger: Arc<PluginLogger>) -> Self {
+    /// The plugin's stderr; writes are timed into `calls`.
+    pub fn stderr(logger: Arc<PluginLogger>, calls: HostCalls) -> Self {
         Self {
             logger,
             stream: "stderr",
             level: Level::Warn,
+            calls,
         }
     }
 }
@@ -115,6 +119,7 @@ impl OutputStream for LineWriter {
         if bytes.len() > MAX_WRITE_BYTES {
             return Err(too_large(bytes.len()));
         }
+        let _call = self.target.calls.start();
         self.push(&bytes);
         Ok(())
     }
@@ -123,6 +128,7 @@ impl OutputStream for LineWriter {
         if len > MAX_WRITE_BYTES {
             return Err(too_large(len));
         }
+        let _call = self.target.calls.start();
         self.push(&vec![0; len]);
         Ok(())
     }
@@ -162,7 +168,7 @@ mod tests {
         };
         let logger = Arc::new(PluginLogger::new("p", "d", sink.clone(), rate));
         LineWriter {
-            target: LogStream::stdout(logger),
+            target: LogStream::stdout(logger, HostCalls::default()),
             pending: Vec::new(),
         }
     }

@@ -3,7 +3,7 @@
 //! Configuration: `{"work": "noop" | "parse" | "get" | "select" | "index" | "field", "arg": "..."}`.
 //! - `noop`: returns at once (the cost of a delivery itself);
 //! - `parse`: parses the pod into a typed `k8s_openapi` Pod and reads its phase;
-//! - `get`: one `get` of the pod itself;
+//! - `get`: one `get` of the pod `arg` (`namespace/name`);
 //! - `select`: one list of all pods by the label selector `arg`;
 //! - `index`: one `by-index` query on the built-in `label` index for `arg` (`key=value`);
 //! - `field`: reads the field at the JSON pointer `arg` through the object's handle.
@@ -58,8 +58,8 @@ impl Plugin for Bench {
                 std::hint::black_box(pod.status.and_then(|s| s.phase));
             }
             "get" => {
-                let found =
-                    cache::get(&Gvk::pod(), o.namespace().as_deref(), &o.name()).map_err(failed)?;
+                let (namespace, name) = config.arg.split_once('/').unwrap_or(("", &config.arg));
+                let found = cache::get(&Gvk::pod(), Some(namespace), name).map_err(failed)?;
                 std::hint::black_box(found);
             }
             "select" => {
