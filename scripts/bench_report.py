@@ -83,12 +83,16 @@ def machine():
         ("OS", f"{platform.system()} {platform.release()}"),
         ("Rust", command("rustc", "--version")),
         ("Go", command("go", "version")),
-        # "-dirty": measured on uncommitted changes, which the commit holding this page adds.
-        (
-            "Commit",
-            command("git", "-C", ROOT, "describe", "--always", "--dirty", "--exclude", "*"),
-        ),
+        ("Commit", commit()),
     ]
+
+
+def commit():
+    """The measured commit; "-dirty" when measured on changes the commit holding this page adds."""
+    described = command("git", "-C", ROOT, "describe", "--always", "--dirty", "--exclude", "*")
+    if described.endswith("-dirty"):
+        return f"{described} (changes committed with this page)"
+    return described
 
 
 def table(header, rows):
