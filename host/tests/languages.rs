@@ -85,15 +85,35 @@ fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
             "5e0c1a52-0000-4000-8000-000000000106",
             "5e0c1a52-0000-4000-8000-000000000199",
         );
-    fs::write(cluster.path().join("new-pod.yaml"), pod).expect("write");
+    fs::write(cluster.path().join("new-pod.yaml"), &pod).expect("write");
+    // And one whose controller reference names the ReplicaSet with a uid it no longer has
+    // (a replaced owner): the host's owner lookup must not return the new one.
+    let orphan = pod
+        .replace("web-5d8f7c9b6-new01", "web-5d8f7c9b6-old01")
+        .replace(
+            "5e0c1a52-0000-4000-8000-000000000199",
+            "5e0c1a52-0000-4000-8000-000000000198",
+        )
+        .replace(
+            "uid: 5e0c1a52-0000-4000-8000-000000000103",
+            "uid: 5e0c1a52-0000-4000-8000-0000000000ff",
+        );
+    fs::write(cluster.path().join("orphan-pod.yaml"), orphan).expect("write");
     folder.rescan();
-    let expected = "shop/web-5d8f7c9b6-new01 web-5d8f7c9b6 web 4";
-    let lines = sink.wait_until(WAIT, |rs| chains(rs).iter().any(|c| c == expected));
-    assert!(
-        chains(&lines).iter().any(|c| c == expected),
-        "{}",
-        support::render(&lines)
-    );
+    let expected = [
+        "shop/web-5d8f7c9b6-new01 web-5d8f7c9b6 web 4",
+        "shop/web-5d8f7c9b6-old01 - - 0",
+    ];
+    let lines = sink.wait_until(WAIT, |rs| {
+        expected.iter().all(|e| chains(rs).iter().any(|c| c == e))
+    });
+    for e in expected {
+        assert!(
+            chains(&lines).iter().any(|c| c == e),
+            "{e}: {}",
+            support::render(&lines)
+        );
+    }
     let status = &host.status()[0];
     assert_eq!((status.traps, status.given_up), (0, 0), "{status:?}");
 }

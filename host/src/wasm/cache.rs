@@ -57,8 +57,13 @@ impl HostState {
 
     /// Keeps only what the plugin may see: for Secrets, the granted names.
     fn visible(&self, mut objects: Vec<Arc<KubeObject>>) -> Vec<Arc<KubeObject>> {
-        objects.retain(|o| !is_secret(&o.gvk) || self.ctx.secrets.contains(&o.key));
+        objects.retain(|o| self.may_see(o));
         objects
+    }
+
+    /// False for a Secret the plugin was not granted by name.
+    fn may_see(&self, o: &KubeObject) -> bool {
+        !is_secret(&o.gvk) || self.ctx.secrets.contains(&o.key)
     }
 
     /// The store's name of index `name` on `gvk` for this plugin: a built-in one, or one the
@@ -107,6 +112,21 @@ impl HostState {
             )));
         }
         Ok(strings)
+    }
+
+    /// A handle to `object` if the plugin may see it, unless it would hold too many.
+    fn answer_one(
+        &mut self,
+        object: Option<Arc<KubeObject>>,
+    ) -> Result<Option<Resource<Object>>, QueryError> {
+        let Some(object) = object.filter(|o| self.may_see(o)) else {
+            return Ok(None);
+        };
+        let limit = self.ctx.limits.handles;
+        self.handles
+            .give_one(object, limit)
+            .map(Some)
+            .map_err(|e| QueryError::TooManyHandles(e.to_string()))
     }
 
     /// Handles to the objects the plugin may see, unless it would hold too many.
@@ -201,12 +221,35 @@ impl HostState {
         if let Some(ns) = namespace {
             arg("namespace", ns)?;
         }
-        let found = informer
-            .store()
-            .get(&object_key(namespace, name))
-            .into_iter()
-            .collect();
-        Ok(self.answer(found)?.pop())
+        let found = informer.store().get(&object_key(namespace, name));
+        self.answer_one(found)
+    }
+
+    /// `object`'s controller of type `gvk`, from the cache, if its uid still matches.
+    pub(super) fn owner_of(
+        &mut self,
+        object: &KubeObject,
+        gvk: &WitGvk,
+    ) -> Result<Option<Resource<Object>>, QueryError> {
+        let store = self.granted(gvk)?.store();
+        let Some(owner) = object.owners.iter().find(|r| {
+            r.controller
+                && r.kind == gvk.kind
+                && crate::gvk::Gvk::from_api_version(&r.api_version, &r.kind).group == gvk.group
+        }) else {
+            return Ok(None);
+        };
+        // Owners live in the object's namespace, or are cluster-scoped.
+        let found = store
+            .get(&object_key(object.namespace.as_deref(), &owner.name))
+            .or_else(|| {
+                object
+                    .namespace
+                    .as_ref()
+                    .and_then(|_| store.get(&owner.name))
+            })
+            .filter(|o| o.uid == owner.uid);
+        self.answer_one(found)
     }
 
     fn list(

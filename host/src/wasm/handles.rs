@@ -88,6 +88,23 @@ impl Handles {
             .collect())
     }
 
+    /// An owned handle to `object`, unless it would take the guest past `limit`.
+    pub fn give_one(
+        &mut self,
+        object: Arc<KubeObject>,
+        limit: usize,
+    ) -> Result<Resource<Object>, TooMany> {
+        if self.owned >= limit {
+            return Err(TooMany {
+                wanted: 1,
+                held: self.owned,
+                limit,
+            });
+        }
+        self.owned += 1;
+        Ok(Resource::new_own(self.put(object)))
+    }
+
     /// The object behind a handle the guest passed in.
     pub fn get(&self, handle: &Resource<Object>) -> wasmtime::Result<&Arc<KubeObject>> {
         self.slots

@@ -115,6 +115,16 @@ impl HostObject for HostState {
             .map(owner))
     }
 
+    fn owner(
+        &mut self,
+        this: Resource<Object>,
+        gvk: WitGvk,
+    ) -> wasmtime::Result<Result<Option<Resource<Object>>, QueryError>> {
+        let _call = self.host_calls.start();
+        let object = self.object(&this)?.clone();
+        Ok(self.owner_of(&object, &gvk))
+    }
+
     fn field(
         &mut self,
         this: Resource<Object>,

@@ -5,21 +5,12 @@
 // `owner-uid` index, then logs one line: `owner chain pod=... replicaset=... deployment=...
 // siblings=N`. Build: node build.mjs (componentize-js against ../../../wit).
 
-import { get, byIndex } from "kubewasm:plugin/cache@0.2.0";
+import { byIndex } from "kubewasm:plugin/cache@0.2.0";
 import { log } from "kubewasm:plugin/logging@0.2.0";
 
 const POD = { group: "", version: "v1", kind: "Pod" };
 const REPLICA_SET = { group: "apps", version: "v1", kind: "ReplicaSet" };
 const DEPLOYMENT = { group: "apps", version: "v1", kind: "Deployment" };
-
-// The controlling owner of `obj` of type `gvk`, from the cache (uid checked). Objects are
-// handles: `obj.controller()` reads only the owner reference from the host.
-function owner(obj, gvk) {
-  const ref = obj.controller();
-  if (!ref || ref.kind !== gvk.kind) return undefined;
-  const found = get(gvk, obj.namespace(), ref.name);
-  return found && found.uid() === ref.uid ? found : undefined;
-}
 
 // Owned handles go back to the host when disposed; the garbage collector is not prompt.
 function release(objects) {
@@ -48,12 +39,13 @@ export const handler = {
     else if (event.tag === "updated") pod = event.val.new;
     else return;
     const key = pod.key();
-    const rs = owner(pod, REPLICA_SET);
+    // The controller of each type, from the cache, uid checked: one call into the host.
+    const rs = pod.owner(REPLICA_SET);
     if (!rs) {
       info("owner chain", { pod: key, replicaset: "-", deployment: "-", siblings: "0" });
       return;
     }
-    const deployment = owner(rs, DEPLOYMENT);
+    const deployment = rs.owner(DEPLOYMENT);
     const siblings = byIndex(POD, "owner-uid", rs.uid());
     const count = siblings.length;
     release(siblings);

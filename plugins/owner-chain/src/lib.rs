@@ -3,17 +3,8 @@
 //! plugins/javascript/owner-chain, so the three languages can be compared on the same work.
 
 use kubewasm_sdk::{
-    Event, Gvk, HandleError, Manifest, Object, Plugin, Subscription, cache, export_plugin, log,
+    Event, Gvk, HandleError, Manifest, Plugin, Subscription, cache, export_plugin, log,
 };
-
-/// The controlling owner of `obj` of type `gvk`, from the cache (uid checked).
-fn owner(obj: &Object, gvk: &Gvk) -> Result<Option<Object>, HandleError> {
-    let Some(r) = obj.controller().filter(|r| r.kind == gvk.kind) else {
-        return Ok(None);
-    };
-    let found = cache::get(gvk, obj.namespace().as_deref(), &r.name)?;
-    Ok(found.filter(|o| o.uid() == r.uid))
-}
 
 struct OwnerChain;
 
@@ -32,7 +23,8 @@ impl Plugin for OwnerChain {
             _ => return Ok(()),
         };
         let key = pod.key();
-        let Some(rs) = owner(pod, &Gvk::replica_set())? else {
+        // The controller of each type, from the cache, uid checked: one call into the host.
+        let Some(rs) = pod.owner(&Gvk::replica_set())? else {
             log::info(
                 "owner chain",
                 &[
@@ -44,7 +36,7 @@ impl Plugin for OwnerChain {
             );
             return Ok(());
         };
-        let deployment = owner(&rs, &Gvk::deployment())?;
+        let deployment = rs.owner(&Gvk::deployment())?;
         let siblings = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid())?
             .len()
             .to_string();

@@ -17,18 +17,6 @@ REPLICA_SET = types.Gvk(group="apps", version="v1", kind="ReplicaSet")
 DEPLOYMENT = types.Gvk(group="apps", version="v1", kind="Deployment")
 
 
-def owner(obj: types.Object, gvk: types.Gvk):
-    """The controlling owner of `obj` of type `gvk`, from the cache (uid checked).
-
-    Objects are handles: `obj.controller()` reads only the owner reference from the host.
-    """
-    ref = obj.controller()
-    if ref is None or ref.kind != gvk.kind:
-        return None
-    found = cache.get(gvk, obj.namespace(), ref.name)
-    return found if found is not None and found.uid() == ref.uid else None
-
-
 def log(message: str, **fields: str) -> None:
     logging.log(logging.Level.INFO, message, list(fields.items()))
 
@@ -54,11 +42,12 @@ class Handler(exports.Handler):
             return None
         key = pod.key()
         try:
-            rs = owner(pod, REPLICA_SET)
+            # The controller of each type, from the cache, uid checked: one call into the host.
+            rs = pod.owner(REPLICA_SET)
             if rs is None:
                 log("owner chain", pod=key, replicaset="-", deployment="-", siblings="0")
                 return None
-            deployment = owner(rs, DEPLOYMENT)
+            deployment = rs.owner(DEPLOYMENT)
             siblings = cache.by_index(POD, "owner-uid", rs.uid())
         except Err as e:
             raise Err(types.HandleError(message=f"query failed: {e.value}", retry=True))
