@@ -83,7 +83,7 @@ fn deliver(bencher: divan::Bencher, plugin: Option<&str>, language: &str) {
     });
 }
 
-#[divan::bench(sample_count = 50)]
+#[divan::bench(sample_count = 50, sample_size = 20)]
 fn owner_chain_rust(bencher: divan::Bencher) {
     deliver(
         bencher,
@@ -92,12 +92,12 @@ fn owner_chain_rust(bencher: divan::Bencher) {
     );
 }
 
-#[divan::bench(sample_count = 50)]
+#[divan::bench(sample_count = 50, sample_size = 20)]
 fn owner_chain_python(bencher: divan::Bencher) {
     deliver(bencher, kubewasm_plugin_artifacts::OWNER_CHAIN_PY, "Python");
 }
 
-#[divan::bench(sample_count = 50)]
+#[divan::bench(sample_count = 50, sample_size = 20)]
 fn owner_chain_javascript(bencher: divan::Bencher) {
     deliver(
         bencher,

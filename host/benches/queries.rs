@@ -10,6 +10,9 @@
 //!   `label` index; `field` reads `/status/phase` through the handle (the last field of the
 //!   pod's JSON, so the host walks all of it).
 //!
+//! Each sample times many calls in a row (`sample_size`), so a median is not at the mercy of
+//! one slow call on a shared machine.
+//!
 //! Run with `cargo bench -p kubewasm --bench queries`.
 
 use std::sync::Arc;
@@ -92,7 +95,7 @@ fn call(bencher: divan::Bencher, work: &str, arg: &str, added: bool) {
     });
 }
 
-#[divan::bench(sample_count = 100)]
+#[divan::bench(sample_count = 100, sample_size = 100)]
 fn convert(bencher: divan::Bencher) {
     let f = fixture("noop", "");
     let mut handles = Handles::default();
@@ -102,37 +105,37 @@ fn convert(bencher: divan::Bencher) {
     });
 }
 
-#[divan::bench(sample_count = 100)]
+#[divan::bench(sample_count = 100, sample_size = 100)]
 fn deliver_noop(bencher: divan::Bencher) {
     call(bencher, "noop", "", false);
 }
 
-#[divan::bench(sample_count = 100)]
+#[divan::bench(sample_count = 100, sample_size = 100)]
 fn deliver_noop_added(bencher: divan::Bencher) {
     call(bencher, "noop", "", true);
 }
 
-#[divan::bench(sample_count = 100)]
+#[divan::bench(sample_count = 100, sample_size = 100)]
 fn query_get(bencher: divan::Bencher) {
     call(bencher, "get", "bench-5/pod-5", false);
 }
 
-#[divan::bench(sample_count = 100)]
+#[divan::bench(sample_count = 100, sample_size = 10)]
 fn query_select_10(bencher: divan::Bencher) {
     call(bencher, "select", "group=ten", false);
 }
 
-#[divan::bench(sample_count = 100)]
+#[divan::bench(sample_count = 100, sample_size = 100)]
 fn query_by_index_10(bencher: divan::Bencher) {
     call(bencher, "index", "group=ten", false);
 }
 
-#[divan::bench(sample_count = 20)]
+#[divan::bench(sample_count = 20, sample_size = 5)]
 fn query_by_index_1000(bencher: divan::Bencher) {
     call(bencher, "index", "app=web", false);
 }
 
-#[divan::bench(sample_count = 100)]
+#[divan::bench(sample_count = 100, sample_size = 100)]
 fn query_field(bencher: divan::Bencher) {
     call(bencher, "field", "/status/phase", false);
 }
