@@ -15,6 +15,12 @@ pub struct Gvk {
     pub kind: String,
 }
 
+/// The group and version of an `apiVersion`: `apps/v1` gives `apps` and `v1`; `v1` gives the
+/// core group (empty) and `v1`.
+pub fn split_api_version(api_version: &str) -> (&str, &str) {
+    api_version.split_once('/').unwrap_or(("", api_version))
+}
+
 impl Gvk {
     /// A resource type from its three parts.
     pub fn new(group: &str, version: &str, kind: &str) -> Self {
@@ -27,10 +33,8 @@ impl Gvk {
 
     /// A resource type from an object's `apiVersion` (`apps/v1` or `v1`) and `kind`.
     pub fn from_api_version(api_version: &str, kind: &str) -> Self {
-        match api_version.split_once('/') {
-            Some((group, version)) => Self::new(group, version, kind),
-            None => Self::new("", api_version, kind),
-        }
+        let (group, version) = split_api_version(api_version);
+        Self::new(group, version, kind)
     }
 
     /// The `apiVersion` string: `group/version`, or `version` for the core group.

@@ -9,6 +9,7 @@ use crate::informer::index::is_builtin;
 use crate::informer::store::StoreError;
 use crate::object::{KubeObject, object_key};
 use crate::wasm::bindings::kubewasm::plugin::{cache, types};
+use crate::wasm::handles::TooMany;
 use crate::wasm::{HostState, convert, limits};
 use wasmtime::component::Resource;
 
@@ -123,10 +124,7 @@ impl HostState {
             return Ok(None);
         };
         let limit = self.ctx.limits.handles;
-        self.handles
-            .give_one(object, limit)
-            .map(Some)
-            .map_err(|e| QueryError::TooManyHandles(e.to_string()))
+        Ok(Some(self.handles.give_one(object, limit)?))
     }
 
     /// Handles to the objects the plugin may see, unless it would hold too many.
@@ -136,9 +134,13 @@ impl HostState {
     ) -> Result<Vec<Resource<Object>>, QueryError> {
         let objects = self.visible(objects);
         let limit = self.ctx.limits.handles;
-        self.handles
-            .give(objects, limit)
-            .map_err(|e| QueryError::TooManyHandles(e.to_string()))
+        Ok(self.handles.give(objects, limit)?)
+    }
+}
+
+impl From<TooMany> for QueryError {
+    fn from(e: TooMany) -> Self {
+        QueryError::TooManyHandles(e.to_string())
     }
 }
 
@@ -235,7 +237,7 @@ impl HostState {
         let Some(owner) = object.owners.iter().find(|r| {
             r.controller
                 && r.kind == gvk.kind
-                && crate::gvk::Gvk::from_api_version(&r.api_version, &r.kind).group == gvk.group
+                && crate::gvk::split_api_version(&r.api_version).0 == gvk.group
         }) else {
             return Ok(None);
         };

@@ -74,14 +74,7 @@ impl Handles {
         objects: Vec<Arc<KubeObject>>,
         limit: usize,
     ) -> Result<Vec<Resource<Object>>, TooMany> {
-        if self.owned + objects.len() > limit {
-            return Err(TooMany {
-                wanted: objects.len(),
-                held: self.owned,
-                limit,
-            });
-        }
-        self.owned += objects.len();
+        self.reserve(objects.len(), limit)?;
         Ok(objects
             .into_iter()
             .map(|o| Resource::new_own(self.put(o)))
@@ -94,15 +87,21 @@ impl Handles {
         object: Arc<KubeObject>,
         limit: usize,
     ) -> Result<Resource<Object>, TooMany> {
-        if self.owned >= limit {
+        self.reserve(1, limit)?;
+        Ok(Resource::new_own(self.put(object)))
+    }
+
+    /// Counts `wanted` more owned handles, unless that would take the guest past `limit`.
+    fn reserve(&mut self, wanted: usize, limit: usize) -> Result<(), TooMany> {
+        if self.owned + wanted > limit {
             return Err(TooMany {
-                wanted: 1,
+                wanted,
                 held: self.owned,
                 limit,
             });
         }
-        self.owned += 1;
-        Ok(Resource::new_own(self.put(object)))
+        self.owned += wanted;
+        Ok(())
     }
 
     /// The object behind a handle the guest passed in.
