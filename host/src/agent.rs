@@ -20,9 +20,11 @@ use crate::plugins::{PluginHost, Role};
 use crate::serve::{Parts, Report, Status, serve};
 use crate::source::Source;
 use crate::source::kube::KubeSource;
+use crate::source::kube::write::KubeWriter;
 use crate::source::manifests::ManifestFolder;
 use crate::wasm::Engine;
 use crate::wasm::logging::LogSink;
+use crate::write::Writer;
 
 /// Where objects come from.
 pub enum Cluster {
@@ -173,6 +175,12 @@ impl Agent {
             options.election.is_none() || client.is_some(),
             "leader election needs a Kubernetes API server, not a manifests folder"
         );
+        // Plugins write to the cluster they read: the API server, or the folder's memory.
+        let writer: Option<Arc<dyn Writer>> = match (&manifests, &client) {
+            (Some(folder), _) => Some(folder.clone() as Arc<dyn Writer>),
+            (None, Some(client)) => Some(Arc::new(KubeWriter::new(client.clone(), tasks.clone()))),
+            (None, None) => None,
+        };
         let factory = InformerFactory::new(source, tasks);
         let engine = Arc::new(Engine::with_cache(
             options.compiled_cache.as_deref(),
@@ -188,6 +196,7 @@ impl Agent {
             options.log,
             options.config.plugins,
             role,
+            writer,
         ));
         let shared = Arc::new(Shared {
             plugins,

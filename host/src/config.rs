@@ -38,6 +38,13 @@
 //!     grants:
 //!       resources: [apps/v1/Deployment, apps/v1/ReplicaSet, v1/Pod, v1/Event]
 //!       secrets: [shop/db-password]  # Secrets it may read, by namespace/name
+//!       writes:                      # what it may write (nothing without this)
+//!         - resources: [v1/Pod]
+//!           verbs: [patch]           # create, patch (apply and patches), delete
+//!           subresources: [status]   # also these subresources (status, scale)
+//!           namespaces: [shop]       # absent: every namespace and cluster-scoped objects
+//!         - resources: [events.k8s.io/v1/Event]
+//!           verbs: [create, patch]   # record-event: create, and patch for repeats
 //! ```
 //!
 //! Without `grants.resources` a plugin may read what its manifest declares, except Secrets.
@@ -52,6 +59,7 @@ use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
 use crate::source::manifests::scope::DEFAULT_NAMESPACE;
+use crate::write::{SUBRESOURCES, Verb, WriteGrant};
 use serde::Deserialize;
 
 /// How long a plugin or informer may take to sync before it stops counting for readiness.
@@ -192,6 +200,61 @@ struct GrantsConfig {
     resources: Option<Vec<String>>,
     #[serde(default)]
     secrets: Vec<String>,
+    #[serde(default)]
+    writes: Vec<WriteGrantConfig>,
+}
+
+/// One rule of `grants.writes` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteGrantConfig {
+    resources: Vec<String>,
+    #[serde(default)]
+    subresources: Vec<String>,
+    verbs: Vec<String>,
+    namespaces: Option<Vec<String>>,
+}
+
+impl WriteGrantConfig {
+    fn parse(self, field: &str) -> Result<WriteGrant, String> {
+        let need = |list: &[String], what: &str| {
+            if list.is_empty() {
+                Err(format!("{field}.{what}: name at least one"))
+            } else {
+                Ok(())
+            }
+        };
+        need(&self.resources, "resources")?;
+        need(&self.verbs, "verbs")?;
+        let subresources = parse_each(self.subresources, &format!("{field}.subresources"), |s| {
+            if SUBRESOURCES.contains(&s) {
+                Ok(s.to_owned())
+            } else {
+                Err(format!(
+                    "{s:?}: a plugin writes to the subresources status or scale"
+                ))
+            }
+        })?;
+        let namespaces = match self.namespaces {
+            Some(list) => {
+                need(&list, "namespaces")?;
+                Some(parse_each(list, &format!("{field}.namespaces"), |ns| {
+                    if is_namespace_name(ns) {
+                        Ok(ns.to_owned())
+                    } else {
+                        Err(format!("{ns:?} is not a namespace name"))
+                    }
+                })?)
+            }
+            None => None,
+        };
+        Ok(WriteGrant {
+            resources: parse_each(self.resources, &format!("{field}.resources"), parse_type)?,
+            subresources,
+            verbs: parse_each(self.verbs, &format!("{field}.verbs"), Verb::parse)?,
+            namespaces,
+        })
+    }
 }
 
 /// Settings shared by every plugin.
@@ -362,6 +425,12 @@ impl HostConfig {
                         None => None,
                     },
                     secrets: parse_each(grants.secrets, &format!("{field}.secrets"), parse_secret)?,
+                    writes: grants
+                        .writes
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, w)| w.parse(&format!("{field}.writes[{i}]")))
+                        .collect::<Result<_, _>>()?,
                 };
             }
             if let Some(config) = plugin.config {

@@ -7,7 +7,7 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `gvk`, `object`, `histogram`, `watch`, `rbac`, `leader` · `source` ·
+//! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader` · `source` ·
 //! `informer` · `wasm` · `plugins` · `config`, `serve` · `agent`.
 
 pub mod agent;
@@ -23,4 +23,5 @@ pub mod serve;
 pub mod source;
 pub mod wasm;
 pub mod watch;
+pub mod write;
 pub mod yaml;

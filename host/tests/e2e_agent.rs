@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, PostParams};
 use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit};
 use kubewasm::gvk::Gvk;
 use kubewasm::leader::{ElectionConfig, Elector, LeaderCallbacks};
@@ -22,7 +22,6 @@ use kubewasm::serve::Status;
 use kubewasm::wasm::Engine;
 use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use kubewasm_testenv::{TestEnv, resources};
-use serde::Deserialize;
 use serde_json::json;
 use support::{audit, render};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -188,28 +187,6 @@ fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<BTreeSet<Gvk>> {
     Ok(types)
 }
 
-/// Applies a multi-document YAML text of cluster-scoped RBAC objects.
-async fn apply_yaml(admin: &kube::Client, yaml: &str) -> anyhow::Result<()> {
-    for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
-        let object = DynamicObject::deserialize(doc)?;
-        let types = object
-            .types
-            .clone()
-            .ok_or_else(|| anyhow::anyhow!("no type"))?;
-        let (group, version) = types
-            .api_version
-            .split_once('/')
-            .unwrap_or(("", &types.api_version));
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
-        let api: Api<DynamicObject> = match &object.metadata.namespace {
-            Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
-            None => Api::all_with(admin.clone(), &resource),
-        };
-        api.create(&PostParams::default(), &object).await?;
-    }
-    Ok(())
-}
-
 fn config_map(name: &str) -> anyhow::Result<ConfigMap> {
     Ok(serde_json::from_value(
         json!({"metadata": {"name": name}, "data": {"v": "1"}}),
@@ -260,7 +237,11 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
         service_account: name.into(),
         leader_election: false,
     };
-    apply_yaml(&admin, &rbac::render(&types, &identity("kubewasm"), "test")).await?;
+    support::apply_yaml(
+        &admin,
+        &rbac::render(&types, &[], &identity("kubewasm"), "test"),
+    )
+    .await?;
 
     // The host as the service account with exactly the generated RBAC.
     let client = env.service_account_client("kubewasm", "kubewasm").await?;
@@ -328,9 +309,9 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
 
     // A second host whose role lacks pods: one clear error for pods, ConfigMaps keep flowing.
     let without_pods: BTreeSet<Gvk> = types.iter().filter(|g| g.kind != "Pod").cloned().collect();
-    apply_yaml(
+    support::apply_yaml(
         &admin,
-        &rbac::render(&without_pods, &identity("nopods"), "test"),
+        &rbac::render(&without_pods, &[], &identity("nopods"), "test"),
     )
     .await?;
     let client = env.service_account_client("kubewasm", "nopods").await?;

@@ -5,10 +5,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 14] = [
+const LAYERS: [&str; 15] = [
     "gvk",
     "yaml",
     "object",
+    "write",
     "histogram",
     "watch",
     "leader",

@@ -351,11 +351,33 @@ pub mod cache {
     }
 }
 
-/// Writes to the cluster, staged during `handle` and sent when it returns Ok (see the
-/// `cluster` interface in `wit/plugin.wit`). This host version answers every write
-/// `unsupported`: writes are specified in the contract and not built yet.
+/// Writes to the cluster, staged during `handle` and sent in order when it returns Ok: an
+/// attempt that fails or traps writes nothing, so a retried event does not write twice. Each
+/// write needs a grant in the operator's configuration (`grants.writes`); without one it
+/// answers `denied`. Why the API server refused the previous attempt's writes is in
+/// [`previous_failures`].
 pub mod cluster {
     pub use crate::bindings::kubewasm::plugin::cluster::*;
+
+    use super::HandleError;
+
+    impl Target {
+        /// The object itself: its type, namespace and name.
+        pub fn of(object: &super::Object) -> Self {
+            Self {
+                gvk: object.gvk(),
+                namespace: object.namespace(),
+                name: object.name(),
+                subresource: None,
+            }
+        }
+
+        /// The same object's `status` subresource.
+        pub fn status(mut self) -> Self {
+            self.subresource = Some("status".into());
+            self
+        }
+    }
 
     impl WriteError {
         /// A one-line explanation: what kind of failure, then the host's detail.
@@ -368,6 +390,18 @@ pub mod cluster {
                 WriteError::Unsupported(d) => ("unsupported", d),
             };
             format!("{what}: {detail}")
+        }
+    }
+
+    impl From<WriteError> for HandleError {
+        /// A write that could not be staged: retried only when another replica may lead by
+        /// then; a denied, malformed or oversized write stays so.
+        fn from(e: WriteError) -> Self {
+            let retry = matches!(e, WriteError::NotLeader(_));
+            Self {
+                message: e.explain(),
+                retry,
+            }
         }
     }
 }

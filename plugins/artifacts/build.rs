@@ -15,6 +15,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("owner-chain", "OWNER_CHAIN"),
     ("hostile", "HOSTILE"),
     ("bench", "BENCH"),
+    ("labeler", "LABELER"),
+    ("crashloop-events", "CRASHLOOP_EVENTS"),
 ];
 
 fn main() {

@@ -120,6 +120,16 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 .join(", ")
         ));
     }
+    let writes = &config.plugins.settings(name).grants.writes;
+    line("may write:".into());
+    if writes.is_empty() {
+        line(format!(
+            "  nothing: its writes answer `denied` (grant them in plugins.{name}.grants.writes)"
+        ));
+    }
+    for grant in writes {
+        line(format!("  {grant}"));
+    }
     print!("{out}");
     Ok(ExitCode::SUCCESS)
 }

@@ -48,10 +48,12 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let mut types = BTreeSet::new();
     let mut failed = Vec::new();
     let mut names = Vec::new();
+    let mut writes = Vec::new();
     for path in &files {
         match inspect_file(path, &config, &engine).await {
             Ok((file, inspection)) => {
                 types.extend(inspection.manifest.cached.iter().cloned());
+                writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
                 names.push(file.name);
             }
             Err(e) => failed.push(format!("{e:#}")),
@@ -69,6 +71,6 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         leader_election: args.leader_elect || config.leader_election.enabled,
     };
     let sources = format!("the plugins {}", names.join(", "));
-    print!("{}", rbac::render(&types, &identity, &sources));
+    print!("{}", rbac::render(&types, &writes, &identity, &sources));
     Ok(ExitCode::SUCCESS)
 }

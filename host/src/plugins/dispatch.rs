@@ -8,7 +8,7 @@
 //! the pre-linked code. A plugin whose attempts keep failing is marked degraded and slowed down
 //! (a growing pause before each attempt) instead of spinning.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,9 @@ use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::{Delivery, PluginStats};
+use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
+use crate::wasm::cluster::{Staged, failure};
 use crate::wasm::logging::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
 /// Pause before each attempt of a degraded plugin: doubles from this...
@@ -82,6 +84,8 @@ struct Worker {
     /// Subscriptions whose initial state has not been handed over in full yet.
     initial_lists: usize,
     retries: RetryQueue<Notification>,
+    /// Per object key: why the writes of its last failed attempt were refused.
+    write_failures: HashMap<String, Vec<WriteFailure>>,
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
 }
@@ -130,6 +134,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         rx: setup.rx,
         initial_lists: setup.initial_lists,
         retries: RetryQueue::default(),
+        write_failures: HashMap::new(),
         stats: setup.stats,
         stop: setup.stop,
     };
@@ -222,6 +227,7 @@ impl Worker {
             let attempt = self.attempt(n);
             self.ctx.log.set_retrying(false);
             let Err(failure) = attempt else {
+                self.write_failures.remove(&key);
                 events.pop_front();
                 failures = 0;
                 continue;
@@ -235,6 +241,7 @@ impl Worker {
                     plugin = %name, key = %object, attempts = failures,
                     "event given up: {}", failure.reason
                 );
+                self.write_failures.remove(&key);
                 events.pop_front();
                 failures = 0;
                 continue;
@@ -309,26 +316,36 @@ impl Worker {
         let _span =
             tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
         let stats = self.stats.clone();
+        let previous = self.write_failures.remove(&n.id()).unwrap_or_default();
         let outcome = match self.instance() {
             Err(reason) => Err(AttemptFailure {
                 reason,
                 retry: true,
             }),
-            Ok(instance) => match timed(&stats, instance, n) {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(AttemptFailure {
-                    reason: e.message,
-                    retry: e.retry,
-                }),
-                Err(trap) => {
-                    self.instance = None;
-                    self.stats.traps.fetch_add(1, Ordering::Relaxed);
-                    Err(AttemptFailure {
-                        reason: format!("trapped, instance discarded: {trap:#}"),
-                        retry: true,
-                    })
+            Ok(instance) => {
+                instance.set_previous_failures(previous);
+                let called = timed(&stats, instance, n);
+                let staged = instance.take_staged();
+                match (called, staged) {
+                    (Ok(Ok(())), staged) => self.send(&n.id(), staged),
+                    (Ok(Err(e)), staged) => {
+                        self.count_denied(&staged);
+                        Err(AttemptFailure {
+                            reason: e.message,
+                            retry: e.retry,
+                        })
+                    }
+                    (Err(trap), staged) => {
+                        self.count_denied(&staged);
+                        self.instance = None;
+                        self.stats.traps.fetch_add(1, Ordering::Relaxed);
+                        Err(AttemptFailure {
+                            reason: format!("trapped, instance discarded: {trap:#}"),
+                            retry: true,
+                        })
+                    }
                 }
-            },
+            }
         };
         // Whatever the plugin said, a bounded part of it is logged and kept in status.
         let outcome = outcome.map_err(|f| AttemptFailure {
@@ -349,5 +366,60 @@ impl Worker {
             }
         }
         outcome
+    }
+
+    fn count_denied(&self, staged: &Staged) {
+        self.stats
+            .writes_denied
+            .fetch_add(staged.denied, Ordering::Relaxed);
+    }
+
+    /// Sends what a successful call staged, in order; the first refusal fails the attempt
+    /// (the writes before it stay sent: each is idempotent or answers the retry plainly).
+    fn send(&mut self, key: &str, staged: Staged) -> Result<(), AttemptFailure> {
+        self.count_denied(&staged);
+        if staged.writes.is_empty() {
+            return Ok(());
+        }
+        let Some(access) = self.ctx.writes.clone() else {
+            return Err(AttemptFailure {
+                reason: "writes staged, but this host's cluster takes none".into(),
+                retry: false,
+            });
+        };
+        let total = staged.writes.len();
+        for (i, write) in staged.writes.iter().enumerate() {
+            // Leadership lost between staging and sending: nothing more goes out.
+            if self.stopped() || !access.leading() {
+                return Err(AttemptFailure {
+                    reason: format!(
+                        "no longer the leader: {} of {total} staged writes not sent",
+                        total - i
+                    ),
+                    retry: true,
+                });
+            }
+            match access.writer.send(&self.ctx.name, write) {
+                Ok(()) => {
+                    self.stats.writes_sent.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(refusal) => {
+                    self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
+                    let reason = format!(
+                        "write {} of {total} ({} {}) refused: {refusal}",
+                        i + 1,
+                        write.verb(),
+                        write.target
+                    );
+                    self.write_failures
+                        .insert(key.to_owned(), vec![failure(write, &refusal)]);
+                    return Err(AttemptFailure {
+                        reason,
+                        retry: refusal.retry,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 }

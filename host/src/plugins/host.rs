@@ -17,7 +17,8 @@ use crate::plugins::manifest::PluginManifest;
 use crate::plugins::{PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus};
 use crate::plugins::{PluginsConfig, Reason};
 use crate::wasm::logging::{LogSink, PluginLogger};
-use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
+use crate::wasm::{Engine, Instance, PluginCode, PluginContext, WriteAccess};
+use crate::write::Writer;
 
 /// Whether a host delivers events from the start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,18 +144,26 @@ pub struct PluginHost {
     failures: Mutex<BTreeMap<String, LoadFailure>>,
     /// Workers that did not stop in time and were left behind.
     abandoned: AtomicU64,
+    /// The cluster plugins write to; `None` when it takes no writes.
+    writer: Option<Arc<dyn Writer>>,
+    /// Set while this replica leads, read by writes as they are staged and sent.
+    leading: Arc<AtomicBool>,
 }
 
 impl PluginHost {
-    /// A host with no plugins yet, taking each plugin's settings from `settings` by name.
+    /// A host with no plugins yet, taking each plugin's settings from `settings` by name;
+    /// plugins write through `writer` when there is one.
     pub fn new(
         engine: Arc<Engine>,
         factory: Arc<InformerFactory>,
         log: Arc<dyn LogSink>,
         settings: PluginsConfig,
         role: Role,
+        writer: Option<Arc<dyn Writer>>,
     ) -> Self {
         Self {
+            writer,
+            leading: Arc::new(AtomicBool::new(role == Role::Leader)),
             engine,
             factory,
             log,
@@ -328,6 +337,13 @@ impl PluginHost {
             .iter()
             .map(|l| (l.informer().gvk().clone(), l.informer().clone()))
             .collect();
+        ctx.writes = self.writer.as_ref().map(|writer| {
+            Arc::new(WriteAccess::new(
+                settings.grants.writes.clone(),
+                writer.clone(),
+                self.leading.clone(),
+            ))
+        });
         let ctx = Arc::new(ctx);
         instance.set_context(ctx.clone());
         Ok(Prepared {
@@ -430,11 +446,14 @@ impl PluginHost {
             }
         }
         plugins.leading = true;
+        self.leading.store(true, Ordering::SeqCst);
     }
 
     /// Stops every delivery at once (no new call starts; calls in flight finish on their
     /// own threads): for a replica that lost the leadership. The plugins are unloaded.
     pub fn stop_leading(&self) {
+        // Writes staged from now on are refused, and none staged before is sent.
+        self.leading.store(false, Ordering::SeqCst);
         let mut plugins = self.plugins();
         plugins.leading = false;
         plugins.standby.clear();

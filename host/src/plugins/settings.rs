@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::gvk::Gvk;
 use crate::plugins::retry::Backoff;
 use crate::wasm::{Limits, is_secret};
+use crate::write::WriteGrant;
 
 /// What the operator grants one plugin.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,6 +17,8 @@ pub struct Grants {
     pub resources: Option<Vec<Gvk>>,
     /// The only Secrets (`namespace/name`) it may see. Secrets are denied without this.
     pub secrets: Vec<String>,
+    /// What it may write; nothing without this.
+    pub writes: Vec<WriteGrant>,
 }
 
 impl Grants {

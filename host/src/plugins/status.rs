@@ -38,6 +38,12 @@ pub struct PluginStats {
     pub handles: AtomicU64,
     /// The longest call any of its instances made into the host, in microseconds.
     pub slowest_host_call_us: AtomicU64,
+    /// Writes the cluster accepted.
+    pub writes_sent: AtomicU64,
+    /// Writes the cluster refused.
+    pub writes_failed: AtomicU64,
+    /// Writes refused at once because they were not granted.
+    pub writes_denied: AtomicU64,
 }
 
 impl PluginStats {
@@ -72,6 +78,9 @@ impl PluginStats {
             memory_bytes: self.memory_bytes.load(Ordering::Relaxed),
             handles: self.handles.load(Ordering::Relaxed),
             slowest_host_call_us: self.slowest_host_call_us.load(Ordering::Relaxed),
+            writes_sent: self.writes_sent.load(Ordering::Relaxed),
+            writes_failed: self.writes_failed.load(Ordering::Relaxed),
+            writes_denied: self.writes_denied.load(Ordering::Relaxed),
             ..PluginStatus::default()
         }
     }
@@ -121,6 +130,12 @@ pub struct PluginStatus {
     pub handles: u64,
     /// The longest call it made into the host, in microseconds (waits it asked for left out).
     pub slowest_host_call_us: u64,
+    /// Writes the cluster accepted.
+    pub writes_sent: u64,
+    /// Writes the cluster refused.
+    pub writes_failed: u64,
+    /// Writes refused because they were not granted.
+    pub writes_denied: u64,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
     /// Times a new version replaced the running one.

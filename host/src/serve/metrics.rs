@@ -144,7 +144,7 @@ pub fn render(status: &Status) -> String {
     );
 
     let plugins = &status.plugins;
-    let counters: [(&str, &str, PluginValue); 9] = [
+    let counters: [(&str, &str, PluginValue); 12] = [
         ("delivered", "Events handled successfully", |p| {
             p.delivered as f64
         }),
@@ -179,6 +179,17 @@ pub fn render(status: &Status) -> String {
             "log_lines_dropped",
             "Log lines dropped by the rate limit",
             |p| p.log_dropped as f64,
+        ),
+        ("writes_sent", "Writes the cluster accepted", |p| {
+            p.writes_sent as f64
+        }),
+        ("writes_failed", "Writes the cluster refused", |p| {
+            p.writes_failed as f64
+        }),
+        (
+            "writes_denied",
+            "Writes refused because the configuration does not grant them",
+            |p| p.writes_denied as f64,
         ),
     ];
     for (name, help, value) in counters {

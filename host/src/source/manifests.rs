@@ -137,6 +137,13 @@ struct State {
     skipped: BTreeSet<PathBuf>,
     /// Objects defined twice (the file whose definition lost), already reported.
     duplicates: BTreeSet<(Id, PathBuf)>,
+    /// Objects plugins created that no file defines (`write.rs`).
+    created: BTreeSet<Id>,
+    /// File objects plugins deleted, with the digest of the definition they deleted: gone
+    /// until that definition changes.
+    deleted: BTreeMap<Id, Digest32>,
+    /// Events plugins recorded, for folding repeats.
+    series: crate::write::EventSeries,
 }
 
 struct Shared {
@@ -340,8 +347,12 @@ impl Shared {
         state.duplicates = duplicates;
 
         // What changed, read again from its file (one read per file).
+        state.deleted.retain(|id, _| desired.contains_key(id));
         let mut live = BTreeSet::new();
         let mut changed: BTreeMap<PathBuf, Vec<(Id, usize)>> = BTreeMap::new();
+        // A file defining an object takes it back from plugin writes once its definition
+        // differs from the one a plugin deleted (or the object was a plugin's creation).
+        let mut defined = Vec::new();
         for (id, want) in desired {
             match want {
                 Want::Keep(_) => {
@@ -351,6 +362,10 @@ impl Shared {
                 }
                 Want::Doc(path, i) => {
                     let doc = &state.files[&path].docs[i];
+                    if state.deleted.get(&id) == Some(&doc.digest) {
+                        continue;
+                    }
+                    defined.push(id.clone());
                     let same = state
                         .objects
                         .get(&id)
@@ -362,6 +377,11 @@ impl Shared {
                 }
             }
         }
+        for id in defined {
+            state.deleted.remove(&id);
+            state.created.remove(&id);
+        }
+        live.extend(state.created.iter().cloned());
         let mut events: Vec<(Gvk, SourceEvent)> = Vec::new();
         let State {
             files,
@@ -641,6 +661,7 @@ fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
 
 mod parse;
 pub mod scope;
+mod write;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 
 mod cache;
 mod clocks;
-mod cluster;
+pub mod cluster;
 mod compiled;
 pub mod convert;
 pub mod field;
@@ -99,6 +99,53 @@ pub struct PluginContext {
     pub limits: Limits,
     /// Types whose denial was already logged (once per plugin and type).
     pub denial_logged: Arc<Mutex<HashSet<Gvk>>>,
+    /// Where its writes go and what it may write; `None` when the cluster takes no writes.
+    pub writes: Option<Arc<WriteAccess>>,
+}
+
+/// Distinct write denials logged per plugin; later ones are only counted.
+const MAX_DENIALS_LOGGED: usize = 256;
+
+/// What a plugin may write, and where its writes go.
+pub struct WriteAccess {
+    /// The operator's `grants.writes` for the plugin.
+    pub grants: Vec<crate::write::WriteGrant>,
+    /// The cluster that takes the writes.
+    pub writer: Arc<dyn crate::write::Writer>,
+    /// Whether this replica leads (only the leader writes).
+    pub leading: Arc<std::sync::atomic::AtomicBool>,
+    /// Denials already logged.
+    logged: Mutex<HashSet<String>>,
+}
+
+impl WriteAccess {
+    /// Access through `writer` under `grants` while `leading` is set.
+    pub fn new(
+        grants: Vec<crate::write::WriteGrant>,
+        writer: Arc<dyn crate::write::Writer>,
+        leading: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        Self {
+            grants,
+            writer,
+            leading,
+            logged: Mutex::default(),
+        }
+    }
+
+    /// True while this replica leads.
+    pub fn leading(&self) -> bool {
+        self.leading.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// True the first time this denial is seen (a bounded number are remembered).
+    fn note_denial(&self, why: &str) -> bool {
+        let mut logged = self
+            .logged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        logged.len() < MAX_DENIALS_LOGGED && logged.insert(why.to_owned())
+    }
 }
 
 impl PluginContext {
@@ -113,6 +160,7 @@ impl PluginContext {
             log,
             limits,
             denial_logged: Arc::default(),
+            writes: None,
         }
     }
 }
@@ -126,6 +174,7 @@ pub struct HostState {
     handles: handles::Handles,
     limits: limits::Limiter,
     host_calls: host_calls::HostCalls,
+    staging: cluster::Staging,
     ctx: Arc<PluginContext>,
 }
 
@@ -340,6 +389,7 @@ impl Engine {
             handles: handles::Handles::default(),
             limits,
             host_calls,
+            staging: cluster::Staging::default(),
             ctx,
         };
         let mut store = Store::new(&self.engine, state);
@@ -350,6 +400,8 @@ impl Engine {
             store,
             plugin,
             deadline_ticks,
+            previous_failures: Vec::new(),
+            staged: cluster::Staged::default(),
         })
     }
 }
@@ -363,6 +415,10 @@ pub struct Instance {
     store: Store<HostState>,
     plugin: bindings::Plugin,
     deadline_ticks: u64,
+    /// Handed to the next `handle` call's `previous-failures`.
+    previous_failures: Vec<bindings::kubewasm::plugin::cluster::WriteFailure>,
+    /// What the last `handle` call staged.
+    staged: cluster::Staged,
 }
 
 impl Instance {
@@ -398,15 +454,34 @@ impl Instance {
 
     /// Calls `handle` with `n`'s objects lent as handles for the call; the inner error is the
     /// plugin's own failure report.
+    /// What it staged is kept for [`Self::take_staged`].
     pub fn handle(&mut self, n: &Notification) -> wasmtime::Result<Result<(), HandleError>> {
         self.arm();
-        let event = convert::event(n, &mut self.store.data_mut().handles);
+        let previous = std::mem::take(&mut self.previous_failures);
+        let state = self.store.data_mut();
+        state.staging.open(previous);
+        let event = convert::event(n, &mut state.handles);
         let outcome = self
             .plugin
             .kubewasm_plugin_handler()
             .call_handle(&mut self.store, event);
-        self.store.data_mut().handles.end_call();
+        let state = self.store.data_mut();
+        state.handles.end_call();
+        self.staged = state.staging.close();
         outcome
+    }
+
+    /// The writes the last `handle` call staged (sent only if it returned Ok).
+    pub fn take_staged(&mut self) -> cluster::Staged {
+        std::mem::take(&mut self.staged)
+    }
+
+    /// Why the previous attempt's writes failed, for the next `handle` call.
+    pub fn set_previous_failures(
+        &mut self,
+        failures: Vec<bindings::kubewasm::plugin::cluster::WriteFailure>,
+    ) {
+        self.previous_failures = failures;
     }
 
     /// Object handles the plugin holds now.

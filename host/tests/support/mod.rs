@@ -118,3 +118,27 @@ fn agent(
         .block_on(Agent::start(AgentOptions::new(cluster, config, sink)))
         .expect("the agent starts")
 }
+
+/// Creates every object of a multi-document YAML text (RBAC from `kubewasm rbac`) as `admin`.
+pub async fn apply_yaml(admin: &kube::Client, yaml: &str) -> anyhow::Result<()> {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    use serde::Deserialize;
+    for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let object = DynamicObject::deserialize(doc)?;
+        let types = object
+            .types
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("no type"))?;
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
+        let api: Api<DynamicObject> = match &object.metadata.namespace {
+            Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
+            None => Api::all_with(admin.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &object).await?;
+    }
+    Ok(())
+}

@@ -8,7 +8,9 @@
 //! arguments to every query; `huge-log` logs an 8 MiB message with 48 fields of 64 KiB and
 //! fails with a 4 MiB error; `squat` declares an index under deployment-view's index
 //! name; `sleep` sleeps an hour in every call; `hoard` keeps every object handle it is given and asks for more; `huge-pointer`
-//! reads fields by 4 MiB and 900 KB JSON pointers).
+//! reads fields by 4 MiB and 900 KB JSON pointers; `write-ungranted` tries writes nobody
+//! granted; `write-huge` tries oversized and malformed writes; `write-then-fail` stages a
+//! create of `<name>-copy` and fails the first two attempts of each event).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,6 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Events handled by this instance.
 static CALLS: AtomicU32 = AtomicU32::new(0);
 
+use kubewasm_sdk::cluster::{self, Target, WriteError};
 use kubewasm_sdk::{
     Event, Gvk, HandleError, Manifest, Plugin, QueryError, Subscription, cache, export_plugin, log,
 };
@@ -42,6 +45,33 @@ fn report<T>(what: &str, answer: Result<T, QueryError>) {
     };
     let kind = outcome.split(':').next().unwrap_or("").to_owned();
     log::warn(what, &[("outcome", &kind), ("detail", &outcome)]);
+}
+
+/// Logs what a write answered: `denied`, `too large`, ... or `ok`.
+fn report_write(what: &str, answer: Result<(), WriteError>) {
+    let outcome = match &answer {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.explain(),
+    };
+    let kind = outcome.split(':').next().unwrap_or("").to_owned();
+    log::warn(what, &[("outcome", &kind), ("detail", &outcome)]);
+}
+
+/// Attempts per object key seen by this instance (`write-then-fail`).
+static ATTEMPTS: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());
+
+fn attempt(key: &str) -> u32 {
+    let mut attempts = ATTEMPTS.lock().unwrap_or_else(|e| e.into_inner());
+    match attempts.iter_mut().find(|(k, _)| k == key) {
+        Some((_, n)) => {
+            *n += 1;
+            *n
+        }
+        None => {
+            attempts.push((key.to_owned(), 1));
+            1
+        }
+    }
 }
 
 struct Hostile;
@@ -110,6 +140,97 @@ impl Plugin for Hostile {
                 // Keeps every handle it is given, across events, and asks for more.
                 let answer = cache::list(&Gvk::config_map(), None, None);
                 report("hoard", answer.map(std::mem::forget));
+            }
+            "write-ungranted" => {
+                let o = event.object();
+                report_write("delete it", cluster::delete(&Target::of(o), None));
+                let secret = Target {
+                    gvk: secret(),
+                    namespace: o.namespace(),
+                    name: "db-password".into(),
+                    subresource: None,
+                };
+                report_write(
+                    "patch a secret",
+                    cluster::merge_patch(&secret, r#"{"data":{"password":"b3du"}}"#),
+                );
+                let role = r#"{"metadata":{"name":"hostile-admin"},"rules":[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]}"#;
+                report_write(
+                    "create a cluster role",
+                    cluster::create(
+                        &Gvk::new("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+                        None,
+                        role,
+                    ),
+                );
+            }
+            "write-huge" => {
+                let o = event.object();
+                let target = Target::of(o);
+                let huge = format!(
+                    r#"{{"metadata":{{"annotations":{{"a":"{}"}}}}}}"#,
+                    "x".repeat(2 << 20)
+                );
+                report_write("huge apply", cluster::apply(&target, &huge));
+                report_write("not json", cluster::merge_patch(&target, "{not json"));
+                report_write(
+                    "patch not a list",
+                    cluster::json_patch(&target, r#"{"op":"add"}"#),
+                );
+                report_write(
+                    "huge note",
+                    cluster::record_event(
+                        o,
+                        cluster::EventType::Warning,
+                        "Huge",
+                        &"n".repeat(4096),
+                    ),
+                );
+                report_write(
+                    "bad subresource",
+                    cluster::merge_patch(
+                        &Target {
+                            subresource: Some("exec".into()),
+                            ..target.clone()
+                        },
+                        "{}",
+                    ),
+                );
+                let mut last = Ok(());
+                for _ in 0..100 {
+                    last = cluster::merge_patch(&target, r#"{"metadata":{"labels":{"a":"b"}}}"#);
+                    if last.is_err() {
+                        break;
+                    }
+                }
+                report_write("many writes", last);
+                // Nothing above may reach the cluster: fail the call so staged writes drop.
+                return Err(HandleError::fatal("hostile: write-huge done"));
+            }
+            "write-then-fail" => {
+                let o = event.object();
+                let name = o.name();
+                if matches!(event, Event::Added(_)) && !name.ends_with("-copy") {
+                    let n = attempt(&key);
+                    let previous = cluster::previous_failures().len().to_string();
+                    log::info(
+                        "attempt",
+                        &[
+                            ("key", &key),
+                            ("n", &n.to_string()),
+                            ("previous-failures", &previous),
+                        ],
+                    );
+                    let copy = format!(
+                        r#"{{"metadata":{{"name":"{name}-copy"}},"data":{{"from":"{key}"}}}}"#
+                    );
+                    cluster::create(&Gvk::config_map(), o.namespace().as_deref(), &copy)?;
+                    if n < 3 {
+                        return Err(HandleError::retry(format!(
+                            "hostile: attempt {n} fails after staging"
+                        )));
+                    }
+                }
             }
             "huge-pointer" => {
                 let o = event.object();

@@ -95,7 +95,71 @@ fn b64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
+/// The API server's audit policy: writes at metadata level, nothing else.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+";
+
+/// One write request the API server answered, from its audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audited {
+    /// The user who sent it (`system:serviceaccount:NS:NAME` for a service account).
+    pub user: String,
+    /// The verb (`create`, `patch`, ...).
+    pub verb: String,
+    /// The resource (`pods`, `events`), with `/subresource` when there is one.
+    pub resource: String,
+    /// The namespace, empty for cluster-scoped objects.
+    pub namespace: String,
+    /// The object's name, empty for a create without one.
+    pub name: String,
+    /// The HTTP status code of the answer.
+    pub code: u16,
+}
+
 impl TestEnv {
+    /// Write requests answered so far, oldest first (the API server's audit log).
+    pub fn audited_writes(&self) -> anyhow::Result<Vec<Audited>> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line)?;
+            if v["stage"] != "ResponseComplete" {
+                continue;
+            }
+            let s = |p: &str| {
+                v.pointer(p)
+                    .and_then(|x| x.as_str())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let sub = s("/objectRef/subresource");
+            let resource = if sub.is_empty() {
+                s("/objectRef/resource")
+            } else {
+                format!("{}/{sub}", s("/objectRef/resource"))
+            };
+            out.push(Audited {
+                user: s("/user/username"),
+                verb: s("/verb"),
+                resource,
+                namespace: s("/objectRef/namespace"),
+                name: s("/objectRef/name"),
+                code: v
+                    .pointer("/responseStatus/code")
+                    .and_then(|c| c.as_u64())
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(0),
+            });
+        }
+        Ok(out)
+    }
+
     /// Starts etcd and kube-apiserver with default options.
     pub async fn start() -> anyhow::Result<Self> {
         Self::start_with(Options::default()).await
@@ -111,6 +175,7 @@ impl TestEnv {
         let pki = Pki::new()?;
         let server = pki.server()?;
         for (name, text) in [
+            ("audit-policy.yaml", AUDIT_POLICY.to_owned()),
             ("ca.crt", pki.ca_cert()),
             ("server.crt", server.cert),
             ("server.key", server.key),
@@ -165,6 +230,13 @@ impl TestEnv {
             "--endpoint-reconciler-type=none".into(),
             "--enable-priority-and-fairness=false".into(),
             format!("--watch-cache={}", options.watch_cache),
+            // Every write, as metadata: tests count the requests a host sent.
+            format!(
+                "--audit-policy-file={}",
+                path("audit-policy.yaml").display()
+            ),
+            format!("--audit-log-path={}", path("audit.log").display()),
+            "--audit-log-mode=blocking".into(),
             format!("--feature-gates=WatchList={}", options.streaming_lists),
         ];
         let mut env = Self {

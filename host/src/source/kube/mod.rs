@@ -9,6 +9,7 @@
 pub mod reflector;
 pub mod stats;
 pub mod wire;
+pub mod write;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,0 +1,257 @@
+//! Writes to the API server: server-side apply with the plugin's field manager, merge and
+//! JSON patches (subresources included), create, delete with a uid precondition, and Events
+//! (events.k8s.io/v1) whose repeats are folded into a series.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    PostParams, Preconditions,
+};
+use kube::discovery::Scope;
+use kube::{Client, discovery};
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
+
+use crate::gvk::Gvk;
+use crate::write::{
+    Action, EventSeries, Occurrence, Refusal, Write, Writer, event_object, field_manager,
+    micro_time,
+};
+
+/// Longest one write may take, discovery included.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends plugin writes to an API server.
+pub struct KubeWriter {
+    client: Client,
+    tasks: Handle,
+    resources: Mutex<HashMap<Gvk, (ApiResource, bool)>>,
+    series: Mutex<EventSeries>,
+}
+
+fn refusal(reason: &str, message: String, retry: bool) -> Refusal {
+    Refusal {
+        reason: reason.to_owned(),
+        message,
+        retry,
+    }
+}
+
+/// The API server's answer as a refusal: conflicts, throttling and server errors may pass
+/// on a later attempt; a failed delete precondition, forbidden, invalid and not found do not.
+fn refused(error: kube::Error) -> Refusal {
+    match error {
+        kube::Error::Api(status) => {
+            let precondition = status.message.contains("Precondition failed");
+            let retry =
+                !precondition && (status.code == 409 || status.code == 429 || status.code >= 500);
+            let reason = if status.reason.is_empty() {
+                format!("HTTP {}", status.code)
+            } else {
+                status.reason.clone()
+            };
+            refusal(&reason, status.message.clone(), retry)
+        }
+        kube::Error::Discovery(e) => refusal("NotFound", e.to_string(), false),
+        other => refusal("Unavailable", other.to_string(), true),
+    }
+}
+
+impl KubeWriter {
+    /// Writes through `client`, blocking on `tasks` (call [`Writer::send`] off the runtime).
+    pub fn new(client: Client, tasks: Handle) -> Self {
+        Self {
+            client,
+            tasks,
+            resources: Mutex::default(),
+            series: Mutex::default(),
+        }
+    }
+
+    /// The API for `gvk` in `namespace`, found through discovery once per type.
+    async fn api(&self, gvk: &Gvk, namespace: Option<&str>) -> Result<Api<DynamicObject>, Refusal> {
+        let known = self
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(gvk)
+            .cloned();
+        let (resource, namespaced) = match known {
+            Some(found) => found,
+            None => {
+                let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+                let (resource, caps) = discovery::pinned_kind(&self.client, &wanted)
+                    .await
+                    .map_err(refused)?;
+                let found = (resource, caps.scope == Scope::Namespaced);
+                self.resources
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(gvk.clone(), found.clone());
+                found
+            }
+        };
+        match (namespaced, namespace) {
+            (true, Some(ns)) => Ok(Api::namespaced_with(self.client.clone(), ns, &resource)),
+            (false, None) => Ok(Api::all_with(self.client.clone(), &resource)),
+            (true, None) => Err(refusal(
+                "Invalid",
+                format!("{gvk} is namespaced: the write names no namespace"),
+                false,
+            )),
+            (false, Some(_)) => Err(refusal(
+                "Invalid",
+                format!("{gvk} is cluster-scoped: the write names a namespace"),
+                false,
+            )),
+        }
+    }
+
+    async fn send_async(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
+        let t = &write.target;
+        let manager = field_manager(plugin);
+        let parse = |text: &str| -> Result<Value, Refusal> {
+            serde_json::from_str(text).map_err(|e| refusal("Invalid", e.to_string(), false))
+        };
+        let params = PatchParams {
+            field_manager: Some(manager.clone()),
+            ..PatchParams::default()
+        };
+        match &write.action {
+            Action::Apply(body) => {
+                let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
+                // A controller owns what it applies: conflicts with other managers are taken over.
+                let params = PatchParams::apply(&manager).force();
+                let body = Patch::Apply(parse(body)?);
+                self.patch(&api, t, &params, &body).await
+            }
+            Action::MergePatch(body) => {
+                let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
+                self.patch(&api, t, &params, &Patch::Merge(parse(body)?))
+                    .await
+            }
+            Action::JsonPatch(body) => {
+                let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
+                let ops: json_patch::Patch = serde_json::from_str(body)
+                    .map_err(|e| refusal("Invalid", format!("JSON patch: {e}"), false))?;
+                self.patch(&api, t, &params, &Patch::<Value>::Json(ops))
+                    .await
+            }
+            Action::Create(body) => {
+                let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
+                let object: DynamicObject = serde_json::from_str(body)
+                    .map_err(|e| refusal("Invalid", e.to_string(), false))?;
+                let params = PostParams {
+                    field_manager: Some(manager),
+                    ..PostParams::default()
+                };
+                api.create(&params, &object)
+                    .await
+                    .map(drop)
+                    .map_err(refused)
+            }
+            Action::Delete(uid) => {
+                let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
+                let params = DeleteParams {
+                    preconditions: uid.as_ref().map(|uid| Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                api.delete(&t.name, &params)
+                    .await
+                    .map(drop)
+                    .map_err(refused)
+            }
+            Action::RecordEvent { .. } => {
+                let namespace = t.namespace.as_deref().unwrap_or("default");
+                self.record(plugin, write, namespace).await
+            }
+        }
+    }
+
+    async fn patch(
+        &self,
+        api: &Api<DynamicObject>,
+        t: &crate::write::Target,
+        params: &PatchParams,
+        body: &Patch<Value>,
+    ) -> Result<(), Refusal> {
+        let sent = match &t.subresource {
+            Some(sub) => api.patch_subresource(sub, &t.name, params, body).await,
+            None => api.patch(&t.name, params, body).await,
+        };
+        sent.map(drop).map_err(refused)
+    }
+
+    async fn record(&self, plugin: &str, write: &Write, namespace: &str) -> Result<(), Refusal> {
+        let Action::RecordEvent { regarding, .. } = &write.action else {
+            return Ok(());
+        };
+        let now = jiff::Timestamp::now();
+        let fresh = format!("{}.{:x}", regarding.name, now.as_nanosecond());
+        let occurrence = self
+            .series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .observe(plugin, write, fresh, Instant::now());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let name = match &occurrence {
+            Occurrence::New(name) | Occurrence::Repeat(name, _) => name.clone(),
+        };
+        let sent = match occurrence {
+            Occurrence::Repeat(name, count) => {
+                let body = json!({"series": {"count": count, "lastObservedTime": micro_time(now)}});
+                let params = PatchParams {
+                    field_manager: Some(field_manager(plugin)),
+                    ..PatchParams::default()
+                };
+                api.patch(&name, &params, &Patch::Merge(body))
+                    .await
+                    .map(drop)
+                    .map_err(refused)
+            }
+            Occurrence::New(name) => {
+                let event: Event = event_object(plugin, write, &name, namespace, now)
+                    .map(serde_json::from_value)
+                    .transpose()
+                    .map_err(|e| refusal("Invalid", e.to_string(), false))?
+                    .unwrap_or_default();
+                let params = PostParams {
+                    field_manager: Some(field_manager(plugin)),
+                    ..PostParams::default()
+                };
+                api.create(&params, &event).await.map(drop).map_err(refused)
+            }
+        };
+        // An Event that could not be created or raised starts afresh next time.
+        if sent.is_err() {
+            self.series
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget(&name);
+        }
+        sent
+    }
+}
+
+impl Writer for KubeWriter {
+    fn send(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
+        // The timer is made inside the runtime: it needs its clock.
+        let sent = self.tasks.block_on(async {
+            tokio::time::timeout(WRITE_TIMEOUT, self.send_async(plugin, write)).await
+        });
+        sent.unwrap_or_else(|_| {
+            Err(refusal(
+                "Timeout",
+                format!("no answer from the API server within {WRITE_TIMEOUT:?}"),
+                true,
+            ))
+        })
+    }
+}
