@@ -154,6 +154,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         "apps/v1/Deployment  (namespaces shop; every label)",
         "index: v1/Event \"involved-uid\" on /involvedObject/uid",
         "v1/Pod  get, list, watch",
+        "may write:\n  nothing: its writes answer `denied`",
     ] {
         assert!(
             stdout.contains(expected),
@@ -168,6 +169,26 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("warning: the configuration has no entry plugins.deployment_view but one for plugins.deployment-view"),
+        "{stdout}"
+    );
+    // Write grants are listed as the configuration gives them.
+    let writes = plugins.path().join("writes.yaml");
+    std::fs::write(
+        &writes,
+        "plugins:\n  labeler:\n    grants:\n      writes:\n        - {resources: [v1/Pod], verbs: [patch], subresources: [status], namespaces: [shop]}\n",
+    )
+    .expect("write");
+    let labeler = plugins.path().join("labeler.wasm");
+    std::fs::copy(kubewasm_plugin_artifacts::LABELER, &labeler).expect("copy");
+    let out = run(&[
+        "check",
+        labeler.to_str().expect("utf-8 path"),
+        "--config",
+        writes.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("may write:\n  patch on v1/Pod (and status) in namespaces shop\n"),
         "{stdout}"
     );
     let broken = plugins.path().join("broken.wasm");
