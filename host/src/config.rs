@@ -45,6 +45,8 @@
 //!           namespaces: [shop]       # absent: every namespace and cluster-scoped objects
 //!         - resources: [events.k8s.io/v1/Event]
 //!           verbs: [create, patch]   # record-event: create, and patch for repeats
+//!       http: [hooks.example.com, 127.0.0.1:8080]  # hosts it may send HTTP requests to
+//!                                    # (no port: 80 and 443); none without this
 //! ```
 //!
 //! Without `grants.resources` a plugin may read what its manifest declares, except Secrets.
@@ -59,6 +61,7 @@ use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
 use crate::source::manifests::scope::DEFAULT_NAMESPACE;
+use crate::wasm::http::AllowedHost;
 use crate::write::{SUBRESOURCES, Verb, WriteGrant};
 use serde::Deserialize;
 
@@ -202,6 +205,8 @@ struct GrantsConfig {
     secrets: Vec<String>,
     #[serde(default)]
     writes: Vec<WriteGrantConfig>,
+    #[serde(default)]
+    http: Vec<String>,
 }
 
 /// One rule of `grants.writes` as written.
@@ -431,6 +436,7 @@ impl HostConfig {
                         .enumerate()
                         .map(|(i, w)| w.parse(&format!("{field}.writes[{i}]")))
                         .collect::<Result<_, _>>()?,
+                    http: parse_each(grants.http, &format!("{field}.http"), AllowedHost::parse)?,
                 };
             }
             if let Some(config) = plugin.config {

@@ -175,7 +175,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     let writes = plugins.path().join("writes.yaml");
     std::fs::write(
         &writes,
-        "plugins:\n  labeler:\n    grants:\n      writes:\n        - {resources: [v1/Pod], verbs: [patch], subresources: [status], namespaces: [shop]}\n",
+        "plugins:\n  labeler:\n    grants:\n      http: [hooks.example.com, 127.0.0.1:8080]\n      writes:\n        - {resources: [v1/Pod], verbs: [patch], subresources: [status], namespaces: [shop]}\n",
     )
     .expect("write");
     let labeler = plugins.path().join("labeler.wasm");
@@ -189,6 +189,10 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("may write:\n  patch on v1/Pod (and status) in namespaces shop\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("may send HTTP to: hooks.example.com (ports 80, 443), 127.0.0.1:8080\n"),
         "{stdout}"
     );
     let broken = plugins.path().join("broken.wasm");

@@ -17,6 +17,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("bench", "BENCH"),
     ("labeler", "LABELER"),
     ("crashloop-events", "CRASHLOOP_EVENTS"),
+    ("rollout-notifier", "ROLLOUT_NOTIFIER"),
 ];
 
 fn main() {

@@ -130,6 +130,19 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     for grant in writes {
         line(format!("  {grant}"));
     }
+    let hosts = &config.plugins.settings(name).grants.http;
+    line(format!(
+        "may send HTTP to: {}",
+        if hosts.is_empty() {
+            format!("no host (grant hosts in plugins.{name}.grants.http)")
+        } else {
+            hosts
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    ));
     print!("{out}");
     Ok(ExitCode::SUCCESS)
 }

@@ -109,6 +109,9 @@ fn timed(
     stats.memory_bytes.store(memory, Ordering::Relaxed);
     let handles = u64::try_from(instance.handles_held()).unwrap_or(u64::MAX);
     stats.handles.store(handles, Ordering::Relaxed);
+    let (sent, denied) = instance.take_http_counts();
+    stats.http_sent.fetch_add(sent, Ordering::Relaxed);
+    stats.http_denied.fetch_add(denied, Ordering::Relaxed);
     let slowest = u64::try_from(instance.slowest_host_call().as_micros()).unwrap_or(u64::MAX);
     stats
         .slowest_host_call_us

@@ -337,6 +337,7 @@ impl PluginHost {
             .iter()
             .map(|l| (l.informer().gvk().clone(), l.informer().clone()))
             .collect();
+        ctx.http_hosts = Arc::new(settings.grants.http.clone());
         ctx.writes = self.writer.as_ref().map(|writer| {
             Arc::new(WriteAccess::new(
                 settings.grants.writes.clone(),

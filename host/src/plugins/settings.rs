@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::gvk::Gvk;
 use crate::plugins::retry::Backoff;
+use crate::wasm::http::AllowedHost;
 use crate::wasm::{Limits, is_secret};
 use crate::write::WriteGrant;
 
@@ -19,6 +20,8 @@ pub struct Grants {
     pub secrets: Vec<String>,
     /// What it may write; nothing without this.
     pub writes: Vec<WriteGrant>,
+    /// The hosts it may send HTTP requests to; none without this.
+    pub http: Vec<AllowedHost>,
 }
 
 impl Grants {

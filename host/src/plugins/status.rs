@@ -44,6 +44,10 @@ pub struct PluginStats {
     pub writes_failed: AtomicU64,
     /// Writes refused at once because they were not granted.
     pub writes_denied: AtomicU64,
+    /// HTTP requests sent to granted hosts.
+    pub http_sent: AtomicU64,
+    /// HTTP requests refused (host not granted).
+    pub http_denied: AtomicU64,
 }
 
 impl PluginStats {
@@ -81,6 +85,8 @@ impl PluginStats {
             writes_sent: self.writes_sent.load(Ordering::Relaxed),
             writes_failed: self.writes_failed.load(Ordering::Relaxed),
             writes_denied: self.writes_denied.load(Ordering::Relaxed),
+            http_sent: self.http_sent.load(Ordering::Relaxed),
+            http_denied: self.http_denied.load(Ordering::Relaxed),
             ..PluginStatus::default()
         }
     }
@@ -136,6 +142,10 @@ pub struct PluginStatus {
     pub writes_failed: u64,
     /// Writes refused because they were not granted.
     pub writes_denied: u64,
+    /// HTTP requests sent to granted hosts.
+    pub http_sent: u64,
+    /// HTTP requests refused (host not granted).
+    pub http_denied: u64,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
     /// Times a new version replaced the running one.

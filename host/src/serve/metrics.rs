@@ -144,7 +144,7 @@ pub fn render(status: &Status) -> String {
     );
 
     let plugins = &status.plugins;
-    let counters: [(&str, &str, PluginValue); 12] = [
+    let counters: [(&str, &str, PluginValue); 14] = [
         ("delivered", "Events handled successfully", |p| {
             p.delivered as f64
         }),
@@ -190,6 +190,16 @@ pub fn render(status: &Status) -> String {
             "writes_denied",
             "Writes refused because the configuration does not grant them",
             |p| p.writes_denied as f64,
+        ),
+        (
+            "http_requests",
+            "HTTP requests sent to granted hosts",
+            |p| p.http_sent as f64,
+        ),
+        (
+            "http_denied",
+            "HTTP requests refused: the host is not granted",
+            |p| p.http_denied as f64,
         ),
     ];
     for (name, help, value) in counters {

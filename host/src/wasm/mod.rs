@@ -1,6 +1,7 @@
 //! The wasm sandbox: the wasmtime engine, limits, pre-linked components, instances, and the
 //! host side of the contract's imports (one file per WIT interface or resource: `cache.rs`,
-//! `cluster.rs`, `logging.rs`, `objects.rs`; WASI's stdout and stderr in `stdio.rs`).
+//! `cluster.rs`, `logging.rs`, `objects.rs`; WASI's stdout and stderr in `stdio.rs`, outbound
+//! `wasi:http` in `http.rs`).
 
 mod cache;
 mod clocks;
@@ -10,6 +11,7 @@ pub mod convert;
 pub mod field;
 pub mod handles;
 mod host_calls;
+pub mod http;
 pub mod limits;
 pub mod logging;
 mod objects;
@@ -101,6 +103,8 @@ pub struct PluginContext {
     pub denial_logged: Arc<Mutex<HashSet<Gvk>>>,
     /// Where its writes go and what it may write; `None` when the cluster takes no writes.
     pub writes: Option<Arc<WriteAccess>>,
+    /// The hosts it may send HTTP requests to.
+    pub http_hosts: Arc<Vec<http::AllowedHost>>,
 }
 
 /// Distinct write denials logged per plugin; later ones are only counted.
@@ -161,6 +165,7 @@ impl PluginContext {
             limits,
             denial_logged: Arc::default(),
             writes: None,
+            http_hosts: Arc::default(),
         }
     }
 }
@@ -175,7 +180,19 @@ pub struct HostState {
     limits: limits::Limiter,
     host_calls: host_calls::HostCalls,
     staging: cluster::Staging,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_hooks: http::HttpHooks,
     ctx: Arc<PluginContext>,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
+    }
 }
 
 impl WasiView for HostState {
@@ -230,6 +247,8 @@ impl Engine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         clocks::add_to_linker(&mut linker)?;
+        // Outbound HTTP, for the hosts each plugin is granted (`http.rs`).
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Self {
             engine,
@@ -390,6 +409,8 @@ impl Engine {
             limits,
             host_calls,
             staging: cluster::Staging::default(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_hooks: http::HttpHooks::new(&ctx.name, ctx.http_hosts.clone()),
             ctx,
         };
         let mut store = Store::new(&self.engine, state);
@@ -424,6 +445,8 @@ pub struct Instance {
 impl Instance {
     fn arm(&mut self) {
         self.store.set_epoch_deadline(self.deadline_ticks);
+        let deadline = self.store.data().ctx.limits.deadline;
+        self.store.data_mut().http_hooks.deadline = std::time::Instant::now() + deadline;
     }
 
     /// Calls `describe`.
@@ -491,6 +514,17 @@ impl Instance {
 
     /// Replaces what this instance can reach (after `describe` told what it needs).
     pub fn set_context(&mut self, ctx: Arc<PluginContext>) {
-        self.store.data_mut().ctx = ctx;
+        let state = self.store.data_mut();
+        state.http_hooks.allowed = ctx.http_hosts.clone();
+        state.ctx = ctx;
+    }
+
+    /// HTTP requests sent and refused since the last time these were taken.
+    pub fn take_http_counts(&mut self) -> (u64, u64) {
+        let hooks = &mut self.store.data_mut().http_hooks;
+        (
+            std::mem::take(&mut hooks.sent),
+            std::mem::take(&mut hooks.denied),
+        )
     }
 }

@@ -1,0 +1,249 @@
+//! Outbound HTTP (`wasi:http/outgoing-handler`) for notifications: only to the hosts the
+//! operator lists for the plugin (`grants.http`), every request ended by the call's
+//! deadline (connecting, waiting and reading the body alike), request and response bodies
+//! capped, requests counted. Anything else answers `HTTP-request-denied` as an error value.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// Largest request body a plugin may send.
+pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
+/// Largest response body a plugin may read.
+pub const MAX_RESPONSE_BYTES: u64 = 1 << 20;
+
+/// One entry of `grants.http`: a host, and a port or the default ports (80, 443).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedHost {
+    /// The host name or IP address, lowercase.
+    pub host: String,
+    /// The port; `None`: 80 and 443.
+    pub port: Option<u16>,
+}
+
+impl AllowedHost {
+    /// Parses `host` or `host:port` (IPv6 in brackets).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let invalid = || {
+            format!(
+                "{:?} is not host or host:port (for example hooks.example.com or 127.0.0.1:8080)",
+                text.chars().take(80).collect::<String>()
+            )
+        };
+        let authority: http::uri::Authority = text.parse().map_err(|_| invalid())?;
+        if authority.as_str().contains('@') || authority.host().is_empty() {
+            return Err(invalid());
+        }
+        Ok(Self {
+            host: authority.host().to_ascii_lowercase(),
+            port: authority.port_u16(),
+        })
+    }
+
+    fn allows(&self, host: &str, port: u16) -> bool {
+        self.host.eq_ignore_ascii_case(host)
+            && match self.port {
+                Some(p) => p == port,
+                None => port == 80 || port == 443,
+            }
+    }
+}
+
+impl std::fmt::Display for AllowedHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.port {
+            Some(port) => write!(f, "{}:{port}", self.host),
+            None => write!(f, "{} (ports 80, 443)", self.host),
+        }
+    }
+}
+
+/// The `wasi:http` hooks of one instance.
+pub struct HttpHooks {
+    plugin: String,
+    /// The hosts the plugin may reach.
+    pub allowed: Arc<Vec<AllowedHost>>,
+    /// When the current call must end.
+    pub deadline: Instant,
+    /// Requests sent since the counters were last taken.
+    pub sent: u64,
+    /// Requests refused since the counters were last taken.
+    pub denied: u64,
+}
+
+impl HttpHooks {
+    /// Hooks allowing `allowed` for plugin `plugin`.
+    pub fn new(plugin: &str, allowed: Arc<Vec<AllowedHost>>) -> Self {
+        Self {
+            plugin: plugin.to_owned(),
+            allowed,
+            deadline: Instant::now(),
+            sent: 0,
+            denied: 0,
+        }
+    }
+}
+
+type Sent = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), Error>> + Send>,
+                ),
+                Error,
+            >,
+        > + Send,
+>;
+
+fn refuse(error: Error) -> Sent {
+    Box::new(async move { Err(error) })
+}
+
+impl WasiHttpHooks for HttpHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        _options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Sent {
+        let uri = request.uri();
+        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        let host = uri.host().unwrap_or("");
+        if !self.allowed.iter().any(|a| a.allows(host, port)) {
+            self.denied += 1;
+            tracing::warn!(plugin = %self.plugin, host = %crate::wasm::logging::cut(host.to_owned(), 256), port, "HTTP request denied: the host is not in this plugin's grants.http");
+            return refuse(Error::HttpRequestDenied);
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return refuse(Error::ConnectionTimeout);
+        }
+        self.sent += 1;
+        let deadline = tokio::time::Instant::from_std(self.deadline);
+        // Each phase is bounded by what is left of the call; the body by the same instant.
+        let options = RequestOptions {
+            connect_timeout: Some(left),
+            first_byte_timeout: Some(left),
+            between_bytes_timeout: Some(left),
+        };
+        let request = request.map(|body| {
+            Bounded::new(
+                body,
+                MAX_REQUEST_BYTES,
+                None,
+                Error::HttpRequestBodySize(Some(MAX_REQUEST_BYTES)),
+            )
+            .boxed_unsync()
+        });
+        Box::new(async move {
+            let sent = tokio::time::timeout_at(
+                deadline,
+                wasmtime_wasi_http::default_send_request(request, Some(options)),
+            )
+            .await
+            .map_err(|_| Error::ConnectionTimeout)??;
+            let (response, io) = sent;
+            let response = response.map(|body| {
+                Bounded::new(
+                    body,
+                    MAX_RESPONSE_BYTES,
+                    Some(deadline),
+                    Error::HttpResponseBodySize(Some(MAX_RESPONSE_BYTES)),
+                )
+                .boxed_unsync()
+            });
+            let io: Box<dyn Future<Output = Result<(), Error>> + Send> = Box::new(io);
+            Ok((response, io))
+        })
+    }
+}
+
+/// A body cut off past `max` bytes, or (when given) at `deadline`.
+struct Bounded<B> {
+    inner: B,
+    left: u64,
+    over: Option<Error>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<B> Bounded<B> {
+    fn new(inner: B, max: u64, deadline: Option<tokio::time::Instant>, over: Error) -> Self {
+        Self {
+            inner,
+            left: max,
+            over: Some(over),
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes, Error = Error> + Unpin> Body for Bounded<B> {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        if let Some(deadline) = self.deadline.as_mut()
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Some(Err(Error::ConnectionReadTimeout)));
+        }
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        if let Some(data) = frame.data_ref() {
+            let len = u64::try_from(data.len()).unwrap_or(u64::MAX);
+            if len > self.left {
+                self.left = 0;
+                let over = self
+                    .over
+                    .take()
+                    .unwrap_or(Error::HttpResponseBodySize(None));
+                return Poll::Ready(Some(Err(over)));
+            }
+            self.left -= len;
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_hosts_match_host_and_port() {
+        let local = AllowedHost::parse("127.0.0.1:8080").expect("parses");
+        assert!(local.allows("127.0.0.1", 8080));
+        assert!(!local.allows("127.0.0.1", 8081));
+        let named = AllowedHost::parse("Hooks.Example.com").expect("parses");
+        assert!(named.allows("hooks.example.com", 443));
+        assert!(named.allows("HOOKS.example.com", 80));
+        assert!(!named.allows("hooks.example.com", 8443));
+        assert!(!named.allows("evil.hooks.example.com", 443));
+        for bad in ["", "user@host", "http://x/y", "a b"] {
+            assert!(AllowedHost::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}
