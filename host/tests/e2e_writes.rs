@@ -24,7 +24,6 @@ use kubewasm::agent::{Agent, AgentOptions, Cluster};
 use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::leader::ElectionConfig;
-use kubewasm::plugins::PluginStatus;
 use kubewasm::rbac;
 use kubewasm::wasm::logging::MemorySink;
 use kubewasm::write::{Verb, WriteGrant, event_gvk};
@@ -32,6 +31,8 @@ use kubewasm_testenv::{Audited, TestEnv, resources};
 use serde_json::json;
 
 mod support;
+
+use support::plugin_status as plugin;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -135,15 +136,6 @@ async fn start(
     let report = agent.follow_plugins(dir.path()).await?;
     anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
     Ok((agent, dir))
-}
-
-fn plugin(agent: &Agent, name: &str) -> PluginStatus {
-    agent
-        .plugins()
-        .status()
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap_or_default()
 }
 
 /// Polls an async `check` until it gives a value.

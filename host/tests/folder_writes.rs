@@ -133,12 +133,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
         .then_some(())
     });
     assert_eq!(label("batch/report-29371840-kd9wq"), None);
-    let labeler = agent
-        .plugins()
-        .status()
-        .into_iter()
-        .find(|p| p.name == "labeler")
-        .expect("labeler");
+    let labeler = support::plugin_status(&agent, "labeler");
     assert!(labeler.writes_sent >= 5, "{labeler:?}");
     assert!(labeler.writes_denied >= 1, "the batch pod: {labeler:?}");
 

@@ -5,12 +5,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kubewasm::plugins::PluginStatus;
 use kubewasm::wasm::http::AllowedHost;
 use kubewasm::wasm::logging::MemorySink;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
+
+use support::plugin_status as status;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -103,15 +104,6 @@ async fn webhook(silent: bool) -> Webhook {
         requests,
         connections,
     }
-}
-
-fn status(agent: &kubewasm::agent::Agent, name: &str) -> PluginStatus {
-    agent
-        .plugins()
-        .status()
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap_or_default()
 }
 
 fn wait_for(what: &str, check: impl Fn() -> bool) {

@@ -144,6 +144,7 @@ fn every_example_component_is_well_within_the_compile_limits() {
     ];
     let others = [
         kubewasm_plugin_artifacts::OWNER_CHAIN_PY,
+        kubewasm_plugin_artifacts::LABELER_PY,
         kubewasm_plugin_artifacts::OWNER_CHAIN_JS,
     ];
     let paths: Vec<&str> =
@@ -158,6 +159,93 @@ fn every_example_component_is_well_within_the_compile_limits() {
         assert!(
             s.functions * 2 < MAX_FUNCTIONS && s.exports * 2 < MAX_EXPORTS,
             "{path}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn the_labeler_writes_the_same_labels_from_rust_and_python() {
+    use kubewasm::gvk::Gvk;
+    use kubewasm::write::{Verb, WriteGrant};
+    let python = kubewasm_plugin_artifacts::LABELER_PY
+        .expect("the Python labeler is built (scripts/setup.sh)");
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    support::copy_examples(cluster.path());
+    let plugins = tempfile::tempdir().expect("temp dir");
+    fs::copy(
+        kubewasm_plugin_artifacts::LABELER,
+        plugins.path().join("labeler.wasm"),
+    )
+    .expect("copy");
+    fs::copy(python, plugins.path().join("labeler-py.wasm")).expect("copy");
+    let mut config = support::configs(&[
+        ("labeler", r#"{"key": "from-rust", "value": "yes"}"#),
+        ("labeler-py", r#"{"key": "from-python", "value": "yes"}"#),
+    ]);
+    let pod = Gvk::new("", "v1", "Pod");
+    for settings in config.plugins.named.values_mut() {
+        settings.grants.writes = vec![WriteGrant {
+            resources: vec![pod.clone()],
+            subresources: vec![],
+            verbs: vec![Verb::Patch],
+            namespaces: Some(vec!["shop".into()]),
+        }];
+    }
+    let sink = Arc::new(MemorySink::default());
+    let mut agent = support::folder_agent(&runtime, cluster.path(), config, sink.clone());
+    runtime
+        .block_on(agent.follow_plugins(plugins.path()))
+        .expect("plugins load");
+    let pods = agent.factory().get(&pod).expect("pod informer");
+    let labels = |key: &str| -> Vec<String> {
+        let mut labeled: Vec<String> = pods
+            .store()
+            .list()
+            .into_iter()
+            .filter(|o| o.labels.iter().any(|(k, v)| k == key && v == "yes"))
+            .map(|o| o.key.clone())
+            .collect();
+        labeled.sort();
+        labeled
+    };
+    let shop: Vec<String> = EXPECTED
+        .iter()
+        .filter_map(|line| line.split(' ').next())
+        .filter(|key| key.starts_with("shop/"))
+        .map(str::to_owned)
+        .collect();
+    let deadline = std::time::Instant::now() + WAIT;
+    while labels("from-python") != shop || labels("from-rust") != shop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rust {:?}, python {:?}, expected {shop:?}\n{}",
+            labels("from-rust"),
+            labels("from-python"),
+            support::render(&sink.records())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The batch pod's namespace is not granted: one denied write each, given up at once.
+    for name in ["labeler", "labeler-py"] {
+        let deadline = std::time::Instant::now() + WAIT;
+        let s = loop {
+            let s = support::plugin_status(&agent, name);
+            if s.given_up >= 1 || std::time::Instant::now() > deadline {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(
+            (s.writes_denied, s.given_up, s.retried),
+            (1, 1, 0),
+            "{name}: {s:?}"
+        );
+        assert!(
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("patch on v1/Pod in namespace batch is not granted")),
+            "{name}: {s:?}"
         );
     }
 }

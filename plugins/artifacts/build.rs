@@ -91,23 +91,24 @@ fn other_languages(root: &Path, target: &Path) -> String {
     let dir = target.join("guests");
     std::fs::create_dir_all(&dir).expect("create target/plugins/guests");
     let python = root.join("target/pyenv/bin/componentize-py");
-    let py_out = dir.join("owner_chain_py.wasm");
-    let py = python.exists().then(|| {
-        let status = Command::new(&python)
-            .current_dir(root)
-            // No __pycache__ in the source tree (it would also re-trigger this script).
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(["-d", "wit", "-w", "kubewasm:plugin/plugin", "componentize"])
-            .args(["-p", "plugins/python/owner-chain", "app", "-o"])
-            .arg(&py_out)
-            .status()
-            .expect("run componentize-py");
-        assert!(
-            status.success(),
-            "building plugins/python/owner-chain failed"
-        );
-        py_out
-    });
+    let componentize_py = |app: &str, out: &str| {
+        let out = dir.join(out);
+        python.exists().then(|| {
+            let status = Command::new(&python)
+                .current_dir(root)
+                // No __pycache__ in the source tree (it would also re-trigger this script).
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .args(["-d", "wit", "-w", "kubewasm:plugin/plugin", "componentize"])
+                .args(["-p", app, "app", "-o"])
+                .arg(&out)
+                .status()
+                .expect("run componentize-py");
+            assert!(status.success(), "building {app} failed");
+            out
+        })
+    };
+    let py = componentize_py("plugins/python/owner-chain", "owner_chain_py.wasm");
+    let labeler_py = componentize_py("plugins/python/labeler", "labeler_py.wasm");
     let js_tools = root.join("plugins/javascript/node_modules/@bytecodealliance/componentize-js");
     let js_out = dir.join("owner_chain_js.wasm");
     let js = js_tools.exists().then(|| {
@@ -125,6 +126,7 @@ fn other_languages(root: &Path, target: &Path) -> String {
     });
     for dir in [
         "plugins/python/owner-chain",
+        "plugins/python/labeler",
         "plugins/javascript/owner-chain",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
@@ -141,5 +143,6 @@ fn other_languages(root: &Path, target: &Path) -> String {
         ),
     };
     constant("OWNER_CHAIN_PY", "Python owner-chain", py)
+        + &constant("LABELER_PY", "Python labeler", labeler_py)
         + &constant("OWNER_CHAIN_JS", "JavaScript owner-chain", js)
 }

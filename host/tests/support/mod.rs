@@ -142,3 +142,16 @@ pub async fn apply_yaml(admin: &kube::Client, yaml: &str) -> anyhow::Result<()> 
     }
     Ok(())
 }
+
+/// The status of plugin `name` on `agent` (all zero when it is not loaded).
+pub fn plugin_status(
+    agent: &kubewasm::agent::Agent,
+    name: &str,
+) -> kubewasm::plugins::PluginStatus {
+    agent
+        .plugins()
+        .status()
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap_or_default()
+}
