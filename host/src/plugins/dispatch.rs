@@ -110,8 +110,10 @@ fn timed(
     let handles = u64::try_from(instance.handles_held()).unwrap_or(u64::MAX);
     stats.handles.store(handles, Ordering::Relaxed);
     let (sent, denied) = instance.take_http_counts();
-    stats.http_sent.fetch_add(sent, Ordering::Relaxed);
-    stats.http_denied.fetch_add(denied, Ordering::Relaxed);
+    if sent + denied > 0 {
+        stats.http_sent.fetch_add(sent, Ordering::Relaxed);
+        stats.http_denied.fetch_add(denied, Ordering::Relaxed);
+    }
     let slowest = u64::try_from(instance.slowest_host_call().as_micros()).unwrap_or(u64::MAX);
     stats
         .slowest_host_call_us
@@ -319,7 +321,12 @@ impl Worker {
         let _span =
             tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
         let stats = self.stats.clone();
-        let previous = self.write_failures.remove(&n.id()).unwrap_or_default();
+        // Nearly always empty: no key to build for the lookup then.
+        let previous = if self.write_failures.is_empty() {
+            Vec::new()
+        } else {
+            self.write_failures.remove(&n.id()).unwrap_or_default()
+        };
         let outcome = match self.instance() {
             Err(reason) => Err(AttemptFailure {
                 reason,

@@ -445,8 +445,11 @@ pub struct Instance {
 impl Instance {
     fn arm(&mut self) {
         self.store.set_epoch_deadline(self.deadline_ticks);
-        let deadline = self.store.data().ctx.limits.deadline;
-        self.store.data_mut().http_hooks.deadline = std::time::Instant::now() + deadline;
+        // Only a plugin granted hosts can send a request that needs the call's deadline.
+        let state = self.store.data_mut();
+        if !state.http_hooks.allowed.is_empty() {
+            state.http_hooks.deadline = std::time::Instant::now() + state.ctx.limits.deadline;
+        }
     }
 
     /// Calls `describe`.
