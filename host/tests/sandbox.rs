@@ -224,6 +224,25 @@ fn memory_bomb_hits_the_memory_cap() {
 }
 
 #[test]
+fn wasi_resources_past_the_cap_trap_instead_of_growing_the_host() {
+    // Header-field resources created and never dropped: the 1025th traps at once, long
+    // before the (here generous) deadline would end the loop.
+    let mut settings = tight();
+    settings.limits.deadline = Duration::from_secs(5);
+    let (bad, settings) = hostile("wasi-hoard", settings);
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 1);
+    assert!(s.traps >= 2 && s.given_up >= 1, "{s:?}");
+    let error = s.last_error.unwrap_or_default();
+    // The host's table, not the deadline or wasmtime's own per-store handle limit (far higher),
+    // ended the call.
+    assert!(
+        error.contains("trapped") && error.contains("resource table has no free keys"),
+        "{error}"
+    );
+}
+
+#[test]
 fn panic_on_every_event_degrades_the_plugin_without_a_hot_loop() {
     let (bad, settings) = hostile("panic", tight());
     let r = run(&bad, settings);

@@ -17,6 +17,9 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
 /// Largest response body a plugin may read.
 pub const MAX_RESPONSE_BYTES: u64 = 1 << 20;
+/// Largest write into a request body (wasmtime's default is 1 MiB): what one unsent request
+/// body may buffer in the host.
+const BODY_CHUNK_BYTES: usize = 64 << 10;
 
 /// One entry of `grants.http`: a host, and a port or the default ports (80, 443).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +110,10 @@ fn refuse(error: Error) -> Sent {
 }
 
 impl WasiHttpHooks for HttpHooks {
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        BODY_CHUNK_BYTES
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,

@@ -55,6 +55,14 @@ use bindings::exports::kubewasm::plugin::handler::{HandleError, Manifest};
 /// Most random bytes one WASI call may ask for (wasmtime's default is 64 MiB).
 const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
+/// Most WASI resources (streams, pollables, HTTP fields, requests and bodies) one instance
+/// may hold at once (wasmtime's default is a million); creating more traps.
+pub const MAX_WASI_RESOURCES: usize = 1024;
+
+/// Largest set of HTTP header fields one `fields` resource may hold (wasmtime's default is
+/// 128 KiB): with [`MAX_WASI_RESOURCES`], at most 16 MiB of headers per instance.
+const MAX_HTTP_FIELDS_BYTES: usize = 16 << 10;
+
 /// How often the engine's epoch advances: the granularity of call deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -401,15 +409,19 @@ impl Engine {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_WASI_RESOURCES);
+        let mut http = wasmtime_wasi_http::WasiHttpCtx::new();
+        http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
         let state = HostState {
             wasi,
             clock_origin,
-            table: ResourceTable::new(),
+            table,
             handles: handles::Handles::default(),
             limits,
             host_calls,
             staging: cluster::Staging::default(),
-            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http,
             http_hooks: http::HttpHooks::new(&ctx.name, ctx.http_hosts.clone()),
             ctx,
         };

@@ -10,7 +10,8 @@
 //! name; `sleep` sleeps an hour in every call; `hoard` keeps every object handle it is given and asks for more; `huge-pointer`
 //! reads fields by 4 MiB and 900 KB JSON pointers; `write-ungranted` tries writes nobody
 //! granted; `write-huge` tries oversized and malformed writes; `write-then-fail` stages a
-//! create of `<name>-copy` and fails the first two attempts of each event).
+//! create of `<name>-copy` and fails the first two attempts of each event; `wasi-hoard`
+//! creates WASI resources (HTTP header fields) without end and never drops them).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -141,6 +142,10 @@ impl Plugin for Hostile {
                 let answer = cache::list(&Gvk::config_map(), None, None);
                 report("hoard", answer.map(std::mem::forget));
             }
+            "wasi-hoard" => loop {
+                let fields = wasip2::http::types::Fields::new();
+                std::mem::forget(fields);
+            },
             "write-ungranted" => {
                 let o = event.object();
                 report_write("delete it", cluster::delete(&Target::of(o), None));
