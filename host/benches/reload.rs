@@ -62,7 +62,7 @@ fn fixture(cache: Option<&std::path::Path>) -> Fixture {
     let options = AgentOptions {
         compiled_cache: Some(cache.to_owned()),
         ..AgentOptions::new(
-            Cluster::Source(folder),
+            Cluster::Source(folder, None),
             HostConfig::default(),
             Arc::new(MemorySink::default()),
         )

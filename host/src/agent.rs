@@ -32,8 +32,9 @@ pub enum Cluster {
     Folder(PathBuf),
     /// A Kubernetes API server.
     Kube(kube::Client),
-    /// Any other source (tests use a manifests folder they rescan themselves).
-    Source(Arc<dyn Source>),
+    /// Any other source (tests use a manifests folder they rescan themselves), and where
+    /// plugin writes go (`None`: writes answer `unsupported`).
+    Source(Arc<dyn Source>, Option<Arc<dyn Writer>>),
 }
 
 /// Everything an agent is started from.
@@ -145,42 +146,41 @@ impl Agent {
             None => None,
         };
         let tasks = tokio::runtime::Handle::current();
-        let (source, manifests, kube, client): (Arc<dyn Source>, _, _, _) = match options.cluster {
-            Cluster::Folder(dir) => {
-                let transform = options.transform.clone();
-                let namespace = options.config.default_namespace.clone();
-                let folder = tokio::task::spawn_blocking(move || {
-                    ManifestFolder::open_in(&dir, transform, &namespace)
-                        .with_context(|| format!("manifests folder {}", dir.display()))
-                })
-                .await??;
-                let folder = Arc::new(folder);
-                tracing::info!(
-                    objects = folder.len(),
-                    "using the manifests folder as the cluster"
-                );
-                (folder.clone(), Some(folder), None, None)
-            }
-            Cluster::Kube(client) => {
-                let kube = Arc::new(KubeSource::new(
-                    client.clone(),
-                    options.transform.clone(),
-                    tasks.clone(),
-                ));
-                (kube.clone(), None, Some(kube), Some(client))
-            }
-            Cluster::Source(source) => (source, None, None, None),
-        };
+        // Plugins write to the cluster they read: the API server, or the folder's memory.
+        let (source, manifests, kube, client, writer): (Arc<dyn Source>, _, _, _, _) =
+            match options.cluster {
+                Cluster::Folder(dir) => {
+                    let transform = options.transform.clone();
+                    let namespace = options.config.default_namespace.clone();
+                    let folder = tokio::task::spawn_blocking(move || {
+                        ManifestFolder::open_in(&dir, transform, &namespace)
+                            .with_context(|| format!("manifests folder {}", dir.display()))
+                    })
+                    .await??;
+                    let folder = Arc::new(folder);
+                    tracing::info!(
+                        objects = folder.len(),
+                        "using the manifests folder as the cluster"
+                    );
+                    let writer = Some(folder.clone() as Arc<dyn Writer>);
+                    (folder.clone(), Some(folder), None, None, writer)
+                }
+                Cluster::Kube(client) => {
+                    let kube = Arc::new(KubeSource::new(
+                        client.clone(),
+                        options.transform.clone(),
+                        tasks.clone(),
+                    ));
+                    let writer = KubeWriter::new(client.clone(), tasks.clone());
+                    let writer = Some(Arc::new(writer) as Arc<dyn Writer>);
+                    (kube.clone(), None, Some(kube), Some(client), writer)
+                }
+                Cluster::Source(source, writer) => (source, None, None, None, writer),
+            };
         anyhow::ensure!(
             options.election.is_none() || client.is_some(),
             "leader election needs a Kubernetes API server, not a manifests folder"
         );
-        // Plugins write to the cluster they read: the API server, or the folder's memory.
-        let writer: Option<Arc<dyn Writer>> = match (&manifests, &client) {
-            (Some(folder), _) => Some(folder.clone() as Arc<dyn Writer>),
-            (None, Some(client)) => Some(Arc::new(KubeWriter::new(client.clone(), tasks.clone()))),
-            (None, None) => None,
-        };
         let factory = InformerFactory::new(source, tasks);
         let engine = Arc::new(Engine::with_cache(
             options.compiled_cache.as_deref(),

@@ -8,7 +8,7 @@
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
 //! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader` · `source` ·
-//! `informer` · `wasm` · `plugins` · `config`, `serve` · `agent`.
+//! `informer` · `wasm` · `plugins` · `config`, `serve` · `agent` · `testing`.
 
 pub mod agent;
 pub mod config;
@@ -21,6 +21,7 @@ pub mod plugins;
 pub mod rbac;
 pub mod serve;
 pub mod source;
+pub mod testing;
 pub mod wasm;
 pub mod watch;
 pub mod write;

@@ -5,18 +5,15 @@ mod cli;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-/// The log filter when `RUST_LOG` is unset: info, without kube's per-request failure line
-/// (an ERROR naming no resource, repeated on every retry; the host logs each failure once
-/// with its resource type and what it does next).
-const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
-
 /// How long, once a subcommand is done, its remaining background work may hold the exit.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    // Without RUST_LOG: no kube per-request failure line (an ERROR naming no resource,
+    // repeated on every retry; the host logs each failure once with its type and next step).
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(args.command.default_log_filter()));
     let logs = tracing_subscriber::fmt().with_env_filter(filter);
     match args.log_format {
         cli::LogFormat::Human => logs.init(),

@@ -57,7 +57,7 @@ fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
         // Large components compile for seconds: share compiled code across test runs.
         compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
         ..AgentOptions::new(
-            Cluster::Source(folder.clone()),
+            Cluster::Source(folder.clone(), Some(folder.clone())),
             support::configs(&[]),
             sink.clone(),
         )

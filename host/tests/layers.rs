@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 15] = [
+const LAYERS: [&str; 16] = [
     "gvk",
     "yaml",
     "object",
@@ -21,6 +21,7 @@ const LAYERS: [&str; 15] = [
     "config",
     "serve",
     "agent",
+    "testing",
 ];
 
 fn src() -> PathBuf {

@@ -4,6 +4,7 @@ mod check;
 mod rbac;
 mod run;
 mod status;
+mod test;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,9 +55,21 @@ pub enum Command {
     Rbac(rbac::RbacArgs),
     /// Print the plugins of a running host (from its `/status` endpoint).
     Status(status::StatusArgs),
+    /// Run a plugin through the cluster states of test files and check what it logs and
+    /// writes in each.
+    Test(test::TestArgs),
 }
 
 impl Command {
+    /// The log filter when `RUST_LOG` is unset: `test` reports on stdout and logs only
+    /// warnings; the others log at info.
+    pub fn default_log_filter(&self) -> &'static str {
+        match self {
+            Command::Test(_) => "warn,kube_client::client::builder=off",
+            _ => "info,kube_client::client::builder=off",
+        }
+    }
+
     /// Runs the subcommand.
     pub async fn run(self) -> anyhow::Result<ExitCode> {
         match self {
@@ -64,6 +77,7 @@ impl Command {
             Command::Check(args) => check::check(args).await,
             Command::Rbac(args) => rbac::rbac(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Test(args) => test::test(args).await,
         }
     }
 }

@@ -172,6 +172,7 @@ impl Worker {
         while !self.stopped() {
             let now = Instant::now();
             if let Some((key, events, failures)) = self.retries.take_due(now) {
+                self.stats.idle.store(false, Ordering::Relaxed);
                 self.run_key(key, events, failures);
                 continue;
             }
@@ -187,8 +188,11 @@ impl Worker {
                 .flatten()
                 .map(|at| at.saturating_duration_since(now))
                 .fold(POLL, Duration::min);
+            let idle = self.retries.next_due().is_none();
+            self.stats.idle.store(idle, Ordering::Relaxed);
             match self.rx.recv_timeout(wait) {
                 Ok(queue::Delivery::Event(n)) => {
+                    self.stats.idle.store(false, Ordering::Relaxed);
                     let key = n.id();
                     if let Some(n) = self.retries.enqueue(&key, n) {
                         self.run_key(key, VecDeque::from([n]), 0);

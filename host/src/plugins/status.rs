@@ -48,6 +48,8 @@ pub struct PluginStats {
     pub http_sent: AtomicU64,
     /// HTTP requests refused (host not granted).
     pub http_denied: AtomicU64,
+    /// Set while the worker waits for an event with no retry pending.
+    pub idle: AtomicBool,
 }
 
 impl PluginStats {
@@ -87,6 +89,7 @@ impl PluginStats {
             writes_denied: self.writes_denied.load(Ordering::Relaxed),
             http_sent: self.http_sent.load(Ordering::Relaxed),
             http_denied: self.http_denied.load(Ordering::Relaxed),
+            idle: self.idle.load(Ordering::Relaxed),
             ..PluginStatus::default()
         }
     }
@@ -148,6 +151,9 @@ pub struct PluginStatus {
     pub http_denied: u64,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
+    /// Waiting for an event, with no call running and no retry pending.
+    #[serde(default)]
+    pub idle: bool,
     /// Times a new version replaced the running one.
     pub reloads: u64,
     /// Why the newest file of this name failed to load, if it did (the running version is

@@ -659,7 +659,7 @@ fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
     (out, skipped)
 }
 
-mod parse;
+pub mod parse;
 pub mod scope;
 mod write;
 

@@ -103,7 +103,7 @@ pub fn snapshot_agent(
         ManifestFolder::snapshot(cluster, kubewasm::object::Transform::default())
             .expect("read the cluster folder"),
     );
-    let cluster = kubewasm::agent::Cluster::Source(folder.clone());
+    let cluster = kubewasm::agent::Cluster::Source(folder.clone(), Some(folder.clone()));
     (agent(tokio, cluster, config, sink), folder)
 }
 

@@ -1,0 +1,334 @@
+//! `kubewasm test`: one plugin run in a real host against a scripted sequence of cluster
+//! states (a manifests folder the runner rewrites), each state's log lines and writes checked
+//! against what the test file expects.
+//!
+//! Every object of a state is one file of a private folder, so a step replaces or removes
+//! exactly the objects it names; the folder is rescanned after each step, as a change on disk
+//! is. A step is over when the plugin has settled: every event handled or given up, no retry
+//! pending, and nothing new for [`QUIET`]. Writes go to the folder's memory (and come back as
+//! events within the same step), and are recorded as the plugin sent them.
+
+pub mod check;
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::agent::{Agent, AgentOptions, Cluster};
+use crate::object::Transform;
+use crate::plugins::PluginStatus;
+use crate::source::manifests::ManifestFolder;
+use crate::source::manifests::parse;
+use crate::wasm::logging::MemorySink;
+use crate::write::{Refusal, Write, Writer};
+use check::SentWrite;
+use spec::{Reference, Spec, Step};
+
+/// How long a plugin must stay idle, with nothing new, for a step to be over.
+pub const QUIET: Duration = Duration::from_millis(250);
+
+/// How a test is run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Folder of compiled plugin code reused across runs; `None`: compile every time.
+    pub compiled_cache: Option<PathBuf>,
+    /// Longest a step may take to settle.
+    pub step_timeout: Duration,
+}
+
+/// What one step produced, and where it differs from what it expects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// The step's name.
+    pub name: String,
+    /// Log lines it produced.
+    pub lines: usize,
+    /// Writes sent during it.
+    pub writes: usize,
+    /// The differences, one readable line each; empty when it passed.
+    pub problems: Vec<String>,
+}
+
+impl StepResult {
+    /// True when the step produced what it expects.
+    pub fn passed(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// The folder writer, recording each write it is sent.
+struct Recorder {
+    folder: Arc<ManifestFolder>,
+    sent: Mutex<Vec<SentWrite>>,
+}
+
+impl Writer for Recorder {
+    fn send(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
+        let result = self.folder.send(plugin, write);
+        if result.is_ok() {
+            self.sent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(SentWrite::of(write));
+        }
+        result
+    }
+}
+
+/// A private folder, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> anyhow::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "kubewasm-test-{what}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The file of one object in the state folder.
+fn object_file(dir: &Path, r: &Reference) -> PathBuf {
+    let safe = |s: &str| s.replace(['/', '.', ':'], "_");
+    dir.join(format!(
+        "{}.{}.{}.{}.json",
+        safe(&r.api_version),
+        r.kind,
+        safe(r.namespace.as_deref().unwrap_or("_")),
+        r.name
+    ))
+}
+
+/// Every object of the manifests in `folder` (and its subfolders); a bad document is an
+/// error naming its file and place.
+fn read_cluster(folder: &Path, out: &mut Vec<(Reference, Value)>) -> anyhow::Result<()> {
+    let mut entries = std::fs::read_dir(folder)
+        .with_context(|| format!("cluster folder {}", folder.display()))?
+        .collect::<Result<Vec<_>, _>>()?;
+    entries.sort_by_key(|e| e.path());
+    for entry in entries {
+        let path = entry.path();
+        if path.is_dir() {
+            read_cluster(&path, out)?;
+            continue;
+        }
+        let ext = path.extension().and_then(|e| e.to_str());
+        if !matches!(ext, Some("yaml" | "yml" | "json")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+        for item in parse::items(&text, ext == Some("json")) {
+            let value = item
+                .value
+                .map_err(|e| anyhow::anyhow!("{} {}: {e}", path.display(), item.place))?;
+            let reference = Reference::of(&value)
+                .map_err(|e| anyhow::anyhow!("{} {}: {e}", path.display(), item.place))?;
+            out.push((reference, value));
+        }
+    }
+    Ok(())
+}
+
+/// Writes a step's changes into the state folder.
+fn change(dir: &Path, step: &Step) -> anyhow::Result<()> {
+    for (reference, object) in &step.apply {
+        let path = object_file(dir, reference);
+        std::fs::write(&path, serde_json::to_vec_pretty(object)?)
+            .with_context(|| path.display().to_string())?;
+    }
+    for reference in &step.delete {
+        let path = object_file(dir, reference);
+        std::fs::remove_file(&path).with_context(|| {
+            format!(
+                "step {:?}: cannot delete {}: no such object in the state",
+                step.name,
+                reference.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+fn status_of(agent: &Agent, name: &str) -> Option<PluginStatus> {
+    agent
+        .plugins()
+        .status()
+        .into_iter()
+        .find(|p| p.name == name)
+}
+
+/// Waits until the plugin has settled; its status then, or why it did not settle.
+async fn settle(
+    agent: &Agent,
+    name: &str,
+    sink: &MemorySink,
+    recorder: &Recorder,
+    timeout: Duration,
+) -> Result<PluginStatus, String> {
+    let start = Instant::now();
+    let mut last = None;
+    let mut since = Instant::now();
+    loop {
+        let status = status_of(agent, name).ok_or("the plugin is not loaded")?;
+        let mark = (
+            status.delivered,
+            status.failed,
+            status.given_up,
+            status.writes_failed,
+            status.writes_denied,
+            sink.records().len(),
+            recorder
+                .sent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len(),
+        );
+        let ready = status.synced && status.idle && status.queued == 0;
+        if !ready || last != Some(mark) {
+            last = Some(mark);
+            since = Instant::now();
+        } else if since.elapsed() >= QUIET {
+            return Ok(status);
+        }
+        if start.elapsed() > timeout {
+            return Err(format!(
+                "did not settle within {timeout:?}: synced={} queued={} retrying={} last error: {}",
+                status.synced,
+                status.queued,
+                !status.idle,
+                status.last_error.as_deref().unwrap_or("none")
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `spec`, handing each step's result to `report` as it ends.
+pub async fn run(
+    spec: &Spec,
+    options: &Options,
+    mut report: impl FnMut(&StepResult),
+) -> anyhow::Result<Vec<StepResult>> {
+    let state = TempDir::new("state")?;
+    let plugins = TempDir::new("plugins")?;
+    let mut initial = Vec::new();
+    if let Some(cluster) = &spec.cluster {
+        read_cluster(cluster, &mut initial)?;
+    }
+    for (reference, object) in &initial {
+        std::fs::write(
+            object_file(&state.0, reference),
+            serde_json::to_vec_pretty(object)?,
+        )?;
+    }
+    let mut steps = spec.steps.iter();
+    let first = steps.next().context("no steps")?;
+    change(&state.0, first)?;
+    let folder = Arc::new(ManifestFolder::snapshot_in(
+        &state.0,
+        Transform::default(),
+        &spec.host.default_namespace,
+    )?);
+    if let Some((path, error)) = folder.errors().into_iter().next() {
+        anyhow::bail!("{}: {error}", path.display());
+    }
+    let recorder = Arc::new(Recorder {
+        folder: folder.clone(),
+        sent: Mutex::default(),
+    });
+    let sink = Arc::new(MemorySink::default());
+    let cluster = Cluster::Source(folder.clone(), Some(recorder.clone() as Arc<dyn Writer>));
+    let mut config = spec.host.clone();
+    // The plugin folder is private: the file carries the plugin's name.
+    config.plugins_dir = None;
+    let agent_options = AgentOptions {
+        compiled_cache: options.compiled_cache.clone(),
+        ..AgentOptions::new(cluster, config, sink.clone())
+    };
+    let mut agent = Agent::start(agent_options).await?;
+    let file = plugins.0.join(format!("{}.wasm", spec.name));
+    std::fs::copy(&spec.plugin, &file)
+        .with_context(|| format!("plugin {}", spec.plugin.display()))?;
+    let loaded = agent.follow_plugins(&plugins.0).await?;
+    if !loaded.failed.is_empty() {
+        let error = agent
+            .plugins()
+            .status()
+            .into_iter()
+            .find_map(|p| p.reload_error)
+            .unwrap_or_else(|| "see the log".to_owned());
+        anyhow::bail!("plugin {} did not load: {error}", spec.plugin.display());
+    }
+
+    let mut results = Vec::new();
+    let (mut lines_seen, mut writes_seen, mut given_up) = (0, 0, 0);
+    let mut step = first;
+    loop {
+        let settled = settle(&agent, &spec.name, &sink, &recorder, options.step_timeout).await;
+        let lines = sink.records().split_off(lines_seen);
+        let writes =
+            recorder.sent.lock().unwrap_or_else(PoisonError::into_inner)[writes_seen..].to_vec();
+        lines_seen += lines.len();
+        writes_seen += writes.len();
+        let mut problems = Vec::new();
+        match settled {
+            Err(e) => problems.push(e),
+            Ok(status) => {
+                let new = status.given_up - given_up;
+                given_up = status.given_up;
+                if new != step.expect.given_up {
+                    problems.push(format!(
+                        "events given up: {new}, expected {}; last error: {}",
+                        step.expect.given_up,
+                        status.last_error.as_deref().unwrap_or("none")
+                    ));
+                }
+            }
+        }
+        if let Some(wanted) = &step.expect.logs {
+            let diff = check::logs(wanted, &lines);
+            if !diff.is_empty() {
+                problems.push("logs (- expected, not logged; + logged, not expected):".into());
+                problems.extend(diff.into_iter().map(|l| format!("  {l}")));
+            }
+        }
+        if let Some(wanted) = &step.expect.writes {
+            let diff = check::writes(wanted, &writes);
+            if !diff.is_empty() {
+                problems.push("writes (- expected, not sent; + sent, not expected):".into());
+                problems.extend(diff.into_iter().map(|l| format!("  {l}")));
+            }
+        }
+        let result = StepResult {
+            name: step.name.clone(),
+            lines: lines.len(),
+            writes: writes.len(),
+            problems,
+        };
+        report(&result);
+        results.push(result);
+        let Some(next) = steps.next() else { break };
+        step = next;
+        change(&state.0, step)?;
+        let folder = folder.clone();
+        tokio::task::spawn_blocking(move || folder.rescan()).await?;
+    }
+    let host = agent.plugins().clone();
+    tokio::task::spawn_blocking(move || host.shutdown()).await?;
+    Ok(results)
+}

@@ -1,0 +1,380 @@
+//! The test file `kubewasm test` reads: which plugin, under which configuration, and the
+//! cluster states it goes through with what each one must produce.
+//!
+//! ```yaml
+//! plugin: target/wasm32-wasip2/release/hello.wasm  # relative to this file; --plugin overrides
+//! name: hello                    # its name (configuration entry); default: the file stem
+//! host: kubewasm.yaml            # a host configuration file, or one written inline
+//! config: {namespaces: [shop]}   # handed to init; overrides the host configuration's
+//! cluster: cluster/              # manifests the first state starts from (optional)
+//! steps:
+//!   - name: a web pod appears    # the first step is the state the plugin starts on
+//!     apply:                     # objects created or replaced whole
+//!       - {apiVersion: v1, kind: Pod, metadata: {name: web, namespace: shop}}
+//!     delete:                    # objects removed
+//!       - {apiVersion: v1, kind: Pod, namespace: shop, name: old}
+//!     expect:                    # what is not named is not checked
+//!       logs:                    # every line of this step, in any order
+//!         - {message: web pod, level: info, fields: {pod: shop/web}}  # fields: a subset
+//!       writes:                  # every write sent in this step, in any order
+//!         - {action: apply, target: v1/Pod shop/web, body: {metadata: {labels: {team: a}}}}
+//!         - {action: record-event, target: v1/Pod shop/web, reason: Crashing}
+//!       givenUp: 0               # events given up (default 0: any is a failure)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::HostConfig;
+use crate::gvk::Gvk;
+use crate::object::object_key;
+
+/// Why a test file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The file cannot be read.
+    #[error("{path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The reason.
+        source: std::io::Error,
+    },
+    /// The file is not a valid test file; the message names the field.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecFile {
+    plugin: Option<PathBuf>,
+    name: Option<String>,
+    host: Option<Value>,
+    config: Option<Value>,
+    cluster: Option<PathBuf>,
+    steps: Vec<StepFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepFile {
+    name: Option<String>,
+    #[serde(default)]
+    apply: Vec<Value>,
+    #[serde(default)]
+    delete: Vec<Reference>,
+    #[serde(default)]
+    expect: Expect,
+}
+
+/// An object named by type and key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Reference {
+    /// `group/version`, or `v1`.
+    pub api_version: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its namespace; none for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+impl Reference {
+    /// Its type.
+    pub fn gvk(&self) -> Gvk {
+        Gvk::from_api_version(&self.api_version, &self.kind)
+    }
+
+    /// `apiVersion/Kind namespace/name`, as written in expectations and reports.
+    pub fn display(&self) -> String {
+        format!(
+            "{} {}",
+            self.gvk(),
+            object_key(self.namespace.as_deref(), &self.name)
+        )
+    }
+
+    /// The reference of a manifest, or what it lacks.
+    pub fn of(object: &Value) -> Result<Self, String> {
+        let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str);
+        let need = |pointer: &str| {
+            text(pointer)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| format!("no {}", &pointer[1..].replace('/', ".")))
+        };
+        Ok(Self {
+            api_version: need("/apiVersion")?,
+            kind: need("/kind")?,
+            namespace: text("/metadata/namespace").map(str::to_owned),
+            name: need("/metadata/name")?,
+        })
+    }
+}
+
+/// What one step must produce; `None` leaves that part unchecked.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Expect {
+    /// Every log line of the step, in any order.
+    pub logs: Option<Vec<LogLine>>,
+    /// Every write sent during the step, in any order.
+    pub writes: Option<Vec<ExpectedWrite>>,
+    /// Events given up during the step.
+    #[serde(default)]
+    pub given_up: u64,
+}
+
+/// An expected log line: its message, and optionally its level and some of its fields.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogLine {
+    /// The message, exactly.
+    pub message: String,
+    /// `trace`, `debug`, `info`, `warn` or `error`; any when absent.
+    pub level: Option<String>,
+    /// Fields the line must carry with these values (others are allowed).
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
+}
+
+/// An expected write.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedWrite {
+    /// `apply`, `merge-patch`, `json-patch`, `create`, `delete` or `record-event`.
+    pub action: String,
+    /// `apiVersion/Kind namespace/name` (`(status)` after it for a subresource); for
+    /// `record-event` the object the Event is about.
+    pub target: String,
+    /// JSON the body must contain (objects: these keys, recursively; other values: equal).
+    pub body: Option<Value>,
+    /// For `record-event`: the reason.
+    pub reason: Option<String>,
+    /// For `record-event`: `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+}
+
+/// One cluster state and what reaching it must produce.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Its name in reports (`step N` when the file gives none).
+    pub name: String,
+    /// Objects created or replaced whole.
+    pub apply: Vec<(Reference, Value)>,
+    /// Objects removed.
+    pub delete: Vec<Reference>,
+    /// What it must produce.
+    pub expect: Expect,
+}
+
+/// A test file, read and checked.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The plugin component.
+    pub plugin: PathBuf,
+    /// The plugin's name.
+    pub name: String,
+    /// The host configuration, with the file's `config` applied to the plugin's entry.
+    pub host: HostConfig,
+    /// Folder of manifests the first state starts from.
+    pub cluster: Option<PathBuf>,
+    /// The states, in order.
+    pub steps: Vec<Step>,
+}
+
+const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
+const ACTIONS: [&str; 6] = [
+    "apply",
+    "merge-patch",
+    "json-patch",
+    "create",
+    "delete",
+    "record-event",
+];
+
+impl Spec {
+    /// Reads the test file at `path`; `plugin` replaces the file's `plugin`.
+    pub fn load(path: &Path, plugin: Option<&Path>) -> Result<Self, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Unreadable {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base, plugin).map_err(|message| SpecError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses a test file's text; relative paths in it are relative to `base`.
+    pub fn parse(text: &str, base: &Path, plugin: Option<&Path>) -> Result<Self, String> {
+        let file: SpecFile = crate::yaml::from_str_at(text, 1)?;
+        let plugin = match (plugin, file.plugin) {
+            (Some(p), _) => p.to_owned(),
+            (None, Some(p)) => base.join(p),
+            (None, None) => return Err("plugin: name the component (or pass --plugin)".into()),
+        };
+        let name = match file.name {
+            Some(name) => name,
+            None => plugin
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .map(str::to_owned)
+                .ok_or_else(|| format!("plugin: {} has no file name", plugin.display()))?,
+        };
+        let mut host = match file.host {
+            None => HostConfig::default(),
+            Some(Value::String(p)) => HostConfig::load(&base.join(p)).map_err(|e| e.to_string())?,
+            Some(inline @ Value::Object(_)) => {
+                HostConfig::parse(&inline.to_string()).map_err(|e| format!("host: {e}"))?
+            }
+            Some(_) => return Err("host: a file name or a host configuration".into()),
+        };
+        if let Some(config) = file.config {
+            let plugins = &mut host.plugins;
+            let settings = plugins
+                .named
+                .entry(name.clone())
+                .or_insert_with(|| plugins.defaults.clone());
+            settings.config = config.to_string();
+        }
+        if file.steps.is_empty() {
+            return Err("steps: give at least one (the state the plugin starts on)".into());
+        }
+        let steps = file
+            .steps
+            .into_iter()
+            .enumerate()
+            .map(|(i, step)| {
+                let field = format!("steps[{i}]");
+                let name = step.name.unwrap_or_else(|| format!("step {}", i + 1));
+                check_expect(&step.expect).map_err(|e| format!("{field}.expect.{e}"))?;
+                let apply = step
+                    .apply
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, object)| {
+                        let reference = Reference::of(&object)
+                            .map_err(|e| format!("{field}.apply[{j}]: {e}"))?;
+                        Ok((reference, object))
+                    })
+                    .collect::<Result<_, String>>()?;
+                Ok(Step {
+                    name,
+                    apply,
+                    delete: step.delete,
+                    expect: step.expect,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Self {
+            plugin,
+            name,
+            host,
+            cluster: file.cluster.map(|c| base.join(c)),
+            steps,
+        })
+    }
+}
+
+fn check_expect(expect: &Expect) -> Result<(), String> {
+    for (i, line) in expect.logs.iter().flatten().enumerate() {
+        if let Some(level) = &line.level
+            && !LEVELS.contains(&level.as_str())
+        {
+            return Err(format!(
+                "logs[{i}].level: {level:?} is not one of {}",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    for (i, write) in expect.writes.iter().flatten().enumerate() {
+        if !ACTIONS.contains(&write.action.as_str()) {
+            return Err(format!(
+                "writes[{i}].action: {:?} is not one of {}",
+                write.action,
+                ACTIONS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Spec, String> {
+        Spec::parse(text, Path::new("/t"), None)
+    }
+
+    #[test]
+    fn a_full_file_reads_with_paths_relative_to_it() {
+        let spec = parse(
+            "plugin: p/hello.wasm
+config: {team: a}
+cluster: c
+steps:
+  - apply: [{apiVersion: v1, kind: Pod, metadata: {name: web, namespace: shop}}]
+    expect:
+      logs: [{message: hi, level: info, fields: {pod: shop/web}}]
+      writes: [{action: apply, target: v1/Pod shop/web, body: {a: 1}}]
+  - name: gone
+    delete: [{apiVersion: v1, kind: Pod, namespace: shop, name: web}]
+    expect: {givenUp: 1}
+",
+        )
+        .expect("valid");
+        assert_eq!(spec.plugin, Path::new("/t/p/hello.wasm"));
+        assert_eq!(spec.name, "hello");
+        assert_eq!(spec.cluster.as_deref(), Some(Path::new("/t/c")));
+        assert_eq!(spec.host.plugins.named["hello"].config, r#"{"team":"a"}"#);
+        assert_eq!(spec.steps[0].name, "step 1");
+        assert_eq!(spec.steps[0].apply[0].0.display(), "v1/Pod shop/web");
+        assert_eq!(spec.steps[1].name, "gone");
+        assert_eq!(spec.steps[1].delete[0].display(), "v1/Pod shop/web");
+        assert_eq!(spec.steps[1].expect.given_up, 1);
+    }
+
+    #[test]
+    fn mistakes_name_their_field() {
+        let cases = [
+            ("steps: [{}]", "plugin:"),
+            ("plugin: a.wasm\nsteps: []", "steps:"),
+            (
+                "plugin: a.wasm\nsteps: [{apply: [{kind: Pod}]}]",
+                "steps[0].apply[0]: no apiVersion",
+            ),
+            (
+                "plugin: a.wasm\nsteps: [{}, {expect: {logs: [{message: m, level: loud}]}}]",
+                "steps[1].expect.logs[0].level",
+            ),
+            (
+                "plugin: a.wasm\nsteps: [{expect: {writes: [{action: put, target: x}]}}]",
+                "steps[0].expect.writes[0].action",
+            ),
+            ("plugin: a.wasm\nsteps: [{aply: []}]", "aply"),
+            (
+                "plugin: a.wasm\nhost: {plugins: {a: {limits: {deadlineMs: 0}}}}\nsteps: [{}]",
+                "host: plugins.a.limits.deadlineMs",
+            ),
+        ];
+        for (text, want) in cases {
+            let error = parse(text).expect_err(text);
+            assert!(error.contains(want), "{text}: {error}");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! `kubewasm test`: the example plugins' test files pass, and a wrong expectation fails with
+//! a diff naming exactly what differs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kubewasm::testing::spec::Spec;
+use kubewasm::testing::{Options, StepResult, run};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn options() -> Options {
+    Options {
+        compiled_cache: None,
+        step_timeout: Duration::from_secs(60),
+    }
+}
+
+/// Runs the test file at `file` (relative to the repository) on the built `plugin`.
+fn run_file(file: &str, plugin: &str) -> Vec<StepResult> {
+    let spec = Spec::load(&root().join(file), Some(Path::new(plugin))).expect("test file");
+    let tasks = tokio::runtime::Runtime::new().expect("runtime");
+    tasks
+        .block_on(run(&spec, &options(), |_| {}))
+        .expect("the test runs")
+}
+
+#[test]
+fn the_example_test_files_pass() {
+    for (file, plugin, steps) in [
+        (
+            "plugins/pod-phase/tests/pod-phase.test.yaml",
+            kubewasm_plugin_artifacts::POD_PHASE,
+            3,
+        ),
+        (
+            "plugins/labeler/tests/labeler.test.yaml",
+            kubewasm_plugin_artifacts::LABELER,
+            3,
+        ),
+    ] {
+        let results = run_file(file, plugin);
+        assert_eq!(results.len(), steps, "{file}");
+        for step in &results {
+            assert!(step.passed(), "{file}: {step:#?}");
+        }
+    }
+}
+
+const WRONG: &str = "
+name: pod-phase
+steps:
+  - apply: [{apiVersion: v1, kind: Pod, metadata: {name: a, namespace: shop}, status: {phase: Pending}}]
+    expect:
+      logs: [{message: pod seen, fields: {pod: shop/a, phase: Running}}]
+  - name: nothing changes but a write is expected
+    expect:
+      writes: [{action: apply, target: v1/Pod shop/a}]
+      givenUp: 1
+";
+
+#[test]
+fn a_wrong_expectation_fails_with_a_diff_and_exit_status_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("wrong.test.yaml");
+    std::fs::write(&file, WRONG).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["test", "--plugin", kubewasm_plugin_artifacts::POD_PHASE])
+        .arg(&file)
+        .output()
+        .expect("kubewasm runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for line in [
+        "  FAIL step 1 (1 log lines, 0 writes)",
+        "- any \"pod seen\" phase=\"Running\" pod=\"shop/a\"",
+        "+ info \"pod seen\" pod=\"shop/a\" phase=\"Pending\" initial=\"true\"",
+        "  FAIL nothing changes but a write is expected (0 log lines, 0 writes)",
+        "events given up: 0, expected 1; last error: none",
+        "- apply v1/Pod shop/a",
+        "0 steps passed, 2 failed",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn a_broken_test_file_or_plugin_is_named() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("bad.test.yaml");
+    std::fs::write(&file, "steps:\n  - delete: [{kind: Pod, name: a}]\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["test", "--plugin", kubewasm_plugin_artifacts::POD_PHASE])
+        .arg(&file)
+        .output()
+        .expect("kubewasm runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("bad.test.yaml") && stderr.contains("apiVersion"),
+        "{stderr}"
+    );
+
+    let not_wasm = dir.path().join("nope.wasm");
+    std::fs::write(&not_wasm, "not a component").expect("write");
+    std::fs::write(&file, "steps: [{}]\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("test")
+        .arg("--plugin")
+        .arg(&not_wasm)
+        .arg(&file)
+        .output()
+        .expect("kubewasm runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("did not load") && stderr.contains("nope.wasm"),
+        "{stderr}"
+    );
+}
