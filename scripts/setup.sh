@@ -11,9 +11,10 @@ rustup component add rustfmt clippy >/dev/null
 
 # Guest tool chains for the Python and JavaScript plugins, inside the checkout:
 # componentize-py (PyPI) in target/pyenv, componentize-js and jco (npm) in plugins/javascript.
-if [[ ! -x target/pyenv/bin/componentize-py ]]; then
+# pytest runs the Python project `kubewasm new` creates.
+if [[ ! -x target/pyenv/bin/componentize-py || ! -x target/pyenv/bin/pytest ]]; then
   python3 -m venv target/pyenv
-  target/pyenv/bin/pip install --quiet --disable-pip-version-check componentize-py==0.25.1
+  target/pyenv/bin/pip install --quiet --disable-pip-version-check componentize-py==0.25.1 pytest==8.4.2
 fi
 if [[ ! -d plugins/javascript/node_modules/@bytecodealliance/componentize-js ]]; then
   # `npm ci` rejects this lockfile (npm 11 leaves out other platforms' optional packages);

@@ -1,6 +1,7 @@
 //! The subcommands, one file each, and what they share.
 
 mod check;
+mod new;
 mod rbac;
 mod run;
 mod status;
@@ -55,6 +56,8 @@ pub enum Command {
     Rbac(rbac::RbacArgs),
     /// Print the plugins of a running host (from its `/status` endpoint).
     Status(status::StatusArgs),
+    /// Create a plugin project (Rust, Python or JavaScript) with a test.
+    New(new::NewArgs),
     /// Run a plugin through the cluster states of test files and check what it logs and
     /// writes in each.
     Test(test::TestArgs),
@@ -78,6 +81,7 @@ impl Command {
             Command::Rbac(args) => rbac::rbac(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Test(args) => test::test(args).await,
+            Command::New(args) => new::new(args).await,
         }
     }
 }
