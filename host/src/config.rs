@@ -509,6 +509,79 @@ impl HostConfig {
 mod tests {
     use super::*;
 
+    /// The reference in this module's documentation: every field, with its default.
+    fn reference() -> String {
+        let source = include_str!("config.rs");
+        let docs: Vec<&str> = source
+            .lines()
+            .map_while(|l| l.strip_prefix("//!"))
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .collect();
+        let start = docs
+            .iter()
+            .position(|l| *l == "```yaml")
+            .expect("a yaml block")
+            + 1;
+        let end = start
+            + docs[start..]
+                .iter()
+                .position(|l| *l == "```")
+                .expect("its end");
+        docs[start..end].iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    /// The fields serde accepts where `probe` puts an unknown one.
+    fn accepted(probe: &str) -> Vec<String> {
+        let error = HostConfig::parse(probe).expect_err(probe);
+        let (_, expected) = error
+            .split_once("expected")
+            .expect("serde names the fields");
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_reference_parses_and_names_every_field_and_docs_hold_it() {
+        let reference = reference();
+        HostConfig::parse(&reference).expect("the reference is a valid configuration");
+        let hay = format!("\n{reference}");
+        for probe in [
+            "zzz: 1",
+            "leaderElection: {zzz: 1}",
+            "defaults: {zzz: 1}",
+            "defaults: {limits: {zzz: 1}}",
+            "plugins: {a: {zzz: 1}}",
+            "plugins: {a: {grants: {zzz: 1}}}",
+            "plugins: {a: {grants: {writes: [{zzz: 1}]}}}",
+        ] {
+            for field in accepted(probe) {
+                assert!(
+                    hay.contains(&format!(" {field}:")) || hay.contains(&format!("\n{field}:")),
+                    "{field} (where {probe:?} probes) is missing from the reference in config.rs"
+                );
+            }
+        }
+        let docs =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFIGURATION.md");
+        let text = std::fs::read_to_string(&docs).unwrap_or_default();
+        let block = format!("```yaml\n{reference}```\n");
+        if std::env::var_os("KUBEWASM_BLESS").is_some() {
+            let head = text.split("```yaml").next().unwrap_or_default().to_owned();
+            let tail = text.splitn(3, "```").nth(2).unwrap_or_default();
+            let tail = tail.strip_prefix('\n').unwrap_or(tail);
+            std::fs::write(&docs, format!("{head}{block}{tail}")).expect("write the docs");
+        } else {
+            assert!(
+                text.contains(&block),
+                "docs/CONFIGURATION.md is not config.rs's reference: KUBEWASM_BLESS=1 cargo test -p kubewasm --lib config::"
+            );
+        }
+    }
+
     const EXAMPLE: &str = r#"
 defaults:
   limits: {deadlineMs: 200, logBurst: 10}

@@ -99,7 +99,8 @@ fn other_languages(root: &Path, target: &Path) -> String {
                 // No __pycache__ in the source tree (it would also re-trigger this script).
                 .env("PYTHONDONTWRITEBYTECODE", "1")
                 .args(["-d", "wit", "-w", "kubewasm:plugin/plugin", "componentize"])
-                .args(["-p", app, "app", "-o"])
+                // The Python SDK, as the projects `kubewasm new` creates use it.
+                .args(["-p", app, "-p", "plugin-sdk/python", "app", "-o"])
                 .arg(&out)
                 .status()
                 .expect("run componentize-py");

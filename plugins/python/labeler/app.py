@@ -4,23 +4,21 @@ The same logic as plugins/labeler in Rust: on added or updated pods without the 
 server-side apply of only that label, with the field manager `kubewasm/labeler-py` (the
 plugin's name). Configuration (JSON): {"key": "team", "value": "unassigned", "namespaces": []}.
 The write is staged during `handle` and sent when it returns, so a retried event labels once;
-a write the operator did not grant raises Err(WriteError_Denied). Built by
-plugins/artifacts/build.rs, or by hand from the checkout's root: componentize-py -d wit -w
-kubewasm:plugin/plugin componentize -p plugins/python/labeler app -o labeler-py.wasm
+a write the operator did not grant raises Err(WriteError_Denied), which the SDK's
+`handle_errors` gives up (as the Rust SDK does). Built by plugins/artifacts/build.rs, or by
+hand from the checkout's root: componentize-py -d wit -w kubewasm:plugin/plugin componentize
+-p plugins/python/labeler -p plugin-sdk/python app -o labeler-py.wasm
 """
 
 import json
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.imports import cluster, logging, types
+from wit_world.imports import cluster, types
 
-POD = types.Gvk(group="", version="v1", kind="Pod")
+from kubewasm_sdk import POD, changed, handle_errors, log
+
 CONFIG = {"key": "team", "value": "unassigned", "namespaces": []}
-
-
-def log(message: str, **fields: str) -> None:
-    logging.log(logging.Level.INFO, message, list(fields.items()))
 
 
 class Handler(exports.Handler):
@@ -45,12 +43,12 @@ class Handler(exports.Handler):
             resync_seconds=0,
         )
 
+    # A refused write (or any other exception) leaves as a handle error: denied, malformed
+    # or too large is given up; only a change of leader is retried.
+    @handle_errors
     def handle(self, event: types.Event) -> None:
-        if isinstance(event, types.Event_Added):
-            pod = event.value.object
-        elif isinstance(event, types.Event_Updated):
-            pod = event.value.new
-        else:
+        kind, pod = changed(event)
+        if kind not in ("added", "updated"):
             return None
         key, value = CONFIG["key"], CONFIG["value"]
         if pod.label(key) is not None:
@@ -59,11 +57,6 @@ class Handler(exports.Handler):
             gvk=pod.gvk(), namespace=pod.namespace(), name=pod.name(), subresource=None
         )
         body = json.dumps({"metadata": {"labels": {key: value}}})
-        try:
-            cluster.apply(target, body)
-        except Err as e:
-            # Denied, malformed or too large stays so; only a change of leader may help.
-            retry = isinstance(e.value, cluster.WriteError_NotLeader)
-            raise Err(types.HandleError(message=f"apply: {e.value.value}", retry=retry))
-        log("labeling pod", pod=pod.key(), label=f"{key}={value}")
+        cluster.apply(target, body)
+        log.info("labeling pod", pod=pod.key(), label=f"{key}={value}")
         return None
