@@ -161,18 +161,6 @@ impl LimitsConfig {
     }
 }
 
-/// A resource type written as `apiVersion/Kind` (`v1/Pod`, `apps/v1/Deployment`).
-fn parse_type(text: &str) -> Result<Gvk, String> {
-    match text.rsplit_once('/') {
-        Some((api_version, kind)) if !api_version.is_empty() && !kind.is_empty() => {
-            Ok(Gvk::from_api_version(api_version, kind))
-        }
-        _ => Err(format!(
-            "{text:?} is not apiVersion/Kind (for example apps/v1/Deployment)"
-        )),
-    }
-}
-
 /// A Secret written as `namespace/name`.
 fn parse_secret(text: &str) -> Result<String, String> {
     match text.split_once('/') {
@@ -254,7 +242,7 @@ impl WriteGrantConfig {
             None => None,
         };
         Ok(WriteGrant {
-            resources: parse_each(self.resources, &format!("{field}.resources"), parse_type)?,
+            resources: parse_each(self.resources, &format!("{field}.resources"), Gvk::parse)?,
             subresources,
             verbs: parse_each(self.verbs, &format!("{field}.verbs"), Verb::parse)?,
             namespaces,
@@ -425,7 +413,7 @@ impl HostConfig {
                 settings.grants = Grants {
                     resources: match grants.resources {
                         Some(rs) => {
-                            Some(parse_each(rs, &format!("{field}.resources"), parse_type)?)
+                            Some(parse_each(rs, &format!("{field}.resources"), Gvk::parse)?)
                         }
                         None => None,
                     },

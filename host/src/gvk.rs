@@ -37,6 +37,18 @@ impl Gvk {
         Self::new(group, version, kind)
     }
 
+    /// A resource type written as `apiVersion/Kind` (`v1/Pod`, `apps/v1/Deployment`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.rsplit_once('/') {
+            Some((api_version, kind)) if !api_version.is_empty() && !kind.is_empty() => {
+                Ok(Self::from_api_version(api_version, kind))
+            }
+            _ => Err(format!(
+                "{text:?} is not apiVersion/Kind (for example apps/v1/Deployment)"
+            )),
+        }
+    }
+
     /// The `apiVersion` string: `group/version`, or `version` for the core group.
     pub fn api_version(&self) -> String {
         kubewasm_sdk::api_version(&self.group, &self.version)

@@ -493,3 +493,64 @@ async fn a_frozen_api_server_is_noticed_within_90_s_and_nothing_is_lost() -> any
     );
     Ok(())
 }
+
+/// `kubewasm record` on the real server, then `kubewasm test` replaying the recording: the
+/// initial pod, a create, a status change and a delete, each one step the plugin sees once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_stream_replays_through_kubewasm_test() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let client = env.client().await?;
+    resources::create_namespace(&client, "shop").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    pods.create(&PostParams::default(), &pod("web-1")?).await?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("recorded.test.yaml");
+    let mut recorder = std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["record", "--type", "v1/Pod", "--for", "8", "-o"])
+        .arg(&file)
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig())
+        .spawn()?;
+    // The initial list is done long before this on loopback.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pods.create(&PostParams::default(), &pod("web-2")?).await?;
+    let running = json!({"status": {"phase": "Running"}});
+    pods.patch_status("web-1", &PatchParams::default(), &Patch::Merge(&running))
+        .await?;
+    pods.delete("web-2", &DeleteParams::default()).await?;
+    let waited = tokio::task::spawn_blocking(move || recorder.wait());
+    let status = tokio::time::timeout(WAIT, waited).await???;
+    anyhow::ensure!(status.success(), "kubewasm record failed: {status}");
+
+    let spec = kubewasm::testing::spec::Spec::load(
+        &file,
+        Some(std::path::Path::new(kubewasm_plugin_artifacts::POD_PHASE)),
+    )?;
+    let names: Vec<&str> = spec.steps.iter().map(|s| s.name.as_str()).collect();
+    // A delete may be preceded by an update that sets deletionTimestamp.
+    assert_eq!(
+        names[..3],
+        [
+            "initial state",
+            "changed v1/Pod shop/web-2",
+            "changed v1/Pod shop/web-1",
+        ]
+    );
+    assert_eq!(
+        names.last(),
+        Some(&"deleted v1/Pod shop/web-2"),
+        "{names:?}"
+    );
+    let options = kubewasm::testing::Options {
+        compiled_cache: None,
+        step_timeout: WAIT,
+    };
+    let results = kubewasm::testing::run(&spec, &options, |_| {}).await?;
+    let lines: Vec<usize> = results.iter().map(|r| r.lines).collect();
+    // pod seen (initial), pod seen, pod phase changed, (nothing for deletionTimestamp), deleted.
+    assert_eq!(lines[..3], [1, 1, 1], "{results:#?}");
+    assert_eq!(lines.last(), Some(&1), "{results:#?}");
+    assert_eq!(lines.iter().sum::<usize>(), 4, "{results:#?}");
+    assert!(results.iter().all(|r| r.passed()), "{results:#?}");
+    Ok(())
+}

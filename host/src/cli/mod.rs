@@ -3,6 +3,7 @@
 mod check;
 mod new;
 mod rbac;
+mod record;
 mod run;
 mod status;
 mod test;
@@ -56,6 +57,8 @@ pub enum Command {
     Rbac(rbac::RbacArgs),
     /// Print the plugins of a running host (from its `/status` endpoint).
     Status(status::StatusArgs),
+    /// Record a cluster's objects and changes as a test file for `test` to replay.
+    Record(record::RecordArgs),
     /// Create a plugin project (Rust, Python or JavaScript) with a test.
     New(new::NewArgs),
     /// Run a plugin through the cluster states of test files and check what it logs and
@@ -68,7 +71,7 @@ impl Command {
     /// warnings; the others log at info.
     pub fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Test(_) => "warn,kube_client::client::builder=off",
+            Command::Test(_) | Command::Record(_) => "warn,kube_client::client::builder=off",
             _ => "info,kube_client::client::builder=off",
         }
     }
@@ -82,6 +85,7 @@ impl Command {
             Command::Status(args) => status::status(args).await,
             Command::Test(args) => test::test(args).await,
             Command::New(args) => new::new(args).await,
+            Command::Record(args) => record::record_cmd(args).await,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! events within the same step), and are recorded as the plugin sent them.
 
 pub mod check;
+pub mod record;
 pub mod spec;
 
 use std::path::{Path, PathBuf};
