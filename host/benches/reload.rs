@@ -1,10 +1,11 @@
 //! Hot reload and start-up costs (issue 5; start-up figures also feed issue 9):
 //! - `replace`: a new version's file is read, compiled (or loaded from the compiled-code
 //!   cache), type-checked, initialised, described, and swapped in. This is the time from the
-//!   folder watcher's reconciliation (which follows the 200 ms debounce) to the new version
+//!   folder watcher's reconciliation (10 ms after the file is closed) to the new version
 //!   serving.
 //! - `file_to_serving`: from writing a new version's file into the followed folder to that
-//!   version serving (watcher debounce included; machine code cached).
+//!   version serving (the watcher's wait for the write to complete included; machine code
+//!   cached).
 //! - `start_50`: a host start reconciling a folder of 50 plugins, cold and with the cache.
 //!
 //! Run with `cargo bench -p kubewasm --bench reload`.
@@ -123,7 +124,7 @@ fn replace_cached(bencher: divan::Bencher) {
 }
 
 /// A new version's file written into a followed folder, until that version serves: the
-/// folder watcher's debounce, the reconciliation and the swap (machine code cached).
+/// folder watcher's wait, the reconciliation and the swap (machine code cached).
 #[divan::bench(sample_count = 10, sample_size = 1)]
 fn file_to_serving(bencher: divan::Bencher) {
     let f = fixture(None);

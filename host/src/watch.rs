@@ -4,29 +4,49 @@ use std::path::Path;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+use notify::{EventKind, RecursiveMode, Watcher};
 
-/// How long a followed folder must be quiet after a change before it is read again: the
-/// manifests folder and the plugins folder alike.
+/// How long a followed folder must be quiet after a change that may be one of many (a write
+/// into a file still open) before it is read again: the manifests folder and the plugins
+/// folder alike.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long after a change that completes something (a file closed after writing, a file
+/// renamed into place, as `mv` and ConfigMap volume updates do, or removed) the folder is
+/// read, so that the other files of one copy land in the same reading.
+pub const SETTLE: Duration = Duration::from_millis(10);
 /// The longest a burst of changes can hold back a reading: a file that never stops changing
 /// is still read this often.
 pub const MAX_WAIT: Duration = Duration::from_secs(1);
 
-/// Watches `path` and calls `act` on a thread of its own once after each burst of changes,
-/// when [`DEBOUNCE`] has passed without another, or [`MAX_WAIT`] after the burst began.
-/// Stops when the returned watcher is dropped.
+/// True for a change after which the file is whole: closed after writing, renamed into
+/// place, removed.
+fn completes(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+            | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+            | EventKind::Remove(_)
+    )
+}
+
+/// Watches `path` and calls `act` on a thread of its own once after each burst of changes:
+/// [`SETTLE`] after a change that completes a file, [`DEBOUNCE`] after any other, with no
+/// change since; at the latest [`MAX_WAIT`] after the burst began. Stops when the returned
+/// watcher is dropped.
 pub fn debounced(
     path: &Path,
     mode: RecursiveMode,
     thread_name: &str,
     mut act: impl FnMut() + Send + 'static,
 ) -> std::io::Result<notify::RecommendedWatcher> {
-    let (tx, rx) = channel::<()>();
+    let (tx, rx) = channel::<bool>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok_and(|e| !e.kind.is_access()) {
+        let Ok(event) = event else { return };
+        let complete = completes(&event.kind);
+        if complete || !event.kind.is_access() {
             // The receiver only goes away after the watcher that owns this sender.
-            let _ = tx.send(());
+            let _ = tx.send(complete);
         }
     })
     .map_err(std::io::Error::other)?;
@@ -34,12 +54,16 @@ pub fn debounced(
     std::thread::Builder::new()
         .name(thread_name.into())
         .spawn(move || {
-            while rx.recv().is_ok() {
+            while let Ok(mut complete) = rx.recv() {
                 let began = Instant::now();
-                while began.elapsed() < MAX_WAIT {
-                    let quiet = DEBOUNCE.min(MAX_WAIT.saturating_sub(began.elapsed()));
-                    match rx.recv_timeout(quiet) {
-                        Ok(()) => continue,
+                loop {
+                    let quiet = if complete { SETTLE } else { DEBOUNCE };
+                    let left = MAX_WAIT.saturating_sub(began.elapsed());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match rx.recv_timeout(quiet.min(left)) {
+                        Ok(next) => complete = next,
                         Err(RecvTimeoutError::Timeout) => break,
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
@@ -56,20 +80,21 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// A watch on `dir` that counts its readings.
+    fn counting(dir: &Path) -> (notify::RecommendedWatcher, Arc<AtomicUsize>) {
+        let readings = Arc::new(AtomicUsize::new(0));
+        let counted = readings.clone();
+        let watcher = debounced(dir, RecursiveMode::NonRecursive, "test-watch", move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("watch");
+        (watcher, readings)
+    }
+
     #[test]
     fn a_file_that_never_stops_changing_is_still_read() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let readings = Arc::new(AtomicUsize::new(0));
-        let counted = readings.clone();
-        let _watcher = debounced(
-            dir.path(),
-            RecursiveMode::NonRecursive,
-            "test-watch",
-            move || {
-                counted.fetch_add(1, Ordering::SeqCst);
-            },
-        )
-        .expect("watch");
+        let (_watcher, readings) = counting(dir.path());
         // A write every 5 ms for four times the longest wait: never a quiet period.
         let started = Instant::now();
         let mut i = 0_u64;
@@ -83,5 +108,40 @@ mod tests {
             "read {} times during {i} writes",
             readings.load(Ordering::SeqCst)
         );
+    }
+
+    /// Waits up to a second for `readings` to reach `n`; how long it took.
+    fn until(readings: &AtomicUsize, n: usize) -> Option<Duration> {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(1) {
+            if readings.load(Ordering::SeqCst) >= n {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    }
+
+    #[test]
+    fn a_completed_write_or_rename_is_read_without_the_debounce_and_an_open_file_waits() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (_watcher, readings) = counting(dir.path());
+        // Written and closed: read well before the debounce would end.
+        std::fs::write(dir.path().join("a.yaml"), "a").expect("write");
+        let took = until(&readings, 1).expect("read");
+        assert!(took < DEBOUNCE / 2, "{took:?}");
+        // Renamed into place (how `mv` and ConfigMap volumes replace files): the same.
+        std::fs::write(dir.path().join(".tmp"), "b").expect("write");
+        until(&readings, 2).expect("read after the temporary file");
+        std::fs::rename(dir.path().join(".tmp"), dir.path().join("b.yaml")).expect("rename");
+        let took = until(&readings, 3).expect("read");
+        assert!(took < DEBOUNCE / 2, "{took:?}");
+        // A file still open for writing: the debounce holds the reading back.
+        let mut open = std::fs::File::create(dir.path().join("c.yaml")).expect("create");
+        std::io::Write::write_all(&mut open, b"c").expect("write");
+        std::thread::sleep(DEBOUNCE / 2);
+        assert_eq!(readings.load(Ordering::SeqCst), 3, "read while still open");
+        drop(open);
+        until(&readings, 4).expect("read once closed");
     }
 }
