@@ -547,6 +547,15 @@ fn oversized_query_arguments_are_refused_before_any_work() {
             "{what} is refused without echoing it: {details:?}"
         );
     }
+    // An unknown index names the built-in ones, `namespace` first.
+    let details = field_values(&r.lines("bad"), "unknown index", "detail");
+    assert_eq!(details.len(), 6, "{details:?}");
+    assert!(
+        details[0].starts_with(
+            "unknown index: no index named \"namespaces\" on v1/ConfigMap: the built-in ones are namespace, owner-uid"
+        ),
+        "{details:?}"
+    );
 }
 
 #[test]

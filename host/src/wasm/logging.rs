@@ -311,6 +311,23 @@ mod tests {
     }
 
     #[test]
+    fn lines_of_retried_attempts_are_debug_lines() {
+        let sink = Arc::new(MemorySink::default());
+        let logger = PluginLogger::new("p", "d", sink.clone(), LogRate::default());
+        logger.log(Level::Error, "first".into(), vec![]);
+        logger.set_retrying(true);
+        logger.log(Level::Error, "again".into(), vec![]);
+        logger.log(Level::Trace, "trace stays".into(), vec![]);
+        logger.set_retrying(false);
+        logger.log(Level::Warn, "next event".into(), vec![]);
+        let levels: Vec<Level> = sink.records().iter().map(|r| r.level).collect();
+        assert_eq!(
+            levels,
+            [Level::Error, Level::Debug, Level::Trace, Level::Warn]
+        );
+    }
+
+    #[test]
     fn fields_are_capped_in_number_and_size() {
         let sink = Arc::new(MemorySink::default());
         let logger = PluginLogger::new("p", "v1", sink.clone(), LogRate::default());

@@ -254,6 +254,8 @@ impl Plugin for Hostile {
                     "huge kind",
                     cache::get(&Gvk::new("", "v1", &huge), None, "x"),
                 );
+                // A newcomer's guess at the namespace index's name.
+                report("unknown index", cache::by_index(&cm, "namespaces", "shop"));
             }
             "huge-log" => {
                 let value = "v".repeat(64 << 10);
