@@ -306,17 +306,25 @@ def main():
     # 6. Idle plugins.
     idle = peers.get("idle")
     if idle:
+        rows = [
+            [
+                "released (idle past `releaseIdleSeconds`; 0.2 s here, 60 s by default)"
+                if i["released"]
+                else "kept (idle less than `releaseIdleSeconds`)",
+                fmt_bytes(i["heap_per_plugin"]),
+                fmt_bytes(i["rss_per_plugin"]),
+            ]
+            for i in idle
+        ]
         out += [
             "## 6. Idle memory per loaded plugin",
             "",
-            f"{idle['plugins']} no-op Rust plugins loaded on a cache of pods, then idle: the "
+            f"{idle[0]['plugins']} no-op Rust plugins loaded on a cache of pods, then idle: the "
             "host's heap (counted allocations) and resident memory (RSS, which includes the "
-            "instances' linear memories and compiled code) per plugin.",
+            "instances' linear memories; the compiled code is shared and counted once, before) "
+            "per plugin, with its instance kept and once released.",
             "",
-            table(
-                ["heap per plugin", "RSS per plugin"],
-                [[fmt_bytes(idle["heap_per_plugin"]), fmt_bytes(idle["rss_per_plugin"])]],
-            ),
+            table(["instance", "heap per plugin", "RSS per plugin"], rows),
             "",
         ]
     sys.stdout.write("\n".join(out))

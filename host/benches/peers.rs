@@ -39,7 +39,7 @@ use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::informer::queue::{Delivery, queue};
 use kubewasm::informer::{Filter, Informer, Subscription};
 use kubewasm::object::Transform;
-use kubewasm::plugins::PluginHost;
+use kubewasm::plugins::{DEFAULT_RELEASE_IDLE_AFTER, PluginHost};
 use kubewasm::source::kube::KubeSource;
 use kubewasm_testenv::double::{ApiDouble, Served};
 use kubewasm_testenv::generate;
@@ -123,6 +123,7 @@ fn bench_plugins(
     client: kube::Client,
     count: usize,
     work: &str,
+    release_idle_after: Duration,
 ) -> (Agent, Lease, Vec<PathBuf>, tempfile::TempDir) {
     let mut config = HostConfig::default();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -131,6 +132,7 @@ fn bench_plugins(
             let name = format!("bench-{i}");
             let mut settings = config.plugins.defaults.clone();
             settings.config = json!({"work": work}).to_string();
+            settings.delivery.release_idle_after = release_idle_after;
             config.plugins.named.insert(name.clone(), settings);
             let path = dir.path().join(format!("{name}.wasm"));
             std::fs::copy(kubewasm_plugin_artifacts::BENCH, &path).expect("copy");
@@ -263,7 +265,8 @@ impl Peer {
                 }
             }
             Kind::Plugins { count, work } => {
-                let (agent, lease, paths, _dir) = bench_plugins(rig, client, count, work);
+                let (agent, lease, paths, _dir) =
+                    bench_plugins(rig, client, count, work, DEFAULT_RELEASE_IDLE_AFTER);
                 for path in &paths {
                     agent.plugins().load(path).expect("bench plugin loads");
                 }
@@ -481,13 +484,15 @@ struct Throughput {
 struct Results {
     throughput: Vec<Throughput>,
     memory: Vec<Memory>,
-    idle: Idle,
+    idle: Vec<Idle>,
 }
 
 /// What an idle loaded plugin costs.
 #[derive(Debug, Clone, serde::Serialize)]
 struct Idle {
     plugins: usize,
+    /// Whether the plugins' instances were released (idle past their period) or kept.
+    released: bool,
     /// Counted heap per plugin.
     heap_per_plugin: f64,
     /// Resident memory per plugin (linear memories and code included).
@@ -505,9 +510,13 @@ fn rss() -> f64 {
     pages * 4096.0
 }
 
+/// How long the plugins of the idle measurement wait for work before their instances are
+/// released, when that is what is measured.
+const IDLE_RELEASE: Duration = Duration::from_millis(200);
+
 /// Loads `count` no-op plugins on a synced cache of 1,000 pods and measures what they hold
-/// once idle.
-fn idle(rig: &Rig, count: usize) -> Idle {
+/// once idle: with their instances kept, or released after [`IDLE_RELEASE`].
+fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
     let pods = alloc::uncounted(|| {
         (0..1000)
             .map(|i| generate::pod(i, 4096, 10 + i as u64))
@@ -516,7 +525,12 @@ fn idle(rig: &Rig, count: usize) -> Idle {
     let double = rig.double(pods);
     let _guard = rig.client_rt.enter();
     let client = double.client().expect("client");
-    let (agent, lease, paths, _dir) = bench_plugins(rig, client, count + 1, "noop");
+    let release = if released {
+        IDLE_RELEASE
+    } else {
+        DEFAULT_RELEASE_IDLE_AFTER
+    };
+    let (agent, lease, paths, _dir) = bench_plugins(rig, client, count + 1, "noop", release);
     wait_for("sync", || lease.informer().has_synced());
     // One plugin first, so the compiled code and engine are not counted per plugin.
     let host = agent.plugins();
@@ -534,6 +548,7 @@ fn idle(rig: &Rig, count: usize) -> Idle {
     alloc::uncounted(|| drop(double));
     Idle {
         plugins: count,
+        released,
         heap_per_plugin: (heap_after - heap_before) as f64 / count as f64,
         rss_per_plugin: (rss_after - rss_before) / count as f64,
     }
@@ -547,11 +562,16 @@ fn main() {
     let size = 4096;
     let stream = alloc::uncounted(|| generate::pod_stream(pods_in_stream, size, 2, 1_000_000));
 
-    let idle = idle(&rig, 20);
-    println!(
-        "idle        {} plugins: {:.0} B heap, {:.0} B resident per plugin",
-        idle.plugins, idle.heap_per_plugin, idle.rss_per_plugin
-    );
+    let idle: Vec<Idle> = [false, true]
+        .into_iter()
+        .map(|released| idle(&rig, 20, released))
+        .collect();
+    for i in &idle {
+        println!(
+            "idle        {} plugins (instances released: {}): {:.0} B heap, {:.0} B resident per plugin",
+            i.plugins, i.released, i.heap_per_plugin, i.rss_per_plugin
+        );
+    }
     let mut results = Results {
         throughput: Vec::new(),
         memory: Vec::new(),

@@ -30,6 +30,8 @@
 //!     logLinesPerSecond: 100   # logging calls, stdout and stderr together
 //!     logBurst: 500
 //!     recycleAfterCalls: 100000  # fresh instance after this many calls (0: never)
+//!     releaseIdleSeconds: 60   # an instance idle this long is released; the next event
+//!                              # gets a fresh one (0: never)
 //!     backlog: 10000           # queued events past which an object's events fold into one
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
@@ -105,6 +107,7 @@ struct LimitsConfig {
     log_lines_per_second: Option<u32>,
     log_burst: Option<u32>,
     recycle_after_calls: Option<u64>,
+    release_idle_seconds: Option<u64>,
     backlog: Option<usize>,
 }
 
@@ -153,6 +156,9 @@ impl LimitsConfig {
         }
         if let Some(n) = self.recycle_after_calls {
             delivery.recycle_after_calls = n;
+        }
+        if let Some(seconds) = self.release_idle_seconds {
+            delivery.release_idle_after = Duration::from_secs(seconds);
         }
         if let Some(n) = self.backlog {
             delivery.backlog = n;

@@ -466,6 +466,27 @@ fn instances_are_recycled_after_the_configured_number_of_calls() {
 }
 
 #[test]
+fn an_idle_instance_is_released_and_the_next_event_gets_a_fresh_one() {
+    let mut settings = tight();
+    settings.delivery.release_idle_after = Duration::from_millis(300);
+    let (bad, settings) = hostile("count", settings);
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 6 && s.memory_bytes > 0);
+    // Quiet past the idle period: the instance and its linear memory are gone.
+    let s = r.bad_status_until(|s| s.memory_bytes == 0);
+    assert_eq!((s.memory_bytes, s.delivered), (0, 6), "{s:?}");
+    fs::write(r.cluster.path().join("cm-2.yaml"), cm("cm-2", "changed")).expect("write");
+    r.folder.rescan();
+    r.bad_status_until(|s| s.delivered >= 7);
+    let counts = field_values(&r.lines("bad"), "count", "calls");
+    assert_eq!(
+        counts,
+        ["1", "2", "3", "4", "5", "6", "1"],
+        "one instance for the initial state, a fresh one after the idle period"
+    );
+}
+
+#[test]
 fn a_plugin_that_falls_behind_gets_newest_states_and_a_bounded_queue() {
     let mut settings = PluginSettings::default();
     settings.delivery.backlog = 2;

@@ -75,6 +75,8 @@ struct Worker {
     instance: Option<Instance>,
     /// Calls made on the current instance.
     calls: u64,
+    /// When the current instance was last called (or made).
+    last_call: Instant,
     resync: Option<Duration>,
     /// Dropped before `leases`: an index goes before its informer.
     _claims: Vec<IndexClaim>,
@@ -132,6 +134,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         delivery: setup.delivery,
         instance: Some(setup.instance),
         calls: 0,
+        last_call: Instant::now(),
         resync: setup.resync,
         _claims: setup.claims,
         leases: setup.leases,
@@ -183,12 +186,16 @@ impl Worker {
                 }
                 continue;
             }
-            let wait = [self.retries.next_due(), next_resync]
+            let idle = self.retries.next_due().is_none();
+            let release = self.release_at().filter(|_| idle);
+            if release.is_some_and(|at| at <= now) {
+                self.release_instance();
+            }
+            let wait = [self.retries.next_due(), next_resync, self.release_at()]
                 .into_iter()
                 .flatten()
                 .map(|at| at.saturating_duration_since(now))
                 .fold(POLL, Duration::min);
-            let idle = self.retries.next_due().is_none();
             self.stats.idle.store(idle, Ordering::Relaxed);
             match self.rx.recv_timeout(wait) {
                 Ok(queue::Delivery::Event(n)) => {
@@ -292,6 +299,21 @@ impl Worker {
         }
     }
 
+    /// When the live instance is due for release if no work comes; none without one, or
+    /// when instances are kept.
+    fn release_at(&self) -> Option<Instant> {
+        let after = self.delivery.release_idle_after;
+        (self.instance.is_some() && !after.is_zero()).then(|| self.last_call + after)
+    }
+
+    /// Drops the idle instance: a quiet plugin holds its compiled code, not a live store.
+    fn release_instance(&mut self) {
+        self.instance = None;
+        self.stats.memory_bytes.store(0, Ordering::Relaxed);
+        self.stats.handles.store(0, Ordering::Relaxed);
+        tracing::debug!(plugin = %self.ctx.name, "idle instance released");
+    }
+
     /// The live instance, or a fresh one (instantiated and initialised) when there is none
     /// or the live one has served its `recycle_after_calls`.
     fn instance(&mut self) -> Result<&mut Instance, String> {
@@ -314,6 +336,7 @@ impl Worker {
         }
         // Every `instance()` is followed by one call.
         self.calls += 1;
+        self.last_call = Instant::now();
         self.instance
             .as_mut()
             .ok_or_else(|| "no instance".to_owned())

@@ -45,6 +45,9 @@ pub struct Delivery {
     /// Calls after which an instance is replaced by a fresh one (bounds the memory a
     /// garbage-collected guest accumulates); 0 for never.
     pub recycle_after_calls: u64,
+    /// How long an instance may wait for work before it is released (the next event gets a
+    /// fresh one); zero for never.
+    pub release_idle_after: Duration,
     /// Queued events past which new ones fold into the waiting state of their object.
     pub backlog: usize,
 }
@@ -55,10 +58,15 @@ impl Default for Delivery {
             max_attempts: 10,
             backoff: Backoff::default(),
             recycle_after_calls: 100_000,
+            release_idle_after: DEFAULT_RELEASE_IDLE_AFTER,
             backlog: 10_000,
         }
     }
 }
+
+/// How long an instance may be idle by default: long enough that a steady trickle of events
+/// reuses it, short enough that a quiet plugin costs its compiled code and little else.
+pub const DEFAULT_RELEASE_IDLE_AFTER: Duration = Duration::from_secs(60);
 
 /// The operator's settings for one plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
