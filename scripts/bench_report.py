@@ -321,8 +321,8 @@ def main():
             "",
             f"{idle[0]['plugins']} no-op Rust plugins loaded on a cache of pods, then idle: the "
             "host's heap (counted allocations) and resident memory (RSS, which includes the "
-            "instances' linear memories; the compiled code is shared and counted once, before) "
-            "per plugin, with its instance kept and once released.",
+            "instances' linear memories; the plugins are one file, whose compiled code is shared "
+            "and counted once, before) per plugin, with its instance kept and once released.",
             "",
             table(["instance", "heap per plugin", "RSS per plugin"], rows),
             "",

@@ -75,6 +75,35 @@ impl PluginFile {
     pub fn digest(&self) -> &str {
         &self.sha256[..12]
     }
+
+    /// What names this version once it is compiled: the file without its content, which a
+    /// loaded plugin does not keep (a Rust plugin's file is often larger than all else it
+    /// holds while idle).
+    pub fn version(&self) -> Version {
+        Version {
+            name: self.name.clone(),
+            path: self.path.clone(),
+            sha256: self.sha256.clone(),
+        }
+    }
+}
+
+/// A loaded plugin version: its name, file and content hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The plugin's name: the file name without `.wasm`.
+    pub name: String,
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// The SHA-256 of its content, in hex.
+    pub sha256: String,
+}
+
+impl Version {
+    /// The version's short name: the first 12 hex digits of the SHA-256 of the file.
+    pub fn digest(&self) -> &str {
+        &self.sha256[..12]
+    }
 }
 
 /// The short digest of `bytes`, as [`PluginFile::digest`] names a version.

@@ -14,7 +14,7 @@ use crate::informer::{IndexClaim, Subscription};
 use crate::plugins::dispatch;
 use crate::plugins::inspect::{Inspection, inspect};
 use crate::plugins::manifest::PluginManifest;
-use crate::plugins::{PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus};
+use crate::plugins::{PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus, Version};
 use crate::plugins::{PluginsConfig, Reason};
 use crate::wasm::logging::{LogSink, PluginLogger};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, WriteAccess};
@@ -46,7 +46,7 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// A plugin version that delivers, on its own dispatch thread.
 struct Running {
-    file: PluginFile,
+    file: Version,
     /// When this version was prepared.
     loaded: Instant,
     /// Its call deadline: a stopping worker's call in flight ends within it.
@@ -104,7 +104,7 @@ impl Running {
 /// A new plugin version, compiled, initialised and described, with its informers claimed:
 /// everything that can fail is done before it replaces anything.
 struct Prepared {
-    file: PluginFile,
+    file: Version,
     /// When it was prepared (the start of its time to sync).
     loaded: Instant,
     code: PluginCode,
@@ -348,7 +348,7 @@ impl PluginHost {
         let ctx = Arc::new(ctx);
         instance.set_context(ctx.clone());
         Ok(Prepared {
-            file: file.clone(),
+            file: file.version(),
             loaded: Instant::now(),
             code,
             ctx,

@@ -13,7 +13,7 @@ mod settings;
 mod status;
 
 pub use error::{PluginError, Reason};
-pub use file::{PluginFile, digest, plugin_name};
+pub use file::{PluginFile, Version, digest, plugin_name};
 pub use host::{Outcome, PluginHost, Role};
 pub use retry::Backoff;
 pub use settings::{

@@ -26,7 +26,7 @@ pub use limits::Limits;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
@@ -219,6 +219,10 @@ pub struct Engine {
     cache: Option<CompiledCache>,
     /// Compilations running now, abandoned ones included.
     compiling: std::sync::atomic::AtomicUsize,
+    /// The pre-linked code of every loaded plugin, by content: identical files (one plugin
+    /// under two names, a reload of the same bytes) share one copy of the code and its
+    /// metadata, freed when the last one goes.
+    live: Mutex<HashMap<String, Weak<bindings::PluginPre<HostState>>>>,
 }
 
 /// Compilations that may run at once, abandoned ones included (a plugin whose compile ran
@@ -228,7 +232,7 @@ const MAX_COMPILES: usize = 2;
 /// A compiled, type-checked and pre-linked plugin, ready to instantiate cheaply.
 #[derive(Clone)]
 pub struct PluginCode {
-    pre: bindings::PluginPre<HostState>,
+    pre: Arc<bindings::PluginPre<HostState>>,
     /// True when the machine code came from the precompiled cache.
     pub cached: bool,
 }
@@ -263,6 +267,7 @@ impl Engine {
             linker,
             cache: None,
             compiling: std::sync::atomic::AtomicUsize::new(0),
+            live: Mutex::default(),
         })
     }
 
@@ -350,6 +355,9 @@ impl Engine {
                 "no WebAssembly header (\\0asm) at the start of the file".into(),
             ));
         };
+        if let Some(pre) = self.live().get(sha256).and_then(Weak::upgrade) {
+            return Ok(PluginCode { pre, cached: true });
+        }
         // Code in the cache passed the checks below when it was compiled.
         let cached = self
             .cache
@@ -379,7 +387,20 @@ impl Engine {
             .instantiate_pre(&component)
             .and_then(bindings::PluginPre::new)
             .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let pre = Arc::new(pre);
+        let mut live = self.live();
+        live.retain(|_, code| code.strong_count() > 0);
+        live.insert(sha256.to_owned(), Arc::downgrade(&pre));
         Ok(PluginCode { pre, cached })
+    }
+
+    /// The code of loaded plugins, by content.
+    fn live(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, Weak<bindings::PluginPre<HostState>>>> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A fresh instance of `code` in a store of its own, with no ambient authority.
@@ -541,5 +562,29 @@ impl Instance {
             std::mem::take(&mut hooks.sent),
             std::mem::take(&mut hooks.denied),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_files_share_their_code_until_the_last_goes() {
+        let engine = Engine::new().expect("engine");
+        let bytes = std::fs::read(kubewasm_plugin_artifacts::POD_PHASE).expect("built");
+        // The key only has to name the content.
+        let sha = "pod-phase";
+        let a = engine.compile(&bytes, sha).expect("compiles");
+        let b = engine.compile(&bytes, sha).expect("compiles");
+        assert!(Arc::ptr_eq(&a.pre, &b.pre), "one copy for one content");
+        let weak = Arc::downgrade(&a.pre);
+        drop((a, b));
+        assert!(
+            weak.upgrade().is_none(),
+            "freed with the last plugin holding it"
+        );
+        let _c = engine.compile(&bytes, sha).expect("compiles again");
+        assert_eq!(engine.live().len(), 1, "one entry, the dead one replaced");
     }
 }
