@@ -12,6 +12,17 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// `kubewasm test --plugin PLUGIN FILE`.
+fn kubewasm_test(plugin: &Path, file: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("test")
+        .arg("--plugin")
+        .arg(plugin)
+        .arg(file)
+        .output()
+        .expect("kubewasm runs")
+}
+
 fn options() -> Options {
     Options {
         compiled_cache: None,
@@ -50,6 +61,30 @@ fn the_example_test_files_pass() {
     }
 }
 
+#[test]
+fn a_cluster_folder_is_the_first_state_read_as_the_folder_source_reads_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = dir.path().join("cluster");
+    std::fs::create_dir(&cluster).expect("mkdir");
+    for entry in std::fs::read_dir(root().join("examples/cluster")).expect("examples") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), cluster.join(entry.file_name())).expect("copy");
+    }
+    // Hidden files are not manifests, for the runner as for the folder source.
+    std::fs::write(cluster.join(".draft.yaml"), "not: [a manifest").expect("write");
+    let file = dir.path().join("cluster.test.yaml");
+    std::fs::write(&file, "cluster: cluster\nsteps: [{}]\n").expect("write");
+    let spec = Spec::load(&file, Some(Path::new(kubewasm_plugin_artifacts::POD_PHASE)))
+        .expect("test file");
+    let tasks = tokio::runtime::Runtime::new().expect("runtime");
+    let results = tasks
+        .block_on(run(&spec, &options(), |_| {}))
+        .expect("the test runs");
+    // One `pod seen` line per pod of examples/cluster.
+    assert_eq!(results[0].lines, 6, "{results:#?}");
+    assert!(results[0].passed(), "{results:#?}");
+}
+
 const WRONG: &str = "
 name: pod-phase
 steps:
@@ -67,11 +102,7 @@ fn a_wrong_expectation_fails_with_a_diff_and_exit_status_1() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("wrong.test.yaml");
     std::fs::write(&file, WRONG).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
-        .args(["test", "--plugin", kubewasm_plugin_artifacts::POD_PHASE])
-        .arg(&file)
-        .output()
-        .expect("kubewasm runs");
+    let out = kubewasm_test(Path::new(kubewasm_plugin_artifacts::POD_PHASE), &file);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     for line in [
@@ -92,11 +123,7 @@ fn a_broken_test_file_or_plugin_is_named() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("bad.test.yaml");
     std::fs::write(&file, "steps:\n  - delete: [{kind: Pod, name: a}]\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
-        .args(["test", "--plugin", kubewasm_plugin_artifacts::POD_PHASE])
-        .arg(&file)
-        .output()
-        .expect("kubewasm runs");
+    let out = kubewasm_test(Path::new(kubewasm_plugin_artifacts::POD_PHASE), &file);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -107,13 +134,7 @@ fn a_broken_test_file_or_plugin_is_named() {
     let not_wasm = dir.path().join("nope.wasm");
     std::fs::write(&not_wasm, "not a component").expect("write");
     std::fs::write(&file, "steps: [{}]\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
-        .arg("test")
-        .arg("--plugin")
-        .arg(&not_wasm)
-        .arg(&file)
-        .output()
-        .expect("kubewasm runs");
+    let out = kubewasm_test(&not_wasm, &file);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(

@@ -611,11 +611,10 @@ fn derived_uid(identity: &str) -> String {
     )
 }
 
-/// Manifest files under `root`, sorted, skipping hidden files and folders.
-/// The manifest files under `root` (sorted), and the manifest-named entries that are not
-/// regular files (never opened: reading a FIFO would block for good). Each directory is read
-/// once, however many symlinks lead to it.
-fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
+/// The manifest files under `root` (sorted, hidden files and folders skipped), and the
+/// manifest-named entries that are not regular files (never opened: reading a FIFO would
+/// block for good). Each directory is read once, however many symlinks lead to it.
+pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
     let mut out = Vec::new();
     let mut skipped = BTreeSet::new();
     let mut seen = BTreeSet::new();

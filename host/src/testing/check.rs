@@ -18,25 +18,28 @@ pub fn level_name(level: Level) -> &'static str {
     }
 }
 
-/// One log line as reports show it: `info "message" key=value ...`.
-pub fn show_line(line: &PluginLogRecord) -> String {
-    let mut out = format!("{} {:?}", level_name(line.level), line.message);
-    for (k, v) in &line.fields {
+/// A log line as reports show it: `info "message" key="value" ...`.
+fn show_log<'a>(
+    level: &str,
+    message: &str,
+    fields: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> String {
+    let mut out = format!("{level} {message:?}");
+    for (k, v) in fields {
         out.push_str(&format!(" {k}={v:?}"));
     }
     out
 }
 
+/// One logged line as reports show it.
+pub fn show_line(line: &PluginLogRecord) -> String {
+    let fields = line.fields.iter().map(|(k, v)| (k, v));
+    show_log(level_name(line.level), &line.message, fields)
+}
+
 fn show_expected_line(line: &LogLine) -> String {
-    let mut out = format!(
-        "{} {:?}",
-        line.level.as_deref().unwrap_or("any"),
-        line.message
-    );
-    for (k, v) in &line.fields {
-        out.push_str(&format!(" {k}={v:?}"));
-    }
-    out
+    let level = line.level.as_deref().unwrap_or("any");
+    show_log(level, &line.message, &line.fields)
 }
 
 fn line_matches(want: &LogLine, got: &PluginLogRecord) -> bool {
@@ -103,30 +106,41 @@ impl SentWrite {
     }
 
     fn show(&self) -> String {
-        let mut out = format!("{} {}", self.action, self.target);
-        if let Some(t) = self.event_type {
-            out.push_str(&format!(" type={t}"));
-        }
-        if let Some(r) = &self.reason {
-            out.push_str(&format!(" reason={r}"));
-        }
-        if let Some(b) = &self.body {
-            out.push_str(&format!(" body={b}"));
-        }
-        out
+        let body = self.body.as_ref().map(|b| ("=", b));
+        show_write(
+            self.action,
+            &self.target,
+            self.event_type,
+            self.reason.as_deref(),
+            body,
+        )
     }
 }
 
 fn show_expected_write(w: &ExpectedWrite) -> String {
-    let mut out = format!("{} {}", w.action, w.target);
-    if let Some(t) = &w.event_type {
+    let body = w.body.as_ref().map(|b| ("⊇", b));
+    let (event_type, reason) = (w.event_type.as_deref(), w.reason.as_deref());
+    show_write(&w.action, &w.target, event_type, reason, body)
+}
+
+/// A write as reports show it: `action target type=.. reason=.. body=..`, where an expected
+/// body shows as `body⊇..` (it only has to be contained).
+fn show_write(
+    action: &str,
+    target: &str,
+    event_type: Option<&str>,
+    reason: Option<&str>,
+    body: Option<(&str, &Value)>,
+) -> String {
+    let mut out = format!("{action} {target}");
+    if let Some(t) = event_type {
         out.push_str(&format!(" type={t}"));
     }
-    if let Some(r) = &w.reason {
+    if let Some(r) = reason {
         out.push_str(&format!(" reason={r}"));
     }
-    if let Some(b) = &w.body {
-        out.push_str(&format!(" body⊇{b}"));
+    if let Some((op, b)) = body {
+        out.push_str(&format!(" body{op}{b}"));
     }
     out
 }

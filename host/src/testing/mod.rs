@@ -22,8 +22,8 @@ use serde_json::Value;
 use crate::agent::{Agent, AgentOptions, Cluster};
 use crate::object::Transform;
 use crate::plugins::PluginStatus;
-use crate::source::manifests::ManifestFolder;
 use crate::source::manifests::parse;
+use crate::source::manifests::{ManifestFolder, manifest_files};
 use crate::wasm::logging::MemorySink;
 use crate::write::{Refusal, Write, Writer};
 use check::SentWrite;
@@ -115,30 +115,18 @@ fn object_file(dir: &Path, r: &Reference) -> PathBuf {
     ))
 }
 
-/// Every object of the manifests in `folder` (and its subfolders); a bad document is an
-/// error naming its file and place.
+/// Every object of the manifests in `folder` (read as the manifests folder source reads it);
+/// a bad document is an error naming its file and place.
 fn read_cluster(folder: &Path, out: &mut Vec<(Reference, Value)>) -> anyhow::Result<()> {
-    let mut entries = std::fs::read_dir(folder)
-        .with_context(|| format!("cluster folder {}", folder.display()))?
-        .collect::<Result<Vec<_>, _>>()?;
-    entries.sort_by_key(|e| e.path());
-    for entry in entries {
-        let path = entry.path();
-        if path.is_dir() {
-            read_cluster(&path, out)?;
-            continue;
-        }
-        let ext = path.extension().and_then(|e| e.to_str());
-        if !matches!(ext, Some("yaml" | "yml" | "json")) {
-            continue;
-        }
+    std::fs::read_dir(folder).with_context(|| format!("cluster folder {}", folder.display()))?;
+    let (files, _not_regular) = manifest_files(folder);
+    for path in files {
         let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
-        for item in parse::items(&text, ext == Some("json")) {
-            let value = item
-                .value
-                .map_err(|e| anyhow::anyhow!("{} {}: {e}", path.display(), item.place))?;
-            let reference = Reference::of(&value)
-                .map_err(|e| anyhow::anyhow!("{} {}: {e}", path.display(), item.place))?;
+        let json = path.extension().is_some_and(|e| e == "json");
+        for item in parse::items(&text, json) {
+            let place = format!("{} {}", path.display(), item.place);
+            let value = item.value.map_err(|e| anyhow::anyhow!("{place}: {e}"))?;
+            let reference = Reference::of(&value).map_err(|e| anyhow::anyhow!("{place}: {e}"))?;
             out.push((reference, value));
         }
     }
