@@ -118,6 +118,29 @@ pub fn object_key(namespace: Option<&str>, name: &str) -> String {
     }
 }
 
+/// Calls `f` with [`object_key`]`(namespace, name)`, built on the stack when it is short
+/// (every real key is): a lookup by name allocates nothing.
+pub fn with_object_key<R>(namespace: Option<&str>, name: &str, f: impl FnOnce(&str) -> R) -> R {
+    const ROOM: usize = 320;
+    let ns = namespace.filter(|ns| !ns.is_empty());
+    let Some(ns) = ns else {
+        return f(name);
+    };
+    let len = ns.len() + 1 + name.len();
+    if len > ROOM {
+        return f(&object_key(Some(ns), name));
+    }
+    let mut buf = [0u8; ROOM];
+    buf[..ns.len()].copy_from_slice(ns.as_bytes());
+    buf[ns.len()] = b'/';
+    buf[ns.len() + 1..len].copy_from_slice(name.as_bytes());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(key) => f(key),
+        // Two strings and a '/' are valid UTF-8; this arm is never taken.
+        Err(_) => f(&object_key(Some(ns), name)),
+    }
+}
+
 impl KubeObject {
     /// Parses JSON text into an object, applying `transform`.
     pub fn from_json(text: &str, transform: &Transform) -> Result<Self, ObjectError> {
@@ -299,6 +322,21 @@ mod tests {
             },
             "spec": {"nodeName": "n1"}
         })
+    }
+
+    #[test]
+    fn keys_built_on_the_stack_equal_the_allocated_ones() {
+        let long = "n".repeat(400);
+        for (ns, name) in [
+            (Some("shop"), "web-1"),
+            (None, "node-1"),
+            (Some(""), "node-1"),
+            (Some("ü-ns"), "pod-ß"),
+            (Some("shop"), long.as_str()),
+        ] {
+            let built = with_object_key(ns, name, str::to_owned);
+            assert_eq!(built, object_key(ns, name), "{ns:?} {name:?}");
+        }
     }
 
     #[test]

@@ -3,13 +3,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::gvk::Gvk;
 use crate::informer::Informer;
 use crate::source::Source;
+
+/// Most source events applied under one lock: bounds how long a subscriber waits for the
+/// first of them.
+const MAX_BATCH: usize = 256;
 
 struct Entry {
     informer: Arc<Informer>,
@@ -64,7 +68,24 @@ impl InformerFactory {
             let feed = informer.clone();
             let task = self.tasks.spawn(async move {
                 while let Some(event) = stream.next().await {
-                    feed.apply(event);
+                    // What else has arrived goes in the same batch: one lock, one wake per
+                    // subscriber.
+                    let mut batch = vec![event];
+                    let mut ended = false;
+                    while batch.len() < MAX_BATCH {
+                        match stream.next().now_or_never() {
+                            Some(Some(event)) => batch.push(event),
+                            Some(None) => {
+                                ended = true;
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    feed.apply_all(batch);
+                    if ended {
+                        break;
+                    }
                 }
             });
             Entry {

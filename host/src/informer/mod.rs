@@ -193,7 +193,22 @@ impl Informer {
     /// Applies one source event to the store and notifies subscribers. A (re)list streams
     /// into the store object by object, so the cache is never held twice.
     pub fn apply(&self, event: SourceEvent) {
+        self.apply_all([event]);
+    }
+
+    /// Applies source events in order under one lock, waking each subscriber once at the end
+    /// rather than once per event.
+    pub fn apply_all(&self, events: impl IntoIterator<Item = SourceEvent>) {
         let mut state = self.state();
+        for event in events {
+            self.apply_locked(&mut state, event);
+        }
+        for sub in &state.subscribers {
+            sub.tx.wake();
+        }
+    }
+
+    fn apply_locked(&self, state: &mut State, event: SourceEvent) {
         if matches!(
             event,
             SourceEvent::Listed(_) | SourceEvent::Applied(_) | SourceEvent::Deleted(_)
@@ -208,7 +223,7 @@ impl Informer {
                     .listing
                     .get_or_insert_with(HashSet::new)
                     .insert(object.key.clone());
-                self.apply_one(&mut state, object, initial);
+                self.apply_one(state, object, initial);
             }
             SourceEvent::ListDone => {
                 let seen = state.listing.take().unwrap_or_default();
@@ -218,7 +233,7 @@ impl Informer {
                         && let Some(object) = self.store.remove(&key)
                     {
                         fan_out(
-                            &mut state,
+                            state,
                             &Notification::Deleted {
                                 object,
                                 stale: true,
@@ -230,16 +245,16 @@ impl Informer {
                     state.synced = true;
                     // Everyone subscribed so far got the first list as initial adds.
                     for sub in &state.subscribers {
-                        let _ = sub.tx.initial_list_sent();
+                        let _ = sub.tx.push_initial_list_sent();
                     }
                     self.synced.notify_all();
                 }
             }
-            SourceEvent::Applied(object) => self.apply_one(&mut state, object, false),
+            SourceEvent::Applied(object) => self.apply_one(state, object, false),
             SourceEvent::Deleted(object) => {
                 if self.store.remove(&object.key).is_some() {
                     fan_out(
-                        &mut state,
+                        state,
                         &Notification::Deleted {
                             object,
                             stale: false,
@@ -298,8 +313,9 @@ impl Informer {
             initial: true,
         });
         if state.synced {
-            let _ = tx.initial_list_sent();
+            let _ = tx.push_initial_list_sent();
         }
+        tx.wake();
         state.subscribers.push(Subscriber { id, filter, tx });
         Subscription {
             informer: self.clone(),
@@ -314,6 +330,7 @@ impl Informer {
             return;
         };
         self.replay(&sub.filter, &sub.tx, Notification::Sync);
+        sub.tx.wake();
     }
 
     /// Sends every stored object passing `filter`, in key order, as `wrap` makes it. Callers
@@ -328,7 +345,7 @@ impl Informer {
         let mut objects = self.store.list();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         for object in objects.into_iter().filter(|o| filter.matches(o)) {
-            if tx.send(wrap(object)).is_err() {
+            if tx.push(wrap(object)).is_err() {
                 return;
             }
         }
@@ -355,7 +372,7 @@ fn unchanged(old: &KubeObject, new: &KubeObject) -> bool {
 
 fn fan_out(state: &mut State, n: &Notification) {
     state.subscribers.retain(|sub| match sub.filter.view(n) {
-        Some(view) => sub.tx.send(view).is_ok(),
+        Some(view) => sub.tx.push(view).is_ok(),
         None => true,
     });
 }

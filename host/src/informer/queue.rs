@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use crate::informer::Notification;
 
+/// Slots an empty queue keeps allocated.
+const IDLE_SLOTS: usize = 64;
+
 /// What a receiver takes from the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
@@ -49,7 +52,7 @@ impl QueueStats {
 }
 
 enum Slot {
-    Event(String, Notification),
+    Event(Notification),
     InitialListSent,
     /// An event cancelled by coalescing (an add followed by its delete).
     Empty,
@@ -59,12 +62,15 @@ struct Inner {
     slots: VecDeque<Slot>,
     /// Sequence number of `slots[0]`.
     head: u64,
-    /// Per object, the sequence number of its newest waiting event.
-    newest: HashMap<String, u64>,
+    /// Per object, the sequence number of its newest waiting event: built when the backlog
+    /// first reaches the threshold, kept up while anything waits, dropped once nothing does
+    /// (a plugin that keeps up never builds a key per event).
+    newest: Option<HashMap<String, u64>>,
     senders: usize,
     receiver: bool,
-    /// True while the receiver waits on `ready`: a send wakes it only then (a wake is a
-    /// system call, and the informer fans out to every plugin's queue under its lock).
+    /// True while the receiver waits on `ready`: a wake notifies it only then, and clears it,
+    /// so a burst costs one system call (the informer fans out to every plugin's queue under
+    /// its lock).
     receiver_waiting: bool,
 }
 
@@ -87,7 +93,7 @@ pub fn queue(threshold: usize) -> (QueueSender, QueueReceiver) {
         inner: Mutex::new(Inner {
             slots: VecDeque::new(),
             head: 0,
-            newest: HashMap::new(),
+            newest: None,
             senders: 1,
             receiver: true,
             receiver_waiting: false,
@@ -137,47 +143,74 @@ fn merge(waiting: &Notification, newer: &Notification) -> Merge {
     }
 }
 
+impl Inner {
+    /// The per-object index of waiting events, built from the slots if it is not kept yet.
+    fn newest(&mut self) -> &mut HashMap<String, u64> {
+        let head = self.head;
+        let slots = &self.slots;
+        self.newest.get_or_insert_with(|| {
+            let mut newest = HashMap::with_capacity(slots.len());
+            for (seq, slot) in (head..).zip(slots) {
+                if let Slot::Event(n) = slot {
+                    newest.insert(n.id(), seq);
+                }
+            }
+            newest
+        })
+    }
+}
+
 impl QueueSender {
-    /// Queues `n`, folding it into the object's waiting entry when the backlog is at the
-    /// threshold.
+    /// Queues `n` (see [`Self::push`]) and wakes the receiver.
     pub fn send(&self, n: Notification) -> Result<(), Closed> {
-        let key = n.id();
+        self.push(n)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// Queues `n` without waking the receiver, folding it into the object's waiting entry
+    /// when the backlog is at the threshold. The sender wakes the receiver after a batch.
+    pub fn push(&self, n: Notification) -> Result<(), Closed> {
         let mut inner = self.shared.lock();
         if !inner.receiver {
             return Err(Closed);
         }
-        if inner.slots.len() >= self.shared.threshold
-            && let Some(&seq) = inner.newest.get(&key)
-        {
-            let at = usize::try_from(seq - inner.head).unwrap_or(usize::MAX);
-            if let Some(Slot::Event(_, waiting)) = inner.slots.get(at) {
-                let folded = match merge(waiting, &n) {
-                    Merge::Into(merged) => Some((Slot::Event(key.clone(), merged), 1)),
-                    Merge::Cancel => Some((Slot::Empty, 2)),
-                    Merge::Keep => None,
-                };
-                if let Some((slot, count)) = folded {
-                    if matches!(slot, Slot::Empty) {
-                        inner.newest.remove(&key);
+        let seq = inner.head + inner.slots.len() as u64;
+        if inner.slots.len() >= self.shared.threshold {
+            let key = n.id();
+            if let Some(&waiting) = inner.newest().get(&key) {
+                let at = usize::try_from(waiting - inner.head).unwrap_or(usize::MAX);
+                if let Some(Slot::Event(waiting)) = inner.slots.get(at) {
+                    let folded = match merge(waiting, &n) {
+                        Merge::Into(merged) => Some((Slot::Event(merged), 1)),
+                        Merge::Cancel => Some((Slot::Empty, 2)),
+                        Merge::Keep => None,
+                    };
+                    if let Some((slot, count)) = folded {
+                        if matches!(slot, Slot::Empty) {
+                            inner.newest().remove(&key);
+                        }
+                        inner.slots[at] = slot;
+                        self.shared
+                            .stats
+                            .coalesced
+                            .fetch_add(count, Ordering::Relaxed);
+                        return Ok(());
                     }
-                    inner.slots[at] = slot;
-                    self.shared
-                        .stats
-                        .coalesced
-                        .fetch_add(count, Ordering::Relaxed);
-                    return Ok(());
                 }
             }
+            inner.newest().insert(key, seq);
+        } else if let Some(newest) = inner.newest.as_mut() {
+            newest.insert(n.id(), seq);
         }
-        let seq = inner.head + inner.slots.len() as u64;
-        inner.newest.insert(key.clone(), seq);
-        inner.slots.push_back(Slot::Event(key, n));
+        inner.slots.push_back(Slot::Event(n));
         self.pushed(&inner);
         Ok(())
     }
 
-    /// Marks that one subscription's initial state has been queued in full.
-    pub fn initial_list_sent(&self) -> Result<(), Closed> {
+    /// Marks that one subscription's initial state has been queued in full, without waking
+    /// the receiver.
+    pub fn push_initial_list_sent(&self) -> Result<(), Closed> {
         let mut inner = self.shared.lock();
         if !inner.receiver {
             return Err(Closed);
@@ -192,7 +225,14 @@ impl QueueSender {
             .stats
             .depth
             .store(inner.slots.len(), Ordering::Relaxed);
-        if inner.receiver_waiting {
+    }
+
+    /// Wakes the receiver if it waits for entries that are there: one system call per
+    /// batch of pushes, not per entry.
+    pub fn wake(&self) {
+        let mut inner = self.shared.lock();
+        if inner.receiver_waiting && !inner.slots.is_empty() {
+            inner.receiver_waiting = false;
             self.shared.ready.notify_one();
         }
     }
@@ -239,15 +279,25 @@ impl QueueReceiver {
                     .depth
                     .store(inner.slots.len(), Ordering::Relaxed);
                 match slot {
-                    Slot::Event(key, n) => {
-                        if inner.newest.get(&key) == Some(&seq) {
-                            inner.newest.remove(&key);
+                    Slot::Event(n) => {
+                        if inner.slots.is_empty() {
+                            inner.newest = None;
+                        } else if let Some(newest) = inner.newest.as_mut() {
+                            let key = n.id();
+                            if newest.get(&key) == Some(&seq) {
+                                newest.remove(&key);
+                            }
                         }
                         return Ok(Delivery::Event(n));
                     }
                     Slot::InitialListSent => return Ok(Delivery::InitialListSent),
                     Slot::Empty => {}
                 }
+            }
+            inner.newest = None;
+            // Nothing waits: give back what a burst (the initial list) grew.
+            if inner.slots.capacity() > IDLE_SLOTS {
+                inner.slots.shrink_to(IDLE_SLOTS);
             }
             if inner.senders == 0 {
                 return Err(RecvTimeoutError::Disconnected);
@@ -278,7 +328,7 @@ impl Drop for QueueReceiver {
         let mut inner = self.shared.lock();
         inner.receiver = false;
         inner.slots.clear();
-        inner.newest.clear();
+        inner.newest = None;
         self.shared.stats.depth.store(0, Ordering::Relaxed);
     }
 }
@@ -347,7 +397,7 @@ mod tests {
         let (tx, rx) = queue(100);
         tx.send(add("a", "1"))?;
         tx.send(update("a", "1", "2"))?;
-        tx.initial_list_sent()?;
+        tx.push_initial_list_sent()?;
         tx.send(update("a", "2", "3"))?;
         tx.send(delete("a", "3"))?;
         assert_eq!(drained(&rx), ["+a@1", "~a@1>2", "|", "~a@2>3", "-a@3"]);
@@ -391,6 +441,46 @@ mod tests {
         // After draining nothing waits, so a new event starts a new entry.
         tx.send(update("a", "3", "4"))?;
         assert_eq!(drained(&rx), ["~a@3>4"]);
+        Ok(())
+    }
+
+    #[test]
+    fn the_index_built_at_the_threshold_follows_every_later_event() -> Result<(), Closed> {
+        let (tx, rx) = queue(3);
+        tx.send(add("a", "1"))?;
+        tx.send(add("b", "1"))?;
+        tx.send(add("c", "1"))?;
+        // At the threshold the index is built from what waits: a's update folds into its add.
+        tx.send(update("a", "1", "2"))?;
+        let first = rx.recv_timeout(Duration::ZERO).map(|d| short(&d));
+        assert_eq!(first, Ok("+a@2".to_owned()));
+        // Below the threshold again, but still indexed: the next fold finds a's newest entry.
+        tx.send(update("a", "2", "3"))?;
+        tx.send(update("a", "3", "4"))?;
+        assert_eq!(drained(&rx), ["+b@1", "+c@1", "~a@2>4"]);
+        assert_eq!(rx.stats().coalesced(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_waiting_receiver_is_woken_by_a_wake_after_pushes() -> Result<(), Closed> {
+        let (tx, rx) = queue(10);
+        let waiter = std::thread::spawn(move || {
+            let started = Instant::now();
+            let got = rx.recv_timeout(Duration::from_secs(10)).map(|d| short(&d));
+            (got, started.elapsed())
+        });
+        // Let the receiver reach its wait, then push without waking, then wake once.
+        std::thread::sleep(Duration::from_millis(100));
+        tx.push(add("a", "1"))?;
+        tx.push(add("b", "1"))?;
+        tx.wake();
+        let (got, waited) = waiter.join().expect("receiver thread");
+        assert_eq!(got, Ok("+a@1".to_owned()));
+        assert!(
+            waited < Duration::from_secs(10),
+            "woken only by the timeout"
+        );
         Ok(())
     }
 

@@ -176,7 +176,7 @@ impl Worker {
             let now = Instant::now();
             if let Some((key, events, failures)) = self.retries.take_due(now) {
                 self.stats.idle.store(false, Ordering::Relaxed);
-                self.run_key(key, events, failures);
+                self.run_key(Some(key), events, failures);
                 continue;
             }
             if !open {
@@ -200,9 +200,14 @@ impl Worker {
             match self.rx.recv_timeout(wait) {
                 Ok(queue::Delivery::Event(n)) => {
                     self.stats.idle.store(false, Ordering::Relaxed);
-                    let key = n.id();
-                    if let Some(n) = self.retries.enqueue(&key, n) {
-                        self.run_key(key, VecDeque::from([n]), 0);
+                    // With nothing waiting for a retry no key is needed, unless this fails.
+                    if self.retries.is_empty() {
+                        self.run_key(None, VecDeque::from([n]), 0);
+                    } else {
+                        let key = n.id();
+                        if let Some(n) = self.retries.enqueue(&key, n) {
+                            self.run_key(Some(key), VecDeque::from([n]), 0);
+                        }
                     }
                 }
                 Ok(queue::Delivery::InitialListSent) => {
@@ -230,9 +235,14 @@ impl Worker {
         }
     }
 
-    /// Delivers `events` of one key in order until one fails; that one and those behind it
-    /// then wait for their retry.
-    fn run_key(&mut self, key: String, mut events: VecDeque<Notification>, mut failures: u32) {
+    /// Delivers `events` of one key (built from the first event when not given) in order
+    /// until one fails; that one and those behind it then wait for their retry.
+    fn run_key(
+        &mut self,
+        key: Option<String>,
+        mut events: VecDeque<Notification>,
+        mut failures: u32,
+    ) {
         let max_attempts = self.delivery.max_attempts.max(1);
         while let Some(n) = events.front() {
             if self.stopped() {
@@ -243,7 +253,10 @@ impl Worker {
             let attempt = self.attempt(n);
             self.ctx.log.set_retrying(false);
             let Err(failure) = attempt else {
-                self.write_failures.remove(&key);
+                if !self.write_failures.is_empty() {
+                    self.write_failures
+                        .remove(&key.clone().unwrap_or_else(|| n.id()));
+                }
                 events.pop_front();
                 failures = 0;
                 continue;
@@ -257,7 +270,10 @@ impl Worker {
                     plugin = %name, key = %object, attempts = failures,
                     "event given up: {}", failure.reason
                 );
-                self.write_failures.remove(&key);
+                if !self.write_failures.is_empty() {
+                    self.write_failures
+                        .remove(&key.clone().unwrap_or_else(|| n.id()));
+                }
                 events.pop_front();
                 failures = 0;
                 continue;
@@ -277,6 +293,7 @@ impl Worker {
                     "handler failed again, retrying in {delay:?}: {}", failure.reason
                 );
             }
+            let key = key.unwrap_or_else(|| n.id());
             self.retries
                 .block(key, events, failures, Instant::now() + delay);
             return;
@@ -364,7 +381,7 @@ impl Worker {
                 let called = timed(&stats, instance, n);
                 let staged = instance.take_staged();
                 match (called, staged) {
-                    (Ok(Ok(())), staged) => self.send(&n.id(), staged),
+                    (Ok(Ok(())), staged) => self.send(n, staged),
                     (Ok(Err(e)), staged) => {
                         self.count_denied(&staged);
                         Err(AttemptFailure {
@@ -413,7 +430,7 @@ impl Worker {
 
     /// Sends what a successful call staged, in order; the first refusal fails the attempt
     /// (the writes before it stay sent: each is idempotent or answers the retry plainly).
-    fn send(&mut self, key: &str, staged: Staged) -> Result<(), AttemptFailure> {
+    fn send(&mut self, n: &Notification, staged: Staged) -> Result<(), AttemptFailure> {
         self.count_denied(&staged);
         if staged.writes.is_empty() {
             return Ok(());
@@ -449,7 +466,7 @@ impl Worker {
                         write.target
                     );
                     self.write_failures
-                        .insert(key.to_owned(), vec![failure(write, &refusal)]);
+                        .insert(n.id(), vec![failure(write, &refusal)]);
                     return Err(AttemptFailure {
                         reason,
                         retry: refusal.retry,

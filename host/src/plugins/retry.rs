@@ -76,6 +76,11 @@ impl<T> RetryQueue<T> {
         );
     }
 
+    /// True when no key waits for a retry.
+    pub fn is_empty(&self) -> bool {
+        self.blocked.is_empty()
+    }
+
     /// The earliest retry time.
     pub fn next_due(&self) -> Option<Instant> {
         self.blocked.values().map(|b| b.due).min()

@@ -7,7 +7,7 @@ use kubewasm_sdk::selector::Selector;
 use crate::informer::Informer;
 use crate::informer::index::is_builtin;
 use crate::informer::store::StoreError;
-use crate::object::{KubeObject, object_key};
+use crate::object::{KubeObject, with_object_key};
 use crate::wasm::bindings::kubewasm::plugin::{cache, types};
 use crate::wasm::handles::TooMany;
 use crate::wasm::{HostState, convert, limits};
@@ -223,7 +223,7 @@ impl HostState {
         if let Some(ns) = namespace {
             arg("namespace", ns)?;
         }
-        let found = informer.store().get(&object_key(namespace, name));
+        let found = with_object_key(namespace, name, |key| informer.store().get(key));
         self.answer_one(found)
     }
 
@@ -242,15 +242,16 @@ impl HostState {
             return Ok(None);
         };
         // Owners live in the object's namespace, or are cluster-scoped.
-        let found = store
-            .get(&object_key(object.namespace.as_deref(), &owner.name))
-            .or_else(|| {
-                object
-                    .namespace
-                    .as_ref()
-                    .and_then(|_| store.get(&owner.name))
-            })
-            .filter(|o| o.uid == owner.uid);
+        let found = with_object_key(object.namespace.as_deref(), &owner.name, |key| {
+            store.get(key)
+        })
+        .or_else(|| {
+            object
+                .namespace
+                .as_ref()
+                .and_then(|_| store.get(&owner.name))
+        })
+        .filter(|o| o.uid == owner.uid);
         self.answer_one(found)
     }
 
