@@ -4,6 +4,8 @@ use serde_json::{Map, Value};
 
 use crate::gvk::Gvk;
 
+mod raw;
+
 /// The annotation `kubectl apply` writes: a full copy of the object, dropped by default.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -146,6 +148,28 @@ impl KubeObject {
     pub fn from_json(text: &str, transform: &Transform) -> Result<Self, ObjectError> {
         let value: Value = serde_json::from_str(text).map_err(|_| ObjectError::NotAnObject)?;
         Self::from_value(value, transform)
+    }
+
+    /// Decodes an object from JSON text as an API server sends it, of type `gvk` when the
+    /// text names none (list items), applying `transform`. Plain text is read without
+    /// building a JSON tree and kept as sent, less what the transform cuts.
+    pub fn from_server_json(
+        text: &str,
+        gvk: &Gvk,
+        transform: &Transform,
+    ) -> Result<Self, ObjectError> {
+        if let Some(object) = raw::decode(text, Some(gvk), transform) {
+            return Ok(object);
+        }
+        let value: Value = serde_json::from_str(text).map_err(|_| ObjectError::NotAnObject)?;
+        let Value::Object(mut map) = value else {
+            return Err(ObjectError::NotAnObject);
+        };
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(gvk.api_version()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(gvk.kind.clone()));
+        Self::from_value(Value::Object(map), transform)
     }
 
     /// Builds an object from a parsed JSON value, applying `transform`.

@@ -269,7 +269,7 @@ impl Reflector {
                 .map_err(|_| Stop::Failed(format!("list: no answer within {PAGE_TIMEOUT:?}")))?
                 .map_err(|e| self.failure(Verb::List, &e))?;
             for item in page.items {
-                match wire::object(&self.gvk, item, &self.transform) {
+                match wire::object(&self.gvk, item.get(), &self.transform) {
                     Ok(object) => self.send(SourceEvent::Listed(object))?,
                     Err(e) => {
                         tracing::error!(resource = %self.gvk, "skipping malformed object: {e}")

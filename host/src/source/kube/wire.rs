@@ -1,12 +1,14 @@
 //! What the API server sends, decoded straight into cached objects: list pages and watch lines.
 //!
-//! Objects are parsed once, from the response bytes into the JSON tree the cache keeps (no
-//! detour through typed or dynamic objects), and stamped with their apiVersion and kind, which
-//! list items omit.
+//! Objects are decoded once, from the response bytes: their metadata read and dropped fields
+//! cut out of the text as sent (no JSON tree, no detour through typed or dynamic objects), and
+//! stamped with their apiVersion and kind, which list items omit.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::gvk::Gvk;
@@ -21,9 +23,9 @@ pub struct Page {
     /// resourceVersion and continue token.
     #[serde(default)]
     pub metadata: ListMeta,
-    /// The objects, without apiVersion and kind.
+    /// The objects, without apiVersion and kind, as sent.
     #[serde(default)]
-    pub items: Vec<Map<String, Value>>,
+    pub items: Vec<Box<RawValue>>,
 }
 
 /// A list's metadata.
@@ -39,10 +41,11 @@ pub struct ListMeta {
 
 /// One line of a watch stream.
 #[derive(Debug, Deserialize)]
-struct Line {
-    #[serde(rename = "type")]
-    kind: String,
-    object: Map<String, Value>,
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a RawValue,
 }
 
 /// A decoded watch line.
@@ -96,26 +99,23 @@ pub enum DecodeError {
 /// Makes a cached object of a list item or watched object of type `gvk`.
 pub fn object(
     gvk: &Gvk,
-    mut map: Map<String, Value>,
+    text: &str,
     transform: &Transform,
 ) -> Result<Arc<KubeObject>, DecodeError> {
-    map.entry("apiVersion")
-        .or_insert_with(|| Value::String(gvk.api_version()));
-    map.entry("kind")
-        .or_insert_with(|| Value::String(gvk.kind.clone()));
-    KubeObject::from_value(Value::Object(map), transform)
+    KubeObject::from_server_json(text, gvk, transform)
         .map(Arc::new)
         .map_err(|e| DecodeError::Object(e.to_string()))
 }
 
 /// Decodes one watch line.
 pub fn watch_line(gvk: &Gvk, line: &str, transform: &Transform) -> Result<WatchEvent, DecodeError> {
-    let Line { kind, object: map } = serde_json::from_str(line)?;
-    Ok(match kind.as_str() {
-        "ADDED" => WatchEvent::Added(object(gvk, map, transform)?),
-        "MODIFIED" => WatchEvent::Modified(object(gvk, map, transform)?),
-        "DELETED" => WatchEvent::Deleted(object(gvk, map, transform)?),
+    let Line { kind, object: raw } = serde_json::from_str(line)?;
+    Ok(match kind.as_ref() {
+        "ADDED" => WatchEvent::Added(object(gvk, raw.get(), transform)?),
+        "MODIFIED" => WatchEvent::Modified(object(gvk, raw.get(), transform)?),
+        "DELETED" => WatchEvent::Deleted(object(gvk, raw.get(), transform)?),
         "BOOKMARK" => {
+            let map: Map<String, Value> = serde_json::from_str(raw.get())?;
             let meta = map.get("metadata");
             let resource_version = meta
                 .and_then(|m| m.get("resourceVersion"))
@@ -132,8 +132,8 @@ pub fn watch_line(gvk: &Gvk, line: &str, transform: &Transform) -> Result<WatchE
                 initial_events_end,
             }
         }
-        "ERROR" => WatchEvent::Error(serde_json::from_value(Value::Object(map))?),
-        _ => return Err(DecodeError::UnknownType(kind)),
+        "ERROR" => WatchEvent::Error(serde_json::from_str(raw.get())?),
+        _ => return Err(DecodeError::UnknownType(kind.into_owned())),
     })
 }
 
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(page.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(page.metadata.continue_token.as_deref(), Some("abc"));
         let item = page.items.into_iter().next().ok_or("an item")?;
-        let o = object(&cm(), item, &Transform::default())?;
+        let o = object(&cm(), item.get(), &Transform::default())?;
         assert_eq!(o.gvk, cm());
         assert!(o.json.contains(r#""kind":"ConfigMap""#), "{}", o.json);
         Ok(())

@@ -1,0 +1,380 @@
+//! Objects decoded straight from the bytes a server sent: the metadata read without building a
+//! JSON tree, dropped fields cut out of the text, everything else kept as sent.
+//!
+//! This is the fast path for well-formed input. Anything it does not expect (a field of the
+//! wrong type, a duplicate key, an escaped key it must cut) makes it give up, and the caller
+//! decodes the object through a JSON tree instead, which also names what is wrong.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::gvk::Gvk;
+use crate::object::{KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform, object_key};
+
+#[derive(Deserialize)]
+struct Top<'a> {
+    #[serde(rename = "apiVersion", borrow, default)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    metadata: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(rename = "resourceVersion", borrow, default)]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(default)]
+    labels: Option<Labels>,
+    #[serde(rename = "ownerReferences", borrow, default)]
+    owner_references: Option<Vec<&'a RawValue>>,
+    #[serde(rename = "managedFields", borrow, default)]
+    managed_fields: Member<'a>,
+    #[serde(borrow, default)]
+    annotations: Option<&'a RawValue>,
+}
+
+/// A member's raw value, `null` included (an `Option` would read `null` as absent).
+#[derive(Default)]
+struct Member<'a>(Option<&'a RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Member<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&'a RawValue>::deserialize(d).map(|raw| Member(Some(raw)))
+    }
+}
+
+/// Labels in the order sent.
+struct Labels(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Labels;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping of strings to strings")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut labels = Vec::with_capacity(m.size_hint().unwrap_or(0));
+                while let Some(entry) = m.next_entry::<String, String>()? {
+                    labels.push(entry);
+                }
+                Ok(Labels(labels))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+#[derive(Deserialize)]
+struct Owner<'a> {
+    #[serde(rename = "apiVersion", borrow)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    uid: Cow<'a, str>,
+    #[serde(default)]
+    controller: Option<bool>,
+}
+
+/// The annotations as raw values: only their count and the last-applied one matter here.
+struct Annotations<'a> {
+    count: usize,
+    last_applied: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Annotations<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Annotations<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut out = Annotations {
+                    count: 0,
+                    last_applied: None,
+                };
+                while let Some(key) = m.next_key::<Cow<'de, str>>()? {
+                    let value: &'de RawValue = m.next_value()?;
+                    out.count += 1;
+                    if key == LAST_APPLIED_ANNOTATION {
+                        if out.last_applied.is_some() {
+                            return Err(serde::de::Error::custom("duplicate annotation"));
+                        }
+                        out.last_applied = Some(value);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// Decodes the object in `text`, whose type is `gvk` when the text does not say (list items
+/// omit it); `None` when this path cannot.
+pub(super) fn decode(text: &str, gvk: Option<&Gvk>, transform: &Transform) -> Option<KubeObject> {
+    let text = text.trim();
+    // serde also reads a struct from a list: only mappings are objects and metadata.
+    let mapping = |t: &str| t.starts_with('{');
+    if !mapping(text) {
+        return None;
+    }
+    let top: Top = serde_json::from_str(text).ok()?;
+    let meta_text = top.metadata.get();
+    if !mapping(meta_text) {
+        return None;
+    }
+    let meta: Meta = serde_json::from_str(meta_text).ok()?;
+    let gvk = match (&top.api_version, &top.kind, gvk) {
+        (Some(api_version), Some(kind), _) if !api_version.is_empty() && !kind.is_empty() => {
+            Gvk::from_api_version(api_version, kind)
+        }
+        (None, None, Some(gvk)) => gvk.clone(),
+        _ => return None,
+    };
+    if meta.name.is_empty() {
+        return None;
+    }
+    let mut cuts: Vec<Range<usize>> = Vec::new();
+    if transform.drop_managed_fields
+        && let Member(Some(managed)) = meta.managed_fields
+    {
+        cuts.push(member(text, managed, "managedFields")?);
+    }
+    if transform.drop_last_applied
+        && let Some(raw) = meta.annotations
+    {
+        let annotations: Annotations = serde_json::from_str(raw.get()).ok()?;
+        let others = annotations.count - usize::from(annotations.last_applied.is_some());
+        if others == 0 {
+            // The tree path removes an empty (or emptied) `annotations` too.
+            cuts.push(member(text, raw, "annotations")?);
+        } else if let Some(last_applied) = annotations.last_applied {
+            cuts.push(member(text, last_applied, LAST_APPLIED_ANNOTATION)?);
+        }
+    }
+    cuts.sort_by_key(|r| r.start);
+    let mut json = String::with_capacity(text.len() + 64);
+    let mut at = 0;
+    if top.api_version.is_none() {
+        // `{`, then the type the list's items leave out, then the members sent.
+        let rest = text.get(1..)?.trim_start();
+        json.push_str("{\"apiVersion\":");
+        json.push_str(&serde_json::to_string(&gvk.api_version()).ok()?);
+        json.push_str(",\"kind\":");
+        json.push_str(&serde_json::to_string(&gvk.kind).ok()?);
+        if !rest.starts_with('}') {
+            json.push(',');
+        }
+        at = 1;
+    }
+    for cut in &cuts {
+        json.push_str(text.get(at..cut.start)?);
+        at = cut.end;
+    }
+    json.push_str(text.get(at..)?);
+    let namespace = meta
+        .namespace
+        .filter(|ns| !ns.is_empty())
+        .map(Cow::into_owned);
+    let name = meta.name.into_owned();
+    let mut labels = meta.labels.map(|l| l.0).unwrap_or_default();
+    labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if labels.windows(2).any(|w| w[0].0 == w[1].0) {
+        return None;
+    }
+    let mut owners = Vec::new();
+    for raw in meta.owner_references.unwrap_or_default() {
+        if !mapping(raw.get()) {
+            return None;
+        }
+        let o: Owner = serde_json::from_str(raw.get()).ok()?;
+        owners.push(OwnerRef {
+            api_version: o.api_version.into_owned(),
+            kind: o.kind.into_owned(),
+            name: o.name.into_owned(),
+            uid: o.uid.into_owned(),
+            controller: o.controller == Some(true),
+        });
+    }
+    Some(KubeObject {
+        key: object_key(namespace.as_deref(), &name),
+        gvk,
+        namespace,
+        name,
+        uid: meta.uid.map(Cow::into_owned).unwrap_or_default(),
+        resource_version: meta
+            .resource_version
+            .map(Cow::into_owned)
+            .unwrap_or_default(),
+        labels,
+        owners,
+        json: json.into_boxed_str(),
+    })
+}
+
+/// The bytes of `text` to remove to drop the member whose value is `value` (a slice of
+/// `text`) and whose key is `key`: the key, the value and one separating comma.
+fn member(text: &str, value: &RawValue, key: &str) -> Option<Range<usize>> {
+    let value = value.get();
+    let start = (value.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start + value.len();
+    if end > text.len() {
+        return None;
+    }
+    let before = text.get(..start)?.trim_end();
+    let before = before.strip_suffix(':')?.trim_end();
+    let quoted = format!("\"{key}\"");
+    let key_start = before.len().checked_sub(quoted.len())?;
+    if before.get(key_start..)? != quoted {
+        // An escaped key: leave it to the slow path.
+        return None;
+    }
+    let ahead = text.get(..key_start)?.trim_end();
+    if ahead.ends_with(',') {
+        return Some(ahead.len() - 1..end);
+    }
+    if ahead.ends_with('{') {
+        // The first member: take the comma after it, if any.
+        let after = text.get(end..)?;
+        let rest = after.trim_start();
+        return Some(match rest.strip_prefix(',') {
+            Some(following) => {
+                let gap = after.len() - following.len();
+                key_start..end + gap
+            }
+            None => key_start..end,
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The object the JSON tree path makes of `text` (stamped with `gvk` if it names none).
+    fn by_tree(text: &str, gvk: &Gvk, t: &Transform) -> KubeObject {
+        let Value::Object(mut map) = serde_json::from_str(text).expect("json") else {
+            panic!("an object");
+        };
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(gvk.api_version()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(gvk.kind.clone()));
+        KubeObject::from_value(Value::Object(map), t).expect("valid")
+    }
+
+    /// Decodes `text` both ways and asserts the same object (JSON compared as values).
+    fn same(text: &str, t: &Transform) {
+        let gvk = Gvk::new("", "v1", "Pod");
+        let fast = decode(text, Some(&gvk), t).unwrap_or_else(|| panic!("fast path: {text}"));
+        let tree = by_tree(text, &gvk, t);
+        let value = |s: &str| serde_json::from_str::<Value>(s).expect("stored JSON parses");
+        assert_eq!(
+            value(&fast.json),
+            value(&tree.json),
+            "{text}\n{}",
+            fast.json
+        );
+        let mut fast = fast;
+        fast.json = tree.json.clone();
+        assert_eq!(fast, tree, "{text}");
+    }
+
+    #[test]
+    fn the_fast_path_makes_the_object_the_tree_path_makes() {
+        let drop = Transform::default();
+        let keep = Transform::keep_everything();
+        let cases = [
+            // Managed fields first, in the middle, last; annotations alone and with others.
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"managedFields":[{"manager":"k"}],"name":"a","namespace":"ns","uid":"u","resourceVersion":"3"},"spec":{}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managedFields":[],"labels":{"b":"2","a":"1"}}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managedFields":[{"x":{"y":"}"}}]}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managedFields":null,"annotations":null}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"annotations":{},"name":"a"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"a\":1}"}}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","annotations":{"x":"1","kubectl.kubernetes.io/last-applied-configuration":"{}","y":"2"},"managedFields":[]}}"#,
+            // Whitespace as a pretty-printer writes it.
+            "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",\n  \"metadata\": {\n    \"managedFields\" : [ ] ,\n    \"name\": \"a\"\n  }\n}\n",
+            // A list item: no type, stamped; empty metadata members.
+            r#"{"metadata":{"name":"a","namespace":"","labels":null,"ownerReferences":null}}"#,
+            // Escapes and non-ASCII text in values, and an owner.
+            r#"{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"w\u00e9b","labels":{"k":"v\"q\\"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"1","controller":true,"blockOwnerDeletion":true}]}}"#,
+        ];
+        for text in cases {
+            same(text, &drop);
+            same(text, &keep);
+        }
+    }
+
+    #[test]
+    fn generated_pods_decode_the_same_both_ways() {
+        for i in 0..20 {
+            let pod = kubewasm_testenv::generate::pod(i, 1024 + 200 * i, 7);
+            let text = pod.to_string();
+            same(&text, &Transform::default());
+            same(&text, &Transform::keep_everything());
+        }
+    }
+
+    #[test]
+    fn what_the_fast_path_does_not_expect_is_left_to_the_tree_path() {
+        let gvk = Gvk::new("", "v1", "Pod");
+        let t = Transform::default();
+        for text in [
+            // An escaped key it would have to cut.
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managed\u0046ields":[]}}"#,
+            // Duplicate keys, wrong types, a missing or empty name, half a type.
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","name":"b"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"k":1}}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"k":"1","k":"2"}}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[{"kind":"X"}]}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"a"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":""}}"#,
+            r#"{"kind":"Pod","metadata":{"name":"a"}}"#,
+            r#"[1,2]"#,
+            // Lists where mappings belong (serde would read a struct from them).
+            r#"["v1","Pod",{"name":"a"}]"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":["a"]}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[["v1","X","n","u"]]}}"#,
+            "not json",
+        ] {
+            assert!(decode(text, Some(&gvk), &t).is_none(), "{text}");
+        }
+        // Through the public entry point the tree path still decodes what is valid, and
+        // names what is not.
+        let escaped =
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managed\u0046ields":[]}}"#;
+        let o = KubeObject::from_server_json(escaped, &gvk, &t).expect("valid");
+        assert!(!o.json.contains("managed"), "{}", o.json);
+        let wrong = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"k":1}}}"#;
+        let err = KubeObject::from_server_json(wrong, &gvk, &t).expect_err("labels");
+        assert!(err.to_string().contains("metadata.labels"), "{err}");
+    }
+}
