@@ -136,8 +136,11 @@ def main():
     # 1. Throughput.
     rows = peers["throughput"]
     by_client = {r["client"]: r["events_per_second"] for r in rows}
+    by_cpu = {r["client"]: r.get("events_per_cpu_second") for r in rows}
     go = by_client.get("client-go informer")
     rs = by_client.get("kube-rs reflector")
+    go_cpu = by_cpu.get("client-go informer")
+    rs_cpu = by_cpu.get("kube-rs reflector")
     first = rows[0]
     out += [
         "## 1. Pipeline throughput: watch-event bytes to handler",
@@ -146,16 +149,34 @@ def main():
         f"{first['pod_bytes']} B, each added, updated twice and deleted) is released on the "
         "double after the client synced; timed until the client has handled every event "
         "(median of 3 runs, each on a fresh server and client). Everything runs on the same "
-        "machine, server included.",
+        "machine, server included: the double runs on its own threads in the benchmark's "
+        "process (client-go is a process of its own).",
+        "",
+        "Events per wall-clock second, and per CPU-second of the client alone: user and "
+        "system time of the benchmark's process less that of the double's threads (for "
+        "client-go, of its process), read from `/proc` in ticks of 10 ms over the run. The "
+        "CPU figure does not count time spent waiting for the server or the other core, so "
+        "it is the one that holds on a noisy shared machine.",
         "",
         table(
-            ["client", "events/s", "÷ client-go", "÷ kube-rs"],
+            [
+                "client",
+                "events/s",
+                "÷ client-go",
+                "÷ kube-rs",
+                "events per client CPU-s",
+                "÷ client-go",
+                "÷ kube-rs",
+            ],
             [
                 [
                     r["client"],
                     f"{r['events_per_second']:,.0f}",
                     f"{r['events_per_second'] / go:.2f}" if go else "",
                     f"{r['events_per_second'] / rs:.2f}" if rs else "",
+                    f"{r['events_per_cpu_second']:,.0f}" if r.get("events_per_cpu_second") else "",
+                    f"{r['events_per_cpu_second'] / go_cpu:.2f}" if go_cpu and r.get("events_per_cpu_second") else "",
+                    f"{r['events_per_cpu_second'] / rs_cpu:.2f}" if rs_cpu and r.get("events_per_cpu_second") else "",
                 ]
                 for r in rows
             ],
@@ -198,9 +219,10 @@ def main():
         "Median time per event handed to one live instance, as the dispatch loop calls it. The "
         "no-op rows use a 4 KB pod (managedFields dropped on the way in), an update carrying "
         "old and new, whose objects are lent to the plugin as handles (contract 0.2); "
-        "owner-chain (same logic in every language) reads the pod's controller through its "
-        "handle, makes two `get` queries and one `by-index` query, drops the handles they "
-        "gave, and logs a line.",
+        "owner-chain (same logic in every language) reads the pod's key, finds its "
+        "ReplicaSet and that one's Deployment (one `owner` call each, a cache lookup by the "
+        "controller reference), counts the ReplicaSet's pods with one `by-index` query, "
+        "drops the handles it got, and logs a line.",
         "",
         table(["what", "median"], lang_rows),
         "",
@@ -322,7 +344,10 @@ def main():
             f"{idle[0]['plugins']} no-op Rust plugins loaded on a cache of pods, then idle: the "
             "host's heap (counted allocations) and resident memory (RSS, which includes the "
             "instances' linear memories; the plugins are one file, whose compiled code is shared "
-            "and counted once, before) per plugin, with its instance kept and once released.",
+            "and counted once, before) per plugin, with its instance kept and once released. "
+            "Each figure is the difference of two readings divided by the plugins: one near "
+            "zero, or below it, is less than the host's other allocations and frees in between "
+            "move the heap.",
             "",
             table(["instance", "heap per plugin", "RSS per plugin"], rows),
             "",

@@ -5,7 +5,8 @@
 //! - Throughput: the client has synced; a recorded stream (every pod added, updated twice,
 //!   deleted) is queued on the double and released; timed until the client has handled every
 //!   event. kubewasm is measured up to an in-process subscriber, and up to 1 and 10 no-op Rust
-//!   plugins and a plugin that parses each pod.
+//!   plugins and a plugin that parses each pod. Reported per wall-clock second and per
+//!   CPU-second of the client alone (`support/cpu.rs`).
 //! - Memory: heap held after syncing N pods, per object and divided by the pods' JSON size;
 //!   then a forced relist (every pod changed, history compacted, watch cut: 410 Gone) and the
 //!   peak heap during it divided by the steady heap. Rust clients are measured with a counting
@@ -19,8 +20,8 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use support::alloc;
 use support::instance::Discard;
+use support::{alloc, cpu};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -369,7 +370,9 @@ fn read_line(out: &mut BufReader<ChildStdout>) -> String {
 }
 
 /// Events per second for `kind` on `stream`.
-fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> f64 {
+/// One throughput run: events per wall-clock second, and per CPU-second of the client alone
+/// (its process's CPU time less the double's threads; client-go's own process).
+fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> (f64, f64) {
     let double = rig.double(Vec::new());
     let total = stream.len() as u64;
     let go_args = [
@@ -383,6 +386,12 @@ fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> f64 {
         double.set_held(true);
         double.replay(stream.iter().map(|e| (e.kind, &e.object)));
     });
+    let go_pid = match &client {
+        Peer::ClientGo { child, .. } => Some(child.id()),
+        _ => None,
+    };
+    let ticks = || go_pid.map_or_else(cpu::client_ticks, cpu::process_ticks);
+    let ticks_before = ticks();
     let started = Instant::now();
     double.set_held(false);
     match &mut client {
@@ -390,9 +399,13 @@ fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> f64 {
         other => wait_for("every event handled", || other.handled() >= total),
     }
     let elapsed = started.elapsed();
+    let cpu_seconds = ticks().saturating_sub(ticks_before).max(1) as f64 / cpu::TICKS_PER_SECOND;
     client.stop();
     alloc::uncounted(|| drop(double));
-    total as f64 / elapsed.as_secs_f64()
+    (
+        total as f64 / elapsed.as_secs_f64(),
+        total as f64 / cpu_seconds,
+    )
 }
 
 /// Memory of one client holding `objects` pods of about `size` bytes.
@@ -478,6 +491,8 @@ struct Throughput {
     events: usize,
     pod_bytes: usize,
     events_per_second: f64,
+    /// Events per CPU-second of the client alone.
+    events_per_cpu_second: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -598,20 +613,25 @@ fn main() {
         },
     ];
     for kind in clients {
-        // The median of a few runs, each on a fresh double and client.
-        let mut runs: Vec<f64> = (0..rounds)
+        // The medians of a few runs, each on a fresh double and client.
+        let runs: Vec<(f64, f64)> = (0..rounds)
             .map(|_| throughput(&rig, kind, &stream))
             .collect();
-        runs.sort_by(f64::total_cmp);
+        let median = |pick: fn(&(f64, f64)) -> f64| {
+            let mut values: Vec<f64> = runs.iter().map(pick).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
         let row = Throughput {
             client: kind.label(),
             events: stream.len(),
             pod_bytes: size,
-            events_per_second: runs[runs.len() / 2],
+            events_per_second: median(|r| r.0),
+            events_per_cpu_second: median(|r| r.1),
         };
         println!(
-            "throughput  {:<36} {:>10.0} events/s",
-            row.client, row.events_per_second
+            "throughput  {:<36} {:>10.0} events/s {:>10.0} events/client CPU-s",
+            row.client, row.events_per_second, row.events_per_cpu_second
         );
         results.throughput.push(row);
     }

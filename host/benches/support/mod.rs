@@ -3,4 +3,5 @@
 #![allow(dead_code)] // Each benchmark uses part of it.
 
 pub mod alloc;
+pub mod cpu;
 pub mod instance;
