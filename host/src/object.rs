@@ -4,6 +4,7 @@ use serde_json::{Map, Value};
 
 use crate::gvk::Gvk;
 
+pub mod pointer;
 mod raw;
 
 /// The annotation `kubectl apply` writes: a full copy of the object, dropped by default.

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::object::KubeObject;
+use crate::object::{KubeObject, pointer};
 
 pub use kubewasm_sdk::index::{LABEL, LABEL_KEY, NAMESPACE, OWNER_UID};
 
@@ -37,13 +37,9 @@ pub fn is_builtin(name: &str) -> bool {
 }
 
 impl IndexFunc {
-    /// True when computing values needs the object's parsed JSON.
-    pub fn needs_json(&self) -> bool {
-        matches!(self, Self::JsonPointer(_))
-    }
-
-    /// The values `object` is filed under. `json` is its parsed text when `needs_json`.
-    pub fn values(&self, object: &KubeObject, json: Option<&Value>) -> Vec<String> {
+    /// The values `object` is filed under. A JSON pointer is walked in the object's text,
+    /// reading nothing past the value it names.
+    pub fn values(&self, object: &KubeObject) -> Vec<String> {
         match self {
             Self::Namespace => object.namespace.iter().cloned().collect(),
             Self::OwnerUid => object.owners.iter().map(|o| o.uid.clone()).collect(),
@@ -53,11 +49,18 @@ impl IndexFunc {
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect(),
-            Self::JsonPointer(pointer) => match json.and_then(|j| j.pointer(pointer)) {
-                Some(Value::Array(items)) => items.iter().filter_map(scalar).collect(),
-                Some(v) => scalar(v).into_iter().collect(),
-                None => Vec::new(),
-            },
+            Self::JsonPointer(p) => {
+                // A pointer with no value yet: the whole object, which is no scalar.
+                let found = pointer::tokens(p)
+                    .ok()
+                    .filter(|tokens| !tokens.is_empty())
+                    .and_then(|tokens| pointer::lookup(&object.json, &tokens));
+                match found {
+                    Some(Value::Array(items)) => items.iter().filter_map(scalar).collect(),
+                    Some(v) => scalar(&v).into_iter().collect(),
+                    None => Vec::new(),
+                }
+            }
         }
     }
 }
@@ -68,5 +71,54 @@ fn scalar(value: &Value) -> Option<String> {
         Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::object::Transform;
+
+    #[test]
+    fn pointer_values_walked_in_the_text_equal_those_of_the_parsed_tree() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "namespace": "ns",
+                         "annotations": {"example.com/team": "db", "a~b": "tilde"}},
+            "spec": {"nodeName": "n1", "priority": 7, "hostNetwork": true,
+                     "containers": [{"name": "c1", "ports": [{"containerPort": 80}]},
+                                    {"name": "c2"}],
+                     "tags": ["x", 1, false, {"nested": "no"}, null]}
+        });
+        let object = KubeObject::from_value(pod.clone(), &Transform::default()).expect("pod");
+        for p in [
+            "/spec/nodeName",
+            "/spec/priority",
+            "/spec/hostNetwork",
+            "/spec/tags",
+            "/spec/containers/1/name",
+            "/spec/containers/0/ports/0/containerPort",
+            "/metadata/annotations/example.com~1team",
+            "/metadata/annotations/a~0b",
+            "/spec/containers",
+            "/spec/missing",
+            "/spec/containers/9/name",
+            "",
+            "no-slash",
+        ] {
+            let expected: Vec<String> = match pod.pointer(p) {
+                Some(Value::Array(items)) => items.iter().filter_map(scalar).collect(),
+                Some(v) => scalar(v).into_iter().collect(),
+                None => Vec::new(),
+            };
+            let got = IndexFunc::JsonPointer(p.to_owned()).values(&object);
+            assert_eq!(got, expected, "{p}");
+        }
+        assert_eq!(
+            IndexFunc::JsonPointer("/spec/tags".into()).values(&object),
+            ["x", "1", "false"]
+        );
     }
 }

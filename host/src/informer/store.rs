@@ -3,8 +3,6 @@
 use std::collections::{BTreeMap, HashMap, btree_map};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use serde_json::Value;
-
 use crate::informer::index::{self, IndexFunc};
 use crate::informer::keys::KeySet;
 use crate::object::KubeObject;
@@ -91,8 +89,7 @@ impl Store {
         }
         let mut index: BTreeMap<String, KeySet> = BTreeMap::new();
         for (key, object) in &inner.objects {
-            let json = parse_if(func.needs_json(), object);
-            for value in func.values(object, json.as_ref()) {
+            for value in func.values(object) {
                 file(&mut index, value, key);
             }
         }
@@ -214,14 +211,6 @@ fn index_entry<'a>(
     Ok(idx.get(value))
 }
 
-fn parse_if(needed: bool, object: &KubeObject) -> Option<Value> {
-    if needed {
-        serde_json::from_str(&object.json).ok()
-    } else {
-        None
-    }
-}
-
 /// Files `key` under `value`.
 fn file(index: &mut BTreeMap<String, KeySet>, value: String, key: &Arc<str>) {
     match index.entry(value) {
@@ -234,12 +223,9 @@ fn file(index: &mut BTreeMap<String, KeySet>, value: String, key: &Arc<str>) {
 
 /// Moves `key` from the index values of `old` to those of `new`.
 fn reindex(inner: &mut Inner, key: &Arc<str>, old: Option<&KubeObject>, new: Option<&KubeObject>) {
-    let needs_json = inner.indexers.values().any(IndexFunc::needs_json);
-    let old_json = old.and_then(|o| parse_if(needs_json, o));
-    let new_json = new.and_then(|o| parse_if(needs_json, o));
     for (name, func) in &inner.indexers {
-        let before = old.map_or_else(Vec::new, |o| func.values(o, old_json.as_ref()));
-        let after = new.map_or_else(Vec::new, |o| func.values(o, new_json.as_ref()));
+        let before = old.map_or_else(Vec::new, |o| func.values(o));
+        let after = new.map_or_else(Vec::new, |o| func.values(o));
         if before == after {
             continue;
         }
@@ -263,7 +249,7 @@ fn reindex(inner: &mut Inner, key: &Arc<str>, old: Option<&KubeObject>, new: Opt
 mod tests {
     use super::*;
     use crate::object::Transform;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn pod(
         name: &str,

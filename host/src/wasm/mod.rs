@@ -8,7 +8,6 @@ mod clocks;
 pub mod cluster;
 mod compiled;
 pub mod convert;
-pub mod field;
 pub mod handles;
 mod host_calls;
 pub mod http;

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use wasmtime::component::Resource;
 
+use crate::object::pointer;
 use crate::object::{KubeObject, OwnerRef};
+use crate::wasm::HostState;
 use crate::wasm::bindings::kubewasm::plugin::types::{
     self, Gvk as WitGvk, HostObject, Object, OwnerReference, QueryError, Value,
 };
-use crate::wasm::{HostState, field};
 
 impl HostState {
     fn object(&self, handle: &Resource<Object>) -> wasmtime::Result<&Arc<KubeObject>> {
@@ -92,7 +93,7 @@ impl HostObject for HostState {
             Cow::Borrowed("annotations"),
             Cow::Owned(key),
         ];
-        Ok(match field::lookup(&self.object(&this)?.json, &path) {
+        Ok(match pointer::lookup(&self.object(&this)?.json, &path) {
             Some(serde_json::Value::String(s)) => Some(s),
             _ => None,
         })
@@ -131,12 +132,12 @@ impl HostObject for HostState {
         pointer: String,
     ) -> wasmtime::Result<Result<Option<Value>, QueryError>> {
         let _call = self.host_calls.start();
-        let tokens = match field::tokens(&pointer) {
+        let tokens = match pointer::tokens(&pointer) {
             Ok(tokens) => tokens,
             Err(e) => return Ok(Err(QueryError::InvalidArgument(e.to_string()))),
         };
         Ok(Ok(
-            field::lookup(&self.object(&this)?.json, &tokens).map(value)
+            pointer::lookup(&self.object(&this)?.json, &tokens).map(value)
         ))
     }
 
