@@ -174,9 +174,9 @@ impl Worker {
         let mut open = true;
         while !self.stopped() {
             let now = Instant::now();
-            if let Some((key, events, failures)) = self.retries.take_due(now) {
+            if let Some((_, events, failures)) = self.retries.take_due(now) {
                 self.stats.idle.store(false, Ordering::Relaxed);
-                self.run_key(Some(key), events, failures);
+                self.run_key(events, failures);
                 continue;
             }
             if !open {
@@ -201,13 +201,13 @@ impl Worker {
                 Ok(queue::Delivery::Event(n)) => {
                     self.stats.idle.store(false, Ordering::Relaxed);
                     // With nothing waiting for a retry no key is needed, unless this fails.
-                    if self.retries.is_empty() {
-                        self.run_key(None, VecDeque::from([n]), 0);
+                    let ready = if self.retries.is_empty() {
+                        Some(n)
                     } else {
-                        let key = n.id();
-                        if let Some(n) = self.retries.enqueue(&key, n) {
-                            self.run_key(Some(key), VecDeque::from([n]), 0);
-                        }
+                        self.retries.enqueue(&n.id(), n)
+                    };
+                    if let Some(n) = ready {
+                        self.run_key(VecDeque::from([n]), 0);
                     }
                 }
                 Ok(queue::Delivery::InitialListSent) => {
@@ -235,14 +235,9 @@ impl Worker {
         }
     }
 
-    /// Delivers `events` of one key (built from the first event when not given) in order
-    /// until one fails; that one and those behind it then wait for their retry.
-    fn run_key(
-        &mut self,
-        key: Option<String>,
-        mut events: VecDeque<Notification>,
-        mut failures: u32,
-    ) {
+    /// Delivers `events` of one object in order until one fails; that one and those behind
+    /// it then wait for their retry, under the object's id.
+    fn run_key(&mut self, mut events: VecDeque<Notification>, mut failures: u32) {
         let max_attempts = self.delivery.max_attempts.max(1);
         while let Some(n) = events.front() {
             if self.stopped() {
@@ -253,10 +248,7 @@ impl Worker {
             let attempt = self.attempt(n);
             self.ctx.log.set_retrying(false);
             let Err(failure) = attempt else {
-                if !self.write_failures.is_empty() {
-                    self.write_failures
-                        .remove(&key.clone().unwrap_or_else(|| n.id()));
-                }
+                self.take_write_failures(n);
                 events.pop_front();
                 failures = 0;
                 continue;
@@ -270,10 +262,7 @@ impl Worker {
                     plugin = %name, key = %object, attempts = failures,
                     "event given up: {}", failure.reason
                 );
-                if !self.write_failures.is_empty() {
-                    self.write_failures
-                        .remove(&key.clone().unwrap_or_else(|| n.id()));
-                }
+                self.take_write_failures(n);
                 events.pop_front();
                 failures = 0;
                 continue;
@@ -293,11 +282,19 @@ impl Worker {
                     "handler failed again, retrying in {delay:?}: {}", failure.reason
                 );
             }
-            let key = key.unwrap_or_else(|| n.id());
             self.retries
-                .block(key, events, failures, Instant::now() + delay);
+                .block(n.id(), events, failures, Instant::now() + delay);
             return;
         }
+    }
+
+    /// Why the writes of `n`'s object's last failed attempt were refused, forgotten here.
+    fn take_write_failures(&mut self, n: &Notification) -> Vec<WriteFailure> {
+        // Nearly always empty: no id to build for the lookup then.
+        if self.write_failures.is_empty() {
+            return Vec::new();
+        }
+        self.write_failures.remove(&n.id()).unwrap_or_default()
     }
 
     /// A plugin failing attempt after attempt waits longer and longer before each new one.
@@ -365,12 +362,7 @@ impl Worker {
         let _span =
             tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
         let stats = self.stats.clone();
-        // Nearly always empty: no key to build for the lookup then.
-        let previous = if self.write_failures.is_empty() {
-            Vec::new()
-        } else {
-            self.write_failures.remove(&n.id()).unwrap_or_default()
-        };
+        let previous = self.take_write_failures(n);
         let outcome = match self.instance() {
             Err(reason) => Err(AttemptFailure {
                 reason,

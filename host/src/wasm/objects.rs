@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use wasmtime::component::Resource;
 
-use crate::object::pointer;
-use crate::object::{KubeObject, OwnerRef};
+use crate::object::{KubeObject, OwnerRef, pointer};
 use crate::wasm::HostState;
 use crate::wasm::bindings::kubewasm::plugin::types::{
     self, Gvk as WitGvk, HostObject, Object, OwnerReference, QueryError, Value,
