@@ -15,7 +15,9 @@ use crate::config::HostConfig;
 use crate::informer::factory::InformerFactory;
 use crate::leader::{ElectionConfig, Elector, LeaderCallbacks};
 use crate::object::Transform;
+use crate::oci::ArtifactCache;
 use crate::plugins::folder::{FolderWatcher, SyncReport};
+use crate::plugins::registry::RegistryPlugins;
 use crate::plugins::{PluginHost, Role};
 use crate::serve::{Parts, Report, Status, serve};
 use crate::source::Source;
@@ -98,6 +100,7 @@ impl Report for Shared {
             leader: self.plugins.leading(),
             abandoned_workers: self.plugins.abandoned(),
             plugins: self.plugins.status(),
+            failed_plugins: self.plugins.failed(),
             informers: self.factory.stats(),
             reflectors: self.kube.as_ref().map(|k| k.stats()).unwrap_or_default(),
         };
@@ -128,6 +131,9 @@ pub struct Agent {
     manifests: Option<Arc<ManifestFolder>>,
     server: Option<(SocketAddr, JoinHandle<()>)>,
     watcher: Option<FolderWatcher>,
+    registry: Option<RegistryPlugins>,
+    /// Where pulled artifacts are cached (beside the compiled code).
+    artifacts: Option<ArtifactCache>,
     election: Option<Election>,
     shutdown_timeout: Duration,
 }
@@ -231,25 +237,37 @@ impl Agent {
             }
             _ => None,
         };
+        let artifacts = options
+            .compiled_cache
+            .as_deref()
+            .map(|dir| ArtifactCache::new(&dir.join("oci"), options.config.compiled_cache_bytes));
         Ok(Self {
             shared,
             manifests,
             server,
             watcher: None,
+            registry: None,
+            artifacts,
             election,
             shutdown_timeout: options.config.shutdown_timeout,
         })
     }
 
-    /// Loads every plugin of `dir` and follows its changes from then on; the host counts as
-    /// started once this first reading is done.
+    /// Loads every plugin of `dir` and every plugin the configuration pulls from a registry,
+    /// and follows their changes from then on; the host counts as started once this first
+    /// round is done (a registry that cannot be reached counts as a failed load).
     pub async fn follow_plugins(&mut self, dir: &Path) -> anyhow::Result<SyncReport> {
         let (plugins, folder) = (self.shared.plugins.clone(), dir.to_owned());
-        let (watcher, first) =
+        let (watcher, mut first) =
             tokio::task::spawn_blocking(move || FolderWatcher::start(plugins, &folder))
                 .await?
                 .with_context(|| format!("plugins folder {}", dir.display()))?;
         self.watcher = Some(watcher);
+        let (registry, pulled) =
+            RegistryPlugins::start(self.shared.plugins.clone(), self.artifacts.clone()).await;
+        self.registry = Some(registry);
+        first.loaded.extend(pulled.loaded);
+        first.failed.extend(pulled.failed);
         self.shared.started.store(true, Ordering::SeqCst);
         Ok(first)
     }
@@ -309,6 +327,7 @@ impl Agent {
             );
         }
         self.watcher = None;
+        self.registry = None;
         if let Some(election) = &mut self.election {
             election.task.abort();
             let _ = (&mut election.task).await;

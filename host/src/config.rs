@@ -49,6 +49,16 @@
 //!           verbs: [create, patch]   # record-event: create, and patch for repeats
 //!       http: [hooks.example.com, 127.0.0.1:8080]  # hosts it may send HTTP requests to
 //!                                    # (no port: 80 and 443); none without this
+//!   pod-phase:
+//!     source:                  # pulled from an OCI registry, not the plugins folder
+//!       oci: oci://registry.example.com/plugins/pod-phase:1.2   # a tag (looked up
+//!                                    # again every pollSeconds) or @sha256:... (pinned)
+//!       digest: sha256:4a3d2a7e1bb5e7c8b3b0b8f5d1f2a6c9e0d4b7a8c5f1e2d3b4a5968778695a4b
+//!                                    # the manifest digest it must have (optional)
+//!       pollSeconds: 300
+//!       pullSecret: /etc/kubewasm/regcred/.dockerconfigjson  # registry credentials
+//!       caFile: /etc/kubewasm/registry-ca.pem  # trusted besides the system's roots
+//!       cosignKey: /etc/kubewasm/cosign.pub    # it must carry a cosign signature by it
 //! ```
 //!
 //! Without `grants.resources` a plugin may read what its manifest declares, except Secrets.
@@ -61,6 +71,7 @@ use std::time::Duration;
 
 use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
+use crate::oci;
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
 use crate::source::manifests::scope::DEFAULT_NAMESPACE;
 use crate::wasm::http::AllowedHost;
@@ -288,6 +299,46 @@ struct PluginConfig {
     #[serde(default)]
     limits: LimitsConfig,
     grants: Option<GrantsConfig>,
+    source: Option<SourceConfig>,
+}
+
+/// Where a plugin is pulled from, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SourceConfig {
+    oci: String,
+    digest: Option<String>,
+    poll_seconds: Option<u64>,
+    pull_secret: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    cosign_key: Option<PathBuf>,
+}
+
+impl SourceConfig {
+    fn parse(self, field: &str) -> Result<oci::Source, String> {
+        let reference =
+            oci::Reference::parse(&self.oci).map_err(|e| format!("{field}.oci: {e}"))?;
+        let mut source = oci::Source::new(reference);
+        if let Some(text) = self.digest {
+            let digest = oci::Digest::parse(&text).map_err(|e| format!("{field}.digest: {e}"))?;
+            if source.digest.as_ref().is_some_and(|d| d != &digest) {
+                return Err(format!(
+                    "{field}.digest: {digest} differs from the digest in {field}.oci"
+                ));
+            }
+            source.digest = Some(digest);
+        }
+        if let Some(seconds) = self.poll_seconds {
+            if seconds == 0 {
+                return Err(format!("{field}.pollSeconds: must be positive"));
+            }
+            source.poll = Duration::from_secs(seconds);
+        }
+        source.pull_secret = self.pull_secret;
+        source.ca_file = self.ca_file;
+        source.cosign_key = self.cosign_key;
+        Ok(source)
+    }
 }
 
 /// The file as written.
@@ -436,6 +487,9 @@ impl HostConfig {
             if let Some(config) = plugin.config {
                 settings.config = config.to_string();
             }
+            if let Some(source) = plugin.source {
+                settings.source = Some(source.parse(&format!("plugins.{name}.source"))?);
+            }
             named.insert(name, settings);
         }
         let metrics_address = match file.metrics_address {
@@ -551,6 +605,7 @@ mod tests {
             "plugins: {a: {zzz: 1}}",
             "plugins: {a: {grants: {zzz: 1}}}",
             "plugins: {a: {grants: {writes: [{zzz: 1}]}}}",
+            "plugins: {a: {source: {oci: h/a, zzz: 1}}}",
         ] {
             for field in accepted(probe) {
                 assert!(

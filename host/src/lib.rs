@@ -7,7 +7,7 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader` · `source` ·
+//! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci` · `source` ·
 //! `informer` · `wasm` · `plugins` · `config`, `serve` · `agent` · `testing`.
 
 pub mod agent;
@@ -17,6 +17,7 @@ pub mod histogram;
 pub mod informer;
 pub mod leader;
 pub mod object;
+pub mod oci;
 pub mod plugins;
 pub mod rbac;
 pub mod serve;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 16] = [
+const LAYERS: [&str; 17] = [
     "gvk",
     "yaml",
     "object",
@@ -14,6 +14,7 @@ const LAYERS: [&str; 16] = [
     "watch",
     "leader",
     "rbac",
+    "oci",
     "source",
     "informer",
     "wasm",

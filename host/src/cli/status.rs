@@ -79,5 +79,18 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             p.name, p.digest, state, p.delivered, p.failed, p.queued,
         );
     }
+    for f in &status.failed_plugins {
+        println!(
+            "{:<24} {:<12} {:<10} {:>10} {:>8} {:>7}  {}: {}",
+            f.name,
+            "-",
+            "failed",
+            0,
+            0,
+            0,
+            f.path.display(),
+            f.error
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

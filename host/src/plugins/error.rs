@@ -24,6 +24,9 @@ pub enum Reason {
     /// The file could not be read.
     #[error("cannot read the file: {0}")]
     Read(std::io::Error),
+    /// The artifact could not be pulled from its registry, or failed its checks there.
+    #[error("cannot pull the artifact: {0}")]
+    Pull(Box<crate::oci::OciError>),
     /// The bytes are not a component of the plugin world.
     #[error(transparent)]
     Load(#[from] LoadError),

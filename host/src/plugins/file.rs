@@ -63,9 +63,14 @@ impl PluginFile {
 
     /// The file at `path` with content `bytes`.
     pub fn new(path: &Path, bytes: Vec<u8>) -> Self {
+        Self::named(&plugin_name(path), path, bytes)
+    }
+
+    /// Plugin `name` with content `bytes` from `origin` (a file, or an artifact's reference).
+    pub fn named(name: &str, origin: &Path, bytes: Vec<u8>) -> Self {
         Self {
-            name: plugin_name(path),
-            path: path.to_owned(),
+            name: name.to_owned(),
+            path: origin.to_owned(),
             sha256: sha256_hex(&bytes),
             bytes,
         }

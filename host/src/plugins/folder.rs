@@ -51,10 +51,20 @@ fn fingerprint(path: &Path) -> Option<(u64, SystemTime)> {
 /// Makes the loaded plugins match `dir`. Blocking (compiles): call it off the async runtime.
 pub fn sync_dir(host: &PluginHost, dir: &Path) -> std::io::Result<SyncReport> {
     let mut report = SyncReport::default();
-    let files = plugin_files(dir)?;
+    let settings = host.settings();
+    // Plugins with a registry source are the registry's, even when a file has their name.
+    let (files, shadowed): (Vec<PathBuf>, Vec<PathBuf>) = plugin_files(dir)?
+        .into_iter()
+        .partition(|p| !settings.from_registry(&plugin_name(p)));
+    for path in shadowed {
+        tracing::warn!(file = %path.display(), plugin = %plugin_name(&path), "ignored: the configuration pulls this plugin from a registry (plugins.NAME.source)");
+    }
     let present: Vec<String> = files.iter().map(|p| plugin_name(p)).collect();
     for status in host.status() {
-        if !present.contains(&status.name) && host.unload(&status.name) {
+        if !present.contains(&status.name)
+            && !settings.from_registry(&status.name)
+            && host.unload(&status.name)
+        {
             report.unloaded.push(status.name);
         }
     }

@@ -14,7 +14,9 @@ use crate::informer::{IndexClaim, Subscription};
 use crate::plugins::dispatch;
 use crate::plugins::inspect::{Inspection, inspect};
 use crate::plugins::manifest::PluginManifest;
-use crate::plugins::{PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus, Version};
+use crate::plugins::{
+    FailedPlugin, PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus, Version,
+};
 use crate::plugins::{PluginsConfig, Reason};
 use crate::wasm::logging::{LogSink, PluginLogger};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, WriteAccess};
@@ -121,6 +123,8 @@ struct Prepared {
 /// not tried again.
 struct LoadFailure {
     sha256: String,
+    /// The file or artifact that failed.
+    origin: std::path::PathBuf,
     error: String,
     count: u64,
 }
@@ -197,6 +201,11 @@ impl PluginHost {
         self.failures.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The settings of every plugin.
+    pub fn settings(&self) -> &PluginsConfig {
+        &self.settings
+    }
+
     /// Largest plugin file this host reads.
     pub fn max_file_bytes(&self) -> u64 {
         self.settings.max_file_bytes
@@ -243,6 +252,7 @@ impl PluginHost {
                     file.name.clone(),
                     LoadFailure {
                         sha256: file.sha256.clone(),
+                        origin: file.path.clone(),
                         error: e.reason.to_string(),
                         count,
                     },
@@ -274,22 +284,37 @@ impl PluginHost {
             path: path.to_owned(),
             reason: Reason::Read(error),
         };
+        let name = failure.plugin.clone();
+        self.record(failure);
+        Some(name)
+    }
+
+    /// Records a failure that came before any content (the file or artifact could not be
+    /// had): logged when its reason is new, shown in status like any failed load; the
+    /// running version, if any, keeps serving.
+    pub fn record(&self, failure: PluginError) {
         let text = failure.reason.to_string();
         let mut failures = self.failures();
         let entry = failures
             .entry(failure.plugin.clone())
             .or_insert_with(|| LoadFailure {
                 sha256: String::new(),
+                origin: failure.path.clone(),
                 error: String::new(),
                 count: 0,
             });
         if entry.error != text {
             tracing::error!("{failure}");
+            entry.origin = failure.path.clone();
             entry.error = text;
             entry.sha256 = String::new();
             entry.count += 1;
         }
-        Some(failure.plugin)
+    }
+
+    /// Forgets the last failure of plugin `name` (its source names the loaded version again).
+    pub fn forget_failure(&self, name: &str) {
+        self.failures().remove(name);
     }
 
     /// True when `file`'s content already failed to load under its plugin name (so a rescan
@@ -391,6 +416,24 @@ impl PluginHost {
         self.stop(&mut running);
         tracing::info!(plugin = %name, "plugin unloaded");
         true
+    }
+
+    /// The plugins that failed and have no version loaded, by name.
+    pub fn failed(&self) -> Vec<FailedPlugin> {
+        let failures = self.failures();
+        let plugins = self.plugins();
+        failures
+            .iter()
+            .filter(|(name, _)| {
+                !plugins.running.contains_key(*name) && !plugins.standby.contains_key(*name)
+            })
+            .map(|(name, f)| FailedPlugin {
+                name: name.clone(),
+                path: f.origin.clone(),
+                error: f.error.clone(),
+                failures: f.count,
+            })
+            .collect()
     }
 
     /// The loaded plugins, by name.

@@ -8,6 +8,7 @@ pub mod folder;
 mod host;
 pub mod inspect;
 pub mod manifest;
+pub mod registry;
 mod retry;
 mod settings;
 mod status;
@@ -20,4 +21,4 @@ pub use settings::{
     DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_FILE_BYTES, DEFAULT_RELEASE_IDLE_AFTER, Delivery, Grants,
     PluginSettings, PluginsConfig,
 };
-pub use status::{DEGRADED_AFTER, PluginStats, PluginStatus};
+pub use status::{DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus};

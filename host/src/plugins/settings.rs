@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::gvk::Gvk;
+use crate::oci::Source;
 use crate::plugins::retry::Backoff;
 use crate::wasm::http::AllowedHost;
 use crate::wasm::{Limits, is_secret};
@@ -81,6 +82,8 @@ pub struct PluginSettings {
     pub grants: Grants,
     /// Resync period when its manifest sets none.
     pub resync: Option<Duration>,
+    /// The registry it is pulled from; `None`: the plugins folder.
+    pub source: Option<Source>,
 }
 
 impl Default for PluginSettings {
@@ -91,6 +94,7 @@ impl Default for PluginSettings {
             config: "{}".to_owned(),
             grants: Grants::default(),
             resync: None,
+            source: None,
         }
     }
 }
@@ -132,6 +136,18 @@ impl PluginsConfig {
     /// The settings of plugin `name`.
     pub fn settings(&self, name: &str) -> &PluginSettings {
         self.named.get(name).unwrap_or(&self.defaults)
+    }
+
+    /// The plugins pulled from registries, with their sources.
+    pub fn registry_sources(&self) -> impl Iterator<Item = (&str, &Source)> {
+        self.named
+            .iter()
+            .filter_map(|(name, s)| Some((name.as_str(), s.source.as_ref()?)))
+    }
+
+    /// Whether plugin `name` comes from a registry (the plugins folder does not manage it).
+    pub fn from_registry(&self, name: &str) -> bool {
+        self.settings(name).source.is_some()
     }
 
     /// A warning when the configuration names plugins but not `name`, which then runs with

@@ -95,6 +95,19 @@ impl PluginStats {
     }
 }
 
+/// A plugin that is not loaded because its file or artifact failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FailedPlugin {
+    /// The plugin's name.
+    pub name: String,
+    /// Its file, or its artifact's reference.
+    pub path: std::path::PathBuf,
+    /// Why it is not loaded.
+    pub error: String,
+    /// Failed attempts with a new content or reason.
+    pub failures: u64,
+}
+
 /// A snapshot of one plugin's state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PluginStatus {

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 
 use crate::gvk::Gvk;
 use crate::informer::factory::InformerStats;
-use crate::plugins::PluginStatus;
+use crate::plugins::{FailedPlugin, PluginStatus};
 use crate::source::kube::stats::ReflectorSnapshot;
 
 /// How long a client may take to send a request's headers before it is disconnected (a
@@ -37,6 +37,8 @@ pub struct Parts {
     pub abandoned_workers: u64,
     /// Loaded plugins.
     pub plugins: Vec<PluginStatus>,
+    /// Plugins that failed and have no version loaded.
+    pub failed_plugins: Vec<FailedPlugin>,
     /// Running informers.
     pub informers: Vec<InformerStats>,
     /// Reflector counters per resource type.
@@ -58,6 +60,9 @@ pub struct Status {
     pub abandoned_workers: u64,
     /// Loaded plugins.
     pub plugins: Vec<PluginStatus>,
+    /// Plugins that failed (file or artifact) and have no version loaded.
+    #[serde(default)]
+    pub failed_plugins: Vec<FailedPlugin>,
     /// Running informers.
     pub informers: Vec<InformerStats>,
     /// Reflector counters per resource type (API server source only).
@@ -77,6 +82,7 @@ impl Status {
             leader,
             abandoned_workers,
             plugins,
+            failed_plugins,
             informers,
             reflectors,
         } = parts;
@@ -111,6 +117,7 @@ impl Status {
             leader,
             abandoned_workers,
             plugins,
+            failed_plugins,
             informers,
             reflectors,
         }
@@ -210,6 +217,7 @@ mod tests {
                 running_seconds: plugin_age,
                 ..PluginStatus::default()
             }],
+            failed_plugins: Vec::new(),
             informers: vec![InformerStats {
                 gvk: Gvk::new("", "v1", "Secret"),
                 received: 0,

@@ -8,6 +8,7 @@
 
 pub mod double;
 pub mod generate;
+pub mod oci;
 mod pki;
 mod process;
 pub mod proxy;
@@ -69,10 +70,21 @@ pub struct TestEnv {
 /// The folder holding the `etcd` and `kube-apiserver` binaries: `$KUBEWASM_SERVERS`, or what
 /// `scripts/k8s-servers.sh` prints (it builds them on first use).
 pub fn servers_dir() -> anyhow::Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("KUBEWASM_SERVERS") {
+    built_by(
+        "KUBEWASM_SERVERS",
+        "k8s-servers.sh",
+        "etcd and kube-apiserver",
+    )
+}
+
+/// The folder `$variable` names, or the one `scripts/{script}` prints after building `what`.
+fn built_by(variable: &str, script: &str, what: &str) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os(variable) {
         return Ok(dir.into());
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/k8s-servers.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
     let out = std::process::Command::new("bash")
         .arg(&script)
         .stderr(std::process::Stdio::inherit())
@@ -80,7 +92,7 @@ pub fn servers_dir() -> anyhow::Result<PathBuf> {
         .with_context(|| format!("cannot run {}", script.display()))?;
     if !out.status.success() {
         bail!(
-            "{} failed: cannot build etcd and kube-apiserver (is Go installed?)",
+            "{} failed: cannot build {what} (is Go installed?)",
             script.display()
         );
     }

@@ -1,0 +1,168 @@
+//! Plugins pulled from OCI registries: each one's source followed on a task of its own.
+//!
+//! A plugin whose configuration has a `source` is pulled at start; a tag is then looked up
+//! again every `pollSeconds`, and when it names a new manifest, that artifact is pulled,
+//! checked (digest, signature, size) and applied through the same path as a changed file:
+//! prepared completely, then swapped in, or refused while the running version keeps serving.
+//! Failures are retried with a backoff (1 s doubling up to the poll period), each new reason
+//! logged once and shown in status.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::oci::{ArtifactCache, Digest, OciError, Puller, Source};
+use crate::plugins::folder::SyncReport;
+use crate::plugins::{Outcome, PluginError, PluginFile, PluginHost, Reason};
+
+/// First delay after a failed pull or load.
+const RETRY_BASE: Duration = Duration::from_secs(1);
+
+/// The tasks following registry sources; dropping it stops them.
+pub struct RegistryPlugins {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for RegistryPlugins {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl RegistryPlugins {
+    /// Pulls and loads every plugin with a registry source (waiting for each one's first
+    /// attempt), then follows them. Content is cached in `cache` when given.
+    pub async fn start(host: Arc<PluginHost>, cache: Option<ArtifactCache>) -> (Self, SyncReport) {
+        let followers: Vec<Follower> = host
+            .settings()
+            .registry_sources()
+            .map(|(name, source)| Follower {
+                name: name.to_owned(),
+                source: source.clone(),
+                host: host.clone(),
+                cache: cache.clone(),
+                loaded: None,
+            })
+            .collect();
+        let mut report = SyncReport::default();
+        let mut tasks = Vec::new();
+        let first = futures::future::join_all(followers.into_iter().map(|mut f| async move {
+            let result = f.attempt().await;
+            (f, result)
+        }))
+        .await;
+        for (follower, result) in first {
+            let name = follower.name.clone();
+            match &result {
+                Ok(Outcome::Loaded) => report.loaded.push(name),
+                Ok(Outcome::Replaced) => report.replaced.push(name),
+                Ok(Outcome::Unchanged) => {}
+                Err(()) => report.failed.push(name),
+            }
+            tasks.push(tokio::spawn(follower.follow(result.is_ok())));
+        }
+        (Self { tasks }, report)
+    }
+}
+
+/// One plugin's registry source.
+struct Follower {
+    name: String,
+    source: Source,
+    host: Arc<PluginHost>,
+    cache: Option<ArtifactCache>,
+    /// The manifest digest of the version loaded from it.
+    loaded: Option<Digest>,
+}
+
+impl Follower {
+    /// Looks the source up again after every poll period (retrying failures sooner) for as
+    /// long as it can move.
+    async fn follow(mut self, mut healthy: bool) {
+        let mut retry = RETRY_BASE;
+        loop {
+            if healthy && !self.source.follows_a_tag() {
+                // Pinned and loaded: nothing can change.
+                return;
+            }
+            let wait = if healthy { self.source.poll } else { retry };
+            tokio::time::sleep(wait).await;
+            healthy = self.attempt().await.is_ok();
+            retry = if healthy {
+                RETRY_BASE
+            } else {
+                (retry * 2).min(self.source.poll)
+            };
+        }
+    }
+
+    /// One round: resolve, and pull and apply what is new. Failures are recorded on the host.
+    async fn attempt(&mut self) -> Result<Outcome, ()> {
+        match self.pull().await {
+            Ok(None) => {
+                // The loaded version is what the source names: earlier failures are moot.
+                self.host.forget_failure(&self.name);
+                Ok(Outcome::Unchanged)
+            }
+            Ok(Some((digest, file))) => {
+                if self.host.known_failure(&file) {
+                    // This content failed to load before: wait for another.
+                    return Err(());
+                }
+                let host = self.host.clone();
+                let applied = tokio::task::spawn_blocking(move || host.apply(&file)).await;
+                match applied {
+                    Ok(Ok(outcome)) => {
+                        if outcome != Outcome::Unchanged {
+                            tracing::info!(plugin = %self.name, manifest = %digest, "plugin pulled from {}", self.source.reference);
+                        }
+                        self.loaded = Some(digest);
+                        Ok(outcome)
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!("{e}");
+                        Err(())
+                    }
+                    Err(e) => {
+                        tracing::error!(plugin = %self.name, "loading the pulled plugin panicked: {e}");
+                        Err(())
+                    }
+                }
+            }
+            Err(e) => {
+                self.host.record(PluginError {
+                    plugin: self.name.clone(),
+                    path: PathBuf::from(self.source.reference.to_string()),
+                    reason: Reason::Pull(Box::new(e)),
+                });
+                Err(())
+            }
+        }
+    }
+
+    /// The component the source names now, unless it is the one loaded.
+    async fn pull(&self) -> Result<Option<(Digest, PluginFile)>, OciError> {
+        // Settings files are read on every attempt: a rotated pull secret, CA or key is used
+        // from its next lookup on.
+        let puller = Puller::new(
+            self.source.clone(),
+            self.cache.clone(),
+            self.host.max_file_bytes(),
+        )?;
+        let manifest = puller.manifest().await?;
+        if self.loaded.as_ref() == Some(&manifest.digest) {
+            return Ok(None);
+        }
+        let pulled = puller.pull(manifest).await?;
+        if let Some(kind) = pulled.verified_with {
+            tracing::info!(plugin = %self.name, manifest = %pulled.manifest, "cosign signature verified with the {kind} key");
+        }
+        let origin = self.source.reference.at(&pulled.manifest).to_string();
+        let file = PluginFile::named(&self.name, Path::new(&origin), pulled.wasm);
+        Ok(Some((pulled.manifest, file)))
+    }
+}
