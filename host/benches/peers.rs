@@ -166,7 +166,7 @@ enum Peer {
         _sub: Option<Subscription>,
     },
     Plugins {
-        agent: Agent,
+        agent: Box<Agent>,
         _lease: Lease,
     },
     KubeRs {
@@ -273,7 +273,7 @@ impl Peer {
                 }
                 wait_for("plugins sync", || synced(agent.plugins()));
                 Peer::Plugins {
-                    agent,
+                    agent: Box::new(agent),
                     _lease: lease,
                 }
             }

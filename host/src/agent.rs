@@ -12,6 +12,7 @@ use anyhow::Context;
 use tokio::task::JoinHandle;
 
 use crate::config::HostConfig;
+use crate::crd::PluginResources;
 use crate::informer::factory::InformerFactory;
 use crate::leader::{ElectionConfig, Elector, LeaderCallbacks};
 use crate::object::Transform;
@@ -131,9 +132,15 @@ pub struct Agent {
     manifests: Option<Arc<ManifestFolder>>,
     server: Option<(SocketAddr, JoinHandle<()>)>,
     watcher: Option<FolderWatcher>,
-    registry: Option<RegistryPlugins>,
+    registry: Option<Arc<RegistryPlugins>>,
     /// Where pulled artifacts are cached (beside the compiled code).
     artifacts: Option<ArtifactCache>,
+    /// `KubewasmPlugin` objects followed, when the configuration asks for it.
+    resources: Option<PluginResources>,
+    /// The configuration (for the defaults of plugins declared in the cluster).
+    config: HostConfig,
+    /// The API server, when the cluster is one.
+    client: Option<kube::Client>,
     election: Option<Election>,
     shutdown_timeout: Duration,
 }
@@ -187,6 +194,8 @@ impl Agent {
             options.election.is_none() || client.is_some(),
             "leader election needs a Kubernetes API server, not a manifests folder"
         );
+        let config = options.config.clone();
+        let client_for_status = client.clone();
         let factory = InformerFactory::new(source, tasks);
         let engine = Arc::new(Engine::with_cache(
             options.compiled_cache.as_deref(),
@@ -248,6 +257,9 @@ impl Agent {
             watcher: None,
             registry: None,
             artifacts,
+            resources: None,
+            config,
+            client: client_for_status,
             election,
             shutdown_timeout: options.config.shutdown_timeout,
         })
@@ -265,6 +277,16 @@ impl Agent {
         self.watcher = Some(watcher);
         let (registry, pulled) =
             RegistryPlugins::start(self.shared.plugins.clone(), self.artifacts.clone()).await;
+        let registry = Arc::new(registry);
+        if self.config.plugin_resources {
+            self.resources = Some(PluginResources::start(
+                &self.shared.factory,
+                self.shared.plugins.clone(),
+                registry.clone(),
+                self.config.clone(),
+                self.client.clone(),
+            )?);
+        }
         self.registry = Some(registry);
         first.loaded.extend(pulled.loaded);
         first.failed.extend(pulled.failed);
@@ -327,6 +349,7 @@ impl Agent {
             );
         }
         self.watcher = None;
+        self.resources = None;
         self.registry = None;
         if let Some(election) = &mut self.election {
             election.task.abort();

@@ -12,6 +12,8 @@
 //! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
 //! defaultNamespace: default    # with --cluster DIR: where namespaced objects written without
 //!                              # a namespace land (as kubectl's context namespace)
+//! pluginResources: false       # also load the plugins of KubewasmPlugin objects
+//!                              # (examples/deploy/kubewasmplugin-crd.yaml), live
 //! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
 //!   enabled: true
 //!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
@@ -302,6 +304,39 @@ struct PluginConfig {
     source: Option<SourceConfig>,
 }
 
+impl PluginConfig {
+    /// `defaults` with this entry applied; `field` names the entry in errors.
+    fn settings(self, defaults: &PluginSettings, field: &str) -> Result<PluginSettings, String> {
+        let mut settings = self
+            .limits
+            .apply(defaults.clone(), &format!("{field}.limits"))?;
+        if let Some(grants) = self.grants {
+            let field = format!("{field}.grants");
+            settings.grants = Grants {
+                resources: match grants.resources {
+                    Some(rs) => Some(parse_each(rs, &format!("{field}.resources"), Gvk::parse)?),
+                    None => None,
+                },
+                secrets: parse_each(grants.secrets, &format!("{field}.secrets"), parse_secret)?,
+                writes: grants
+                    .writes
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, w)| w.parse(&format!("{field}.writes[{i}]")))
+                    .collect::<Result<_, _>>()?,
+                http: parse_each(grants.http, &format!("{field}.http"), AllowedHost::parse)?,
+            };
+        }
+        if let Some(config) = self.config {
+            settings.config = config.to_string();
+        }
+        if let Some(source) = self.source {
+            settings.source = Some(source.parse(&format!("{field}.source"))?);
+        }
+        Ok(settings)
+    }
+}
+
 /// Where a plugin is pulled from, as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -356,6 +391,8 @@ struct FileConfig {
     compiled_cache_mib: Option<u64>,
     default_namespace: Option<String>,
     #[serde(default)]
+    plugin_resources: bool,
+    #[serde(default)]
     leader_election: LeaderElectionConfig,
     #[serde(default)]
     defaults: DefaultsConfig,
@@ -382,6 +419,8 @@ pub struct HostConfig {
     pub default_namespace: String,
     /// Leader election.
     pub leader_election: LeaderElectionConfig,
+    /// Whether plugins are also declared by `KubewasmPlugin` objects.
+    pub plugin_resources: bool,
     /// Every plugin's settings.
     pub plugins: PluginsConfig,
 }
@@ -412,6 +451,7 @@ impl Default for HostConfig {
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             default_namespace: DEFAULT_NAMESPACE.to_owned(),
             leader_election: LeaderElectionConfig::default(),
+            plugin_resources: false,
             plugins: PluginsConfig::default(),
         }
     }
@@ -462,34 +502,7 @@ impl HostConfig {
             .map(Duration::from_secs);
         let mut named = BTreeMap::new();
         for (name, plugin) in file.plugins {
-            let mut settings = plugin
-                .limits
-                .apply(defaults.clone(), &format!("plugins.{name}.limits"))?;
-            if let Some(grants) = plugin.grants {
-                let field = format!("plugins.{name}.grants");
-                settings.grants = Grants {
-                    resources: match grants.resources {
-                        Some(rs) => {
-                            Some(parse_each(rs, &format!("{field}.resources"), Gvk::parse)?)
-                        }
-                        None => None,
-                    },
-                    secrets: parse_each(grants.secrets, &format!("{field}.secrets"), parse_secret)?,
-                    writes: grants
-                        .writes
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, w)| w.parse(&format!("{field}.writes[{i}]")))
-                        .collect::<Result<_, _>>()?,
-                    http: parse_each(grants.http, &format!("{field}.http"), AllowedHost::parse)?,
-                };
-            }
-            if let Some(config) = plugin.config {
-                settings.config = config.to_string();
-            }
-            if let Some(source) = plugin.source {
-                settings.source = Some(source.parse(&format!("plugins.{name}.source"))?);
-            }
+            let settings = plugin.settings(&defaults, &format!("plugins.{name}"))?;
             named.insert(name, settings);
         }
         let metrics_address = match file.metrics_address {
@@ -516,6 +529,7 @@ impl HostConfig {
             default_namespace,
             shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
             leader_election: file.leader_election,
+            plugin_resources: file.plugin_resources,
             sync_timeout: file
                 .sync_timeout_seconds
                 .map_or(DEFAULT_SYNC_TIMEOUT, Duration::from_secs),
@@ -533,6 +547,19 @@ impl HostConfig {
                 named,
             },
         })
+    }
+
+    /// One plugin's settings from an entry written as JSON (a `KubewasmPlugin`'s spec: the
+    /// fields of a `plugins.NAME` entry), on top of this configuration's defaults; errors
+    /// name the field under `field`.
+    pub fn plugin_entry(
+        &self,
+        entry: &serde_json::Value,
+        field: &str,
+    ) -> Result<PluginSettings, String> {
+        let plugin: PluginConfig =
+            serde_json::from_value(entry.clone()).map_err(|e| format!("{field}: {e}"))?;
+        plugin.settings(&self.plugins.defaults, field)
     }
 
     /// The election's Lease and this replica's `identity`.

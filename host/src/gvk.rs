@@ -76,3 +76,15 @@ mod tests {
         assert_eq!(apps.to_string(), "apps/v1/Deployment");
     }
 }
+
+/// Names of kubewasm's own custom resource, `KubewasmPlugin` (see `crd.rs`).
+pub mod plugin_resource {
+    /// Its API group.
+    pub const GROUP: &str = "kubewasm.dev";
+    /// Its version.
+    pub const VERSION: &str = "v1alpha1";
+    /// Its kind.
+    pub const KIND: &str = "KubewasmPlugin";
+    /// Its plural.
+    pub const PLURAL: &str = "kubewasmplugins";
+}

@@ -8,10 +8,11 @@
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
 //! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci` · `source` ·
-//! `informer` · `wasm` · `plugins` · `config`, `serve` · `agent` · `testing`.
+//! `informer` · `wasm` · `plugins` · `config` · `crd`, `serve` · `agent` · `testing`.
 
 pub mod agent;
 pub mod config;
+pub mod crd;
 pub mod gvk;
 pub mod histogram;
 pub mod informer;

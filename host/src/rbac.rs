@@ -10,7 +10,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, GroupVersionKind};
 
-use crate::gvk::Gvk;
+use crate::gvk::{Gvk, plugin_resource};
 use crate::write::WriteGrant;
 
 /// Where the host runs: the names the generated objects use.
@@ -24,6 +24,9 @@ pub struct Identity {
     pub service_account: String,
     /// Whether leader election is on (adds a Role on Leases in `namespace`).
     pub leader_election: bool,
+    /// Whether the host follows `KubewasmPlugin` objects (adds reading them and writing
+    /// their status).
+    pub plugin_resources: bool,
 }
 
 /// The plural resource name of `gvk` (`Pod` → `pods`, `Ingress` → `ingresses`).
@@ -83,6 +86,7 @@ pub fn render(
         namespace,
         service_account,
         leader_election,
+        plugin_resources,
     } = identity;
     let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
         name: Some(name.to_owned()),
@@ -130,6 +134,20 @@ pub fn render(
                             )
                         })
                         .chain(cluster_writes.into_iter().map(write_rule))
+                        .chain(plugin_resources.then(|| {
+                            rule(
+                                plugin_resource::GROUP,
+                                vec![plugin_resource::PLURAL.into()],
+                                &["get", "list", "watch"],
+                            )
+                        }))
+                        .chain(plugin_resources.then(|| {
+                            rule(
+                                plugin_resource::GROUP,
+                                vec![format!("{}/status", plugin_resource::PLURAL)],
+                                &["patch"],
+                            )
+                        }))
                         .collect(),
                 ),
                 ..ClusterRole::default()
@@ -216,6 +234,7 @@ mod tests {
             namespace: "ops".into(),
             service_account: "agent".into(),
             leader_election: false,
+            plugin_resources: false,
         }
     }
 

@@ -236,6 +236,7 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
         namespace: "kubewasm".into(),
         service_account: name.into(),
         leader_election: false,
+        plugin_resources: false,
     };
     support::apply_yaml(
         &admin,

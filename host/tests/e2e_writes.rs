@@ -110,6 +110,7 @@ async fn install_rbac(
         namespace: "kubewasm".into(),
         service_account: name.into(),
         leader_election,
+        plugin_resources: false,
     };
     support::apply_yaml(admin, &rbac::render(&types, &writes, &identity, "test")).await
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 17] = [
+const LAYERS: [&str; 18] = [
     "gvk",
     "yaml",
     "object",
@@ -20,6 +20,7 @@ const LAYERS: [&str; 17] = [
     "wasm",
     "plugins",
     "config",
+    "crd",
     "serve",
     "agent",
     "testing",

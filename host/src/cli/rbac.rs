@@ -69,6 +69,7 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace,
         service_account: args.service_account,
         leader_election: args.leader_elect || config.leader_election.enabled,
+        plugin_resources: config.plugin_resources,
     };
     let sources = format!("the plugins {}", names.join(", "));
     print!("{}", rbac::render(&types, &writes, &identity, &sources));

@@ -49,6 +49,8 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 /// A plugin version that delivers, on its own dispatch thread.
 struct Running {
     file: Version,
+    /// The settings it was prepared with.
+    settings: PluginSettings,
     /// When this version was prepared.
     loaded: Instant,
     /// Its call deadline: a stopping worker's call in flight ends within it.
@@ -143,7 +145,8 @@ pub struct PluginHost {
     engine: Arc<Engine>,
     factory: Arc<InformerFactory>,
     log: Arc<dyn LogSink>,
-    settings: PluginsConfig,
+    /// Replaced whole when a plugin's settings change (custom resources).
+    settings: std::sync::RwLock<Arc<PluginsConfig>>,
     plugins: Mutex<Plugins>,
     failures: Mutex<BTreeMap<String, LoadFailure>>,
     /// Workers that did not stop in time and were left behind.
@@ -171,7 +174,7 @@ impl PluginHost {
             engine,
             factory,
             log,
-            settings,
+            settings: std::sync::RwLock::new(Arc::new(settings)),
             plugins: Mutex::new(Plugins {
                 leading: role == Role::Leader,
                 running: BTreeMap::new(),
@@ -202,24 +205,41 @@ impl PluginHost {
     }
 
     /// The settings of every plugin.
-    pub fn settings(&self) -> &PluginsConfig {
-        &self.settings
+    pub fn settings(&self) -> Arc<PluginsConfig> {
+        self.settings
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Gives plugin `name` its own settings (`None`: back to the defaults). A loaded version
+    /// keeps its settings until it is applied again.
+    pub fn configure(&self, name: &str, settings: Option<PluginSettings>) {
+        let mut current = self
+            .settings
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut next = PluginsConfig::clone(&current);
+        match settings {
+            Some(settings) => next.named.insert(name.to_owned(), settings),
+            None => next.named.remove(name),
+        };
+        *current = Arc::new(next);
     }
 
     /// Largest plugin file this host reads.
     pub fn max_file_bytes(&self) -> u64 {
-        self.settings.max_file_bytes
+        self.settings().max_file_bytes
     }
 
     /// Reads and loads a plugin that is not loaded yet (see [`Self::apply`] to replace one).
     /// Blocking (compiling takes time): call it off the async runtime.
     pub fn load(&self, path: &Path) -> Result<Outcome, PluginError> {
-        let file =
-            PluginFile::read(path, self.settings.max_file_bytes).map_err(|e| PluginError {
-                plugin: crate::plugins::plugin_name(path),
-                path: path.to_owned(),
-                reason: Reason::Read(e),
-            })?;
+        let file = PluginFile::read(path, self.max_file_bytes()).map_err(|e| PluginError {
+            plugin: crate::plugins::plugin_name(path),
+            path: path.to_owned(),
+            reason: Reason::Read(e),
+        })?;
         if self.plugins().running.contains_key(&file.name) {
             return Err(Reason::AlreadyLoaded.of(&file));
         }
@@ -230,7 +250,7 @@ impl PluginHost {
     /// differs. The new version is prepared completely first; if that fails, the running one
     /// keeps serving and the failure shows in status. Blocking: call it off the async runtime.
     pub fn apply(&self, file: &PluginFile) -> Result<Outcome, PluginError> {
-        if self.digest(&file.name).as_deref() == Some(file.digest()) {
+        if self.loaded_as(file) {
             return Ok(Outcome::Unchanged);
         }
         let outcome = self
@@ -241,7 +261,7 @@ impl PluginHost {
             Ok(loaded) => {
                 failures.remove(&file.name);
                 if *loaded == Outcome::Loaded
-                    && let Some(warning) = self.settings.missing_entry(&file.name)
+                    && let Some(warning) = self.settings().missing_entry(&file.name)
                 {
                     tracing::warn!(plugin = %file.name, "{warning}");
                 }
@@ -260,6 +280,24 @@ impl PluginHost {
             }
         }
         outcome
+    }
+
+    /// Whether `file`'s content is loaded under its name with the settings it would get now.
+    fn loaded_as(&self, file: &PluginFile) -> bool {
+        let settings = self.settings();
+        let wanted = settings.settings(&file.name);
+        let plugins = self.plugins();
+        let loaded = |version: &Version, with: &PluginSettings| {
+            version.digest() == file.digest() && with == wanted
+        };
+        plugins
+            .running
+            .get(&file.name)
+            .is_some_and(|r| loaded(&r.file, &r.settings))
+            || plugins
+                .standby
+                .get(&file.name)
+                .is_some_and(|p| loaded(&p.file, &p.settings))
     }
 
     /// The digest of the version of plugin `name` that is loaded (delivering or on standby).
@@ -326,7 +364,8 @@ impl PluginHost {
     }
 
     fn prepare(&self, file: &PluginFile) -> Result<Prepared, PluginError> {
-        let settings = self.settings.settings(&file.name).clone();
+        let all = self.settings();
+        let settings = all.settings(&file.name).clone();
         let Inspection {
             code,
             mut ctx,
@@ -335,7 +374,7 @@ impl PluginHost {
             logger,
         } = inspect(
             &self.engine,
-            self.settings.compile_timeout,
+            all.compile_timeout,
             &settings,
             self.log.clone(),
             file,
@@ -531,6 +570,7 @@ impl PluginHost {
 /// to the new one, which starts from the current state as initial adds.
 fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<Outcome, Reason> {
     let (tx, rx) = queue(p.settings.delivery.backlog);
+    let settings = p.settings.clone();
     let deadline = p.ctx.limits.deadline;
     let old = plugins.running.remove(&p.file.name);
     let mut old_subs = old
@@ -590,6 +630,7 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
         p.file.name.clone(),
         Running {
             deadline,
+            settings,
             loaded: p.loaded,
             file: p.file,
             logger: p.logger,

@@ -7,8 +7,9 @@
 //! Failures are retried with a backoff (1 s doubling up to the poll period), each new reason
 //! logged once and shown in status.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -20,22 +21,24 @@ use crate::plugins::{Outcome, PluginError, PluginFile, PluginHost, Reason};
 /// First delay after a failed pull or load.
 const RETRY_BASE: Duration = Duration::from_secs(1);
 
-/// The tasks following registry sources; dropping it stops them.
+/// The tasks following registry sources, one per plugin; dropping it stops them.
 pub struct RegistryPlugins {
-    tasks: Vec<JoinHandle<()>>,
+    host: Arc<PluginHost>,
+    cache: Option<ArtifactCache>,
+    tasks: Mutex<BTreeMap<String, JoinHandle<()>>>,
 }
 
 impl Drop for RegistryPlugins {
     fn drop(&mut self) {
-        for task in &self.tasks {
+        for task in self.tasks().values() {
             task.abort();
         }
     }
 }
 
 impl RegistryPlugins {
-    /// Pulls and loads every plugin with a registry source (waiting for each one's first
-    /// attempt), then follows them. Content is cached in `cache` when given.
+    /// Pulls and loads every plugin the host's settings give a registry source (waiting for
+    /// each one's first attempt), then follows them. Content is cached in `cache` when given.
     pub async fn start(host: Arc<PluginHost>, cache: Option<ArtifactCache>) -> (Self, SyncReport) {
         let followers: Vec<Follower> = host
             .settings()
@@ -49,7 +52,7 @@ impl RegistryPlugins {
             })
             .collect();
         let mut report = SyncReport::default();
-        let mut tasks = Vec::new();
+        let mut tasks = BTreeMap::new();
         let first = futures::future::join_all(followers.into_iter().map(|mut f| async move {
             let result = f.attempt().await;
             (f, result)
@@ -58,14 +61,48 @@ impl RegistryPlugins {
         for (follower, result) in first {
             let name = follower.name.clone();
             match &result {
-                Ok(Outcome::Loaded) => report.loaded.push(name),
-                Ok(Outcome::Replaced) => report.replaced.push(name),
+                Ok(Outcome::Loaded) => report.loaded.push(name.clone()),
+                Ok(Outcome::Replaced) => report.replaced.push(name.clone()),
                 Ok(Outcome::Unchanged) => {}
-                Err(()) => report.failed.push(name),
+                Err(()) => report.failed.push(name.clone()),
             }
-            tasks.push(tokio::spawn(follower.follow(result.is_ok())));
+            tasks.insert(name, tokio::spawn(follower.follow(result.is_ok())));
         }
-        (Self { tasks }, report)
+        let registry = Self {
+            host,
+            cache,
+            tasks: Mutex::new(tasks),
+        };
+        (registry, report)
+    }
+
+    fn tasks(&self) -> MutexGuard<'_, BTreeMap<String, JoinHandle<()>>> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Follows plugin `name` from `source` from now on, in place of what it followed (its
+    /// first attempt runs at once, on the task); `None` stops following it (the caller
+    /// unloads it).
+    pub fn follow(&self, name: &str, source: Option<Source>) {
+        let mut tasks = self.tasks();
+        if let Some(task) = tasks.remove(name) {
+            task.abort();
+        }
+        let Some(source) = source else {
+            return;
+        };
+        let mut follower = Follower {
+            name: name.to_owned(),
+            source,
+            host: self.host.clone(),
+            cache: self.cache.clone(),
+            loaded: None,
+        };
+        let task = tokio::spawn(async move {
+            let healthy = follower.attempt().await.is_ok();
+            follower.follow(healthy).await;
+        });
+        tasks.insert(name.to_owned(), task);
     }
 }
 
