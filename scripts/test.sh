@@ -9,9 +9,10 @@ bash scripts/setup.sh
 # The real etcd and kube-apiserver for the end-to-end tests, built once per version and cached.
 KUBEWASM_SERVERS=$(bash scripts/k8s-servers.sh)
 export KUBEWASM_SERVERS
-# A real OCI registry and cosign for the registry tests, built once per version and cached.
-KUBEWASM_OCI_TOOLS=$(bash scripts/oci-tools.sh)
-export KUBEWASM_OCI_TOOLS
+# A real OCI registry, cosign and helm for the registry and chart tests, built once per
+# version and cached.
+KUBEWASM_TEST_TOOLS=$(bash scripts/test-tools.sh)
+export KUBEWASM_TEST_TOOLS
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

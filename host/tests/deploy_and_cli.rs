@@ -9,25 +9,12 @@ use std::time::{Duration, Instant};
 
 use kubewasm::config::HostConfig;
 
+mod support;
+
 const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The example plugins under the names examples/deploy configures.
-fn deployed_plugins() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    for (name, built) in [
-        ("pod-phase", kubewasm_plugin_artifacts::POD_PHASE),
-        (
-            "deployment-view",
-            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
-        ),
-    ] {
-        std::fs::copy(built, dir.path().join(format!("{name}.wasm"))).expect("copy");
-    }
-    dir
 }
 
 fn run(args: &[&str]) -> std::process::Output {
@@ -40,7 +27,7 @@ fn run(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn deploy_rbac_is_what_kubewasm_rbac_generates() {
-    let plugins = deployed_plugins();
+    let plugins = support::deployed_plugins();
     let config = root().join("examples/deploy/config.yaml");
     let out = run(&[
         "rbac",
@@ -131,7 +118,7 @@ fn deploy_manifests_parse_and_the_pod_is_locked_down() {
 
 #[test]
 fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
-    let plugins = deployed_plugins();
+    let plugins = support::deployed_plugins();
     let config = root().join("examples/deploy/config.yaml");
     let plugin = plugins.path().join("deployment-view.wasm");
     let check = |plugin: &std::path::Path| {
@@ -268,7 +255,7 @@ fn terminate(
 
 #[test]
 fn sigterm_stops_delivery_and_exits_zero() {
-    let plugins = deployed_plugins();
+    let plugins = support::deployed_plugins();
     let cluster = root().join("examples/cluster");
     let (mut child, mut lines, rx) = run_until_ready(&[
         "--plugins".as_ref(),

@@ -155,3 +155,18 @@ pub fn plugin_status(
         .find(|p| p.name == name)
         .unwrap_or_default()
 }
+
+/// The example plugins under the names examples/deploy and the Helm chart configure.
+pub fn deployed_plugins() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, built) in [
+        ("pod-phase", kubewasm_plugin_artifacts::POD_PHASE),
+        (
+            "deployment-view",
+            kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
+        ),
+    ] {
+        std::fs::copy(built, dir.path().join(format!("{name}.wasm"))).expect("copy");
+    }
+    dir
+}

@@ -77,6 +77,17 @@ pub fn servers_dir() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// The folder holding the other servers and tools the tests run (`registry`, `cosign`,
+/// `helm`): `$KUBEWASM_TEST_TOOLS`, or what `scripts/test-tools.sh` prints (it builds them on
+/// first use).
+pub fn tools_dir() -> anyhow::Result<PathBuf> {
+    built_by(
+        "KUBEWASM_TEST_TOOLS",
+        "test-tools.sh",
+        "the registry, cosign and helm",
+    )
+}
+
 /// The folder `$variable` names, or the one `scripts/{script}` prints after building `what`.
 fn built_by(variable: &str, script: &str, what: &str) -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os(variable) {

@@ -1,5 +1,5 @@
 //! A real OCI registry (CNCF distribution) on loopback, serving TLS with basic auth, and
-//! cosign, both built from the Go module proxy by `scripts/oci-tools.sh`.
+//! cosign, both built from the Go module proxy by `scripts/test-tools.sh`.
 //!
 //! [`Registry::start`] runs the registry with a fresh CA and an htpasswd user; [`Registry::push`]
 //! uploads content (blobs, then a manifest under a tag) the way `wkg oci push` lays out a
@@ -20,7 +20,7 @@ use sha2::Digest as _;
 
 use crate::pki::Pki;
 use crate::process::Server;
-use crate::{b64, free_port};
+use crate::{b64, free_port, tools_dir};
 
 /// The CNCF wasm artifact's config and layer types.
 pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
@@ -28,16 +28,6 @@ pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 pub const WASM_LAYER: &str = "application/wasm";
 /// The OCI image manifest type.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-
-/// The folder holding `registry` and `cosign`: `$KUBEWASM_OCI_TOOLS`, or what
-/// `scripts/oci-tools.sh` prints (it builds them on first use).
-pub fn tools_dir() -> anyhow::Result<PathBuf> {
-    crate::built_by(
-        "KUBEWASM_OCI_TOOLS",
-        "oci-tools.sh",
-        "the registry and cosign",
-    )
-}
 
 /// The SHA-256 digest of `bytes`, as `sha256:<hex>`.
 pub fn digest(bytes: &[u8]) -> String {

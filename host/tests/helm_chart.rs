@@ -1,0 +1,198 @@
+//! The Helm chart (examples/helm/kubewasm): `helm lint` passes and its values schema refuses
+//! bad values; its CRD is the one the host embeds; its RBAC is what `kubewasm rbac` prints
+//! for the configuration it renders; every object it renders passes a server-side dry-run
+//! apply on the real kube-apiserver.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+mod support;
+
+const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/helm/kubewasm")
+}
+
+/// Runs helm (built by scripts/test-tools.sh) with `args`; its output, or a panic naming why.
+fn helm(args: &[&str]) -> std::process::Output {
+    let helm = kubewasm_testenv::tools_dir()
+        .expect("test tools")
+        .join("helm");
+    let home = tempfile::tempdir().expect("temp dir");
+    Command::new(helm)
+        .args(args)
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .output()
+        .expect("helm runs")
+}
+
+/// The chart rendered for release `kubewasm` in namespace `kubewasm`, CRDs included.
+fn rendered() -> Vec<Value> {
+    let chart = chart();
+    let out = helm(&[
+        "template",
+        "kubewasm",
+        chart.to_str().expect("utf-8 path"),
+        "--namespace",
+        "kubewasm",
+        "--include-crds",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).expect("rendered YAML"))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+#[test]
+fn the_chart_lints_and_its_schema_refuses_bad_values() {
+    let chart = chart();
+    let chart = chart.to_str().expect("utf-8 path");
+    let out = helm(&["lint", chart]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("0 chart(s) failed"),
+        "{text}"
+    );
+    let out = helm(&["lint", chart, "--set", "replicaCount=-1"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success() && text.contains("replicaCount"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(chart_file("crds/kubewasmplugin-crd.yaml")).expect("chart CRD"),
+        kubewasm::crd::DEFINITION,
+        "copy examples/deploy/kubewasmplugin-crd.yaml into the chart's crds/"
+    );
+}
+
+fn chart_file(name: &str) -> PathBuf {
+    chart().join(name)
+}
+
+#[test]
+fn the_charts_rbac_is_what_kubewasm_rbac_prints_for_its_configuration() {
+    let docs = rendered();
+    let config = find(&docs, "ConfigMap", "kubewasm-config")["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml")
+        .to_owned();
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("config.yaml"), &config).expect("write");
+    kubewasm::config::HostConfig::load(&dir.path().join("config.yaml"))
+        .expect("the chart's configuration is valid");
+    let plugins = support::deployed_plugins();
+    let out = Command::new(KUBEWASM)
+        .args(["rbac", "--plugins"])
+        .arg(plugins.path())
+        .arg("--config")
+        .arg(dir.path().join("config.yaml"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("kubewasm rbac");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated: Vec<Value> =
+        serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+            .map(|doc| Value::deserialize(doc).expect("rbac YAML"))
+            .collect();
+    assert!(
+        generated.len() >= 4,
+        "ClusterRole, binding, Lease Role, binding"
+    );
+    for object in &generated {
+        let (kind, name) = (
+            object["kind"].as_str().expect("kind"),
+            object["metadata"]["name"].as_str().expect("name"),
+        );
+        let ours = find(&docs, kind, name);
+        for field in ["rules", "roleRef", "subjects"] {
+            assert_eq!(ours[field], object[field], "{kind} {name}: {field}");
+        }
+        assert_eq!(
+            ours["metadata"]["namespace"],
+            object["metadata"]["namespace"]
+        );
+    }
+    let rbac_kinds = ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+    let rendered_rbac = docs
+        .iter()
+        .filter(|d| rbac_kinds.iter().any(|k| d["kind"] == *k))
+        .count();
+    assert_eq!(
+        rendered_rbac,
+        generated.len(),
+        "no RBAC beyond kubewasm rbac's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rendered_object_passes_a_server_side_dry_run() {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::{Scope, pinned_kind};
+    let docs = rendered();
+    let env = kubewasm_testenv::TestEnv::start()
+        .await
+        .expect("test environment");
+    let admin = env.client().await.expect("admin client");
+    kubewasm_testenv::resources::create_namespace(&admin, "kubewasm")
+        .await
+        .expect("namespace");
+    let params = PatchParams::apply("kubewasm-chart-test").dry_run();
+    for doc in &docs {
+        let object: DynamicObject = serde_json::from_value(doc.clone()).expect("an object");
+        let types = object.types.clone().expect("apiVersion and kind");
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, &types.kind);
+        let (resource, caps) = pinned_kind(&admin, &gvk).await.expect("served type");
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                admin.clone(),
+                object.metadata.namespace.as_deref().unwrap_or("kubewasm"),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(admin.clone(), &resource),
+        };
+        let name = object.metadata.name.clone().expect("a name");
+        api.patch(&name, &params, &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{} {name}: {e}", types.kind));
+    }
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    for kind in [
+        "CustomResourceDefinition",
+        "Deployment",
+        "ConfigMap",
+        "ServiceAccount",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} rendered: {kinds:?}");
+    }
+}
