@@ -14,6 +14,10 @@
 //!                              # a namespace land (as kubectl's context namespace)
 //! pluginResources: false       # also load the plugins of KubewasmPlugin objects
 //!                              # (examples/deploy/kubewasmplugin-crd.yaml), live
+//! traces:                      # OpenTelemetry traces of event handling; off when absent
+//!   endpoint: http://otel-collector:4318  # OTLP over HTTP (protobuf); /v1/traces is added
+//!   sampleRatio: 1.0           # the fraction of event traces kept
+//!   serviceName: kubewasm      # the service.name resource attribute
 //! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
 //!   enabled: true
 //!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
@@ -76,6 +80,7 @@ use crate::leader::ElectionConfig;
 use crate::oci;
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
 use crate::source::manifests::scope::DEFAULT_NAMESPACE;
+use crate::traces::TracesConfig;
 use crate::wasm::http::AllowedHost;
 use crate::write::{SUBRESOURCES, Verb, WriteGrant};
 use serde::Deserialize;
@@ -376,6 +381,39 @@ impl SourceConfig {
     }
 }
 
+/// The traces settings as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TracesFile {
+    endpoint: String,
+    sample_ratio: Option<f64>,
+    service_name: Option<String>,
+}
+
+impl TracesFile {
+    fn parse(self) -> Result<TracesConfig, String> {
+        let mut config = TracesConfig::new(&self.endpoint);
+        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
+            return Err(format!(
+                "traces.endpoint: {:?} is not an http:// or https:// URL",
+                crate::wasm::logging::cut(self.endpoint, 200)
+            ));
+        }
+        if let Some(ratio) = self.sample_ratio {
+            if !(0.0..=1.0).contains(&ratio) {
+                return Err(format!(
+                    "traces.sampleRatio: {ratio} is not between 0 and 1"
+                ));
+            }
+            config.sample_ratio = ratio;
+        }
+        if let Some(name) = self.service_name {
+            config.service_name = name;
+        }
+        Ok(config)
+    }
+}
+
 /// The file as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -392,6 +430,7 @@ struct FileConfig {
     default_namespace: Option<String>,
     #[serde(default)]
     plugin_resources: bool,
+    traces: Option<TracesFile>,
     #[serde(default)]
     leader_election: LeaderElectionConfig,
     #[serde(default)]
@@ -421,6 +460,8 @@ pub struct HostConfig {
     pub leader_election: LeaderElectionConfig,
     /// Whether plugins are also declared by `KubewasmPlugin` objects.
     pub plugin_resources: bool,
+    /// Where traces of event handling go; `None`: off.
+    pub traces: Option<TracesConfig>,
     /// Every plugin's settings.
     pub plugins: PluginsConfig,
 }
@@ -452,6 +493,7 @@ impl Default for HostConfig {
             default_namespace: DEFAULT_NAMESPACE.to_owned(),
             leader_election: LeaderElectionConfig::default(),
             plugin_resources: false,
+            traces: None,
             plugins: PluginsConfig::default(),
         }
     }
@@ -530,6 +572,7 @@ impl HostConfig {
             shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
             leader_election: file.leader_election,
             plugin_resources: file.plugin_resources,
+            traces: file.traces.map(TracesFile::parse).transpose()?,
             sync_timeout: file
                 .sync_timeout_seconds
                 .map_or(DEFAULT_SYNC_TIMEOUT, Duration::from_secs),
@@ -633,6 +676,7 @@ mod tests {
             "plugins: {a: {grants: {zzz: 1}}}",
             "plugins: {a: {grants: {writes: [{zzz: 1}]}}}",
             "plugins: {a: {source: {oci: h/a, zzz: 1}}}",
+            "traces: {endpoint: 'http://c', zzz: 1}",
         ] {
             for field in accepted(probe) {
                 assert!(

@@ -7,7 +7,7 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci` · `source` ·
+//! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source` ·
 //! `informer` · `wasm` · `plugins` · `config` · `crd`, `serve` · `agent` · `testing`.
 
 pub mod agent;
@@ -24,6 +24,7 @@ pub mod rbac;
 pub mod serve;
 pub mod source;
 pub mod testing;
+pub mod traces;
 pub mod wasm;
 pub mod watch;
 pub mod write;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 18] = [
+const LAYERS: [&str; 19] = [
     "gvk",
     "yaml",
     "object",
@@ -15,6 +15,7 @@ const LAYERS: [&str; 18] = [
     "leader",
     "rbac",
     "oci",
+    "traces",
     "source",
     "informer",
     "wasm",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit, identity, kube_client};
 use kubewasm::object::Transform;
+use kubewasm::traces::Traces;
 use kubewasm::wasm::Engine;
 use kubewasm::wasm::logging::TracingSink;
 
@@ -69,6 +70,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..AgentOptions::new(cluster, config, Arc::new(TracingSink))
     };
     let shutdown = shutdown_signal()?;
+    let traces = match &options.config.traces {
+        Some(config) => Some(Traces::start(config)?),
+        None => None,
+    };
     let mut agent = Agent::start(options).await?;
     let first = agent.follow_plugins(&plugins).await?;
     tracing::info!(
@@ -80,7 +85,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if first.loaded.is_empty() {
         tracing::warn!(folder = %plugins.display(), "no plugin loaded yet: drop a .wasm into the folder");
     }
-    Ok(match agent.run_until(shutdown).await {
+    let exit = agent.run_until(shutdown).await;
+    if let Some(traces) = traces {
+        // The last spans, sent within the export timeout.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    Ok(match exit {
         Exit::Stopped => ExitCode::SUCCESS,
         Exit::LostLeadership => {
             tracing::error!("stopping so that this replica restarts as a follower");

@@ -75,36 +75,7 @@ pub struct RegistryClient {
 impl RegistryClient {
     /// A client with the system's roots plus `options.extra_roots`.
     pub fn new(options: ClientOptions) -> Result<Self, OciError> {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        // Unreadable system certificates are skipped, as every TLS client does.
-        let native = rustls_native_certs::load_native_certs();
-        roots.add_parsable_certificates(native.certs);
-        let mut extra = 0;
-        for cert in CertificateDer::pem_slice_iter(&options.extra_roots) {
-            let cert = cert.map_err(|e| OciError::Setup(format!("the CA file is not PEM: {e}")))?;
-            roots.add(cert).map_err(|e| {
-                OciError::Setup(format!("the CA file holds a bad certificate: {e}"))
-            })?;
-            extra += 1;
-        }
-        if !options.extra_roots.is_empty() && extra == 0 {
-            return Err(OciError::Setup(
-                "the CA file holds no PEM certificate".into(),
-            ));
-        }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| OciError::Setup(format!("TLS: {e}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .enable_http1()
-            .build();
+        let https = connector(&options.extra_roots, true)?;
         Ok(Self {
             http: Client::builder(TokioExecutor::new()).build(https),
             options,
@@ -360,6 +331,46 @@ impl RegistryClient {
                 error: chain(&e),
             })
     }
+}
+
+/// A TLS connector (rustls with ring) trusting the system's roots plus the PEM certificates
+/// in `extra_roots`; plain HTTP too unless `https_only`.
+pub fn connector(
+    extra_roots: &[u8],
+    https_only: bool,
+) -> Result<HttpsConnector<HttpConnector>, OciError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    // Unreadable system certificates are skipped, as every TLS client does.
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    let mut extra = 0;
+    for cert in CertificateDer::pem_slice_iter(extra_roots) {
+        let cert = cert.map_err(|e| OciError::Setup(format!("the CA file is not PEM: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| OciError::Setup(format!("the CA file holds a bad certificate: {e}")))?;
+        extra += 1;
+    }
+    if !extra_roots.is_empty() && extra == 0 {
+        return Err(OciError::Setup(
+            "the CA file holds no PEM certificate".into(),
+        ));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| OciError::Setup(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
+    let builder = if https_only {
+        builder.https_only()
+    } else {
+        builder.https_or_http()
+    };
+    Ok(builder.enable_http1().build())
 }
 
 /// `https://registry/v2/repository/{kind}/{target}`, Docker Hub's names made explicit.

@@ -361,6 +361,7 @@ impl Worker {
         // Every line logged during the call (the plugin's own included) carries both.
         let _span =
             tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
+        let span = crate::traces::enabled().then(|| AttemptSpan::start(&self.ctx, n));
         let stats = self.stats.clone();
         let previous = self.take_write_failures(n);
         let outcome = match self.instance() {
@@ -398,6 +399,9 @@ impl Worker {
             reason: cut(f.reason, MAX_MESSAGE_BYTES),
             ..f
         });
+        if let Some(span) = span {
+            span.end(&outcome);
+        }
         match &outcome {
             Ok(()) => {
                 self.stats.delivered.fetch_add(1, Ordering::Relaxed);
@@ -467,5 +471,60 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+/// The OpenTelemetry span of one delivery attempt (only while traces are exported).
+struct AttemptSpan(opentelemetry::global::BoxedSpan);
+
+impl AttemptSpan {
+    fn start(ctx: &crate::wasm::PluginContext, n: &Notification) -> Self {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::{SpanKind, Tracer};
+        let object = n.object();
+        let event = match n {
+            Notification::Added { initial: true, .. } => "initial-add",
+            Notification::Added { .. } => "add",
+            Notification::Updated { .. } => "update",
+            Notification::Deleted { .. } => "delete",
+            Notification::Sync(_) => "resync",
+        };
+        let tracer = opentelemetry::global::tracer("kubewasm");
+        let span = tracer
+            .span_builder("handle")
+            .with_kind(SpanKind::Consumer)
+            .with_attributes([
+                KeyValue::new("kubewasm.plugin", ctx.name.clone()),
+                KeyValue::new("kubewasm.plugin.digest", ctx.log.digest().to_owned()),
+                KeyValue::new("kubewasm.event", event),
+                KeyValue::new("k8s.resource", object.gvk.to_string()),
+                KeyValue::new("k8s.object.key", object.key.clone()),
+                KeyValue::new(
+                    "k8s.object.resource_version",
+                    object.resource_version.clone(),
+                ),
+            ])
+            .start(&tracer);
+        Self(span)
+    }
+
+    fn end(mut self, outcome: &Result<(), AttemptFailure>) {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::{Span, Status};
+        match outcome {
+            Ok(()) => {
+                self.0
+                    .set_attribute(KeyValue::new("kubewasm.outcome", "ok"));
+                self.0.set_status(Status::Ok);
+            }
+            Err(failure) => {
+                self.0
+                    .set_attribute(KeyValue::new("kubewasm.outcome", "error"));
+                self.0
+                    .set_attribute(KeyValue::new("kubewasm.retry", failure.retry));
+                self.0.set_status(Status::error(failure.reason.clone()));
+            }
+        }
+        self.0.end();
     }
 }

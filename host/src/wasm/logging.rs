@@ -184,6 +184,11 @@ pub struct PluginLogger {
 }
 
 impl PluginLogger {
+    /// The digest of the plugin version this logger writes for.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
     /// A logger for the version `digest` of `plugin` writing to `sink` at most at `rate`.
     pub fn new(plugin: &str, digest: &str, sink: Arc<dyn LogSink>, rate: LogRate) -> Self {
         Self {

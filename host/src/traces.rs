@@ -1,0 +1,214 @@
+//! OpenTelemetry traces of event handling, exported over OTLP/HTTP (protobuf); off unless the
+//! configuration names an endpoint.
+//!
+//! Each delivery attempt is one span `handle` (kind consumer) with the plugin, its version,
+//! the object's type and key, the event, and the outcome; a failed attempt has status error
+//! and the (bounded) reason. Spans are batched on the SDK's own thread (at most 2,048 waiting,
+//! more are dropped, 512 per request) and sent by our HTTP client (the registry client's
+//! hyper and rustls), each export bounded by the configured timeout. While traces are off,
+//! [`enabled`] is false and delivery builds nothing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+};
+
+/// Set while traces are exported.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are being exported (cheap: delivery checks it per attempt).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// The traces configuration (`traces:` in the configuration file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracesConfig {
+    /// The collector's OTLP/HTTP base URL (`http://collector:4318`); `/v1/traces` is added
+    /// unless the path already ends with it.
+    pub endpoint: String,
+    /// The fraction of event traces kept, 0 to 1.
+    pub sample_ratio: f64,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+    /// Longest one export may take.
+    pub timeout: Duration,
+}
+
+impl TracesConfig {
+    /// Traces to `endpoint`, every span kept, as service `kubewasm`, 10 s per export.
+    pub fn new(endpoint: &str) -> Self {
+        Self {
+            endpoint: endpoint.to_owned(),
+            sample_ratio: 1.0,
+            service_name: "kubewasm".to_owned(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The URL spans are posted to.
+    pub fn traces_url(&self) -> String {
+        let base = self.endpoint.trim_end_matches('/');
+        if base.ends_with("/v1/traces") {
+            base.to_owned()
+        } else {
+            format!("{base}/v1/traces")
+        }
+    }
+}
+
+/// Why traces could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("traces: {0}")]
+pub struct TracesError(String);
+
+/// The exporting pipeline; [`Traces::shutdown`] flushes what is waiting.
+pub struct Traces {
+    provider: SdkTracerProvider,
+}
+
+impl Traces {
+    /// Installs the global tracer provider exporting to `config.endpoint`. Call it inside a
+    /// tokio runtime (exports run on it).
+    pub fn start(config: &TracesConfig) -> Result<Self, TracesError> {
+        let url = config.traces_url();
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| TracesError(format!("endpoint {url:?}: {e}")))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err(TracesError(format!(
+                "endpoint {url:?}: use http:// or https://"
+            )));
+        }
+        let connector =
+            crate::oci::client::connector(&[], false).map_err(|e| TracesError(e.to_string()))?;
+        let client = ExportClient {
+            http: Client::builder(TokioExecutor::new()).build(connector),
+            tasks: tokio::runtime::Handle::current(),
+            timeout: config.timeout,
+        };
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(url)
+            .with_timeout(config.timeout)
+            .with_http_client(client)
+            .build()
+            .map_err(|e| TracesError(e.to_string()))?;
+        let batches = BatchConfigBuilder::default()
+            .with_max_queue_size(2048)
+            .with_max_export_batch_size(512)
+            .with_scheduled_delay(Duration::from_secs(1))
+            .build();
+        let processor = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(batches)
+            .build();
+        let resource = opentelemetry_sdk::Resource::builder()
+            .with_service_name(config.service_name.clone())
+            .with_attribute(opentelemetry::KeyValue::new(
+                "service.version",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                config.sample_ratio,
+            ))))
+            .with_resource(resource)
+            .build();
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        ENABLED.store(true, Ordering::Relaxed);
+        tracing::info!(endpoint = %config.traces_url(), ratio = config.sample_ratio, "exporting traces of event handling (OTLP/HTTP)");
+        Ok(Self { provider })
+    }
+
+    /// A tracer of this pipeline (delivery uses the global one).
+    pub fn tracer(&self) -> opentelemetry_sdk::trace::Tracer {
+        self.provider.tracer("kubewasm")
+    }
+
+    /// Stops exporting after sending what waits (at most the export timeout). Blocking.
+    pub fn shutdown(self) {
+        ENABLED.store(false, Ordering::Relaxed);
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!("traces: the last spans were not all sent: {e}");
+        }
+    }
+}
+
+/// The exporter's HTTP client: requests run on the tokio runtime (the SDK exports from a
+/// thread of its own), each bounded in time and its answer in size.
+#[derive(Debug)]
+struct ExportClient {
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    tasks: tokio::runtime::Handle,
+    timeout: Duration,
+}
+
+/// Largest collector answer read.
+const MAX_ANSWER_BYTES: usize = 64 << 10;
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for ExportClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
+        let (parts, body) = request.into_parts();
+        let request = http::Request::from_parts(parts, Full::new(body));
+        let http = self.http.clone();
+        let timeout = self.timeout;
+        let send = async move {
+            let response = http.request(request).await?;
+            let (parts, mut body) = response.into_parts();
+            let mut bytes = Vec::new();
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame?.into_data() {
+                    if bytes.len() + data.len() > MAX_ANSWER_BYTES {
+                        return Err("the collector's answer is over 64 KiB".into());
+                    }
+                    bytes.extend_from_slice(&data);
+                }
+            }
+            Ok::<_, opentelemetry_http::HttpError>(http::Response::from_parts(
+                parts,
+                Bytes::from(bytes),
+            ))
+        };
+        // The timer is made on the runtime: the SDK's export thread has no reactor.
+        let task = self
+            .tasks
+            .spawn(async move { tokio::time::timeout(timeout, send).await });
+        match task.await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(format!("no answer from the collector within {timeout:?}").into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_traces_path_is_added_once() {
+        for (endpoint, url) in [
+            ("http://c:4318", "http://c:4318/v1/traces"),
+            ("http://c:4318/", "http://c:4318/v1/traces"),
+            ("https://c/otlp/v1/traces", "https://c/otlp/v1/traces"),
+        ] {
+            assert_eq!(TracesConfig::new(endpoint).traces_url(), url);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Traces of event handling reach an OTLP/HTTP receiver: one span per delivery attempt with
+//! the plugin, the object and the outcome. The receiver is a double (a hyper server on
+//! loopback) that decodes each request with OpenTelemetry's own protobuf types, as a
+//! collector does.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::traces::{Traces, TracesConfig};
+use kubewasm::wasm::logging::MemorySink;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use prost::Message;
+
+mod support;
+
+/// A span as received: its attributes as text, and the resource's.
+#[derive(Debug, Clone)]
+struct Received {
+    span: Span,
+    attributes: BTreeMap<String, String>,
+    resource: BTreeMap<String, String>,
+    content_type: String,
+}
+
+fn text(
+    attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue],
+) -> BTreeMap<String, String> {
+    attributes
+        .iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(AnyValue::StringValue(s)) => s.clone(),
+                Some(AnyValue::BoolValue(b)) => b.to_string(),
+                Some(AnyValue::IntValue(i)) => i.to_string(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+/// Serves OTLP/HTTP on a free loopback port; what it received, span by span.
+async fn receiver() -> (std::net::SocketAddr, Arc<Mutex<Vec<Received>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+    let store = received.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let store = store.clone();
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                        let store = store.clone();
+                        async move {
+                            let path_ok = request.uri().path() == "/v1/traces";
+                            let content_type = request
+                                .headers()
+                                .get(hyper::header::CONTENT_TYPE)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned();
+                            let body = request.into_body().collect().await?.to_bytes();
+                            let decoded = ExportTraceServiceRequest::decode(body.as_ref());
+                            let status = match (path_ok, decoded) {
+                                (true, Ok(export)) => {
+                                    let mut store = store.lock().expect("store");
+                                    for resource_spans in export.resource_spans {
+                                        let resource = text(
+                                            &resource_spans
+                                                .resource
+                                                .map(|r| r.attributes)
+                                                .unwrap_or_default(),
+                                        );
+                                        for scope in resource_spans.scope_spans {
+                                            for span in scope.spans {
+                                                store.push(Received {
+                                                    attributes: text(&span.attributes),
+                                                    span,
+                                                    resource: resource.clone(),
+                                                    content_type: content_type.clone(),
+                                                });
+                                            }
+                                        }
+                                    }
+                                    200
+                                }
+                                _ => 400,
+                            };
+                            let mut response = Response::new(Full::new(Bytes::new()));
+                            *response.status_mut() =
+                                hyper::StatusCode::from_u16(status).expect("status");
+                            response.headers_mut().insert(
+                                hyper::header::CONTENT_TYPE,
+                                hyper::header::HeaderValue::from_static("application/x-protobuf"),
+                            );
+                            Ok::<_, hyper::Error>(response)
+                        }
+                    });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    });
+    (address, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_delivery_attempt_is_a_span_at_the_otlp_receiver() {
+    let (address, received) = receiver().await;
+    let traces = Traces::start(&TracesConfig::new(&format!("http://{address}"))).expect("traces");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cluster, plugins) = (dir.path().join("cluster"), dir.path().join("plugins"));
+    std::fs::create_dir_all(&cluster).expect("mkdir");
+    std::fs::create_dir_all(&plugins).expect("mkdir");
+    for name in ["settings", "bad"] {
+        std::fs::write(
+            cluster.join(format!("{name}.yaml")),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: shop}}\n"
+            ),
+        )
+        .expect("write");
+    }
+    std::fs::copy(
+        kubewasm_plugin_artifacts::AUDIT_LOG,
+        plugins.join("audit-log.wasm"),
+    )
+    .expect("copy");
+    std::fs::copy(
+        kubewasm_plugin_artifacts::HOSTILE,
+        plugins.join("hostile.wasm"),
+    )
+    .expect("copy");
+    let config = support::configs(&[("hostile", r#"{"mode": "fatal"}"#)]);
+    let options = AgentOptions::new(
+        Cluster::Folder(cluster),
+        config,
+        Arc::new(MemorySink::default()),
+    );
+    let mut agent = Agent::start(options).await.expect("agent");
+    agent.follow_plugins(&plugins).await.expect("plugins");
+    // audit-log handles both objects; hostile refuses both (fatal: not retried).
+    let start = Instant::now();
+    while ["audit-log", "hostile"]
+        .iter()
+        .map(|p| support::plugin_status(&agent, p))
+        .map(|s| s.delivered + s.failed)
+        .sum::<u64>()
+        < 4
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "events not handled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .expect("flush");
+
+    let spans = received.lock().expect("spans").clone();
+    let find = |plugin: &str, key: &str| {
+        spans
+            .iter()
+            .find(|r| {
+                r.attributes["kubewasm.plugin"] == plugin && r.attributes["k8s.object.key"] == key
+            })
+            .unwrap_or_else(|| panic!("no span for {plugin} {key} in {spans:#?}"))
+    };
+    let ok = find("audit-log", "shop/settings");
+    assert_eq!(ok.span.name, "handle");
+    assert_eq!(ok.content_type, "application/x-protobuf");
+    assert_eq!(ok.attributes["kubewasm.event"], "initial-add");
+    assert_eq!(ok.attributes["kubewasm.outcome"], "ok");
+    assert_eq!(ok.attributes["k8s.resource"], "v1/ConfigMap");
+    assert_eq!(
+        ok.attributes["kubewasm.plugin.digest"],
+        support::plugin_status(&agent, "audit-log").digest
+    );
+    assert_eq!(ok.resource["service.name"], "kubewasm");
+    assert!(ok.span.end_time_unix_nano > ok.span.start_time_unix_nano);
+    assert_eq!(
+        ok.span.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Ok as i32)
+    );
+
+    let refused = find("hostile", "shop/bad");
+    assert_eq!(refused.attributes["kubewasm.outcome"], "error");
+    assert_eq!(refused.attributes["kubewasm.retry"], "false");
+    let status = refused.span.status.clone().expect("a status");
+    assert_eq!(status.code, StatusCode::Error as i32);
+    assert!(
+        status.message.contains("hostile: rejecting shop/bad"),
+        "{status:?}"
+    );
+    assert_eq!(
+        find("audit-log", "shop/bad").attributes["kubewasm.outcome"],
+        "ok"
+    );
+}
