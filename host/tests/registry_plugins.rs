@@ -331,3 +331,41 @@ async fn credentials_and_trust_failures_are_named() {
             .starts_with("oci://")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubewasm_rbac_pulls_registry_plugins_to_read_what_they_need() {
+    let registry = Registry::start().await.expect("registry");
+    registry
+        .push_component(REPO, "v1", &version("rbac"))
+        .await
+        .expect("push");
+    let files = Files::new(&registry, None);
+    let yaml = format!(
+        "plugins:\n  audit-log:\n    source: {{oci: 'oci://{}/{REPO}:v1', caFile: {}, pullSecret: {}}}\n",
+        registry.address,
+        files.path("ca.pem"),
+        files.path("regcred.json"),
+    );
+    std::fs::write(files.path("config.yaml"), yaml).expect("write");
+    let (config, plugins) = (files.path("config.yaml"), files.path("plugins"));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+            .args(["rbac", "--config", &config, "--plugins", &plugins])
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("kubewasm rbac")
+    })
+    .await
+    .expect("join");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("for the plugins audit-log"), "{text}");
+    assert!(
+        text.contains("- configmaps"),
+        "audit-log reads ConfigMaps: {text}"
+    );
+}

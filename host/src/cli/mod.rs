@@ -122,11 +122,41 @@ async fn inspect_file(
     config: &HostConfig,
     engine: &Arc<Engine>,
 ) -> anyhow::Result<(PluginFile, Inspection)> {
-    let (path, engine) = (path.to_owned(), engine.clone());
-    let config = config.clone();
+    let file = {
+        let (path, max) = (path.to_owned(), config.plugins.max_file_bytes);
+        tokio::task::spawn_blocking(move || {
+            PluginFile::read(&path, max).with_context(|| format!("{}", path.display()))
+        })
+        .await??
+    };
+    inspect_plugin(file, config, engine).await
+}
+
+/// Pulls plugin `name` from its registry `source` (checked as `run` checks it) and inspects it.
+async fn inspect_pulled(
+    name: &str,
+    source: &kubewasm::oci::Source,
+    config: &HostConfig,
+    engine: &Arc<Engine>,
+) -> anyhow::Result<(PluginFile, Inspection)> {
+    let context = || format!("plugin {name} ({})", source.reference);
+    let puller = kubewasm::oci::Puller::new(source.clone(), None, config.plugins.max_file_bytes)
+        .with_context(context)?;
+    let manifest = puller.manifest().await.with_context(context)?;
+    let pulled = puller.pull(manifest).await.with_context(context)?;
+    let origin = source.reference.at(&pulled.manifest).to_string();
+    let file = PluginFile::named(name, Path::new(&origin), pulled.wasm);
+    inspect_plugin(file, config, engine).await
+}
+
+/// Compiles, instantiates and describes `file` under its configured settings.
+async fn inspect_plugin(
+    file: PluginFile,
+    config: &HostConfig,
+    engine: &Arc<Engine>,
+) -> anyhow::Result<(PluginFile, Inspection)> {
+    let (engine, config) = (engine.clone(), config.clone());
     tokio::task::spawn_blocking(move || {
-        let file = PluginFile::read(&path, config.plugins.max_file_bytes)
-            .with_context(|| format!("{}", path.display()))?;
         let settings = config.plugins.settings(&file.name);
         let inspection = inspect(
             &engine,

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kubewasm::plugins::folder::plugin_files;
+use kubewasm::plugins::plugin_name;
 use kubewasm::rbac;
 
-use super::{engine, inspect_file, load_config, plugins_dir};
+use super::{engine, inspect_file, inspect_pulled, load_config, plugins_dir};
 
 /// Arguments of `kubewasm rbac`.
 #[derive(clap::Args)]
@@ -43,6 +44,11 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let dir = plugins_dir(args.plugins.as_deref(), &config)?;
     // Exactly the files `run` would load from the folder.
     let files = plugin_files(&dir).with_context(|| format!("plugins folder {}", dir.display()))?;
+    // A file named like a plugin pulled from a registry is not loaded (`run` ignores it).
+    let files: Vec<_> = files
+        .into_iter()
+        .filter(|p| !config.plugins.from_registry(&plugin_name(p)))
+        .collect();
     // One engine for every file (each new one would start its own epoch ticker).
     let engine = engine(args.cache_dir.as_deref(), &config)?;
     let mut types = BTreeSet::new();
@@ -51,6 +57,17 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let mut writes = Vec::new();
     for path in &files {
         match inspect_file(path, &config, &engine).await {
+            Ok((file, inspection)) => {
+                types.extend(inspection.manifest.cached.iter().cloned());
+                writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
+                names.push(file.name);
+            }
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    // Plugins the configuration pulls from registries, pulled and checked as `run` does.
+    for (name, source) in config.plugins.registry_sources() {
+        match inspect_pulled(name, source, &config, &engine).await {
             Ok((file, inspection)) => {
                 types.extend(inspection.manifest.cached.iter().cloned());
                 writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
