@@ -232,13 +232,19 @@ async fn a_moved_tag_is_verified_and_swapped_in_and_bad_artifacts_keep_the_old_v
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn digests_pin_what_loads_and_a_pinned_plugin_restarts_from_the_cache_without_the_registry() {
+async fn digests_pin_what_loads_and_a_pinned_signed_plugin_restarts_from_the_cache_without_the_registry()
+ {
     let mut registry = Registry::start().await.expect("registry");
     let v1 = version("pinned-1");
     let d1 = registry
         .push_component(REPO, "v1", &v1)
         .await
         .expect("push");
+    let cosign = Cosign::new().expect("cosign");
+    let keys = tempfile::tempdir().expect("temp dir");
+    let key = cosign.generate_key_pair(keys.path()).expect("keys");
+    cosign.sign(&registry, REPO, &d1, &key).expect("sign");
+    let signed = format!("      cosignKey: {}\n", key.public.display());
     let files = Files::new(&registry, None);
 
     // A tag whose manifest is not the expected digest is refused, naming both.
@@ -255,14 +261,14 @@ async fn digests_pin_what_loads_and_a_pinned_plugin_restarts_from_the_cache_with
     );
     drop(agent);
 
-    // By digest: loads, and is cached; then the registry goes away and the pinned plugin
-    // still starts, from the cache.
+    // By digest, signature checked: loads, and is cached; then the registry goes away and
+    // the pinned plugin still starts, from the cache (its signature verified once).
     let pinned = format!("oci://{}/{REPO}@{d1}", registry.address);
     for registry_up in [true, false] {
         if !registry_up {
             registry.stop();
         }
-        let (agent, report) = files.agent(files.config(&pinned, "")).await;
+        let (agent, report) = files.agent(files.config(&pinned, &signed)).await;
         let loaded = status(&agent);
         assert_eq!(report.loaded, vec!["audit-log".to_owned()], "{loaded:#?}");
         assert_eq!(loaded.digest, short(&v1), "registry up: {registry_up}");

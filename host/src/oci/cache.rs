@@ -62,6 +62,20 @@ impl ArtifactCache {
         self.evict(&path);
     }
 
+    /// Whether the mark `name` (a check passed once, such as a signature) is present.
+    pub fn marked(&self, name: &str) -> bool {
+        self.dir.join(name).is_file()
+    }
+
+    /// Records the mark `name`; failing to is a warning.
+    pub fn mark(&self, name: &str) {
+        let written = std::fs::create_dir_all(&self.dir)
+            .and_then(|()| std::fs::write(self.dir.join(name), b""));
+        if let Err(e) = written {
+            tracing::warn!(dir = %self.dir.display(), "cannot record {name}: {e}");
+        }
+    }
+
     /// Removes the least recently used entries until the folder fits, keeping `keep`.
     fn evict(&self, keep: &Path) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {

@@ -83,6 +83,13 @@ impl PublicKey {
         }
     }
 
+    /// The first 16 hex digits of the SHA-256 of the key's bytes: which key, in names.
+    pub fn fingerprint(&self) -> String {
+        let mut hex = crate::oci::Digest::of(&self.key).hex().to_owned();
+        hex.truncate(16);
+        hex
+    }
+
     /// Whether `signature` is this key's signature of `message`.
     pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
         UnparsedPublicKey::new(self.algorithm, &self.key)

@@ -232,7 +232,17 @@ impl Puller {
     pub async fn pull(&self, manifest: Manifest) -> Result<Pulled, OciError> {
         let reference = &self.source.reference;
         if let Some(key) = &self.key {
-            cosign::verify(&self.client, reference, &manifest.digest, key).await?;
+            // A pinned digest verified once is not verified again (a restart needs no
+            // registry); the mark is kept beside the content it is about.
+            let mark = format!("verified-{}-{}", manifest.digest.hex(), key.fingerprint());
+            let pinned = reference.digest.as_ref() == Some(&manifest.digest);
+            let marked = pinned && self.cache.as_ref().is_some_and(|c| c.marked(&mark));
+            if !marked {
+                cosign::verify(&self.client, reference, &manifest.digest, key).await?;
+                if let Some(cache) = self.cache.as_ref().filter(|_| pinned) {
+                    cache.mark(&mark);
+                }
+            }
         }
         // An index leads to one manifest; an index of indexes is refused.
         let followed = match artifact::parse(&manifest.bytes, &manifest.media_type)? {
