@@ -1,7 +1,8 @@
 //! Traces of event handling reach an OTLP/HTTP receiver: one span per delivery attempt with
-//! the plugin, the object and the outcome. The receiver is a double (a hyper server on
-//! loopback) that decodes each request with OpenTelemetry's own protobuf types, as a
-//! collector does.
+//! the plugin, the object and the outcome. One test sends them to a real OpenTelemetry
+//! Collector; the other to a receiver double (a hyper server on loopback) that decodes each
+//! request with OpenTelemetry's own protobuf types, for exact checks of every field. The
+//! tracer provider is global to the process, so the two run one after the other.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,99 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use prost::Message;
 
 mod support;
+
+/// Held by each test: the tracer provider is the process's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// An agent on a folder with ConfigMaps `shop/settings` and `shop/bad`, running audit-log
+/// (handles both) and hostile in its `fatal` mode (refuses both, without retries); returns
+/// once all four events were handled.
+async fn handle_four_events(dir: &std::path::Path) -> Agent {
+    let (cluster, plugins) = (dir.join("cluster"), dir.join("plugins"));
+    std::fs::create_dir_all(&cluster).expect("mkdir");
+    std::fs::create_dir_all(&plugins).expect("mkdir");
+    for name in ["settings", "bad"] {
+        std::fs::write(
+            cluster.join(format!("{name}.yaml")),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: shop}}\n"
+            ),
+        )
+        .expect("write");
+    }
+    std::fs::copy(
+        kubewasm_plugin_artifacts::AUDIT_LOG,
+        plugins.join("audit-log.wasm"),
+    )
+    .expect("copy");
+    std::fs::copy(
+        kubewasm_plugin_artifacts::HOSTILE,
+        plugins.join("hostile.wasm"),
+    )
+    .expect("copy");
+    let config = support::configs(&[("hostile", r#"{"mode": "fatal"}"#)]);
+    let options = AgentOptions::new(
+        Cluster::Folder(cluster),
+        config,
+        Arc::new(MemorySink::default()),
+    );
+    let mut agent = Agent::start(options).await.expect("agent");
+    agent.follow_plugins(&plugins).await.expect("plugins");
+    let start = Instant::now();
+    while ["audit-log", "hostile"]
+        .iter()
+        .map(|p| support::plugin_status(&agent, p))
+        .map(|s| s.delivered + s.failed)
+        .sum::<u64>()
+        < 4
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "events not handled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    agent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_a_real_opentelemetry_collector() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let collector = kubewasm_testenv::otel::Collector::start()
+        .await
+        .expect("collector");
+    let traces = Traces::start(&TracesConfig::new(&collector.endpoint)).expect("traces");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let _agent = handle_four_events(dir.path()).await;
+    tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .expect("flush");
+    // The debug exporter prints each span it received, with its attributes and status.
+    let start = Instant::now();
+    let wanted = [
+        "service.name: Str(kubewasm)",
+        "Name           : handle",
+        "Kind           : Consumer",
+        "kubewasm.plugin: Str(audit-log)",
+        "k8s.object.key: Str(shop/settings)",
+        "kubewasm.event: Str(initial-add)",
+        "Status code    : Error",
+        "Status message : hostile: rejecting shop/bad",
+    ];
+    loop {
+        let output = collector.output();
+        let missing: Vec<&&str> = wanted.iter().filter(|w| !output.contains(**w)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the collector did not print {missing:?}:\n{}",
+            collector.log_tail(60)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 /// A span as received: its attributes as text, and the resource's.
 #[derive(Debug, Clone)]
@@ -122,55 +216,12 @@ async fn receiver() -> (std::net::SocketAddr, Arc<Mutex<Vec<Received>>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_delivery_attempt_is_a_span_at_the_otlp_receiver() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (address, received) = receiver().await;
     let traces = Traces::start(&TracesConfig::new(&format!("http://{address}"))).expect("traces");
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let (cluster, plugins) = (dir.path().join("cluster"), dir.path().join("plugins"));
-    std::fs::create_dir_all(&cluster).expect("mkdir");
-    std::fs::create_dir_all(&plugins).expect("mkdir");
-    for name in ["settings", "bad"] {
-        std::fs::write(
-            cluster.join(format!("{name}.yaml")),
-            format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: shop}}\n"
-            ),
-        )
-        .expect("write");
-    }
-    std::fs::copy(
-        kubewasm_plugin_artifacts::AUDIT_LOG,
-        plugins.join("audit-log.wasm"),
-    )
-    .expect("copy");
-    std::fs::copy(
-        kubewasm_plugin_artifacts::HOSTILE,
-        plugins.join("hostile.wasm"),
-    )
-    .expect("copy");
-    let config = support::configs(&[("hostile", r#"{"mode": "fatal"}"#)]);
-    let options = AgentOptions::new(
-        Cluster::Folder(cluster),
-        config,
-        Arc::new(MemorySink::default()),
-    );
-    let mut agent = Agent::start(options).await.expect("agent");
-    agent.follow_plugins(&plugins).await.expect("plugins");
-    // audit-log handles both objects; hostile refuses both (fatal: not retried).
-    let start = Instant::now();
-    while ["audit-log", "hostile"]
-        .iter()
-        .map(|p| support::plugin_status(&agent, p))
-        .map(|s| s.delivered + s.failed)
-        .sum::<u64>()
-        < 4
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "events not handled"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let agent = handle_four_events(dir.path()).await;
     tokio::task::spawn_blocking(move || traces.shutdown())
         .await
         .expect("flush");

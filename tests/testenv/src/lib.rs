@@ -9,6 +9,7 @@
 pub mod double;
 pub mod generate;
 pub mod oci;
+pub mod otel;
 mod pki;
 mod process;
 pub mod proxy;
@@ -78,13 +79,13 @@ pub fn servers_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// The folder holding the other servers and tools the tests run (`registry`, `cosign`,
-/// `helm`): `$KUBEWASM_TEST_TOOLS`, or what `scripts/test-tools.sh` prints (it builds them on
+/// `helm`, `otelcol`): `$KUBEWASM_TEST_TOOLS`, or what `scripts/test-tools.sh` prints (it builds them on
 /// first use).
 pub fn tools_dir() -> anyhow::Result<PathBuf> {
     built_by(
         "KUBEWASM_TEST_TOOLS",
         "test-tools.sh",
-        "the registry, cosign and helm",
+        "the registry, cosign, helm and otelcol",
     )
 }
 
