@@ -141,6 +141,11 @@ impl RegistryClient {
                 location = next;
                 response = self.send(&location, None, same_host).await?;
             }
+            if response.status().is_redirection() {
+                return Err(OciError::Protocol(format!(
+                    "{url}: more than {MAX_REDIRECTS} redirects"
+                )));
+            }
             check_status(response, &location)
                 .await
                 .map(|r| (r, location))

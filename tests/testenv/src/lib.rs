@@ -8,6 +8,7 @@
 
 pub mod double;
 pub mod generate;
+pub mod hostile_registry;
 pub mod oci;
 pub mod otel;
 mod pki;
