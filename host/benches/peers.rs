@@ -134,6 +134,10 @@ fn bench_plugins(
             let mut settings = config.plugins.defaults.clone();
             settings.config = json!({"work": work}).to_string();
             settings.delivery.release_idle_after = release_idle_after;
+            // Every event is delivered, never folded: a plugin slower than the stream (the
+            // parse plugin) would otherwise see fewer events than were sent, and the
+            // throughput run would wait for deliveries that folding made unnecessary.
+            settings.delivery.backlog = usize::MAX;
             config.plugins.named.insert(name.clone(), settings);
             let path = dir.path().join(format!("{name}.wasm"));
             std::fs::copy(kubewasm_plugin_artifacts::BENCH, &path).expect("copy");
