@@ -392,13 +392,10 @@ struct TracesFile {
 
 impl TracesFile {
     fn parse(self) -> Result<TracesConfig, String> {
-        let mut config = TracesConfig::new(&self.endpoint);
-        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
-            return Err(format!(
-                "traces.endpoint: {:?} is not an http:// or https:// URL",
-                crate::wasm::logging::cut(self.endpoint, 200)
-            ));
-        }
+        let mut config = TracesConfig::new(&self.endpoint).map_err(|e| {
+            let endpoint = crate::wasm::logging::cut(self.endpoint.clone(), 200);
+            format!("traces.endpoint: {endpoint:?} is {e}")
+        })?;
         if let Some(ratio) = self.sample_ratio {
             if !(0.0..=1.0).contains(&ratio) {
                 return Err(format!(
@@ -777,6 +774,24 @@ plugins:
         let zero = HostConfig::parse("plugins:\n  v:\n    limits: {maxHandles: 0}\n")
             .expect_err("zero handles");
         assert!(zero.contains("plugins.v.limits.maxHandles"), "{zero}");
+        for (text, field) in [
+            ("traces: {endpoint: 'ftp://c:21'}", "traces.endpoint: "),
+            (
+                "traces: {endpoint: 'http://c', sampleRatio: 2}",
+                "traces.sampleRatio: ",
+            ),
+            (
+                "plugins: {v: {source: {oci: 'h/a', digest: 'md5:x'}}}",
+                "plugins.v.source.digest: ",
+            ),
+            (
+                "plugins: {v: {source: {oci: 'h'}}}",
+                "plugins.v.source.oci: ",
+            ),
+        ] {
+            let error = HostConfig::parse(text).expect_err(text);
+            assert!(error.starts_with(field), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -25,7 +25,6 @@ use crate::gvk::Gvk;
 use crate::informer::factory::{InformerFactory, Lease};
 use crate::informer::queue::{Delivery, queue};
 use crate::informer::{Filter, Notification, Subscription};
-use crate::object::KubeObject;
 use crate::plugins::registry::RegistryPlugins;
 use crate::plugins::{FailedPlugin, PluginHost, PluginStatus};
 
@@ -137,8 +136,13 @@ impl Controller {
             }
             return;
         }
-        let generation = generation(object);
-        let spec_error = match self.settings(&name, object) {
+        // Parsed once: the generation and the spec are both read from it.
+        let value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
+        let generation = value
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let spec_error = match self.settings(&name, &value) {
             Ok(settings) => {
                 // Status writes and resyncs come back as updates: act on real changes only.
                 let current = self.host.settings();
@@ -160,32 +164,23 @@ impl Controller {
         entry.spec_error = spec_error;
     }
 
-    /// The settings `object`'s spec asks for.
+    /// The settings the spec of `object` (plugin `name`) asks for.
     fn settings(
         &self,
         name: &str,
-        object: &KubeObject,
+        object: &Value,
     ) -> Result<crate::plugins::PluginSettings, String> {
         if self.config.plugins.named.contains_key(name) {
             return Err(format!(
                 "the configuration file already defines plugin {name} (plugins.{name}); it stays the file's"
             ));
         }
-        let value: Value = serde_json::from_str(&object.json)
-            .map_err(|e| format!("the object is not JSON: {e}"))?;
-        let spec = value.get("spec").cloned().unwrap_or(Value::Null);
+        let spec = object.get("spec").unwrap_or(&Value::Null);
         if spec.get("source").is_none() {
             return Err("spec.source: required (where to pull the plugin from)".into());
         }
-        self.config.plugin_entry(&spec, "spec")
+        self.config.plugin_entry(spec, "spec")
     }
-}
-
-fn generation(object: &KubeObject) -> i64 {
-    serde_json::from_str::<Value>(&object.json)
-        .ok()
-        .and_then(|v| v.pointer("/metadata/generation").and_then(Value::as_i64))
-        .unwrap_or(0)
 }
 
 /// Writes each tracked resource's status when it changes, while this replica leads.
@@ -206,6 +201,7 @@ async fn write_status(
             continue;
         }
         let (running, failed) = (host.status(), host.failed());
+        // What changed since it was last written, with its transition times.
         let pending: Vec<(String, Value)> = {
             let tracked = tracked.lock().unwrap_or_else(PoisonError::into_inner);
             tracked
@@ -216,12 +212,11 @@ async fn write_status(
                         .written
                         .as_ref()
                         .is_some_and(|w| without_times(w) == status);
-                    (!same).then(|| (name.clone(), status))
+                    (!same).then(|| (name.clone(), with_times(&status, t.written.as_ref())))
                 })
                 .collect()
         };
         for (name, status) in pending {
-            let status = with_times(&status, tracked_written(&tracked, &name));
             let body = json!({ "status": status });
             let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
             match tokio::time::timeout(WRITE_TIMEOUT, api.patch_status(&name, &params, &patch))
@@ -242,14 +237,6 @@ async fn write_status(
             }
         }
     }
-}
-
-fn tracked_written(tracked: &Mutex<BTreeMap<String, Tracked>>, name: &str) -> Option<Value> {
-    tracked
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(name)
-        .and_then(|t| t.written.clone())
 }
 
 /// The status of plugin `name` (without transition times, so that equal states compare
@@ -334,7 +321,7 @@ fn without_times(status: &Value) -> Value {
 
 /// `status` with each condition's `lastTransitionTime`: kept from `before` when the
 /// condition's status did not change, now otherwise.
-fn with_times(status: &Value, before: Option<Value>) -> Value {
+fn with_times(status: &Value, before: Option<&Value>) -> Value {
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();

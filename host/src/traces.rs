@@ -12,12 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry::trace::TracerProvider as _;
+
+use crate::oci::client::{BodyError, read_body};
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
@@ -46,14 +48,23 @@ pub struct TracesConfig {
 }
 
 impl TracesConfig {
-    /// Traces to `endpoint`, every span kept, as service `kubewasm`, 10 s per export.
-    pub fn new(endpoint: &str) -> Self {
-        Self {
+    /// Traces to `endpoint`, every span kept, as service `kubewasm`, 10 s per export; the
+    /// endpoint must be an http:// or https:// URL.
+    pub fn new(endpoint: &str) -> Result<Self, String> {
+        let config = Self {
             endpoint: endpoint.to_owned(),
             sample_ratio: 1.0,
             service_name: "kubewasm".to_owned(),
             timeout: Duration::from_secs(10),
+        };
+        let uri: http::Uri = config
+            .traces_url()
+            .parse()
+            .map_err(|e| format!("not a URL: {e}"))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err("not an http:// or https:// URL".into());
         }
+        Ok(config)
     }
 
     /// The URL spans are posted to.
@@ -82,14 +93,6 @@ impl Traces {
     /// tokio runtime (exports run on it).
     pub fn start(config: &TracesConfig) -> Result<Self, TracesError> {
         let url = config.traces_url();
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|e| TracesError(format!("endpoint {url:?}: {e}")))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) {
-            return Err(TracesError(format!(
-                "endpoint {url:?}: use http:// or https://"
-            )));
-        }
         let connector =
             crate::oci::client::connector(&[], false).map_err(|e| TracesError(e.to_string()))?;
         let client = ExportClient {
@@ -156,7 +159,7 @@ struct ExportClient {
 }
 
 /// Largest collector answer read.
-const MAX_ANSWER_BYTES: usize = 64 << 10;
+const MAX_ANSWER_BYTES: u64 = 64 << 10;
 
 #[async_trait::async_trait]
 impl opentelemetry_http::HttpClient for ExportClient {
@@ -170,16 +173,13 @@ impl opentelemetry_http::HttpClient for ExportClient {
         let timeout = self.timeout;
         let send = async move {
             let response = http.request(request).await?;
-            let (parts, mut body) = response.into_parts();
-            let mut bytes = Vec::new();
-            while let Some(frame) = body.frame().await {
-                if let Ok(data) = frame?.into_data() {
-                    if bytes.len() + data.len() > MAX_ANSWER_BYTES {
-                        return Err("the collector's answer is over 64 KiB".into());
-                    }
-                    bytes.extend_from_slice(&data);
-                }
-            }
+            let (parts, body) = response.into_parts();
+            let bytes = read_body(body, MAX_ANSWER_BYTES, 0)
+                .await
+                .map_err(|e| match e {
+                    BodyError::TooLarge => "the collector's answer is over 64 KiB".into(),
+                    BodyError::Read(e) => opentelemetry_http::HttpError::from(e),
+                })?;
             Ok::<_, opentelemetry_http::HttpError>(http::Response::from_parts(
                 parts,
                 Bytes::from(bytes),
@@ -208,7 +208,13 @@ mod tests {
             ("http://c:4318/", "http://c:4318/v1/traces"),
             ("https://c/otlp/v1/traces", "https://c/otlp/v1/traces"),
         ] {
-            assert_eq!(TracesConfig::new(endpoint).traces_url(), url);
+            assert_eq!(
+                TracesConfig::new(endpoint).expect("valid").traces_url(),
+                url
+            );
+        }
+        for bad in ["ftp://c:4318", "c:4318", "http://bad host"] {
+            assert!(TracesConfig::new(bad).is_err(), "{bad}");
         }
     }
 }

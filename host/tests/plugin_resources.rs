@@ -87,8 +87,9 @@ async fn kubewasm_plugin_objects_load_reload_and_unload_plugins_and_report_condi
 
     let files = tempfile::tempdir().expect("temp dir");
     let path = |name: &str| files.path().join(name).display().to_string();
-    std::fs::write(path("ca.pem"), &registry.ca_pem).expect("write");
-    std::fs::write(path("regcred.json"), registry.docker_config(None)).expect("write");
+    registry
+        .write_client_files(files.path(), None)
+        .expect("write");
     std::fs::create_dir(path("plugins")).expect("mkdir");
     let config = HostConfig::parse("pluginResources: true\n").expect("config");
     let mut options = AgentOptions::new(

@@ -30,12 +30,9 @@ struct Files {
 impl Files {
     fn new(registry: &Registry, password: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("ca.pem"), &registry.ca_pem).expect("write");
-        std::fs::write(
-            dir.path().join("regcred.json"),
-            registry.docker_config(password),
-        )
-        .expect("write");
+        registry
+            .write_client_files(dir.path(), password)
+            .expect("write");
         for sub in ["cluster", "plugins", "cache"] {
             std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
         }

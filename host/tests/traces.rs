@@ -82,7 +82,8 @@ async fn spans_reach_a_real_opentelemetry_collector() {
     let collector = kubewasm_testenv::otel::Collector::start()
         .await
         .expect("collector");
-    let traces = Traces::start(&TracesConfig::new(&collector.endpoint)).expect("traces");
+    let traces =
+        Traces::start(&TracesConfig::new(&collector.endpoint).expect("endpoint")).expect("traces");
     let dir = tempfile::tempdir().expect("temp dir");
     let _agent = handle_four_events(dir.path()).await;
     tokio::task::spawn_blocking(move || traces.shutdown())
@@ -218,7 +219,8 @@ async fn receiver() -> (std::net::SocketAddr, Arc<Mutex<Vec<Received>>>) {
 async fn each_delivery_attempt_is_a_span_at_the_otlp_receiver() {
     let _one = ONE_AT_A_TIME.lock().await;
     let (address, received) = receiver().await;
-    let traces = Traces::start(&TracesConfig::new(&format!("http://{address}"))).expect("traces");
+    let traces = Traces::start(&TracesConfig::new(&format!("http://{address}")).expect("endpoint"))
+        .expect("traces");
 
     let dir = tempfile::tempdir().expect("temp dir");
     let agent = handle_four_events(dir.path()).await;

@@ -128,6 +128,7 @@ impl RegistryClient {
         max_bytes: u64,
     ) -> Result<Vec<u8>, OciError> {
         let url = url(reference, "blobs", digest.as_str());
+        // One deadline for the whole download: redirects, headers and body.
         let bytes = within(self.options.blob_timeout, &url, async {
             let mut response = self.get(reference, &url, None).await?;
             let mut location = url.clone();
@@ -137,26 +138,20 @@ impl RegistryClient {
                 }
                 let next = redirect(&response, &location)?;
                 // Credentials go to the registry only, never to the store it redirects to.
-                let same_host = next.authority() == location.authority();
+                let authorization = (next.authority() == location.authority())
+                    .then(|| self.authorization())
+                    .flatten();
                 location = next;
-                response = self.send(&location, None, same_host).await?;
+                response = self.send(&location, None, authorization).await?;
             }
             if response.status().is_redirection() {
                 return Err(OciError::Protocol(format!(
                     "{url}: more than {MAX_REDIRECTS} redirects"
                 )));
             }
-            check_status(response, &location)
-                .await
-                .map(|r| (r, location))
+            let response = check_status(response, &location).await?;
+            read(response, max_bytes, &location, "blob").await
         })
-        .await?;
-        let (response, location) = bytes;
-        let bytes = within(
-            self.options.blob_timeout,
-            &location,
-            read(response, max_bytes, &location, "blob"),
-        )
         .await?;
         let got = Digest::of(&bytes);
         if &got != digest {
@@ -176,7 +171,7 @@ impl RegistryClient {
         url: &Uri,
         accept: Option<&str>,
     ) -> Result<http::Response<hyper::body::Incoming>, OciError> {
-        let response = self.send(url, accept, true).await?;
+        let response = self.send(url, accept, self.authorization()).await?;
         if response.status() != StatusCode::UNAUTHORIZED {
             return check_status(response, url).await;
         }
@@ -189,18 +184,7 @@ impl RegistryClient {
         let value = match challenge {
             Some(Challenge::Basic) => match &self.options.credentials {
                 Some(credentials) if !had => credentials.basic(),
-                Some(_) => {
-                    return Err(unauthorized(
-                        url,
-                        "the registry refused the credentials of the pull secret",
-                    ));
-                }
-                None => {
-                    return Err(unauthorized(
-                        url,
-                        "the registry wants credentials: give the plugin's source a pullSecret",
-                    ));
-                }
+                _ => return Err(self.unauthorized(url)),
             },
             Some(Challenge::Bearer {
                 realm,
@@ -224,23 +208,12 @@ impl RegistryClient {
         let value = HeaderValue::from_str(&value).map_err(|_| {
             OciError::Protocol(format!("{url}: the token is not a valid header value"))
         })?;
-        *self
-            .authorization
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(value);
-        let response = self.send(url, accept, true).await?;
+        let response = self.send(url, accept, Some(value.clone())).await?;
         if response.status() == StatusCode::UNAUTHORIZED {
-            *self
-                .authorization
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = None;
-            let why = if self.options.credentials.is_some() {
-                "the registry refused the credentials of the pull secret"
-            } else {
-                "the registry wants credentials: give the plugin's source a pullSecret"
-            };
-            return Err(unauthorized(url, why));
+            *self.authorization_slot() = None;
+            return Err(self.unauthorized(url));
         }
+        *self.authorization_slot() = Some(value);
         check_status(response, url).await
     }
 
@@ -259,22 +232,18 @@ impl RegistryClient {
         let uri: Uri = format!("{realm}{separator}{query}").parse().map_err(|e| {
             OciError::Protocol(format!("the token realm {realm:?} is not a URL: {e}"))
         })?;
-        within(self.options.request_timeout, &uri, async {
-            let mut request = Request::builder().method(Method::GET).uri(uri.clone());
-            if let Some(credentials) = &self.options.credentials {
-                request = request.header(header::AUTHORIZATION, credentials.basic());
+        let basic = match &self.options.credentials {
+            Some(credentials) => {
+                Some(HeaderValue::from_str(&credentials.basic()).map_err(|_| {
+                    OciError::Setup(
+                        "the pull secret's credentials are not a valid header value".into(),
+                    )
+                })?)
             }
-            let request = request
-                .body(Empty::new())
-                .map_err(|e| OciError::Protocol(format!("{uri}: {e}")))?;
-            let response = self
-                .http
-                .request(request)
-                .await
-                .map_err(|e| OciError::Connect {
-                    url: uri.to_string(),
-                    error: chain(&e),
-                })?;
+            None => None,
+        };
+        within(self.options.request_timeout, &uri, async {
+            let response = self.send(&uri, None, basic).await?;
             if response.status() == StatusCode::UNAUTHORIZED {
                 return Err(unauthorized(
                     &uri,
@@ -299,18 +268,32 @@ impl RegistryClient {
         .await
     }
 
-    fn authorization(&self) -> Option<HeaderValue> {
+    fn authorization_slot(&self) -> std::sync::MutexGuard<'_, Option<HeaderValue>> {
         self.authorization
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
     }
 
+    fn authorization(&self) -> Option<HeaderValue> {
+        self.authorization_slot().clone()
+    }
+
+    /// The 401 for `url`: credentials missing, or refused.
+    fn unauthorized(&self, url: &Uri) -> OciError {
+        let why = if self.options.credentials.is_some() {
+            "the registry refused the credentials of the pull secret"
+        } else {
+            "the registry wants credentials: give the plugin's source a pullSecret"
+        };
+        unauthorized(url, why)
+    }
+
+    /// One GET of `url`, with `authorization` when given.
     async fn send(
         &self,
         url: &Uri,
         accept: Option<&str>,
-        authorize: bool,
+        authorization: Option<HeaderValue>,
     ) -> Result<http::Response<hyper::body::Incoming>, OciError> {
         let mut request = Request::builder()
             .method(Method::GET)
@@ -322,7 +305,7 @@ impl RegistryClient {
         if let Some(accept) = accept {
             request = request.header(header::ACCEPT, accept);
         }
-        if authorize && let Some(value) = self.authorization() {
+        if let Some(value) = authorization {
             request = request.header(header::AUTHORIZATION, value);
         }
         let request = request
@@ -489,28 +472,53 @@ async fn read(
     url: &Uri,
     what: &str,
 ) -> Result<Vec<u8>, OciError> {
-    let too_large = || OciError::TooLarge {
-        what: format!("{what} {url}"),
-        limit: max,
-    };
     let declared = response
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || OciError::TooLarge {
+        what: format!("{what} {url}"),
+        limit: max,
+    };
     if declared.is_some_and(|n| n > max) {
         return Err(too_large());
     }
-    let mut body = response.into_body();
-    let mut out = Vec::with_capacity(declared.unwrap_or(0).min(max) as usize);
+    let expected = declared.unwrap_or(0) as usize;
+    read_body(response.into_body(), max, expected)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge => too_large(),
+            BodyError::Read(e) => OciError::Connect {
+                url: url.to_string(),
+                error: chain(&e),
+            },
+        })
+}
+
+/// Why a body could not be read whole.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// It is longer than the bound.
+    #[error("the answer is over its bound")]
+    TooLarge,
+    /// The connection failed.
+    #[error(transparent)]
+    Read(hyper::Error),
+}
+
+/// A response body, at most `max` bytes: reading stops at the first byte past the bound.
+/// `expected` (a declared length, within the bound) sizes the buffer up front.
+pub async fn read_body(
+    mut body: hyper::body::Incoming,
+    max: u64,
+    expected: usize,
+) -> Result<Vec<u8>, BodyError> {
+    let mut out = Vec::with_capacity(expected);
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| OciError::Connect {
-            url: url.to_string(),
-            error: chain(&e),
-        })?;
-        if let Ok(data) = frame.into_data() {
+        if let Ok(data) = frame.map_err(BodyError::Read)?.into_data() {
             if out.len() as u64 + data.len() as u64 > max {
-                return Err(too_large());
+                return Err(BodyError::TooLarge);
             }
             out.extend_from_slice(&data);
         }

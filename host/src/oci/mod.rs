@@ -194,23 +194,17 @@ impl Puller {
         })
     }
 
-    /// The source this pulls.
-    pub fn source(&self) -> &Source {
-        &self.source
-    }
-
     /// The manifest the reference names now (from the cache when the reference pins a
     /// digest the cache holds), checked against the expected digest.
     pub async fn manifest(&self) -> Result<Manifest, OciError> {
         let reference = &self.source.reference;
-        let cached = match (&reference.digest, &self.cache) {
-            (Some(digest), Some(cache)) => cache.get(digest).map(|bytes| Manifest {
+        let cached = reference.digest.as_ref().and_then(|digest| {
+            self.cached(digest).map(|bytes| Manifest {
                 bytes,
                 digest: digest.clone(),
                 media_type: String::new(),
-            }),
-            _ => None,
-        };
+            })
+        });
         let manifest = match cached {
             Some(manifest) => manifest,
             None => self.client.manifest(reference, reference.target()).await?,

@@ -3,8 +3,6 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 /// A plugin file as read from disk: what loading, checking and status all work from.
 #[derive(Clone)]
 pub struct PluginFile {
@@ -119,10 +117,7 @@ pub fn digest(bytes: &[u8]) -> String {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::oci::Digest::of(bytes).hex().to_owned()
 }
 
 /// The plugin name for a file: its name without the `.wasm` extension.

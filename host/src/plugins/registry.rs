@@ -40,24 +40,23 @@ impl RegistryPlugins {
     /// Pulls and loads every plugin the host's settings give a registry source (waiting for
     /// each one's first attempt), then follows them. Content is cached in `cache` when given.
     pub async fn start(host: Arc<PluginHost>, cache: Option<ArtifactCache>) -> (Self, SyncReport) {
-        let followers: Vec<Follower> = host
+        let registry = Self {
+            host,
+            cache,
+            tasks: Mutex::default(),
+        };
+        let followers: Vec<Follower> = registry
+            .host
             .settings()
             .registry_sources()
-            .map(|(name, source)| Follower {
-                name: name.to_owned(),
-                source: source.clone(),
-                host: host.clone(),
-                cache: cache.clone(),
-                loaded: None,
-            })
+            .map(|(name, source)| registry.follower(name, source.clone()))
             .collect();
-        let mut report = SyncReport::default();
-        let mut tasks = BTreeMap::new();
         let first = futures::future::join_all(followers.into_iter().map(|mut f| async move {
             let result = f.attempt().await;
             (f, result)
         }))
         .await;
+        let mut report = SyncReport::default();
         for (follower, result) in first {
             let name = follower.name.clone();
             match &result {
@@ -66,14 +65,21 @@ impl RegistryPlugins {
                 Ok(Outcome::Unchanged) => {}
                 Err(()) => report.failed.push(name.clone()),
             }
-            tasks.insert(name, tokio::spawn(follower.follow(result.is_ok())));
+            let task = tokio::spawn(follower.follow(result.is_ok()));
+            registry.tasks().insert(name, task);
         }
-        let registry = Self {
-            host,
-            cache,
-            tasks: Mutex::new(tasks),
-        };
         (registry, report)
+    }
+
+    /// A follower of plugin `name` from `source`, nothing loaded from it yet.
+    fn follower(&self, name: &str, source: Source) -> Follower {
+        Follower {
+            name: name.to_owned(),
+            source,
+            host: self.host.clone(),
+            cache: self.cache.clone(),
+            loaded: None,
+        }
     }
 
     fn tasks(&self) -> MutexGuard<'_, BTreeMap<String, JoinHandle<()>>> {
@@ -91,13 +97,7 @@ impl RegistryPlugins {
         let Some(source) = source else {
             return;
         };
-        let mut follower = Follower {
-            name: name.to_owned(),
-            source,
-            host: self.host.clone(),
-            cache: self.cache.clone(),
-            loaded: None,
-        };
+        let mut follower = self.follower(name, source);
         let task = tokio::spawn(async move {
             let healthy = follower.attempt().await.is_ok();
             follower.follow(healthy).await;

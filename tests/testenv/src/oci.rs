@@ -156,6 +156,13 @@ auth:
         self.server.stop();
     }
 
+    /// Writes what a client of this registry is given into `dir`: its CA as `ca.pem` and a
+    /// pull secret as `regcred.json` (with `password`, or the right one).
+    pub fn write_client_files(&self, dir: &Path, password: Option<&str>) -> std::io::Result<()> {
+        std::fs::write(dir.join("ca.pem"), &self.ca_pem)?;
+        std::fs::write(dir.join("regcred.json"), self.docker_config(password))
+    }
+
     /// The last lines of the registry's log.
     pub fn log_tail(&self, lines: usize) -> String {
         self.server.log_tail(lines)
