@@ -126,7 +126,7 @@ impl Controller {
 
     fn apply(&self, notification: &Notification) {
         let object = notification.object();
-        let name = object.name.clone();
+        let name = object.name().to_owned();
         if let Notification::Deleted { .. } = notification {
             if self.tracked().remove(&name).is_some() {
                 self.registry.follow(&name, None);
@@ -137,7 +137,7 @@ impl Controller {
             return;
         }
         // Parsed once: the generation and the spec are both read from it.
-        let value: Value = serde_json::from_str(&object.json).unwrap_or(Value::Null);
+        let value: Value = serde_json::from_str(object.json()).unwrap_or(Value::Null);
         let generation = value
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)

@@ -1,9 +1,13 @@
 //! Kubernetes objects as the cache holds them: parsed once, shared by `Arc`, never re-serialized.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::gvk::Gvk;
+use meta::Meta;
 
+mod meta;
 pub mod pointer;
 mod raw;
 
@@ -27,19 +31,22 @@ pub enum ObjectError {
         /// What it must be.
         expected: &'static str,
     },
+    /// The metadata is larger than an object's metadata can be (2 GiB).
+    #[error("metadata larger than 2 GiB")]
+    TooLarge,
 }
 
 /// A reference to an owner, from `metadata.ownerReferences[]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnerRef {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerRef<'a> {
     /// The owner's `apiVersion`.
-    pub api_version: String,
+    pub api_version: &'a str,
     /// The owner's kind.
-    pub kind: String,
+    pub kind: &'a str,
     /// The owner's name.
-    pub name: String,
+    pub name: &'a str,
     /// The owner's uid.
-    pub uid: String,
+    pub uid: &'a str,
     /// True when this owner is the managing controller.
     pub controller: bool,
 }
@@ -93,24 +100,30 @@ impl Transform {
 /// One Kubernetes object: the metadata handlers filter on, plus the JSON text.
 #[derive(Debug, PartialEq, Eq)]
 pub struct KubeObject {
-    /// Resource type.
-    pub gvk: Gvk,
-    /// Cache key: `namespace/name`, or `name` when cluster-scoped.
-    pub key: String,
-    /// `metadata.namespace`, none for cluster-scoped objects.
-    pub namespace: Option<String>,
-    /// `metadata.name`.
-    pub name: String,
-    /// `metadata.uid` (empty when absent).
-    pub uid: String,
-    /// `metadata.resourceVersion` (empty when absent).
-    pub resource_version: String,
-    /// `metadata.labels`, sorted by key.
-    pub labels: Vec<(String, String)>,
-    /// `metadata.ownerReferences`.
-    pub owners: Vec<OwnerRef>,
-    /// The object as JSON text, after the transform.
-    pub json: Box<str>,
+    gvk: Arc<Gvk>,
+    /// `namespace/name`, or `name` when cluster-scoped; shared with the store's indexes.
+    key: Arc<str>,
+    /// Bytes of `key` that are the namespace (0 when cluster-scoped).
+    namespace_len: u32,
+    meta: Meta,
+    json: Box<str>,
+}
+
+/// The metadata an object is assembled from, borrowed from wherever it was read.
+struct Fields<'a> {
+    namespace: Option<&'a str>,
+    name: &'a str,
+    uid: &'a str,
+    resource_version: &'a str,
+    /// In any order; no key twice.
+    labels: Vec<(&'a str, &'a str)>,
+    owners: Vec<OwnerRef<'a>>,
+}
+
+impl kubewasm_sdk::selector::Labels for KubeObject {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.meta.label(key)
+    }
 }
 
 /// The cache key of an object: `namespace/name`, or `name` when cluster-scoped.
@@ -153,10 +166,11 @@ impl KubeObject {
 
     /// Decodes an object from JSON text as an API server sends it, of type `gvk` when the
     /// text names none (list items), applying `transform`. Plain text is read without
-    /// building a JSON tree and kept as sent, less what the transform cuts.
+    /// building a JSON tree and kept as sent, less what the transform cuts. An object of type
+    /// `gvk` shares its allocation.
     pub fn from_server_json(
         text: &str,
-        gvk: &Gvk,
+        gvk: &Arc<Gvk>,
         transform: &Transform,
     ) -> Result<Self, ObjectError> {
         if let Some(object) = raw::decode(text, Some(gvk), transform) {
@@ -170,7 +184,11 @@ impl KubeObject {
             .or_insert_with(|| Value::String(gvk.api_version()));
         map.entry("kind")
             .or_insert_with(|| Value::String(gvk.kind.clone()));
-        Self::from_value(Value::Object(map), transform)
+        let mut object = Self::from_value(Value::Object(map), transform)?;
+        if *object.gvk == **gvk {
+            object.gvk = gvk.clone();
+        }
+        Ok(object)
     }
 
     /// Builds an object from a parsed JSON value, applying `transform`.
@@ -181,7 +199,7 @@ impl KubeObject {
         transform.apply(&mut map);
         let api_version = required_str(&map, "apiVersion", "apiVersion")?;
         let kind = required_str(&map, "kind", "kind")?;
-        let gvk = Gvk::from_api_version(api_version, kind);
+        let gvk = Arc::new(Gvk::from_api_version(api_version, kind));
         let meta = match map.get("metadata") {
             Some(Value::Object(meta)) => meta,
             Some(_) => {
@@ -192,57 +210,141 @@ impl KubeObject {
             }
             None => return Err(ObjectError::Missing("metadata")),
         };
-        let name = required_str(meta, "name", "metadata.name")?.to_owned();
-        let namespace = optional_str(meta, "namespace", "metadata.namespace")?
-            .filter(|ns| !ns.is_empty())
-            .map(str::to_owned);
-        let uid = optional_str(meta, "uid", "metadata.uid")?
-            .unwrap_or_default()
-            .to_owned();
-        let resource_version = optional_str(meta, "resourceVersion", "metadata.resourceVersion")?
-            .unwrap_or_default()
-            .to_owned();
-        let labels = parse_labels(meta)?;
-        let owners = parse_owners(meta)?;
+        let fields = Fields {
+            name: required_str(meta, "name", "metadata.name")?,
+            namespace: optional_str(meta, "namespace", "metadata.namespace")?,
+            uid: optional_str(meta, "uid", "metadata.uid")?.unwrap_or_default(),
+            resource_version: optional_str(meta, "resourceVersion", "metadata.resourceVersion")?
+                .unwrap_or_default(),
+            labels: parse_labels(meta)?,
+            owners: parse_owners(meta)?,
+        };
         let json = serde_json::to_string(&map)
             .map_err(|_| ObjectError::NotAnObject)?
             .into_boxed_str();
+        Self::assemble(gvk, fields, json)
+    }
+
+    /// Packs decoded metadata and the stored text into an object.
+    fn assemble(
+        gvk: Arc<Gvk>,
+        mut fields: Fields<'_>,
+        json: Box<str>,
+    ) -> Result<Self, ObjectError> {
+        let namespace = fields.namespace.filter(|ns| !ns.is_empty());
+        fields.labels.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        if fields.labels.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(ObjectError::WrongType {
+                field: "metadata.labels",
+                expected: "a mapping with each key once",
+            });
+        }
+        let meta = Meta::new(
+            fields.uid,
+            fields.resource_version,
+            &fields.labels,
+            &fields.owners,
+        )?;
+        let namespace_len = match namespace {
+            Some(ns) => u32::try_from(ns.len()).map_err(|_| ObjectError::TooLarge)?,
+            None => 0,
+        };
         Ok(Self {
-            key: object_key(namespace.as_deref(), &name),
             gvk,
-            namespace,
-            name,
-            uid,
-            resource_version,
-            labels,
-            owners,
+            key: Arc::from(object_key(namespace, fields.name)),
+            namespace_len,
+            meta,
             json,
         })
     }
 
+    /// Resource type.
+    pub fn gvk(&self) -> &Gvk {
+        &self.gvk
+    }
+
+    /// Cache key: `namespace/name`, or `name` when cluster-scoped.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The key's shared allocation.
+    pub fn shared_key(&self) -> &Arc<str> {
+        &self.key
+    }
+
+    /// Makes this object use `key`'s allocation when it is the same key (the store keeps one
+    /// allocation per object across its versions).
+    pub fn share_key(&mut self, key: &Arc<str>) {
+        if *self.key == **key {
+            self.key = key.clone();
+        }
+    }
+
+    /// `metadata.namespace`, none for cluster-scoped objects.
+    pub fn namespace(&self) -> Option<&str> {
+        match self.namespace_len as usize {
+            0 => None,
+            len => self.key.get(..len),
+        }
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        match self.namespace_len as usize {
+            0 => &self.key,
+            len => self.key.get(len + 1..).unwrap_or_default(),
+        }
+    }
+
+    /// `metadata.uid` (empty when absent).
+    pub fn uid(&self) -> &str {
+        self.meta.uid()
+    }
+
+    /// `metadata.resourceVersion` (empty when absent).
+    pub fn resource_version(&self) -> &str {
+        self.meta.resource_version()
+    }
+
+    /// `metadata.labels`, sorted by key.
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        (0..self.meta.label_count()).map(|i| self.meta.label_at(i))
+    }
+
     /// The value of a label, if present.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .binary_search_by(|(k, _)| k.as_str().cmp(key))
-            .ok()
-            .map(|i| self.labels[i].1.as_str())
+        self.meta.label(key)
+    }
+
+    /// `metadata.ownerReferences`, in order.
+    pub fn owners(&self) -> impl ExactSizeIterator<Item = OwnerRef<'_>> + '_ {
+        (0..self.meta.owner_count()).map(|i| self.meta.owner_at(i))
+    }
+
+    /// The owner reference marked as the managing controller.
+    pub fn controller(&self) -> Option<OwnerRef<'_>> {
+        self.owners().find(|o| o.controller)
+    }
+
+    /// The object as JSON text, after the transform.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The JSON text, giving the object up.
+    pub fn into_json(self) -> Box<str> {
+        self.json
+    }
+
+    /// True when `other` has the same labels (keys and values).
+    pub fn same_labels(&self, other: &Self) -> bool {
+        self.labels().eq(other.labels())
     }
 
     /// Approximate bytes this object holds on the heap and inline.
     pub fn size_bytes(&self) -> usize {
-        let strings = self.key.len()
-            + self.namespace.as_ref().map_or(0, String::len)
-            + self.name.len()
-            + self.uid.len()
-            + self.resource_version.len()
-            + self.json.len();
-        let labels: usize = self.labels.iter().map(|(k, v)| k.len() + v.len()).sum();
-        let owners: usize = self
-            .owners
-            .iter()
-            .map(|o| o.api_version.len() + o.kind.len() + o.name.len() + o.uid.len())
-            .sum();
-        std::mem::size_of::<Self>() + strings + labels + owners
+        std::mem::size_of::<Self>() + self.key.len() + self.meta.heap_bytes() + self.json.len()
     }
 }
 
@@ -272,27 +374,25 @@ fn optional_str<'a>(
     }
 }
 
-fn parse_labels(meta: &Map<String, Value>) -> Result<Vec<(String, String)>, ObjectError> {
+fn parse_labels(meta: &Map<String, Value>) -> Result<Vec<(&str, &str)>, ObjectError> {
     const WRONG: ObjectError = ObjectError::WrongType {
         field: "metadata.labels",
         expected: "a mapping of strings to strings",
     };
-    let mut labels = match meta.get("labels") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
+    match meta.get("labels") {
+        None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Object(labels)) => labels
             .iter()
             .map(|(k, v)| match v {
-                Value::String(v) => Ok((k.clone(), v.clone())),
+                Value::String(v) => Ok((k.as_str(), v.as_str())),
                 _ => Err(WRONG),
             })
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return Err(WRONG),
-    };
-    labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    Ok(labels)
+            .collect(),
+        Some(_) => Err(WRONG),
+    }
 }
 
-fn parse_owners(meta: &Map<String, Value>) -> Result<Vec<OwnerRef>, ObjectError> {
+fn parse_owners(meta: &Map<String, Value>) -> Result<Vec<OwnerRef<'_>>, ObjectError> {
     const WRONG: ObjectError = ObjectError::WrongType {
         field: "metadata.ownerReferences",
         expected: "a list of {apiVersion, kind, name, uid}",
@@ -309,7 +409,7 @@ fn parse_owners(meta: &Map<String, Value>) -> Result<Vec<OwnerRef>, ObjectError>
                 return Err(WRONG);
             };
             let field = |k: &str| match o.get(k) {
-                Some(Value::String(s)) => Ok(s.clone()),
+                Some(Value::String(s)) => Ok(s.as_str()),
                 _ => Err(WRONG),
             };
             Ok(OwnerRef {
@@ -367,25 +467,25 @@ mod tests {
     #[test]
     fn parses_metadata_and_drops_managed_fields_and_last_applied() {
         let obj = KubeObject::from_value(pod(), &Transform::default()).expect("valid pod");
-        assert_eq!(obj.key, "shop/web-1");
-        assert_eq!(obj.gvk, Gvk::new("", "v1", "Pod"));
-        assert_eq!(obj.uid, "u-1");
-        assert_eq!(obj.resource_version, "7");
+        assert_eq!(obj.key(), "shop/web-1");
+        assert_eq!(*obj.gvk(), Gvk::new("", "v1", "Pod"));
+        assert_eq!(obj.uid(), "u-1");
+        assert_eq!(obj.resource_version(), "7");
         assert_eq!(
-            obj.labels,
-            vec![("app".into(), "shop".into()), ("tier".into(), "web".into())]
+            obj.labels().collect::<Vec<_>>(),
+            [("app", "shop"), ("tier", "web")]
         );
         assert_eq!(obj.label("tier"), Some("web"));
         assert_eq!(obj.label("nope"), None);
-        assert_eq!(obj.owners[0].uid, "rs-1");
-        assert!(obj.owners[0].controller);
-        assert!(!obj.json.contains("managedFields"));
-        assert!(!obj.json.contains(LAST_APPLIED_ANNOTATION));
+        assert_eq!(obj.owners().next().expect("owner").uid, "rs-1");
+        assert!(obj.owners().next().expect("owner").controller);
+        assert!(!obj.json().contains("managedFields"));
+        assert!(!obj.json().contains(LAST_APPLIED_ANNOTATION));
         assert!(
-            !obj.json.contains("annotations"),
+            !obj.json().contains("annotations"),
             "empty annotations removed"
         );
-        assert!(obj.json.contains("\"nodeName\":\"n1\""));
+        assert!(obj.json().contains("\"nodeName\":\"n1\""));
     }
 
     #[test]
@@ -395,16 +495,16 @@ mod tests {
             drop_last_applied: false,
         };
         let obj = KubeObject::from_value(pod(), &keep).expect("valid pod");
-        assert!(obj.json.contains("managedFields"));
-        assert!(obj.json.contains(LAST_APPLIED_ANNOTATION));
+        assert!(obj.json().contains("managedFields"));
+        assert!(obj.json().contains(LAST_APPLIED_ANNOTATION));
     }
 
     #[test]
     fn cluster_scoped_key_is_the_name() {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}});
         let obj = KubeObject::from_value(ns, &Transform::default()).expect("valid namespace");
-        assert_eq!(obj.key, "shop");
-        assert_eq!(obj.namespace, None);
+        assert_eq!(obj.key(), "shop");
+        assert_eq!(obj.namespace(), None);
     }
 
     #[test]

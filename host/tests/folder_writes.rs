@@ -116,7 +116,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
     let pods = agent.factory().get(&pod).expect("pod informer");
     let label = |key: &str| {
         pods.store().get(key).and_then(|o| {
-            let v: Value = serde_json::from_str(&o.json).ok()?;
+            let v: Value = serde_json::from_str(o.json()).ok()?;
             v.pointer("/metadata/labels/team")
                 .and_then(Value::as_str)
                 .map(str::to_owned)
@@ -142,7 +142,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
         tokio::time::timeout(WAIT, async {
             while let Some(e) = events.next().await {
                 if let SourceEvent::Applied(o) | SourceEvent::Listed(o) = e
-                    && o.json.contains("CrashLoopBackOff")
+                    && o.json().contains("CrashLoopBackOff")
                 {
                     return Some(o);
                 }
@@ -152,7 +152,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
         .await
     });
     let event = event.ok().flatten().expect("a CrashLoopBackOff Event");
-    let v: Value = serde_json::from_str(&event.json).expect("JSON");
+    let v: Value = serde_json::from_str(event.json()).expect("JSON");
     assert_eq!(v["type"], "Warning");
     assert_eq!(v["reportingController"], "kubewasm");
     assert_eq!(v["reportingInstance"], "crashloop-events");
@@ -192,5 +192,9 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
     }
     let cms = agent.factory().get(&cm).expect("configmap informer");
     let settings = cms.store().get("shop/settings").expect("settings");
-    assert!(!settings.json.contains("\"a\":\"b\""), "{}", settings.json);
+    assert!(
+        !settings.json().contains("\"a\":\"b\""),
+        "{}",
+        settings.json()
+    );
 }

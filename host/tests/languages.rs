@@ -203,8 +203,8 @@ fn the_labeler_writes_the_same_labels_from_rust_and_python() {
             .store()
             .list()
             .into_iter()
-            .filter(|o| o.labels.iter().any(|(k, v)| k == key && v == "yes"))
-            .map(|o| o.key.clone())
+            .filter(|o| o.label(key) == Some("yes"))
+            .map(|o| o.key().to_owned())
             .collect();
         labeled.sort();
         labeled

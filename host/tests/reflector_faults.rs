@@ -50,13 +50,13 @@ fn describe(d: &Delivery) -> String {
     match d {
         Delivery::InitialListSent => "|".into(),
         Delivery::Event(Notification::Added { object, initial }) => {
-            format!("+{}{}", object.name, if *initial { "*" } else { "" })
+            format!("+{}{}", object.name(), if *initial { "*" } else { "" })
         }
-        Delivery::Event(Notification::Updated { new, .. }) => format!("~{}", new.name),
+        Delivery::Event(Notification::Updated { new, .. }) => format!("~{}", new.name()),
         Delivery::Event(Notification::Deleted { object, stale }) => {
-            format!("-{}{}", object.name, if *stale { "?" } else { "" })
+            format!("-{}{}", object.name(), if *stale { "?" } else { "" })
         }
-        Delivery::Event(Notification::Sync(o)) => format!("={}", o.name),
+        Delivery::Event(Notification::Sync(o)) => format!("={}", o.name()),
     }
 }
 

@@ -41,26 +41,39 @@ impl IndexFunc {
     /// reading nothing past the value it names.
     pub fn values(&self, object: &KubeObject) -> Vec<String> {
         match self {
-            Self::Namespace => object.namespace.iter().cloned().collect(),
-            Self::OwnerUid => object.owners.iter().map(|o| o.uid.clone()).collect(),
-            Self::LabelKey => object.labels.iter().map(|(k, _)| k.clone()).collect(),
-            Self::Label => object
-                .labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
+            Self::Namespace => object.namespace().map(str::to_owned).into_iter().collect(),
+            Self::OwnerUid => object.owners().map(|o| o.uid.to_owned()).collect(),
+            Self::LabelKey => object.labels().map(|(k, _)| k.to_owned()).collect(),
+            Self::Label => object.labels().map(|(k, v)| format!("{k}={v}")).collect(),
             Self::JsonPointer(p) => {
                 // A pointer with no value yet: the whole object, which is no scalar.
                 let found = pointer::tokens(p)
                     .ok()
                     .filter(|tokens| !tokens.is_empty())
-                    .and_then(|tokens| pointer::lookup(&object.json, &tokens));
+                    .and_then(|tokens| pointer::lookup(object.json(), &tokens));
                 match found {
                     Some(Value::Array(items)) => items.iter().filter_map(scalar).collect(),
                     Some(v) => scalar(&v).into_iter().collect(),
                     None => Vec::new(),
                 }
             }
+        }
+    }
+}
+
+impl IndexFunc {
+    /// True when `old` and `new` are known from their metadata alone to be filed under the
+    /// same values, so nothing need be built; never for a JSON pointer (compare its values).
+    pub fn same_metadata_values(&self, old: &KubeObject, new: &KubeObject) -> bool {
+        match self {
+            Self::Namespace => old.namespace() == new.namespace(),
+            Self::OwnerUid => old.owners().map(|o| o.uid).eq(new.owners().map(|o| o.uid)),
+            Self::LabelKey => old
+                .labels()
+                .map(|(k, _)| k)
+                .eq(new.labels().map(|(k, _)| k)),
+            Self::Label => old.same_labels(new),
+            Self::JsonPointer(_) => false,
         }
     }
 }

@@ -52,7 +52,7 @@ impl Notification {
     /// retries order by it.
     pub fn id(&self) -> String {
         let o = self.object();
-        format!("{}/{}", o.gvk, o.key)
+        format!("{}/{}", o.gvk(), o.key())
     }
 
     /// The newest state of the object this is about.
@@ -82,12 +82,11 @@ impl Filter {
     pub fn matches(&self, object: &KubeObject) -> bool {
         let ns_ok = self.namespaces.is_empty()
             || object
-                .namespace
-                .as_ref()
-                .is_some_and(|ns| self.namespaces.contains(ns));
+                .namespace()
+                .is_some_and(|ns| self.namespaces.iter().any(|n| n == ns));
         ns_ok
-            && self.keys.as_ref().is_none_or(|k| k.contains(&object.key))
-            && self.selector.matches(&object.labels)
+            && self.keys.as_ref().is_none_or(|k| k.contains(object.key()))
+            && self.selector.matches(object)
     }
 
     /// What a subscriber with this filter sees of `n`: an update that moves an object into
@@ -122,7 +121,7 @@ struct State {
     subscribers: Vec<Subscriber>,
     synced: bool,
     /// Keys listed so far while a (re)list is streaming in; `None` between lists.
-    listing: Option<HashSet<String>>,
+    listing: Option<HashSet<Arc<str>>>,
     /// Complete lists applied (the first one and every relist).
     lists: u64,
     /// Objects received from the source (listed, applied, deleted).
@@ -219,17 +218,14 @@ impl Informer {
             SourceEvent::ListStarted => state.listing = Some(HashSet::new()),
             SourceEvent::Listed(object) => {
                 let initial = !state.synced;
-                state
-                    .listing
-                    .get_or_insert_with(HashSet::new)
-                    .insert(object.key.clone());
-                self.apply_one(state, object, initial);
+                let key = self.apply_one(state, object, initial);
+                state.listing.get_or_insert_with(HashSet::new).insert(key);
             }
             SourceEvent::ListDone => {
                 let seen = state.listing.take().unwrap_or_default();
                 state.lists += 1;
                 for key in self.store.keys() {
-                    if !seen.contains(&key)
+                    if !seen.contains(&*key)
                         && let Some(object) = self.store.remove(&key)
                     {
                         fan_out(
@@ -250,9 +246,11 @@ impl Informer {
                     self.synced.notify_all();
                 }
             }
-            SourceEvent::Applied(object) => self.apply_one(state, object, false),
+            SourceEvent::Applied(object) => {
+                self.apply_one(state, object, false);
+            }
             SourceEvent::Deleted(object) => {
-                if self.store.remove(&object.key).is_some() {
+                if self.store.remove(object.key()).is_some() {
                     fan_out(
                         state,
                         &Notification::Deleted {
@@ -265,17 +263,22 @@ impl Informer {
         }
     }
 
-    fn apply_one(&self, state: &mut State, object: Arc<KubeObject>, initial: bool) {
-        if let Some(old) = self.store.get(&object.key)
+    /// Stores `object` unless its state is already stored, and notifies; returns the stored
+    /// key.
+    fn apply_one(&self, state: &mut State, mut object: Arc<KubeObject>, initial: bool) -> Arc<str> {
+        if let Some(old) = self.store.get(object.key())
             && unchanged(&old, &object)
         {
-            return;
+            return old.shared_key().clone();
         }
-        let notification = match self.store.upsert(object.clone()) {
+        let previous = self.store.upsert(&mut object);
+        let key = object.shared_key().clone();
+        let notification = match previous {
             Some(old) => Notification::Updated { old, new: object },
             None => Notification::Added { object, initial },
         };
         fan_out(state, &notification);
+        key
     }
 
     /// Registers a subscriber. It first receives every current object passing `filter` as an
@@ -343,7 +346,7 @@ impl Informer {
         wrap: impl Fn(Arc<KubeObject>) -> Notification,
     ) {
         let mut objects = self.store.list();
-        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        objects.sort_by(|a, b| a.key().cmp(b.key()));
         for object in objects.into_iter().filter(|o| filter.matches(o)) {
             if tx.push(wrap(object)).is_err() {
                 return;
@@ -363,10 +366,10 @@ impl Informer {
 
 /// Same object state: equal resource versions, or equal text when versions are absent.
 fn unchanged(old: &KubeObject, new: &KubeObject) -> bool {
-    if old.resource_version.is_empty() || new.resource_version.is_empty() {
-        old.json == new.json
+    if old.resource_version().is_empty() || new.resource_version().is_empty() {
+        old.json() == new.json()
     } else {
-        old.resource_version == new.resource_version
+        old.resource_version() == new.resource_version()
     }
 }
 

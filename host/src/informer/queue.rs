@@ -373,18 +373,22 @@ mod tests {
         match d {
             Delivery::InitialListSent => "|".to_owned(),
             Delivery::Event(Notification::Added { object, .. }) => {
-                format!("+{}@{}", object.name, object.resource_version)
+                format!("+{}@{}", object.name(), object.resource_version())
             }
             Delivery::Event(Notification::Updated { old, new }) => {
                 format!(
                     "~{}@{}>{}",
-                    new.name, old.resource_version, new.resource_version
+                    new.name(),
+                    old.resource_version(),
+                    new.resource_version()
                 )
             }
             Delivery::Event(Notification::Deleted { object, .. }) => {
-                format!("-{}@{}", object.name, object.resource_version)
+                format!("-{}@{}", object.name(), object.resource_version())
             }
-            Delivery::Event(Notification::Sync(o)) => format!("={}@{}", o.name, o.resource_version),
+            Delivery::Event(Notification::Sync(o)) => {
+                format!("={}@{}", o.name(), o.resource_version())
+            }
         }
     }
 

@@ -1,6 +1,8 @@
 //! The thread-safe object cache with named indexes (client-go's `Indexer`).
 
-use std::collections::{BTreeMap, HashMap, btree_map};
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap, HashSet, btree_map};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::informer::index::{self, IndexFunc};
@@ -28,10 +30,34 @@ pub enum StoreError {
 /// Index name to index value to the keys of the objects filed under it.
 type Indices = HashMap<String, BTreeMap<String, KeySet>>;
 
+/// A stored object, found by its key (one pointer per entry instead of a key and a pointer).
+struct Stored(Arc<KubeObject>);
+
+impl Borrow<str> for Stored {
+    fn borrow(&self) -> &str {
+        self.0.key()
+    }
+}
+
+impl Hash for Stored {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key().hash(state);
+    }
+}
+
+impl PartialEq for Stored {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl Eq for Stored {}
+
 #[derive(Default)]
 struct Inner {
-    /// By key; the key's allocation is shared with every index entry of the object.
-    objects: HashMap<Arc<str>, Arc<KubeObject>>,
+    /// By key; each object's key allocation is shared with its index entries and its
+    /// later versions.
+    objects: HashSet<Stored>,
     indexers: BTreeMap<String, IndexFunc>,
     indices: Indices,
     /// Claims on each added (not built-in) index; it is removed with its last claim.
@@ -88,9 +114,9 @@ impl Store {
             });
         }
         let mut index: BTreeMap<String, KeySet> = BTreeMap::new();
-        for (key, object) in &inner.objects {
+        for Stored(object) in &inner.objects {
             for value in func.values(object) {
-                file(&mut index, value, key);
+                file(&mut index, value, object.shared_key());
             }
         }
         inner.indexers.insert(name.to_owned(), func);
@@ -119,17 +145,19 @@ impl Store {
         self.read().indexers.keys().cloned().collect()
     }
 
-    /// Inserts or replaces an object; returns the previous state. Only the informer changes
-    /// its store, so subscribers hear of every change.
-    pub(super) fn upsert(&self, object: Arc<KubeObject>) -> Option<Arc<KubeObject>> {
+    /// Inserts or replaces an object; returns the previous state. A new version takes over
+    /// its predecessor's key allocation when no one else holds it yet. Only the informer
+    /// changes its store, so subscribers hear of every change.
+    pub(super) fn upsert(&self, object: &mut Arc<KubeObject>) -> Option<Arc<KubeObject>> {
         let mut guard = self.write();
         let inner = &mut *guard;
-        let key = inner
-            .objects
-            .get_key_value(object.key.as_str())
-            .map_or_else(|| Arc::from(object.key.as_str()), |(k, _)| k.clone());
-        let old = inner.objects.insert(key.clone(), object.clone());
-        reindex(inner, &key, old.as_deref(), Some(&object));
+        if let Some(Stored(old)) = inner.objects.get(object.key())
+            && let Some(new) = Arc::get_mut(object)
+        {
+            new.share_key(old.shared_key());
+        }
+        let old = inner.objects.replace(Stored(object.clone())).map(|s| s.0);
+        reindex(inner, old.as_deref(), Some(object));
         old
     }
 
@@ -137,24 +165,28 @@ impl Store {
     pub(super) fn remove(&self, key: &str) -> Option<Arc<KubeObject>> {
         let mut guard = self.write();
         let inner = &mut *guard;
-        let (key, old) = inner.objects.remove_entry(key)?;
-        reindex(inner, &key, Some(&old), None);
+        let Stored(old) = inner.objects.take(key)?;
+        reindex(inner, Some(&old), None);
         Some(old)
     }
 
     /// The object with this key.
     pub fn get(&self, key: &str) -> Option<Arc<KubeObject>> {
-        self.read().objects.get(key).cloned()
+        self.read().objects.get(key).map(|s| s.0.clone())
     }
 
     /// Every object, in no particular order.
     pub fn list(&self) -> Vec<Arc<KubeObject>> {
-        self.read().objects.values().cloned().collect()
+        self.read().objects.iter().map(|s| s.0.clone()).collect()
     }
 
     /// Every key, in no particular order.
-    pub fn keys(&self) -> Vec<String> {
-        self.read().objects.keys().map(|k| k.to_string()).collect()
+    pub fn keys(&self) -> Vec<Arc<str>> {
+        self.read()
+            .objects
+            .iter()
+            .map(|s| s.0.shared_key().clone())
+            .collect()
     }
 
     /// Number of objects.
@@ -174,7 +206,7 @@ impl Store {
         Ok(keys
             .into_iter()
             .flat_map(KeySet::iter)
-            .filter_map(|k| inner.objects.get(k).cloned())
+            .filter_map(|k| inner.objects.get(&**k).map(|s| s.0.clone()))
             .collect())
     }
 
@@ -221,9 +253,18 @@ fn file(index: &mut BTreeMap<String, KeySet>, value: String, key: &Arc<str>) {
     }
 }
 
-/// Moves `key` from the index values of `old` to those of `new`.
-fn reindex(inner: &mut Inner, key: &Arc<str>, old: Option<&KubeObject>, new: Option<&KubeObject>) {
+/// Moves an object's key from the index values of `old` to those of `new` (one of them is
+/// present; both are versions of the same object).
+fn reindex(inner: &mut Inner, old: Option<&KubeObject>, new: Option<&KubeObject>) {
+    let Some(key) = new.or(old).map(KubeObject::shared_key) else {
+        return;
+    };
     for (name, func) in &inner.indexers {
+        if let (Some(old), Some(new)) = (old, new)
+            && func.same_metadata_values(old, new)
+        {
+            continue;
+        }
         let before = old.map_or_else(Vec::new, |o| func.values(o));
         let after = new.map_or_else(Vec::new, |o| func.values(o));
         if before == after {
@@ -274,9 +315,21 @@ mod tests {
     #[test]
     fn builtin_indexes_follow_add_update_delete() {
         let store = Store::new();
-        store.upsert(pod("a", "ns1", json!({"app": "web"}), Some("rs-1"), "n1"));
-        store.upsert(pod("b", "ns1", json!({"app": "db"}), Some("rs-1"), "n1"));
-        store.upsert(pod("c", "ns2", json!({"app": "web"}), None, "n2"));
+        store.upsert(&mut pod(
+            "a",
+            "ns1",
+            json!({"app": "web"}),
+            Some("rs-1"),
+            "n1",
+        ));
+        store.upsert(&mut pod(
+            "b",
+            "ns1",
+            json!({"app": "db"}),
+            Some("rs-1"),
+            "n1",
+        ));
+        store.upsert(&mut pod("c", "ns2", json!({"app": "web"}), None, "n2"));
 
         assert_eq!(
             store.index_keys("namespace", "ns1"),
@@ -293,7 +346,7 @@ mod tests {
         assert_eq!(store.index_values("label-key"), Ok(vec!["app".into()]));
 
         // An update moves the object between index values.
-        let old = store.upsert(pod("a", "ns1", json!({"app": "db"}), None, "n1"));
+        let old = store.upsert(&mut pod("a", "ns1", json!({"app": "db"}), None, "n1"));
         assert!(old.is_some());
         assert_eq!(
             store.index_keys("label", "app=web"),
@@ -315,16 +368,16 @@ mod tests {
     #[test]
     fn field_index_added_late_covers_existing_objects() {
         let store = Store::new();
-        store.upsert(pod("a", "ns", json!({}), None, "n1"));
+        store.upsert(&mut pod("a", "ns", json!({}), None, "n1"));
         store
             .add_index("node", IndexFunc::JsonPointer("/spec/nodeName".into()))
             .expect("new index");
-        store.upsert(pod("b", "ns", json!({}), None, "n2"));
+        store.upsert(&mut pod("b", "ns", json!({}), None, "n2"));
         let on_n1: Vec<String> = store
             .by_index("node", "n1")
             .expect("index exists")
             .iter()
-            .map(|o| o.key.clone())
+            .map(|o| o.key().to_owned())
             .collect();
         assert_eq!(on_n1, ["ns/a"]);
         assert_eq!(
@@ -363,7 +416,7 @@ mod tests {
     #[test]
     fn array_pointers_index_each_scalar_and_unknown_index_is_an_error() {
         let store = Store::new();
-        store.upsert(pod("a", "ns", json!({}), None, "n1"));
+        store.upsert(&mut pod("a", "ns", json!({}), None, "n1"));
         store
             .add_index(
                 "finalizer",

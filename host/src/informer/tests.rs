@@ -19,26 +19,28 @@ fn describe(n: &Notification) -> String {
         Notification::Added { object, initial } => {
             format!(
                 "+{}@{}{}",
-                object.name,
-                object.resource_version,
+                object.name(),
+                object.resource_version(),
                 if *initial { "*" } else { "" }
             )
         }
         Notification::Updated { old, new } => {
             format!(
                 "~{}@{}>{}",
-                new.name, old.resource_version, new.resource_version
+                new.name(),
+                old.resource_version(),
+                new.resource_version()
             )
         }
         Notification::Deleted { object, stale } => {
             format!(
                 "-{}@{}{}",
-                object.name,
-                object.resource_version,
+                object.name(),
+                object.resource_version(),
                 if *stale { "?" } else { "" }
             )
         }
-        Notification::Sync(object) => format!("={}@{}", object.name, object.resource_version),
+        Notification::Sync(object) => format!("={}@{}", object.name(), object.resource_version()),
     }
 }
 
@@ -108,7 +110,7 @@ fn relist_diffs_against_the_store_with_stale_tombstones() {
         ],
     );
     assert_eq!(drain(&rx), ["~c@2>5", "+d@5", "-b@1?"]);
-    let mut keys = inf.store().keys();
+    let mut keys: Vec<String> = inf.store().keys().iter().map(|k| k.to_string()).collect();
     keys.sort();
     assert_eq!(keys, ["ns/a", "ns/c", "ns/d"]);
 
@@ -253,7 +255,7 @@ fn a_relist_streams_into_the_store_and_restarts_cleanly() {
     inf.apply(SourceEvent::Listed(obj("c", "3", json!({}))));
     inf.apply(SourceEvent::ListDone);
     assert_eq!(drain(&rx), ["+c@3", "-a@2?"]);
-    let mut keys = inf.store().keys();
+    let mut keys: Vec<String> = inf.store().keys().iter().map(|k| k.to_string()).collect();
     keys.sort();
     assert_eq!(keys, ["ns/b", "ns/c"]);
 }

@@ -11,8 +11,10 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::gvk::Gvk;
-use crate::object::{KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform, object_key};
+use std::sync::Arc;
+
+use crate::gvk::{Gvk, split_api_version};
+use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform};
 
 #[derive(Deserialize)]
 struct Top<'a> {
@@ -34,8 +36,8 @@ struct Meta<'a> {
     uid: Option<Cow<'a, str>>,
     #[serde(rename = "resourceVersion", borrow, default)]
     resource_version: Option<Cow<'a, str>>,
-    #[serde(default)]
-    labels: Option<Labels>,
+    #[serde(borrow, default)]
+    labels: Option<Labels<'a>>,
     #[serde(rename = "ownerReferences", borrow, default)]
     owner_references: Option<Vec<&'a RawValue>>,
     #[serde(rename = "managedFields", borrow, default)]
@@ -54,14 +56,18 @@ impl<'de: 'a, 'a> Deserialize<'de> for Member<'a> {
     }
 }
 
-/// Labels in the order sent.
-struct Labels(Vec<(String, String)>);
+/// A string borrowed from the text unless it has escapes.
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
-impl<'de> Deserialize<'de> for Labels {
+/// Labels in the order sent.
+struct Labels<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Visit;
         impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Labels;
+            type Value = Labels<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a mapping of strings to strings")
             }
@@ -70,8 +76,8 @@ impl<'de> Deserialize<'de> for Labels {
                 mut m: M,
             ) -> Result<Self::Value, M::Error> {
                 let mut labels = Vec::with_capacity(m.size_hint().unwrap_or(0));
-                while let Some(entry) = m.next_entry::<String, String>()? {
-                    labels.push(entry);
+                while let Some((Text(k), Text(v))) = m.next_entry::<Text<'de>, Text<'de>>()? {
+                    labels.push((k, v));
                 }
                 Ok(Labels(labels))
             }
@@ -135,7 +141,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Annotations<'a> {
 
 /// Decodes the object in `text`, whose type is `gvk` when the text does not say (list items
 /// omit it); `None` when this path cannot.
-pub(super) fn decode(text: &str, gvk: Option<&Gvk>, transform: &Transform) -> Option<KubeObject> {
+pub(super) fn decode(
+    text: &str,
+    gvk: Option<&Arc<Gvk>>,
+    transform: &Transform,
+) -> Option<KubeObject> {
     let text = text.trim();
     // serde also reads a struct from a list: only mappings are objects and metadata.
     let mapping = |t: &str| t.starts_with('{');
@@ -149,8 +159,14 @@ pub(super) fn decode(text: &str, gvk: Option<&Gvk>, transform: &Transform) -> Op
     }
     let meta: Meta = serde_json::from_str(meta_text).ok()?;
     let gvk = match (&top.api_version, &top.kind, gvk) {
+        (Some(api_version), Some(kind), Some(gvk))
+            if *kind == gvk.kind
+                && split_api_version(api_version) == (&gvk.group, &gvk.version) =>
+        {
+            gvk.clone()
+        }
         (Some(api_version), Some(kind), _) if !api_version.is_empty() && !kind.is_empty() => {
-            Gvk::from_api_version(api_version, kind)
+            Arc::new(Gvk::from_api_version(api_version, kind))
         }
         (None, None, Some(gvk)) => gvk.clone(),
         _ => return None,
@@ -196,44 +212,37 @@ pub(super) fn decode(text: &str, gvk: Option<&Gvk>, transform: &Transform) -> Op
         at = cut.end;
     }
     json.push_str(text.get(at..)?);
-    let namespace = meta
-        .namespace
-        .filter(|ns| !ns.is_empty())
-        .map(Cow::into_owned);
-    let name = meta.name.into_owned();
-    let mut labels = meta.labels.map(|l| l.0).unwrap_or_default();
-    labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    if labels.windows(2).any(|w| w[0].0 == w[1].0) {
-        return None;
-    }
+    let labels: Vec<(&str, &str)> = meta
+        .labels
+        .iter()
+        .flat_map(|l| l.0.iter())
+        .map(|(k, v)| (k.as_ref(), v.as_ref()))
+        .collect();
     let mut owners = Vec::new();
     for raw in meta.owner_references.unwrap_or_default() {
         if !mapping(raw.get()) {
             return None;
         }
-        let o: Owner = serde_json::from_str(raw.get()).ok()?;
-        owners.push(OwnerRef {
-            api_version: o.api_version.into_owned(),
-            kind: o.kind.into_owned(),
-            name: o.name.into_owned(),
-            uid: o.uid.into_owned(),
-            controller: o.controller == Some(true),
-        });
+        owners.push(serde_json::from_str::<Owner>(raw.get()).ok()?);
     }
-    Some(KubeObject {
-        key: object_key(namespace.as_deref(), &name),
-        gvk,
-        namespace,
-        name,
-        uid: meta.uid.map(Cow::into_owned).unwrap_or_default(),
-        resource_version: meta
-            .resource_version
-            .map(Cow::into_owned)
-            .unwrap_or_default(),
+    let fields = Fields {
+        namespace: meta.namespace.as_deref(),
+        name: &meta.name,
+        uid: meta.uid.as_deref().unwrap_or_default(),
+        resource_version: meta.resource_version.as_deref().unwrap_or_default(),
         labels,
-        owners,
-        json: json.into_boxed_str(),
-    })
+        owners: owners
+            .iter()
+            .map(|o| OwnerRef {
+                api_version: &o.api_version,
+                kind: &o.kind,
+                name: &o.name,
+                uid: &o.uid,
+                controller: o.controller == Some(true),
+            })
+            .collect(),
+    };
+    KubeObject::assemble(gvk, fields, json.into_boxed_str()).ok()
 }
 
 /// The bytes of `text` to remove to drop the member whose value is `value` (a slice of
@@ -292,7 +301,7 @@ mod tests {
 
     /// Decodes `text` both ways and asserts the same object (JSON compared as values).
     fn same(text: &str, t: &Transform) {
-        let gvk = Gvk::new("", "v1", "Pod");
+        let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
         let fast = decode(text, Some(&gvk), t).unwrap_or_else(|| panic!("fast path: {text}"));
         let tree = by_tree(text, &gvk, t);
         let value = |s: &str| serde_json::from_str::<Value>(s).expect("stored JSON parses");
@@ -345,7 +354,7 @@ mod tests {
 
     #[test]
     fn what_the_fast_path_does_not_expect_is_left_to_the_tree_path() {
-        let gvk = Gvk::new("", "v1", "Pod");
+        let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
         let t = Transform::default();
         for text in [
             // An escaped key it would have to cut.

@@ -255,7 +255,7 @@ impl Worker {
             };
             failures += 1;
             let name = &self.ctx.name;
-            let object = &n.object().key;
+            let object = &n.object().key();
             if !failure.retry || failures >= max_attempts {
                 self.stats.given_up.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
@@ -359,8 +359,8 @@ impl Worker {
     /// One attempt at delivering `n`, with the counters and status it implies.
     fn attempt(&mut self, n: &Notification) -> Result<(), AttemptFailure> {
         // Every line logged during the call (the plugin's own included) carries both.
-        let _span =
-            tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key).entered();
+        let _span = tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key())
+            .entered();
         let span = crate::traces::enabled().then(|| AttemptSpan::start(&self.ctx, n));
         let stats = self.stats.clone();
         let previous = self.take_write_failures(n);
@@ -497,11 +497,11 @@ impl AttemptSpan {
                 KeyValue::new("kubewasm.plugin", ctx.name.clone()),
                 KeyValue::new("kubewasm.plugin.digest", ctx.log.digest().to_owned()),
                 KeyValue::new("kubewasm.event", event),
-                KeyValue::new("k8s.resource", object.gvk.to_string()),
-                KeyValue::new("k8s.object.key", object.key.clone()),
+                KeyValue::new("k8s.resource", object.gvk().to_string()),
+                KeyValue::new("k8s.object.key", object.key().to_owned()),
                 KeyValue::new(
                     "k8s.object.resource_version",
-                    object.resource_version.clone(),
+                    object.resource_version().to_owned(),
                 ),
             ])
             .start(&tracer);

@@ -326,7 +326,7 @@ impl Shared {
                         v.insert(want);
                     }
                     btree_map::Entry::Occupied(o) => {
-                        duplicates.insert((o.key().clone(), path.clone()));
+                        duplicates.insert((o.key().to_owned(), path.clone()));
                     }
                 }
             }
@@ -535,13 +535,13 @@ impl Shared {
         let defines = scope::Defined::from_crd(&value);
         let object = KubeObject::from_value(value, &self.transform).map_err(|e| e.to_string())?;
         Ok(Doc {
-            digest: digest(object.json.as_bytes()),
-            gvk: object.gvk,
-            namespace: object.namespace,
-            name: object.name,
+            digest: digest(object.json().as_bytes()),
+            gvk: object.gvk().clone(),
+            namespace: object.namespace().map(str::to_owned),
+            name: object.name().to_owned(),
             item,
             defines,
-            json: Some(object.json),
+            json: Some(object.into_json()),
         })
     }
 

@@ -58,25 +58,25 @@ type Id = (Gvk, String);
 
 fn reference(o: &KubeObject) -> Reference {
     Reference {
-        api_version: o.gvk.api_version(),
-        kind: o.gvk.kind.clone(),
-        namespace: o.namespace.clone(),
-        name: o.name.clone(),
+        api_version: o.gvk().api_version(),
+        kind: o.gvk().kind.clone(),
+        namespace: o.namespace().map(str::to_owned),
+        name: o.name().to_owned(),
     }
 }
 
 /// The object's JSON, with what only the recording server meant dropped (resource version,
 /// uid, creation time: the replaying folder gives its own).
 fn manifest(o: &KubeObject) -> Value {
-    let mut value: Value = serde_json::from_str(&o.json).unwrap_or(Value::Null);
+    let mut value: Value = serde_json::from_str(o.json()).unwrap_or(Value::Null);
     if let Some(object) = value.as_object_mut() {
         // List items come without their type.
         object
             .entry("apiVersion")
-            .or_insert_with(|| o.gvk.api_version().into());
+            .or_insert_with(|| o.gvk().api_version().into());
         object
             .entry("kind")
-            .or_insert_with(|| o.gvk.kind.clone().into());
+            .or_insert_with(|| o.gvk().kind.clone().into());
     }
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         for field in ["resourceVersion", "uid", "creationTimestamp", "generation"] {
@@ -101,11 +101,10 @@ struct Recorder {
 
 impl Recorder {
     fn apply(&mut self, o: &Arc<KubeObject>) -> Option<Value> {
-        let id = (o.gvk.clone(), o.key.clone());
-        let changed = self
-            .state
-            .get(&id)
-            .is_none_or(|old| old.resource_version != o.resource_version || old.json != o.json);
+        let id = (o.gvk().clone(), o.key().to_owned());
+        let changed = self.state.get(&id).is_none_or(|old| {
+            old.resource_version() != o.resource_version() || old.json() != o.json()
+        });
         self.state.insert(id, o.clone());
         changed.then(|| manifest(o))
     }
@@ -125,7 +124,7 @@ impl Recorder {
                 let change = self.apply(&o);
                 let initial = self.initial.contains(gvk);
                 if let Some((seen, step)) = self.relists.get_mut(gvk) {
-                    seen.insert(o.key.clone());
+                    seen.insert(o.key().to_owned());
                     if let Some(value) = change {
                         if initial {
                             self.first.apply.push(value);
@@ -161,17 +160,21 @@ impl Recorder {
                 if let Some(value) = self.apply(&o) {
                     self.events += 1;
                     self.steps.push(RecordedStep {
-                        name: format!("changed {} {}", o.gvk, o.key),
+                        name: format!("changed {} {}", o.gvk(), o.key()),
                         apply: vec![value],
                         delete: vec![],
                     });
                 }
             }
             SourceEvent::Deleted(o) => {
-                if self.state.remove(&(o.gvk.clone(), o.key.clone())).is_some() {
+                if self
+                    .state
+                    .remove(&(o.gvk().clone(), o.key().to_owned()))
+                    .is_some()
+                {
                     self.events += 1;
                     self.steps.push(RecordedStep {
-                        name: format!("deleted {} {}", o.gvk, o.key),
+                        name: format!("deleted {} {}", o.gvk(), o.key()),
                         apply: vec![],
                         delete: vec![reference(&o)],
                     });

@@ -64,7 +64,7 @@ impl HostState {
 
     /// False for a Secret the plugin was not granted by name.
     fn may_see(&self, o: &KubeObject) -> bool {
-        !is_secret(&o.gvk) || self.ctx.secrets.contains(&o.key)
+        !is_secret(o.gvk()) || self.ctx.secrets.contains(o.key())
     }
 
     /// The store's name of index `name` on `gvk` for this plugin: a built-in one, or one the
@@ -234,24 +234,17 @@ impl HostState {
         gvk: &WitGvk,
     ) -> Result<Option<Resource<Object>>, QueryError> {
         let store = self.granted(gvk)?.store();
-        let Some(owner) = object.owners.iter().find(|r| {
+        let Some(owner) = object.owners().find(|r| {
             r.controller
                 && r.kind == gvk.kind
-                && crate::gvk::split_api_version(&r.api_version).0 == gvk.group
+                && crate::gvk::split_api_version(r.api_version).0 == gvk.group
         }) else {
             return Ok(None);
         };
         // Owners live in the object's namespace, or are cluster-scoped.
-        let found = with_object_key(object.namespace.as_deref(), &owner.name, |key| {
-            store.get(key)
-        })
-        .or_else(|| {
-            object
-                .namespace
-                .as_ref()
-                .and_then(|_| store.get(&owner.name))
-        })
-        .filter(|o| o.uid == owner.uid);
+        let found = with_object_key(object.namespace(), owner.name, |key| store.get(key))
+            .or_else(|| object.namespace().and_then(|_| store.get(owner.name)))
+            .filter(|o| o.uid() == owner.uid);
         self.answer_one(found)
     }
 
@@ -275,8 +268,8 @@ impl HostState {
                 .map_err(index_error)?,
             None => store.list(),
         };
-        objects.retain(|o| selector.matches(&o.labels));
-        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        objects.retain(|o| selector.matches(&**o));
+        objects.sort_by(|a, b| a.key().cmp(b.key()));
         self.answer(objects)
     }
 

@@ -394,24 +394,21 @@ impl Host for HostState {
             return Ok(Err(e));
         }
         // client-go puts Events about cluster-scoped objects in `default`.
-        let namespace = object
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_owned());
+        let namespace = object.namespace().unwrap_or("default").to_owned();
         let write = Write {
             target: Target {
                 gvk: write::event_gvk(),
                 namespace: Some(namespace),
-                name: object.name.clone(),
+                name: object.name().to_owned(),
                 subresource: None,
             },
             action: Action::RecordEvent {
                 regarding: Regarding {
-                    gvk: object.gvk.clone(),
-                    namespace: object.namespace.clone(),
-                    name: object.name.clone(),
-                    uid: object.uid.clone(),
-                    resource_version: object.resource_version.clone(),
+                    gvk: object.gvk().clone(),
+                    namespace: object.namespace().map(str::to_owned),
+                    name: object.name().to_owned(),
+                    uid: object.uid().to_owned(),
+                    resource_version: object.resource_version().to_owned(),
                 },
                 warning: matches!(event_type, EventType::Warning),
                 reason,

@@ -150,7 +150,7 @@ mod tests {
     fn lent_handles_end_with_the_call_and_slots_are_reused() {
         let mut handles = Handles::default();
         let a = handles.lend(&object("a"));
-        assert_eq!(handles.get(&a).expect("lent").name, "a");
+        assert_eq!(handles.get(&a).expect("lent").name(), "a");
         handles.end_call();
         assert!(handles.get(&a).is_err(), "a lent handle outlived its call");
         let b = handles.give(vec![object("b")], 10).expect("room");

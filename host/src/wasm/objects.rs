@@ -17,12 +17,12 @@ impl HostState {
     }
 }
 
-fn owner(r: &OwnerRef) -> OwnerReference {
+fn owner(r: OwnerRef<'_>) -> OwnerReference {
     OwnerReference {
-        api_version: r.api_version.clone(),
-        kind: r.kind.clone(),
-        name: r.name.clone(),
-        uid: r.uid.clone(),
+        api_version: r.api_version.to_owned(),
+        kind: r.kind.to_owned(),
+        name: r.name.to_owned(),
+        uid: r.uid.to_owned(),
         controller: r.controller,
     }
 }
@@ -44,7 +44,7 @@ fn value(v: serde_json::Value) -> Value {
 
 impl HostObject for HostState {
     fn gvk(&mut self, this: Resource<Object>) -> wasmtime::Result<WitGvk> {
-        let gvk = &self.object(&this)?.gvk;
+        let gvk = &self.object(&this)?.gvk();
         Ok(WitGvk {
             group: gvk.group.clone(),
             version: gvk.version.clone(),
@@ -53,23 +53,23 @@ impl HostObject for HostState {
     }
 
     fn namespace(&mut self, this: Resource<Object>) -> wasmtime::Result<Option<String>> {
-        Ok(self.object(&this)?.namespace.clone())
+        Ok(self.object(&this)?.namespace().map(str::to_owned))
     }
 
     fn name(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
-        Ok(self.object(&this)?.name.clone())
+        Ok(self.object(&this)?.name().to_owned())
     }
 
     fn key(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
-        Ok(self.object(&this)?.key.clone())
+        Ok(self.object(&this)?.key().to_owned())
     }
 
     fn uid(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
-        Ok(self.object(&this)?.uid.clone())
+        Ok(self.object(&this)?.uid().to_owned())
     }
 
     fn resource_version(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
-        Ok(self.object(&this)?.resource_version.clone())
+        Ok(self.object(&this)?.resource_version().to_owned())
     }
 
     fn label(&mut self, this: Resource<Object>, key: String) -> wasmtime::Result<Option<String>> {
@@ -78,7 +78,11 @@ impl HostObject for HostState {
 
     fn labels(&mut self, this: Resource<Object>) -> wasmtime::Result<Vec<(String, String)>> {
         let _call = self.host_calls.start();
-        Ok(self.object(&this)?.labels.clone())
+        Ok(self
+            .object(&this)?
+            .labels()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect())
     }
 
     fn annotation(
@@ -92,7 +96,7 @@ impl HostObject for HostState {
             Cow::Borrowed("annotations"),
             Cow::Owned(key),
         ];
-        Ok(match pointer::lookup(&self.object(&this)?.json, &path) {
+        Ok(match pointer::lookup(self.object(&this)?.json(), &path) {
             Some(serde_json::Value::String(s)) => Some(s),
             _ => None,
         })
@@ -103,16 +107,11 @@ impl HostObject for HostState {
         this: Resource<Object>,
     ) -> wasmtime::Result<Vec<OwnerReference>> {
         let _call = self.host_calls.start();
-        Ok(self.object(&this)?.owners.iter().map(owner).collect())
+        Ok(self.object(&this)?.owners().map(owner).collect())
     }
 
     fn controller(&mut self, this: Resource<Object>) -> wasmtime::Result<Option<OwnerReference>> {
-        Ok(self
-            .object(&this)?
-            .owners
-            .iter()
-            .find(|r| r.controller)
-            .map(owner))
+        Ok(self.object(&this)?.controller().map(owner))
     }
 
     fn owner(
@@ -136,13 +135,13 @@ impl HostObject for HostState {
             Err(e) => return Ok(Err(QueryError::InvalidArgument(e.to_string()))),
         };
         Ok(Ok(
-            pointer::lookup(&self.object(&this)?.json, &tokens).map(value)
+            pointer::lookup(self.object(&this)?.json(), &tokens).map(value)
         ))
     }
 
     fn json(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
         let _call = self.host_calls.start();
-        Ok(self.object(&this)?.json.to_string())
+        Ok(self.object(&this)?.json().to_string())
     }
 
     fn drop(&mut self, this: Resource<Object>) -> wasmtime::Result<()> {

@@ -20,13 +20,17 @@ use kube::api::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher::DefaultBackoff;
 use kube::{Client, discovery};
 use tokio::runtime::Handle;
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{Sender, channel};
 
 use crate::gvk::Gvk;
 use crate::object::Transform;
 use crate::source::{Source, SourceEvent};
 use reflector::Reflector;
 use stats::{ReflectorSnapshot, ReflectorStats};
+
+/// Decoded events that may wait for the informer: a reflector that decodes faster than its
+/// informer applies waits instead of holding a second copy of the cache (a relist's peak).
+const EVENT_BUFFER: usize = 512;
 
 /// How long one discovery of a type may take.
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -63,7 +67,7 @@ impl KubeSource {
 
 impl Source for KubeSource {
     fn watch(&self, gvk: &Gvk) -> BoxStream<'static, SourceEvent> {
-        let (tx, mut rx) = unbounded_channel();
+        let (tx, mut rx) = channel(EVENT_BUFFER);
         let stats = self
             .stats
             .lock()
@@ -88,7 +92,7 @@ impl Source for KubeSource {
 async fn resolve(
     client: &Client,
     gvk: &Gvk,
-    tx: &UnboundedSender<SourceEvent>,
+    tx: &Sender<SourceEvent>,
     stats: &ReflectorStats,
 ) -> Option<ApiResource> {
     let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
@@ -114,7 +118,7 @@ async fn resolve(
             reported_absent = true;
             tracing::warn!(resource = %gvk, "the API server does not serve this type (yet); treating it as empty and looking again with backoff: {e}");
             for event in [SourceEvent::ListStarted, SourceEvent::ListDone] {
-                tx.send(event).ok()?;
+                tx.send(event).await.ok()?;
             }
         } else if !absent {
             tracing::warn!(resource = %gvk, "cannot resolve resource type, retrying in {delay:.1?}: {e}");

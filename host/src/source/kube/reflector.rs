@@ -29,7 +29,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams, VersionMatch, WatchParam
 use kube::core::Request;
 use kube::runtime::watcher::DefaultBackoff;
 use kube::{Client, Resource};
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 
 use crate::gvk::Gvk;
 use crate::object::Transform;
@@ -180,10 +180,10 @@ impl std::fmt::Display for Verb {
 /// Lists and watches one resource type, feeding an informer.
 pub struct Reflector {
     client: Client,
-    gvk: Gvk,
+    gvk: Arc<Gvk>,
     path: String,
     transform: Transform,
-    tx: UnboundedSender<SourceEvent>,
+    tx: Sender<SourceEvent>,
     stats: Arc<ReflectorStats>,
     state: State,
 }
@@ -195,12 +195,12 @@ impl Reflector {
         gvk: Gvk,
         resource: &ApiResource,
         transform: Transform,
-        tx: UnboundedSender<SourceEvent>,
+        tx: Sender<SourceEvent>,
         stats: Arc<ReflectorStats>,
     ) -> Self {
         Self {
             client,
-            gvk,
+            gvk: Arc::new(gvk),
             path: DynamicObject::url_path(resource, None),
             transform,
             tx,
@@ -245,8 +245,9 @@ impl Reflector {
         }
     }
 
-    fn send(&self, event: SourceEvent) -> Result<(), Stop> {
-        self.tx.send(event).map_err(|_| Stop::Closed)
+    /// Hands `event` to the informer, waiting while its buffer is full.
+    async fn send(&self, event: SourceEvent) -> Result<(), Stop> {
+        self.tx.send(event).await.map_err(|_| Stop::Closed)
     }
 
     /// One paginated list, streamed into the informer page by page.
@@ -259,7 +260,7 @@ impl Reflector {
             params.resource_version = Some(rv);
             params.version_match = Some(VersionMatch::NotOlderThan);
         }
-        self.send(SourceEvent::ListStarted)?;
+        self.send(SourceEvent::ListStarted).await?;
         loop {
             let request = Request::new(self.path.as_str())
                 .list(&params)
@@ -270,7 +271,7 @@ impl Reflector {
                 .map_err(|e| self.failure(Verb::List, &e))?;
             for item in page.items {
                 match wire::object(&self.gvk, item.get(), &self.transform) {
-                    Ok(object) => self.send(SourceEvent::Listed(object))?,
+                    Ok(object) => self.send(SourceEvent::Listed(object)).await?,
                     Err(e) => {
                         tracing::error!(resource = %self.gvk, "skipping malformed object: {e}")
                     }
@@ -287,7 +288,7 @@ impl Reflector {
                     let Some(rv) = rv else {
                         return Err(Stop::Failed("list response has no resourceVersion".into()));
                     };
-                    self.send(SourceEvent::ListDone)?;
+                    self.send(SourceEvent::ListDone).await?;
                     self.on(Input::Synced(rv));
                     return Ok(());
                 }
@@ -337,7 +338,7 @@ impl Reflector {
         };
         self.stats.note_watch();
         if initial {
-            self.send(SourceEvent::ListStarted)?;
+            self.send(SourceEvent::ListStarted).await?;
         }
         let mut events = 0_u64;
         let mut lines = Box::pin(body.lines());
@@ -373,15 +374,15 @@ impl Reflector {
             self.stats.note_event();
             match event {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) if initial => {
-                    self.send(SourceEvent::Listed(o))?;
+                    self.send(SourceEvent::Listed(o)).await?;
                 }
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    self.on(Input::Seen(o.resource_version.clone()));
-                    self.send(SourceEvent::Applied(o))?;
+                    self.on(Input::Seen(o.resource_version().to_owned()));
+                    self.send(SourceEvent::Applied(o)).await?;
                 }
                 WatchEvent::Deleted(o) => {
-                    self.on(Input::Seen(o.resource_version.clone()));
-                    self.send(SourceEvent::Deleted(o))?;
+                    self.on(Input::Seen(o.resource_version().to_owned()));
+                    self.send(SourceEvent::Deleted(o)).await?;
                 }
                 WatchEvent::Bookmark {
                     resource_version,
@@ -389,7 +390,7 @@ impl Reflector {
                 } => {
                     if initial && initial_events_end {
                         initial = false;
-                        self.send(SourceEvent::ListDone)?;
+                        self.send(SourceEvent::ListDone).await?;
                         self.on(Input::Synced(resource_version));
                     } else if !resource_version.is_empty() {
                         self.on(Input::Seen(resource_version));

@@ -98,7 +98,7 @@ pub enum DecodeError {
 
 /// Makes a cached object of a list item or watched object of type `gvk`.
 pub fn object(
-    gvk: &Gvk,
+    gvk: &Arc<Gvk>,
     text: &str,
     transform: &Transform,
 ) -> Result<Arc<KubeObject>, DecodeError> {
@@ -108,7 +108,11 @@ pub fn object(
 }
 
 /// Decodes one watch line.
-pub fn watch_line(gvk: &Gvk, line: &str, transform: &Transform) -> Result<WatchEvent, DecodeError> {
+pub fn watch_line(
+    gvk: &Arc<Gvk>,
+    line: &str,
+    transform: &Transform,
+) -> Result<WatchEvent, DecodeError> {
     let Line { kind, object: raw } = serde_json::from_str(line)?;
     Ok(match kind.as_ref() {
         "ADDED" => WatchEvent::Added(object(gvk, raw.get(), transform)?),
@@ -141,8 +145,8 @@ pub fn watch_line(gvk: &Gvk, line: &str, transform: &Transform) -> Result<WatchE
 mod tests {
     use super::*;
 
-    fn cm() -> Gvk {
-        Gvk::new("", "v1", "ConfigMap")
+    fn cm() -> Arc<Gvk> {
+        Arc::new(Gvk::new("", "v1", "ConfigMap"))
     }
 
     #[test]
@@ -152,8 +156,12 @@ mod tests {
         let WatchEvent::Added(o) = watch_line(&cm(), added, &t)? else {
             panic!("an add");
         };
-        assert_eq!((o.key.as_str(), o.resource_version.as_str()), ("ns/a", "5"));
-        assert!(!o.json.contains("managedFields"), "transformed: {}", o.json);
+        assert_eq!((o.key(), o.resource_version()), ("ns/a", "5"));
+        assert!(
+            !o.json().contains("managedFields"),
+            "transformed: {}",
+            o.json()
+        );
 
         let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
         assert!(matches!(
@@ -188,8 +196,8 @@ mod tests {
         assert_eq!(page.metadata.continue_token.as_deref(), Some("abc"));
         let item = page.items.into_iter().next().ok_or("an item")?;
         let o = object(&cm(), item.get(), &Transform::default())?;
-        assert_eq!(o.gvk, cm());
-        assert!(o.json.contains(r#""kind":"ConfigMap""#), "{}", o.json);
+        assert_eq!(*o.gvk(), *cm());
+        assert!(o.json().contains(r#""kind":"ConfigMap""#), "{}", o.json());
         Ok(())
     }
 }

@@ -34,15 +34,15 @@ impl Describe {
             SourceEvent::Listed(o) => {
                 self.listing
                     .get_or_insert_with(Vec::new)
-                    .push(o.name.clone());
+                    .push(o.name().to_owned());
                 None
             }
             SourceEvent::ListDone => {
                 let names = self.listing.take().unwrap_or_default();
                 Some(format!("list[{}]", names.join(",")))
             }
-            SourceEvent::Applied(o) => Some(format!("apply {}", o.name)),
-            SourceEvent::Deleted(o) => Some(format!("delete {}", o.name)),
+            SourceEvent::Applied(o) => Some(format!("apply {}", o.name())),
+            SourceEvent::Deleted(o) => Some(format!("delete {}", o.name())),
         }
     }
 }
@@ -137,11 +137,11 @@ fn resource_versions_grow_and_uids_are_derived_when_absent() {
     let Some(Some(SourceEvent::Applied(second))) = events.next().now_or_never() else {
         panic!("expected an apply");
     };
-    let rv = |o: &KubeObject| o.resource_version.parse::<u64>().expect("numeric rv");
+    let rv = |o: &KubeObject| o.resource_version().parse::<u64>().expect("numeric rv");
     assert!(rv(&second) > rv(&first));
-    assert_eq!(first.uid, second.uid, "uid is stable across edits");
-    assert_eq!(first.uid.len(), 36);
-    assert!(second.json.contains(&second.resource_version));
+    assert_eq!(first.uid(), second.uid(), "uid is stable across edits");
+    assert_eq!(first.uid().len(), 36);
+    assert!(second.json().contains(second.resource_version()));
 }
 
 #[test]
@@ -298,7 +298,7 @@ fn keys(folder: &ManifestFolder, gvk: &Gvk) -> Vec<String> {
     let mut keys = Vec::new();
     while let Some(Some(e)) = events.next().now_or_never() {
         if let SourceEvent::Listed(o) = e {
-            keys.push(o.key.clone());
+            keys.push(o.key().to_owned());
         }
     }
     keys
@@ -326,9 +326,10 @@ fn an_edit_is_seen_even_when_the_file_sets_a_resource_version() {
         .next()
         .map(|r| r.object.clone());
     let cached = cached.expect("a");
-    assert!(cached.json.contains(r#""k":2"#), "{}", cached.json);
+    assert!(cached.json().contains(r#""k":2"#), "{}", cached.json());
     assert_ne!(
-        cached.resource_version, "5",
+        cached.resource_version(),
+        "5",
         "the folder sets versions itself"
     );
 }

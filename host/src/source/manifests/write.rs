@@ -63,12 +63,12 @@ impl Shared {
         };
         let existing = |state: &super::State| -> Result<Value, Refusal> {
             let object = current(&name, state).ok_or_else(missing)?;
-            parse("the stored object", &object.json)
+            parse("the stored object", object.json())
         };
         let (name, value) = match &write.action {
             Action::Apply(body) => {
                 let mut value = match current(&name, &state) {
-                    Some(object) => parse("the stored object", &object.json)?,
+                    Some(object) => parse("the stored object", object.json())?,
                     None => json!({}),
                 };
                 json_patch::merge(&mut value, &parse("apply body", body)?);
@@ -112,13 +112,13 @@ impl Shared {
             Action::Delete(uid) => {
                 let object = current(&name, &state).ok_or_else(missing)?;
                 if let Some(uid) = uid
-                    && *uid != object.uid
+                    && *uid != object.uid()
                 {
                     return Err(refusal(
                         "Conflict",
                         format!(
                             "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                            object.uid
+                            object.uid()
                         ),
                         false,
                     ));
@@ -134,7 +134,7 @@ impl Shared {
                             state.series.forget(&name);
                             return Err(refusal("NotFound", format!("Event {name} is gone"), true));
                         };
-                        let mut value = parse("the stored Event", &object.json)?;
+                        let mut value = parse("the stored Event", object.json())?;
                         value["series"] =
                             json!({"count": count, "lastObservedTime": micro_time(now)});
                         (name, Some(value))
@@ -164,12 +164,13 @@ impl Shared {
                 let object = self
                     .materialize(value, namespace.as_deref(), state.version)
                     .map_err(|e| refusal("Invalid", e.to_string(), false))?;
-                if object.gvk != gvk || object.name != name {
+                if *object.gvk() != gvk || object.name() != name {
                     return Err(refusal(
                         "Invalid",
                         format!(
                             "the write changes the object's type or name to {} {}",
-                            object.gvk, object.name
+                            object.gvk(),
+                            object.name()
                         ),
                         false,
                     ));
