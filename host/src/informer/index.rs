@@ -40,11 +40,27 @@ impl IndexFunc {
     /// The values `object` is filed under. A JSON pointer is walked in the object's text,
     /// reading nothing past the value it names.
     pub fn values(&self, object: &KubeObject) -> Vec<String> {
+        let mut values = Vec::new();
+        self.each_value(object, |v| values.push(v.to_owned()));
+        values
+    }
+
+    /// Calls `f` with each value `object` is filed under, building none from the metadata.
+    pub fn each_value(&self, object: &KubeObject, mut f: impl FnMut(&str)) {
         match self {
-            Self::Namespace => object.namespace().map(str::to_owned).into_iter().collect(),
-            Self::OwnerUid => object.owners().map(|o| o.uid.to_owned()).collect(),
-            Self::LabelKey => object.labels().map(|(k, _)| k.to_owned()).collect(),
-            Self::Label => object.labels().map(|(k, v)| format!("{k}={v}")).collect(),
+            Self::Namespace => object.namespace().into_iter().for_each(f),
+            Self::OwnerUid => object.owners().for_each(|o| f(o.uid)),
+            Self::LabelKey => object.labels().for_each(|(k, _)| f(k)),
+            Self::Label => {
+                let mut value = String::new();
+                for (k, v) in object.labels() {
+                    value.clear();
+                    value.push_str(k);
+                    value.push('=');
+                    value.push_str(v);
+                    f(&value);
+                }
+            }
             Self::JsonPointer(p) => {
                 // A pointer with no value yet: the whole object, which is no scalar.
                 let found = pointer::tokens(p)
@@ -52,9 +68,11 @@ impl IndexFunc {
                     .filter(|tokens| !tokens.is_empty())
                     .and_then(|tokens| pointer::lookup(object.json(), &tokens));
                 match found {
-                    Some(Value::Array(items)) => items.iter().filter_map(scalar).collect(),
-                    Some(v) => scalar(&v).into_iter().collect(),
-                    None => Vec::new(),
+                    Some(Value::Array(items)) => {
+                        items.iter().filter_map(scalar).for_each(|v| f(&v))
+                    }
+                    Some(v) => scalar(&v).into_iter().for_each(|v| f(&v)),
+                    None => {}
                 }
             }
         }

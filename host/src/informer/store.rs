@@ -1,7 +1,7 @@
 //! The thread-safe object cache with named indexes (client-go's `Indexer`).
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap, HashSet, btree_map};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -115,9 +115,7 @@ impl Store {
         }
         let mut index: BTreeMap<String, KeySet> = BTreeMap::new();
         for Stored(object) in &inner.objects {
-            for value in func.values(object) {
-                file(&mut index, value, object.shared_key());
-            }
+            func.each_value(object, |value| file(&mut index, value, object.shared_key()));
         }
         inner.indexers.insert(name.to_owned(), func);
         inner.indices.insert(name.to_owned(), index);
@@ -244,12 +242,21 @@ fn index_entry<'a>(
 }
 
 /// Files `key` under `value`.
-fn file(index: &mut BTreeMap<String, KeySet>, value: String, key: &Arc<str>) {
-    match index.entry(value) {
-        btree_map::Entry::Vacant(v) => {
-            v.insert(KeySet::One(key.clone()));
+fn file(index: &mut BTreeMap<String, KeySet>, value: &str, key: &Arc<str>) {
+    match index.get_mut(value) {
+        Some(keys) => keys.insert(key),
+        None => {
+            index.insert(value.to_owned(), KeySet::One(key.clone()));
         }
-        btree_map::Entry::Occupied(mut o) => o.get_mut().insert(key),
+    }
+}
+
+/// Takes `key` out from under `value`, and the value with its last key.
+fn unfile(index: &mut BTreeMap<String, KeySet>, value: &str, key: &str) {
+    if let Some(keys) = index.get_mut(value)
+        && keys.remove(key)
+    {
+        index.remove(value);
     }
 }
 
@@ -265,23 +272,22 @@ fn reindex(inner: &mut Inner, old: Option<&KubeObject>, new: Option<&KubeObject>
         {
             continue;
         }
-        let before = old.map_or_else(Vec::new, |o| func.values(o));
-        let after = new.map_or_else(Vec::new, |o| func.values(o));
-        if before == after {
-            continue;
-        }
         let Some(index) = inner.indices.get_mut(name) else {
             continue;
         };
-        for value in before.iter().filter(|v| !after.contains(v)) {
-            if let Some(keys) = index.get_mut(value)
-                && keys.remove(key)
-            {
-                index.remove(value);
+        match (old, new) {
+            (None, Some(new)) => func.each_value(new, |value| file(index, value, key)),
+            (Some(old), None) => func.each_value(old, |value| unfile(index, value, key)),
+            (Some(old), Some(new)) => {
+                let (before, after) = (func.values(old), func.values(new));
+                for value in before.iter().filter(|v| !after.contains(v)) {
+                    unfile(index, value, key);
+                }
+                for value in &after {
+                    file(index, value, key);
+                }
             }
-        }
-        for value in after {
-            file(index, value, key);
+            (None, None) => {}
         }
     }
 }

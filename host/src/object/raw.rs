@@ -6,6 +6,7 @@
 //! decodes the object through a JSON tree instead, which also names what is wrong.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -23,7 +24,26 @@ struct Top<'a> {
     #[serde(borrow, default)]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    metadata: &'a RawValue,
+    metadata: Mapping<Meta<'a>>,
+}
+
+/// A `T` read only from a JSON mapping (serde also reads a struct from a list).
+struct Mapping<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Mapping<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<T, M::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+            }
+        }
+        d.deserialize_map(Visit(PhantomData)).map(Mapping)
+    }
 }
 
 #[derive(Deserialize)]
@@ -39,7 +59,7 @@ struct Meta<'a> {
     #[serde(borrow, default)]
     labels: Option<Labels<'a>>,
     #[serde(rename = "ownerReferences", borrow, default)]
-    owner_references: Option<Vec<&'a RawValue>>,
+    owner_references: Option<Vec<Mapping<Owner<'a>>>>,
     #[serde(rename = "managedFields", borrow, default)]
     managed_fields: Member<'a>,
     #[serde(borrow, default)]
@@ -153,11 +173,7 @@ pub(super) fn decode(
         return None;
     }
     let top: Top = serde_json::from_str(text).ok()?;
-    let meta_text = top.metadata.get();
-    if !mapping(meta_text) {
-        return None;
-    }
-    let meta: Meta = serde_json::from_str(meta_text).ok()?;
+    let meta = top.metadata.0;
     let gvk = match (&top.api_version, &top.kind, gvk) {
         (Some(api_version), Some(kind), Some(gvk))
             if *kind == gvk.kind
@@ -193,20 +209,24 @@ pub(super) fn decode(
         }
     }
     cuts.sort_by_key(|r| r.start);
-    let mut json = String::with_capacity(text.len() + 64);
+    let mut prefix = String::new();
     let mut at = 0;
     if top.api_version.is_none() {
         // `{`, then the type the list's items leave out, then the members sent.
         let rest = text.get(1..)?.trim_start();
-        json.push_str("{\"apiVersion\":");
-        json.push_str(&serde_json::to_string(&gvk.api_version()).ok()?);
-        json.push_str(",\"kind\":");
-        json.push_str(&serde_json::to_string(&gvk.kind).ok()?);
+        prefix.push_str("{\"apiVersion\":");
+        prefix.push_str(&serde_json::to_string(&gvk.api_version()).ok()?);
+        prefix.push_str(",\"kind\":");
+        prefix.push_str(&serde_json::to_string(&gvk.kind).ok()?);
         if !rest.starts_with('}') {
-            json.push(',');
+            prefix.push(',');
         }
         at = 1;
     }
+    // Allocated at its final length, so keeping it as a boxed str copies nothing more.
+    let cut: usize = cuts.iter().map(|c| c.len()).sum();
+    let mut json = String::with_capacity(prefix.len() + (text.len() - at).checked_sub(cut)?);
+    json.push_str(&prefix);
     for cut in &cuts {
         json.push_str(text.get(at..cut.start)?);
         at = cut.end;
@@ -218,13 +238,7 @@ pub(super) fn decode(
         .flat_map(|l| l.0.iter())
         .map(|(k, v)| (k.as_ref(), v.as_ref()))
         .collect();
-    let mut owners = Vec::new();
-    for raw in meta.owner_references.unwrap_or_default() {
-        if !mapping(raw.get()) {
-            return None;
-        }
-        owners.push(serde_json::from_str::<Owner>(raw.get()).ok()?);
-    }
+    let owners = meta.owner_references.unwrap_or_default();
     let fields = Fields {
         namespace: meta.namespace.as_deref(),
         name: &meta.name,
@@ -233,7 +247,7 @@ pub(super) fn decode(
         labels,
         owners: owners
             .iter()
-            .map(|o| OwnerRef {
+            .map(|Mapping(o)| OwnerRef {
                 api_version: &o.api_version,
                 kind: &o.kind,
                 name: &o.name,

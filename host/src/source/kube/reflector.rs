@@ -24,7 +24,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{AsyncBufReadExt, StreamExt};
+use futures::AsyncBufReadExt;
 use kube::api::{ApiResource, DynamicObject, ListParams, VersionMatch, WatchParams};
 use kube::core::Request;
 use kube::runtime::watcher::DefaultBackoff;
@@ -36,6 +36,9 @@ use crate::object::Transform;
 use crate::source::SourceEvent;
 use crate::source::kube::stats::ReflectorStats;
 use crate::source::kube::wire::{self, Page, Status, WatchEvent};
+
+/// Room of the buffer watch lines are read into (a 4 KB pod's line fits).
+const LINE_BUFFER: usize = 16 << 10;
 
 /// Objects per list page (client-go's default).
 pub const PAGE_SIZE: u32 = 500;
@@ -341,30 +344,43 @@ impl Reflector {
             self.send(SourceEvent::ListStarted).await?;
         }
         let mut events = 0_u64;
-        let mut lines = Box::pin(body.lines());
+        let mut body = Box::pin(body);
+        // One buffer for every line of this watch: lines are decoded where they were read.
+        let mut buf = Vec::with_capacity(LINE_BUFFER);
         loop {
-            let line = match tokio::time::timeout(SILENCE, lines.next()).await {
+            if buf.capacity() > 16 * LINE_BUFFER {
+                // A very large object came by: do not keep its room for the small ones.
+                buf = Vec::with_capacity(LINE_BUFFER);
+            }
+            buf.clear();
+            let line = match tokio::time::timeout(SILENCE, body.read_until(b'\n', &mut buf)).await {
                 Err(_) => {
                     self.stats.note_silence();
                     return Err(Stop::Failed(format!(
                         "watch silent for {SILENCE:?}: no event or bookmark; the API server may be hung"
                     )));
                 }
-                Ok(None) => break,
-                Ok(Some(Err(e))) if initial => {
+                Ok(Ok(0)) => break,
+                Ok(Err(e)) if initial => {
                     // A cut is not a refusal: list again by streaming, after a backoff.
                     return Err(Stop::Failed(format!("streaming list cut: {e}")));
                 }
-                Ok(Some(Err(e))) => {
+                Ok(Err(e)) => {
                     // A connection cut mid-stream: resume like an ended watch.
                     tracing::debug!(resource = %self.gvk, "watch stream cut: {e}");
                     break;
                 }
-                Ok(Some(Ok(line))) if line.trim().is_empty() => continue,
-                Ok(Some(Ok(line))) => line,
+                Ok(Ok(_)) => match std::str::from_utf8(&buf) {
+                    Ok(line) if line.trim().is_empty() => continue,
+                    Ok(line) => line,
+                    Err(e) => {
+                        tracing::error!(resource = %self.gvk, "skipping watch event: not UTF-8 ({e})");
+                        continue;
+                    }
+                },
             };
             events += 1;
-            let event = match wire::watch_line(&self.gvk, &line, &self.transform) {
+            let event = match wire::watch_line(&self.gvk, line, &self.transform) {
                 Ok(event) => event,
                 Err(e) => {
                     tracing::error!(resource = %self.gvk, "skipping watch event: {e}");

@@ -113,13 +113,43 @@ pub fn watch_line(
     line: &str,
     transform: &Transform,
 ) -> Result<WatchEvent, DecodeError> {
+    // The layout the API server writes is split without reading the object twice; the object
+    // is then read (and checked) once, by its own decoder. Anything else, or an object that
+    // does not decode that way, is read as a whole.
+    if let Some((kind, text)) = split_line(line)
+        && let Ok(event) = event(gvk, kind, text, transform)
+    {
+        return Ok(event);
+    }
     let Line { kind, object: raw } = serde_json::from_str(line)?;
-    Ok(match kind.as_ref() {
-        "ADDED" => WatchEvent::Added(object(gvk, raw.get(), transform)?),
-        "MODIFIED" => WatchEvent::Modified(object(gvk, raw.get(), transform)?),
-        "DELETED" => WatchEvent::Deleted(object(gvk, raw.get(), transform)?),
+    event(gvk, &kind, raw.get(), transform)
+}
+
+/// The type and object text of a line laid out as `{"type":"T","object":{...}}`, as the API
+/// server writes it; `None` for any other layout. The object text is not checked here.
+fn split_line(line: &str) -> Option<(&str, &str)> {
+    let rest = line.trim_end().strip_prefix(r#"{"type":""#)?;
+    let (kind, rest) = rest.split_once('"')?;
+    if kind.contains('\\') {
+        return None;
+    }
+    let object = rest.strip_prefix(r#","object":"#)?.strip_suffix('}')?;
+    Some((kind, object))
+}
+
+/// The event of type `kind` carrying the object in `text`.
+fn event(
+    gvk: &Arc<Gvk>,
+    kind: &str,
+    text: &str,
+    transform: &Transform,
+) -> Result<WatchEvent, DecodeError> {
+    Ok(match kind {
+        "ADDED" => WatchEvent::Added(object(gvk, text, transform)?),
+        "MODIFIED" => WatchEvent::Modified(object(gvk, text, transform)?),
+        "DELETED" => WatchEvent::Deleted(object(gvk, text, transform)?),
         "BOOKMARK" => {
-            let map: Map<String, Value> = serde_json::from_str(raw.get())?;
+            let map: Map<String, Value> = serde_json::from_str(text)?;
             let meta = map.get("metadata");
             let resource_version = meta
                 .and_then(|m| m.get("resourceVersion"))
@@ -136,8 +166,8 @@ pub fn watch_line(
                 initial_events_end,
             }
         }
-        "ERROR" => WatchEvent::Error(serde_json::from_str(raw.get())?),
-        _ => return Err(DecodeError::UnknownType(kind.into_owned())),
+        "ERROR" => WatchEvent::Error(serde_json::from_str(text)?),
+        _ => return Err(DecodeError::UnknownType(kind.to_owned())),
     })
 }
 
@@ -147,6 +177,37 @@ mod tests {
 
     fn cm() -> Arc<Gvk> {
         Arc::new(Gvk::new("", "v1", "ConfigMap"))
+    }
+
+    #[test]
+    fn lines_in_other_layouts_decode_alike_and_broken_ones_are_refused() -> Result<(), DecodeError>
+    {
+        let t = Transform::default();
+        let object = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}"#;
+        let key = |line: &str| match watch_line(&cm(), line, &t) {
+            Ok(WatchEvent::Modified(o)) => Ok(format!("{}@{}", o.key(), o.resource_version())),
+            Ok(other) => panic!("not a modification: {other:?}"),
+            Err(e) => Err(e),
+        };
+        for line in [
+            format!(r#"{{"type":"MODIFIED","object":{object}}}"#),
+            format!("{{\"type\":\"MODIFIED\",\"object\":{object}}}\r\n"),
+            format!(r#"{{ "type" : "MODIFIED", "object" : {object} }}"#),
+            format!(r#"{{"object":{object},"type":"MODIFIED"}}"#),
+            format!(r#"{{"type":"MODIFIED","object":{object},"extra":{{"a":1}}}}"#),
+            format!(r#"{{"type":"MODIFI\u0045D","object":{object}}}"#),
+        ] {
+            assert_eq!(key(&line)?, "ns/a@5", "{line}");
+        }
+        for line in [
+            format!(r#"{{"type":"MODIFIED","object":{object}}}}}"#),
+            format!(r#"{{"type":"MODIFIED","object":{object}}} x"#),
+            format!(r#"{{"type":"MODIFIED","object":{object}"#),
+            r#"{"type":"MODIFIED","object":{"metadata":{"name":"a"}},"#.to_owned(),
+        ] {
+            assert!(key(&line).is_err(), "accepted {line}");
+        }
+        Ok(())
     }
 
     #[test]
