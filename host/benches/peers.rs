@@ -6,7 +6,7 @@
 //!   deleted) is queued on the double and released; timed until the client has handled every
 //!   event. kubewasm is measured up to an in-process subscriber, and up to 1 and 10 no-op Rust
 //!   plugins and a plugin that parses each pod. Reported per wall-clock second and per
-//!   CPU-second of the client alone (`support/cpu.rs`).
+//!   CPU-second of the client alone (`support/cpu.rs`), with heap counting paused.
 //! - Memory: heap held after syncing N pods, per object and divided by the pods' JSON size;
 //!   then a forced relist (every pod changed, history compacted, watch cut: 410 Gone) and the
 //!   peak heap during it divided by the steady heap. Rust clients are measured with a counting
@@ -619,7 +619,7 @@ fn main() {
     for kind in clients {
         // The medians of a few runs, each on a fresh double and client.
         let runs: Vec<(f64, f64)> = (0..rounds)
-            .map(|_| throughput(&rig, kind, &stream))
+            .map(|_| alloc::paused(|| throughput(&rig, kind, &stream)))
             .collect();
         let median = |pick: fn(&(f64, f64)) -> f64| {
             let mut values: Vec<f64> = runs.iter().map(pick).collect();

@@ -102,11 +102,79 @@ impl Transform {
 pub struct KubeObject {
     gvk: Arc<Gvk>,
     /// `namespace/name`, or `name` when cluster-scoped; shared with the store's indexes.
-    key: Arc<str>,
+    key: Key,
     /// Bytes of `key` that are the namespace (0 when cluster-scoped).
     namespace_len: u32,
     meta: Meta,
     json: Box<str>,
+}
+
+/// An object's cache key, shared by its versions and by every index entry filing it; one
+/// pointer wide, so the indexes' sets hold twice as many keys per node as with `Arc<str>`.
+#[derive(Clone, Debug)]
+pub struct Key(Arc<Box<str>>);
+
+impl Key {
+    /// A key holding `key`.
+    pub fn new(key: String) -> Self {
+        Self(Arc::new(key.into_boxed_str()))
+    }
+
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Key {
+    fn from(key: &str) -> Self {
+        Self::new(key.to_owned())
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::borrow::Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The metadata an object is assembled from, borrowed from wherever it was read.
@@ -251,7 +319,7 @@ impl KubeObject {
         };
         Ok(Self {
             gvk,
-            key: Arc::from(object_key(namespace, fields.name)),
+            key: Key::new(object_key(namespace, fields.name)),
             namespace_len,
             meta,
             json,
@@ -269,14 +337,14 @@ impl KubeObject {
     }
 
     /// The key's shared allocation.
-    pub fn shared_key(&self) -> &Arc<str> {
+    pub fn shared_key(&self) -> &Key {
         &self.key
     }
 
     /// Makes this object use `key`'s allocation when it is the same key (the store keeps one
     /// allocation per object across its versions).
-    pub fn share_key(&mut self, key: &Arc<str>) {
-        if *self.key == **key {
+    pub fn share_key(&mut self, key: &Key) {
+        if self.key == *key {
             self.key = key.clone();
         }
     }

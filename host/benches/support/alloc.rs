@@ -2,24 +2,27 @@
 //!
 //! Threads marked with [`ignore_this_thread`] (the API server double's) are not counted, so
 //! what the benchmark reads is what the client under test holds. Counted are requested
-//! bytes, without the allocator's own overhead.
+//! bytes, without the allocator's own overhead. Counting can be paused ([`paused`]) where
+//! only time is measured: its shared counters cost every thread's allocations a contended
+//! atomic update.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 /// The counting allocator; install with `#[global_allocator]`.
 pub struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
+static PAUSED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     static IGNORED: Cell<bool> = const { Cell::new(false) };
 }
 
 fn counted() -> bool {
-    !IGNORED.try_with(Cell::get).unwrap_or(true)
+    !PAUSED.load(Ordering::Relaxed) && !IGNORED.try_with(Cell::get).unwrap_or(true)
 }
 
 fn add(bytes: usize) {
@@ -76,6 +79,15 @@ pub fn uncounted<T>(f: impl FnOnce() -> T) -> T {
     IGNORED.with(|i| i.set(true));
     let out = f();
     IGNORED.with(|i| i.set(before));
+    out
+}
+
+/// Runs `f` with counting paused in every thread. The live count may drift by what `f` frees
+/// that was allocated before or keeps that it allocated: read differences taken after.
+pub fn paused<T>(f: impl FnOnce() -> T) -> T {
+    PAUSED.store(true, Ordering::Relaxed);
+    let out = f();
+    PAUSED.store(false, Ordering::Relaxed);
     out
 }
 

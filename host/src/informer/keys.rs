@@ -2,11 +2,12 @@
 //!
 //! Most index values name one object or a handful (a pod's `pod-template-hash`, an owner uid),
 //! a few name thousands (a namespace). A single key is stored inline, a handful in a sorted
-//! slice of their exact length, more in a B-tree. Keys are shared (`Arc<str>`) with the
-//! store's own map, so each object's key is allocated once however many indexes file it.
+//! slice of their exact length, more in a B-tree. Keys are shared ([`Key`]) with the store's
+//! own map, so each object's key is allocated once however many indexes file it.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+
+use crate::object::Key;
 
 /// Most keys kept in a sorted slice; one more moves them to a B-tree (whose smallest node
 /// holds eleven keys, so a slice is smaller up to about this many).
@@ -16,16 +17,16 @@ const FEW: usize = 12;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySet {
     /// Exactly one key.
-    One(Arc<str>),
+    One(Key),
     /// Two to [`FEW`] keys, sorted.
-    Few(Box<[Arc<str>]>),
+    Few(Box<[Key]>),
     /// More than [`FEW`] keys.
-    Many(BTreeSet<Arc<str>>),
+    Many(BTreeSet<Key>),
 }
 
 impl KeySet {
     /// Adds `key`.
-    pub fn insert(&mut self, key: &Arc<str>) {
+    pub fn insert(&mut self, key: &Key) {
         match self {
             Self::One(only) if only == key => {}
             Self::One(only) => {
@@ -44,7 +45,7 @@ impl KeySet {
                     grown.extend_from_slice(&keys[at..]);
                     *keys = grown.into_boxed_slice();
                 } else {
-                    let mut many: BTreeSet<Arc<str>> = keys.iter().cloned().collect();
+                    let mut many: BTreeSet<Key> = keys.iter().cloned().collect();
                     many.insert(key.clone());
                     *self = Self::Many(many);
                 }
@@ -58,14 +59,14 @@ impl KeySet {
     /// Removes `key`; returns true when the set is now empty (and must be dropped).
     pub fn remove(&mut self, key: &str) -> bool {
         match self {
-            Self::One(only) => &**only == key,
+            Self::One(only) => only.as_str() == key,
             Self::Few(keys) => {
-                let Ok(at) = keys.binary_search_by(|k| (**k).cmp(key)) else {
+                let Ok(at) = keys.binary_search_by(|k| k.as_str().cmp(key)) else {
                     return false;
                 };
                 let mut rest = keys.to_vec();
                 rest.remove(at);
-                *self = match <[Arc<str>; 1]>::try_from(rest) {
+                *self = match <[Key; 1]>::try_from(rest) {
                     Ok([last]) => Self::One(last),
                     Err(rest) => Self::Few(rest.into_boxed_slice()),
                 };
@@ -75,7 +76,7 @@ impl KeySet {
                 keys.remove(key);
                 // Half way down, so a set near the limit does not move back and forth.
                 if keys.len() <= FEW / 2 {
-                    let few: Vec<Arc<str>> = std::mem::take(keys).into_iter().collect();
+                    let few: Vec<Key> = std::mem::take(keys).into_iter().collect();
                     *self = Self::Few(few.into_boxed_slice());
                 }
                 false
@@ -84,7 +85,7 @@ impl KeySet {
     }
 
     /// The keys, sorted.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
+    pub fn iter(&self) -> impl Iterator<Item = &Key> {
         let (one, few, many) = match self {
             Self::One(key) => (Some(key), None, None),
             Self::Few(keys) => (None, Some(keys.iter()), None),
@@ -100,8 +101,8 @@ impl KeySet {
 mod tests {
     use super::*;
 
-    fn key(k: &str) -> Arc<str> {
-        Arc::from(k)
+    fn key(k: &str) -> Key {
+        Key::from(k)
     }
 
     #[test]
@@ -122,7 +123,7 @@ mod tests {
 
     #[test]
     fn a_handful_stays_a_slice_and_more_move_to_a_tree_and_back() {
-        let keys: Vec<Arc<str>> = (0..FEW + 3)
+        let keys: Vec<Key> = (0..FEW + 3)
             .rev()
             .map(|i| key(&format!("k{i:02}")))
             .collect();
@@ -136,7 +137,7 @@ mod tests {
                 KeySet::Many(_) => "many",
             };
             assert_eq!(kind, if n < FEW { "few" } else { "many" }, "{} keys", n + 1);
-            let listed: Vec<&Arc<str>> = set.iter().collect();
+            let listed: Vec<&Key> = set.iter().collect();
             assert!(listed.windows(2).all(|w| w[0] < w[1]), "sorted, no twice");
             assert_eq!(listed.len(), n + 1);
         }

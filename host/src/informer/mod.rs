@@ -14,7 +14,7 @@ use std::time::Duration;
 use kubewasm_sdk::selector::Selector;
 
 use crate::gvk::Gvk;
-use crate::object::KubeObject;
+use crate::object::{Key, KubeObject};
 use crate::source::SourceEvent;
 use queue::QueueSender;
 use store::Store;
@@ -121,7 +121,7 @@ struct State {
     subscribers: Vec<Subscriber>,
     synced: bool,
     /// Keys listed so far while a (re)list is streaming in; `None` between lists.
-    listing: Option<HashSet<Arc<str>>>,
+    listing: Option<HashSet<Key>>,
     /// Complete lists applied (the first one and every relist).
     lists: u64,
     /// Objects received from the source (listed, applied, deleted).
@@ -265,7 +265,7 @@ impl Informer {
 
     /// Stores `object` unless its state is already stored, and notifies; returns the stored
     /// key.
-    fn apply_one(&self, state: &mut State, mut object: Arc<KubeObject>, initial: bool) -> Arc<str> {
+    fn apply_one(&self, state: &mut State, mut object: Arc<KubeObject>, initial: bool) -> Key {
         if let Some(old) = self.store.get(object.key())
             && unchanged(&old, &object)
         {

@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::informer::index::{self, IndexFunc};
 use crate::informer::keys::KeySet;
-use crate::object::KubeObject;
+use crate::object::{Key, KubeObject};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -179,7 +179,7 @@ impl Store {
     }
 
     /// Every key, in no particular order.
-    pub fn keys(&self) -> Vec<Arc<str>> {
+    pub fn keys(&self) -> Vec<Key> {
         self.read()
             .objects
             .iter()
@@ -242,7 +242,7 @@ fn index_entry<'a>(
 }
 
 /// Files `key` under `value`.
-fn file(index: &mut BTreeMap<String, KeySet>, value: &str, key: &Arc<str>) {
+fn file(index: &mut BTreeMap<String, KeySet>, value: &str, key: &Key) {
     match index.get_mut(value) {
         Some(keys) => keys.insert(key),
         None => {
