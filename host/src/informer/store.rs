@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use kubewasm_sdk::selector::{Operator, Selector};
+
 use crate::informer::index::{self, IndexFunc};
 use crate::informer::keys::KeySet;
 use crate::object::{Key, KubeObject};
@@ -197,6 +199,49 @@ impl Store {
         self.len() == 0
     }
 
+    /// The objects in `namespace` (all when `None`) whose labels match `selector` (a lister's
+    /// `List`), sorted by key. An equality requirement starts from its `label` index entry
+    /// instead of every object.
+    pub fn select(&self, namespace: Option<&str>, selector: &Selector) -> Vec<Arc<KubeObject>> {
+        let equal =
+            selector
+                .requirements()
+                .iter()
+                .find_map(|r| match (r.operator, r.values.as_slice()) {
+                    (Operator::In, [value]) => Some(format!("{}={value}", r.key)),
+                    _ => None,
+                });
+        let inner = self.read();
+        let from = match (&equal, namespace) {
+            (Some(label), _) => Some((index::LABEL, label.as_str())),
+            (None, Some(ns)) => Some((index::NAMESPACE, ns)),
+            (None, None) => None,
+        };
+        let objects: Vec<Arc<KubeObject>> = match from {
+            Some((name, value)) => index_entry(&inner, name, value)
+                .ok()
+                .flatten()
+                .into_iter()
+                .flat_map(KeySet::iter)
+                .filter_map(|k| inner.objects.get(k.as_str()).map(|s| s.0.clone()))
+                .filter(|o| {
+                    namespace.is_none_or(|ns| o.namespace() == Some(ns)) && selector.matches(&**o)
+                })
+                .collect(),
+            None => {
+                let mut all: Vec<Arc<KubeObject>> = inner
+                    .objects
+                    .iter()
+                    .filter(|s| selector.matches(&*s.0))
+                    .map(|s| s.0.clone())
+                    .collect();
+                all.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+                all
+            }
+        };
+        objects
+    }
+
     /// The objects filed under `value` in index `index` (client-go's `ByIndex`), sorted by key.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<KubeObject>>, StoreError> {
         let inner = self.read();
@@ -369,6 +414,52 @@ mod tests {
         assert_eq!(store.index_values("namespace"), Ok(vec!["ns1".into()]));
         assert!(store.remove("ns2/c").is_none());
         assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn select_answers_as_a_filter_of_every_object_would() {
+        let store = Store::new();
+        for (name, ns, labels) in [
+            ("a", "ns1", json!({"app": "web", "tier": "front"})),
+            ("b", "ns1", json!({"app": "db"})),
+            ("c", "ns2", json!({"app": "web"})),
+            ("d", "ns2", json!({})),
+            ("e", "ns1", json!({"app": "web", "tier": "back"})),
+        ] {
+            store.upsert(&mut pod(name, ns, labels, None, "n1"));
+        }
+        for selector in [
+            "",
+            "app=web",
+            "app==web",
+            "app=web,tier=front",
+            "tier=front,app=web",
+            "app!=web",
+            "app in (web,db)",
+            "app notin (web)",
+            "tier",
+            "!tier",
+            "app=none",
+            "app=web,!tier",
+        ] {
+            let parsed = Selector::parse(selector).expect("valid selector");
+            for namespace in [None, Some("ns1"), Some("ns2"), Some("ns3")] {
+                let mut expected: Vec<String> = store
+                    .list()
+                    .iter()
+                    .filter(|o| namespace.is_none_or(|ns| o.namespace() == Some(ns)))
+                    .filter(|o| parsed.matches(&***o))
+                    .map(|o| o.key().to_owned())
+                    .collect();
+                expected.sort();
+                let got: Vec<String> = store
+                    .select(namespace, &parsed)
+                    .iter()
+                    .map(|o| o.key().to_owned())
+                    .collect();
+                assert_eq!(got, expected, "{selector:?} in {namespace:?}");
+            }
+        }
     }
 
     #[test]

@@ -41,6 +41,21 @@ impl Ends {
         }
     }
 
+    /// Where string `i` starts and ends.
+    fn span(&self, i: usize) -> (usize, usize) {
+        match self {
+            Self::Short(e) => (
+                i.checked_sub(1).map_or(0, |p| (e[p] & 0x7fff) as usize),
+                (e[i] & 0x7fff) as usize,
+            ),
+            Self::Long(e) => (
+                i.checked_sub(1)
+                    .map_or(0, |p| (e[p] & !CONTROLLER) as usize),
+                (e[i] & !CONTROLLER) as usize,
+            ),
+        }
+    }
+
     /// Where string `i` ends, and whether it carries the controller mark.
     fn get(&self, i: usize) -> (usize, bool) {
         match self {
@@ -122,8 +137,14 @@ impl Meta {
 
     /// The `i`-th string.
     fn string(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { self.ends.get(i - 1).0 };
-        self.text.get(start..self.ends.get(i).0).unwrap_or_default()
+        let (start, end) = self.ends.span(i);
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    /// The `i`-th string's bytes (no character-boundary checks: for comparisons).
+    fn bytes(&self, i: usize) -> &[u8] {
+        let (start, end) = self.ends.span(i);
+        self.text.as_bytes().get(start..end).unwrap_or_default()
     }
 
     /// `metadata.uid` (empty when absent).
@@ -151,11 +172,11 @@ impl Meta {
         let (mut low, mut high) = (0, self.label_count());
         while low < high {
             let mid = low + (high - low) / 2;
-            let (k, v) = self.label_at(mid);
-            match k.cmp(key) {
+            // Bytes order as their text does.
+            match self.bytes(2 + 2 * mid).cmp(key.as_bytes()) {
                 std::cmp::Ordering::Less => low = mid + 1,
                 std::cmp::Ordering::Greater => high = mid,
-                std::cmp::Ordering::Equal => return Some(v),
+                std::cmp::Ordering::Equal => return Some(self.string(3 + 2 * mid)),
             }
         }
         None

@@ -261,15 +261,7 @@ impl HostState {
         if let Some(ns) = namespace {
             arg("namespace", ns)?;
         }
-        let store = self.granted(gvk)?.store();
-        let mut objects = match namespace {
-            Some(ns) => store
-                .by_index(crate::informer::index::NAMESPACE, ns)
-                .map_err(index_error)?,
-            None => store.list(),
-        };
-        objects.retain(|o| selector.matches(&**o));
-        objects.sort_by(|a, b| a.key().cmp(b.key()));
+        let objects = self.granted(gvk)?.store().select(namespace, &selector);
         self.answer(objects)
     }
 
