@@ -156,7 +156,9 @@ def main():
         "system time of the benchmark's process less that of the double's threads (for "
         "client-go, of its process), read from `/proc` in ticks of 10 ms over the run. The "
         "CPU figure does not count time spent waiting for the server or the other core, so "
-        "it is the one that holds on a noisy shared machine.",
+        "it is the one that holds on a noisy shared machine. The benchmark's heap counting "
+        "(for section 4) is paused during these runs: its shared counters would tax every "
+        "allocation of the Rust clients.",
         "",
         table(
             [
