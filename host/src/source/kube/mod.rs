@@ -13,6 +13,7 @@ pub mod write;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -28,9 +29,10 @@ use crate::source::{Source, SourceEvent};
 use reflector::Reflector;
 use stats::{ReflectorSnapshot, ReflectorStats};
 
-/// Decoded events that may wait for the informer: a reflector that decodes faster than its
-/// informer applies waits instead of holding a second copy of the cache (a relist's peak).
-const EVENT_BUFFER: usize = 512;
+/// Batches of decoded events (of at most 128) that may wait for the informer: a reflector
+/// that decodes faster than its informer applies waits instead of holding a second copy of
+/// the cache (a relist's peak).
+const BATCHES_BUFFERED: usize = 4;
 
 /// How long one discovery of a type may take.
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -67,7 +69,7 @@ impl KubeSource {
 
 impl Source for KubeSource {
     fn watch(&self, gvk: &Gvk) -> BoxStream<'static, SourceEvent> {
-        let (tx, mut rx) = channel(EVENT_BUFFER);
+        let (tx, mut rx) = channel::<Vec<SourceEvent>>(BATCHES_BUFFERED);
         let stats = self
             .stats
             .lock()
@@ -84,7 +86,19 @@ impl Source for KubeSource {
                 .run()
                 .await;
         });
-        Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+        let mut batch = Vec::new().into_iter();
+        Box::pin(futures::stream::poll_fn(move |cx| {
+            loop {
+                if let Some(event) = batch.next() {
+                    return Poll::Ready(Some(event));
+                }
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(next)) => batch = next.into_iter(),
+                    Poll::Ready(None) => return Poll::Ready(None),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        }))
     }
 }
 
@@ -92,7 +106,7 @@ impl Source for KubeSource {
 async fn resolve(
     client: &Client,
     gvk: &Gvk,
-    tx: &Sender<SourceEvent>,
+    tx: &Sender<Vec<SourceEvent>>,
     stats: &ReflectorStats,
 ) -> Option<ApiResource> {
     let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
@@ -117,9 +131,9 @@ async fn resolve(
         if absent && !reported_absent {
             reported_absent = true;
             tracing::warn!(resource = %gvk, "the API server does not serve this type (yet); treating it as empty and looking again with backoff: {e}");
-            for event in [SourceEvent::ListStarted, SourceEvent::ListDone] {
-                tx.send(event).await.ok()?;
-            }
+            tx.send(vec![SourceEvent::ListStarted, SourceEvent::ListDone])
+                .await
+                .ok()?;
         } else if !absent {
             tracing::warn!(resource = %gvk, "cannot resolve resource type, retrying in {delay:.1?}: {e}");
         }

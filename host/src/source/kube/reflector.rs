@@ -24,7 +24,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::AsyncBufReadExt;
+use futures::{AsyncBufReadExt, FutureExt};
 use kube::api::{ApiResource, DynamicObject, ListParams, VersionMatch, WatchParams};
 use kube::core::Request;
 use kube::runtime::watcher::DefaultBackoff;
@@ -36,6 +36,9 @@ use crate::object::Transform;
 use crate::source::SourceEvent;
 use crate::source::kube::stats::ReflectorStats;
 use crate::source::kube::wire::{self, Page, Status, WatchEvent};
+
+/// Most events handed to the informer in one batch.
+const BATCH: usize = 128;
 
 /// Room of the buffer watch lines are read into (a 4 KB pod's line fits).
 const LINE_BUFFER: usize = 16 << 10;
@@ -186,9 +189,12 @@ pub struct Reflector {
     gvk: Arc<Gvk>,
     path: String,
     transform: Transform,
-    tx: Sender<SourceEvent>,
+    tx: Sender<Vec<SourceEvent>>,
     stats: Arc<ReflectorStats>,
     state: State,
+    /// Events decoded and not yet handed over: they go as one batch, so the informer is woken
+    /// once per batch rather than once per event.
+    pending: Vec<SourceEvent>,
 }
 
 impl Reflector {
@@ -198,7 +204,7 @@ impl Reflector {
         gvk: Gvk,
         resource: &ApiResource,
         transform: Transform,
-        tx: Sender<SourceEvent>,
+        tx: Sender<Vec<SourceEvent>>,
         stats: Arc<ReflectorStats>,
     ) -> Self {
         Self {
@@ -209,6 +215,7 @@ impl Reflector {
             tx,
             stats,
             state: State::default(),
+            pending: Vec::new(),
         }
     }
 
@@ -225,6 +232,11 @@ impl Reflector {
                 (Phase::List(from), ListMethod::Streaming) => self.watch(Some(from), "").await,
                 (Phase::List(from), ListMethod::Paginated) => self.list(from).await,
                 (Phase::Watch(rv), _) => self.watch(None, &rv).await,
+            };
+            // Whatever the step ended with, what it decoded is handed over first.
+            let step = match self.flush().await {
+                Ok(()) => step,
+                Err(closed) => Err(closed),
             };
             let reason = match step {
                 Ok(()) => continue,
@@ -248,9 +260,22 @@ impl Reflector {
         }
     }
 
-    /// Hands `event` to the informer, waiting while its buffer is full.
-    async fn send(&self, event: SourceEvent) -> Result<(), Stop> {
-        self.tx.send(event).await.map_err(|_| Stop::Closed)
+    /// Queues `event` for the informer, handing the batch over once it is full.
+    async fn send(&mut self, event: SourceEvent) -> Result<(), Stop> {
+        self.pending.push(event);
+        if self.pending.len() >= BATCH {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Hands the queued events to the informer, waiting while its buffer is full.
+    async fn flush(&mut self) -> Result<(), Stop> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.pending, Vec::with_capacity(BATCH));
+        self.tx.send(batch).await.map_err(|_| Stop::Closed)
     }
 
     /// One paginated list, streamed into the informer page by page.
@@ -280,6 +305,7 @@ impl Reflector {
                     }
                 }
             }
+            self.flush().await?;
             match page.metadata.continue_token.filter(|t| !t.is_empty()) {
                 Some(token) => {
                     params.continue_token = Some(token);
@@ -353,6 +379,12 @@ impl Reflector {
                 buf = Vec::with_capacity(LINE_BUFFER);
             }
             buf.clear();
+            if !self.pending.is_empty()
+                && !matches!(body.fill_buf().now_or_never(), Some(Ok(b)) if !b.is_empty())
+            {
+                // Nothing more has arrived: hand over what was decoded before waiting.
+                self.flush().await?;
+            }
             let line = match tokio::time::timeout(SILENCE, body.read_until(b'\n', &mut buf)).await {
                 Err(_) => {
                     self.stats.note_silence();
