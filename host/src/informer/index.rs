@@ -77,9 +77,7 @@ impl IndexFunc {
             }
         }
     }
-}
 
-impl IndexFunc {
     /// True when `old` and `new` are known from their metadata alone to be filed under the
     /// same values, so nothing need be built; never for a JSON pointer (compare its values).
     pub fn same_metadata_values(&self, old: &KubeObject, new: &KubeObject) -> bool {

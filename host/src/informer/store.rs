@@ -217,17 +217,15 @@ impl Store {
             (None, Some(ns)) => Some((index::NAMESPACE, ns)),
             (None, None) => None,
         };
-        let objects: Vec<Arc<KubeObject>> = match from {
-            Some((name, value)) => index_entry(&inner, name, value)
-                .ok()
-                .flatten()
-                .into_iter()
-                .flat_map(KeySet::iter)
-                .filter_map(|k| inner.objects.get(k.as_str()).map(|s| s.0.clone()))
-                .filter(|o| {
-                    namespace.is_none_or(|ns| o.namespace() == Some(ns)) && selector.matches(&**o)
-                })
-                .collect(),
+        match from {
+            Some((name, value)) => {
+                objects_under(&inner, index_entry(&inner, name, value).ok().flatten())
+                    .filter(|o| {
+                        namespace.is_none_or(|ns| o.namespace() == Some(ns))
+                            && selector.matches(&**o)
+                    })
+                    .collect()
+            }
             None => {
                 let mut all: Vec<Arc<KubeObject>> = inner
                     .objects
@@ -238,19 +236,13 @@ impl Store {
                 all.sort_unstable_by(|a, b| a.key().cmp(b.key()));
                 all
             }
-        };
-        objects
+        }
     }
 
     /// The objects filed under `value` in index `index` (client-go's `ByIndex`), sorted by key.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<KubeObject>>, StoreError> {
         let inner = self.read();
-        let keys = index_entry(&inner, index, value)?;
-        Ok(keys
-            .into_iter()
-            .flat_map(KeySet::iter)
-            .filter_map(|k| inner.objects.get(&**k).map(|s| s.0.clone()))
-            .collect())
+        Ok(objects_under(&inner, index_entry(&inner, index, value)?).collect())
     }
 
     /// The keys filed under `value` in index `index` (client-go's `IndexKeys`), sorted.
@@ -284,6 +276,16 @@ fn index_entry<'a>(
         .get(index)
         .ok_or_else(|| StoreError::UnknownIndex(index.to_owned()))?;
     Ok(idx.get(value))
+}
+
+/// The stored objects whose keys are `keys`, in the keys' order.
+fn objects_under<'a>(
+    inner: &'a Inner,
+    keys: Option<&'a KeySet>,
+) -> impl Iterator<Item = Arc<KubeObject>> + 'a {
+    keys.into_iter()
+        .flat_map(KeySet::iter)
+        .filter_map(|k| inner.objects.get(k.as_str()).map(|s| s.0.clone()))
 }
 
 /// Files `key` under `value`.

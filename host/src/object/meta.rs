@@ -43,17 +43,8 @@ impl Ends {
 
     /// Where string `i` starts and ends.
     fn span(&self, i: usize) -> (usize, usize) {
-        match self {
-            Self::Short(e) => (
-                i.checked_sub(1).map_or(0, |p| (e[p] & 0x7fff) as usize),
-                (e[i] & 0x7fff) as usize,
-            ),
-            Self::Long(e) => (
-                i.checked_sub(1)
-                    .map_or(0, |p| (e[p] & !CONTROLLER) as usize),
-                (e[i] & !CONTROLLER) as usize,
-            ),
-        }
+        let start = i.checked_sub(1).map_or(0, |p| self.get(p).0);
+        (start, self.get(i).0)
     }
 
     /// Where string `i` ends, and whether it carries the controller mark.

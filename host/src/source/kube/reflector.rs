@@ -234,10 +234,7 @@ impl Reflector {
                 (Phase::Watch(rv), _) => self.watch(None, &rv).await,
             };
             // Whatever the step ended with, what it decoded is handed over first.
-            let step = match self.flush().await {
-                Ok(()) => step,
-                Err(closed) => Err(closed),
-            };
+            let step = self.flush().await.and(step);
             let reason = match step {
                 Ok(()) => continue,
                 Err(Stop::Closed) => return,
