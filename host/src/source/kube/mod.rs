@@ -6,6 +6,7 @@
 //! watch error counter and `last_error`), bounded in time, and retried on kube-runtime's
 //! backoff (800 ms doubling to 30 s).
 
+mod lines;
 pub mod reflector;
 pub mod stats;
 pub mod wire;

@@ -24,7 +24,6 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{AsyncBufReadExt, FutureExt};
 use kube::api::{ApiResource, DynamicObject, ListParams, VersionMatch, WatchParams};
 use kube::core::Request;
 use kube::runtime::watcher::DefaultBackoff;
@@ -34,14 +33,12 @@ use tokio::sync::mpsc::Sender;
 use crate::gvk::Gvk;
 use crate::object::Transform;
 use crate::source::SourceEvent;
+use crate::source::kube::lines::Lines;
 use crate::source::kube::stats::ReflectorStats;
 use crate::source::kube::wire::{self, Page, Status, WatchEvent};
 
 /// Most events handed to the informer in one batch.
 const BATCH: usize = 128;
-
-/// Room of the buffer watch lines are read into (a 4 KB pod's line fits).
-const LINE_BUFFER: usize = 16 << 10;
 
 /// Objects per list page (client-go's default).
 pub const PAGE_SIZE: u32 = 500;
@@ -367,29 +364,20 @@ impl Reflector {
             self.send(SourceEvent::ListStarted).await?;
         }
         let mut events = 0_u64;
-        let mut body = Box::pin(body);
-        // One buffer for every line of this watch: lines are decoded where they were read.
-        let mut buf = Vec::with_capacity(LINE_BUFFER);
+        let mut lines = Lines::new(body);
         loop {
-            if buf.capacity() > 16 * LINE_BUFFER {
-                // A very large object came by: do not keep its room for the small ones.
-                buf = Vec::with_capacity(LINE_BUFFER);
-            }
-            buf.clear();
-            if !self.pending.is_empty()
-                && !matches!(body.fill_buf().now_or_never(), Some(Ok(b)) if !b.is_empty())
-            {
+            if !self.pending.is_empty() && !lines.ready() {
                 // Nothing more has arrived: hand over what was decoded before waiting.
                 self.flush().await?;
             }
-            let line = match tokio::time::timeout(SILENCE, body.read_until(b'\n', &mut buf)).await {
+            let line = match tokio::time::timeout(SILENCE, lines.next()).await {
                 Err(_) => {
                     self.stats.note_silence();
                     return Err(Stop::Failed(format!(
                         "watch silent for {SILENCE:?}: no event or bookmark; the API server may be hung"
                     )));
                 }
-                Ok(Ok(0)) => break,
+                Ok(Ok(None)) => break,
                 Ok(Err(e)) if initial => {
                     // A cut is not a refusal: list again by streaming, after a backoff.
                     return Err(Stop::Failed(format!("streaming list cut: {e}")));
@@ -399,14 +387,11 @@ impl Reflector {
                     tracing::debug!(resource = %self.gvk, "watch stream cut: {e}");
                     break;
                 }
-                Ok(Ok(_)) => match std::str::from_utf8(&buf) {
-                    Ok(line) if line.trim().is_empty() => continue,
-                    Ok(line) => line,
-                    Err(e) => {
-                        tracing::error!(resource = %self.gvk, "skipping watch event: not UTF-8 ({e})");
-                        continue;
-                    }
-                },
+                Ok(Ok(Some(Ok(line)))) => line,
+                Ok(Ok(Some(Err(e)))) => {
+                    tracing::error!(resource = %self.gvk, "skipping watch event: not UTF-8 ({e})");
+                    continue;
+                }
             };
             events += 1;
             let event = match wire::watch_line(&self.gvk, line, &self.transform) {
