@@ -554,3 +554,36 @@ async fn a_recorded_stream_replays_through_kubewasm_test() -> anyhow::Result<()>
     assert!(results.iter().all(|r| r.passed()), "{results:#?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_lays_out_watch_lines_as_the_reflector_and_the_double_expect()
+-> anyhow::Result<()> {
+    // The reflector splits `{"type":"T","object":{...}}` without parsing it (any other
+    // layout is parsed whole), and the API server double writes this layout: both rest on
+    // what a real server sends.
+    use futures::AsyncBufReadExt;
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "layout").await?;
+    let request = kube::core::Request::new("/api/v1/namespaces/layout/configmaps")
+        .watch(&kube::api::WatchParams::default().timeout(10), "0")?;
+    let mut body = Box::pin(admin.request_stream(request).await?);
+    Api::<ConfigMap>::namespaced(admin.clone(), "layout")
+        .create(&PostParams::default(), &config_map("c", "1")?)
+        .await?;
+    // Bookmarks may come first; every line has the layout, up to the added object's.
+    loop {
+        let mut line = String::new();
+        tokio::time::timeout(WAIT, body.read_line(&mut line)).await??;
+        let kind = line
+            .strip_prefix(r#"{"type":""#)
+            .and_then(|rest| rest.split_once(r#"","object":{"#))
+            .filter(|_| line.trim_end().ends_with("}}"))
+            .map(|(kind, _)| kind.to_owned());
+        match kind.as_deref() {
+            Some("ADDED") => return Ok(()),
+            Some(_) => {}
+            None => anyhow::bail!("not laid out as expected: {line}"),
+        }
+    }
+}

@@ -285,10 +285,9 @@ impl ApiDouble {
             } else {
                 state.objects.insert(key_of(object), object.clone());
             }
-            let line = json!({"type": kind, "object": object}).to_string() + "\n";
             state.log.push(Logged {
                 rv,
-                line: line.into(),
+                line: line(kind, object),
             });
         }
         drop(state);
@@ -603,8 +602,10 @@ async fn chunk(conn: &mut TcpStream, text: &str) -> std::io::Result<()> {
         .await
 }
 
-fn line(event: &Value) -> Arc<str> {
-    (event.to_string() + "\n").into()
+/// A watch line as the API server writes it: `type` first, then `object` (serde_json's own
+/// maps would sort the two keys the other way round).
+fn line(kind: &str, object: &Value) -> Arc<str> {
+    format!("{{\"type\":{},\"object\":{object}}}\n", json!(kind)).into()
 }
 
 fn bookmark(kind: &str, rv: u64, initial_events_end: bool) -> Arc<str> {
@@ -613,7 +614,8 @@ fn bookmark(kind: &str, rv: u64, initial_events_end: bool) -> Arc<str> {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
     line(
-        &json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": "v1", "metadata": metadata}}),
+        "BOOKMARK",
+        &json!({"kind": kind, "apiVersion": "v1", "metadata": metadata}),
     )
 }
 
@@ -736,7 +738,7 @@ fn open_watch(
         .filter(|v| *v > 0);
     let position = if initial_events {
         for object in state.objects.values() {
-            lines.push_back(line(&json!({"type": "ADDED", "object": object})));
+            lines.push_back(line("ADDED", object));
         }
         lines.push_back(bookmark(&state.served.kind, state.rv, true));
         state.rv
@@ -745,7 +747,7 @@ fn open_watch(
             Some(rv) if rv < state.compacted => {
                 let message = format!("too old resource version: {rv} ({})", state.compacted);
                 let gone = status(410, "Expired", &message);
-                lines.push_back(line(&json!({"type": "ERROR", "object": gone})));
+                lines.push_back(line("ERROR", &gone));
                 u64::MAX
             }
             Some(rv) => rv,
