@@ -36,6 +36,13 @@ pub fn is_builtin(name: &str) -> bool {
     builtins().iter().any(|(n, _)| *n == name)
 }
 
+/// The index a built-in one is answered from instead of being stored: `label-key` from
+/// `label`, whose values (`key=value`) already name every label key. A store keeps one entry
+/// less per label of every object.
+pub fn derived_from(name: &str) -> Option<&'static str> {
+    (name == LABEL_KEY).then_some(LABEL)
+}
+
 impl IndexFunc {
     /// The values `object` is filed under. A JSON pointer is walked in the object's text,
     /// reading nothing past the value it names.

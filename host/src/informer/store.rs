@@ -3,6 +3,7 @@
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::ops::Bound;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kubewasm_sdk::selector::{Operator, Selector};
@@ -83,7 +84,9 @@ impl Store {
         let mut inner = Inner::default();
         for (name, func) in index::builtins() {
             inner.indexers.insert(name.to_owned(), func);
-            inner.indices.insert(name.to_owned(), BTreeMap::new());
+            if index::derived_from(name).is_none() {
+                inner.indices.insert(name.to_owned(), BTreeMap::new());
+            }
         }
         Self {
             inner: RwLock::new(inner),
@@ -219,7 +222,8 @@ impl Store {
         };
         match from {
             Some((name, value)) => {
-                objects_under(&inner, index_entry(&inner, name, value).ok().flatten())
+                let keys = index_entry(&inner, name, value).ok().flatten();
+                objects_under(&inner, keys.into_iter().flat_map(KeySet::iter))
                     .filter(|o| {
                         namespace.is_none_or(|ns| o.namespace() == Some(ns))
                             && selector.matches(&**o)
@@ -242,28 +246,102 @@ impl Store {
     /// The objects filed under `value` in index `index` (client-go's `ByIndex`), sorted by key.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<KubeObject>>, StoreError> {
         let inner = self.read();
-        Ok(objects_under(&inner, index_entry(&inner, index, value)?).collect())
+        let keys = keys_under(&inner, index, value)?;
+        Ok(objects_under(&inner, keys.iter()).collect())
     }
 
     /// The keys filed under `value` in index `index` (client-go's `IndexKeys`), sorted.
     pub fn index_keys(&self, index: &str, value: &str) -> Result<Vec<String>, StoreError> {
         let inner = self.read();
-        Ok(index_entry(&inner, index, value)?
-            .into_iter()
-            .flat_map(KeySet::iter)
-            .map(|k| k.to_string())
-            .collect())
+        let keys = keys_under(&inner, index, value)?;
+        Ok(keys.iter().map(|k| k.to_string()).collect())
     }
 
     /// Every value of index `index` (client-go's `ListIndexFuncValues`), sorted.
     pub fn index_values(&self, index: &str) -> Result<Vec<String>, StoreError> {
         let inner = self.read();
-        let idx = inner
-            .indices
-            .get(index)
-            .ok_or_else(|| StoreError::UnknownIndex(index.to_owned()))?;
-        Ok(idx.keys().cloned().collect())
+        let Some(from) = index::derived_from(index) else {
+            let idx = stored_index(&inner, index)?;
+            return Ok(idx.keys().cloned().collect());
+        };
+        // Each `key=value` of the label index names its key. Valid labels hold no other `=`;
+        // for one that does, the objects filed under it say which split is theirs.
+        let mut keys: Vec<String> = Vec::new();
+        for (label, filed) in stored_index(&inner, from)? {
+            match label.split_once('=') {
+                Some((key, value)) if !value.contains('=') => keys.push(key.to_owned()),
+                _ => {
+                    for Stored(o) in filed.iter().filter_map(|k| inner.objects.get(k.as_str())) {
+                        let named = |(k, v): &(&str, &str)| {
+                            label.strip_prefix(k).and_then(|r| r.strip_prefix('=')) == Some(v)
+                        };
+                        keys.extend(o.labels().filter(named).map(|(k, _)| k.to_owned()));
+                    }
+                }
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
     }
+}
+
+/// The keys under one index value: a stored set, or the keys gathered for a derived index.
+struct Under<'a> {
+    set: Option<&'a KeySet>,
+    gathered: Vec<&'a Key>,
+}
+
+impl<'a> Under<'a> {
+    /// The keys, sorted.
+    fn iter(&self) -> impl Iterator<Item = &'a Key> + '_ {
+        self.set
+            .into_iter()
+            .flat_map(KeySet::iter)
+            .chain(self.gathered.iter().copied())
+    }
+}
+
+/// The keys filed under `value` in index `index`, stored or derived.
+fn keys_under<'a>(inner: &'a Inner, index: &str, value: &str) -> Result<Under<'a>, StoreError> {
+    let Some(from) = index::derived_from(index) else {
+        let set = index_entry(inner, index, value)?;
+        return Ok(Under {
+            set,
+            gathered: Vec::new(),
+        });
+    };
+    // `label-key=k` holds the objects of every `k=...` label value: the entries that start
+    // with `k=`, next to each other in the label index. An object has one value per key, so
+    // the sets are disjoint; one filed there under a key that itself holds `=` is left out.
+    let prefix = format!("{value}=");
+    let mut gathered: Vec<&Key> = stored_index(inner, from)?
+        .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+        .take_while(|(label, _)| label.starts_with(&prefix))
+        .flat_map(|(_, keys)| keys.iter())
+        .filter(|k| {
+            inner
+                .objects
+                .get(k.as_str())
+                .is_some_and(|Stored(o)| o.label(value).is_some())
+        })
+        .collect();
+    gathered.sort_unstable();
+    gathered.dedup();
+    Ok(Under {
+        set: None,
+        gathered,
+    })
+}
+
+fn stored_index<'a>(
+    inner: &'a Inner,
+    index: &str,
+) -> Result<&'a BTreeMap<String, KeySet>, StoreError> {
+    inner
+        .indices
+        .get(index)
+        .ok_or_else(|| StoreError::UnknownIndex(index.to_owned()))
 }
 
 fn index_entry<'a>(
@@ -271,21 +349,15 @@ fn index_entry<'a>(
     index: &str,
     value: &str,
 ) -> Result<Option<&'a KeySet>, StoreError> {
-    let idx = inner
-        .indices
-        .get(index)
-        .ok_or_else(|| StoreError::UnknownIndex(index.to_owned()))?;
-    Ok(idx.get(value))
+    Ok(stored_index(inner, index)?.get(value))
 }
 
 /// The stored objects whose keys are `keys`, in the keys' order.
 fn objects_under<'a>(
     inner: &'a Inner,
-    keys: Option<&'a KeySet>,
+    keys: impl Iterator<Item = &'a Key> + 'a,
 ) -> impl Iterator<Item = Arc<KubeObject>> + 'a {
-    keys.into_iter()
-        .flat_map(KeySet::iter)
-        .filter_map(|k| inner.objects.get(k.as_str()).map(|s| s.0.clone()))
+    keys.filter_map(|k| inner.objects.get(k.as_str()).map(|s| s.0.clone()))
 }
 
 /// Files `key` under `value`.
@@ -462,6 +534,78 @@ mod tests {
                 assert_eq!(got, expected, "{selector:?} in {namespace:?}");
             }
         }
+    }
+
+    /// `label-key`, answered from the label index, says what an index filed by each label key
+    /// would say: through adds, updates and deletes, for keys that prefix one another and
+    /// keys or values holding `=` (which no API server lets through).
+    #[test]
+    fn label_key_answers_as_a_stored_index_of_label_keys_would() {
+        let store = Store::new();
+        store
+            .add_index("stored-label-key", IndexFunc::LabelKey)
+            .expect("new index");
+        let check = |when: &str| {
+            let values = store.index_values("stored-label-key").expect("stored");
+            assert_eq!(
+                store.index_values("label-key"),
+                Ok(values.clone()),
+                "{when}"
+            );
+            for value in values
+                .iter()
+                .map(String::as_str)
+                .chain(["none", "ap", "a", "x"])
+            {
+                let keys = store.index_keys("stored-label-key", value);
+                assert_eq!(
+                    store.index_keys("label-key", value),
+                    keys,
+                    "{when}: {value}"
+                );
+                let by = |index| -> Vec<String> {
+                    let found = store.by_index(index, value).expect("index");
+                    found.iter().map(|o| o.key().to_owned()).collect()
+                };
+                assert_eq!(by("label-key"), by("stored-label-key"), "{when}: {value}");
+            }
+        };
+        let labels = [
+            json!({"app": "web", "app.kubernetes.io/name": "x", "app-x": "1"}),
+            json!({"app": "db", "tier": "front"}),
+            json!({"a=b": "c", "a": "b=c", "a=": ""}),
+            json!({"app": "web", "x=y": "z"}),
+            json!({}),
+        ];
+        for (n, l) in labels.iter().enumerate() {
+            store.upsert(&mut pod(&format!("p{n}"), "ns", l.clone(), None, "n1"));
+        }
+        check("added");
+        assert_eq!(
+            store.index_values("label-key"),
+            Ok([
+                "a",
+                "a=",
+                "a=b",
+                "app",
+                "app-x",
+                "app.kubernetes.io/name",
+                "tier",
+                "x=y"
+            ]
+            .map(String::from)
+            .to_vec())
+        );
+        store.upsert(&mut pod("p0", "ns", json!({"tier": "back"}), None, "n1"));
+        store.upsert(&mut pod("p4", "ns", json!({"app": "db"}), None, "n1"));
+        check("updated");
+        assert!(store.remove("ns/p2").is_some());
+        assert!(store.remove("ns/p1").is_some());
+        check("deleted");
+        assert_eq!(
+            store.index_keys("label-key", "app"),
+            Ok(vec!["ns/p3".into(), "ns/p4".into()])
+        );
     }
 
     #[test]
