@@ -264,13 +264,13 @@ impl Store {
             let idx = stored_index(&inner, index)?;
             return Ok(idx.keys().cloned().collect());
         };
-        // Each `key=value` of the label index names its key. Valid labels hold no other `=`;
-        // for one that does, the objects filed under it say which split is theirs.
+        // Each `key=value` of the label index names its key; for an entry that can be read
+        // more than one way, the objects filed under it say which split is theirs.
         let mut keys: Vec<String> = Vec::new();
         for (label, filed) in stored_index(&inner, from)? {
-            match label.split_once('=') {
-                Some((key, value)) if !value.contains('=') => keys.push(key.to_owned()),
-                _ => {
+            match split_label(label) {
+                Some((key, _)) => keys.push(key.to_owned()),
+                None => {
                     for Stored(o) in filed.iter().filter_map(|k| inner.objects.get(k.as_str())) {
                         let named = |(k, v): &(&str, &str)| {
                             label.strip_prefix(k).and_then(|r| r.strip_prefix('=')) == Some(v)
@@ -312,26 +312,39 @@ fn keys_under<'a>(inner: &'a Inner, index: &str, value: &str) -> Result<Under<'a
         });
     };
     // `label-key=k` holds the objects of every `k=...` label value: the entries that start
-    // with `k=`, next to each other in the label index. An object has one value per key, so
-    // the sets are disjoint; one filed there under a key that itself holds `=` is left out.
+    // with `k=`, next to each other in the label index. An entry read only one way is all
+    // `k`'s; in one that is not, only the objects that have label `k` are.
     let prefix = format!("{value}=");
-    let mut gathered: Vec<&Key> = stored_index(inner, from)?
+    let has_key = |k: &&Key| {
+        inner
+            .objects
+            .get(k.as_str())
+            .is_some_and(|Stored(o)| o.label(value).is_some())
+    };
+    let mut gathered: Vec<&Key> = Vec::new();
+    let entries = stored_index(inner, from)?
         .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
-        .take_while(|(label, _)| label.starts_with(&prefix))
-        .flat_map(|(_, keys)| keys.iter())
-        .filter(|k| {
-            inner
-                .objects
-                .get(k.as_str())
-                .is_some_and(|Stored(o)| o.label(value).is_some())
-        })
-        .collect();
+        .take_while(|(label, _)| label.starts_with(&prefix));
+    for (label, keys) in entries {
+        match split_label(label) {
+            Some(_) => gathered.extend(keys.iter()),
+            None => gathered.extend(keys.iter().filter(has_key)),
+        }
+    }
     gathered.sort_unstable();
     gathered.dedup();
     Ok(Under {
         set: None,
         gathered,
     })
+}
+
+/// The key and value of a `label` index entry that can be read only one way: valid labels
+/// hold no `=` but the one between key and value.
+fn split_label(label: &str) -> Option<(&str, &str)> {
+    label
+        .split_once('=')
+        .filter(|(_, value)| !value.contains('='))
 }
 
 fn stored_index<'a>(
