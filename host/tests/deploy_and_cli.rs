@@ -358,8 +358,8 @@ fn peak_rss(pid: u32) -> u64 {
 
 #[test]
 fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
-    // Three hostile plugins (one allocating until its cap, one sending 8 MiB query
-    // arguments, one logging 8 MiB messages and failing with 4 MiB errors) beside a good one,
+    // Three hostile plugins (one allocating until its cap, one sending 1 MiB query
+    // arguments, one logging 1 MiB messages and failing with 1 MiB errors) beside a good one,
     // each with the default 64 MiB cap.
     let hostile = kubewasm_plugin_artifacts::HOSTILE;
     let Hosted {

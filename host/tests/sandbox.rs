@@ -589,7 +589,7 @@ fn what_a_plugin_logs_or_reports_is_cut_before_it_is_kept() {
     let error = s.last_error.clone().unwrap_or_default();
     assert!(
         error.len() <= 4096 + 6 && error.ends_with("[cut]"),
-        "the 4 MiB error is kept cut: {} bytes",
+        "the 1 MiB error is kept cut: {} bytes",
         error.len()
     );
     let lines = r.lines("bad");

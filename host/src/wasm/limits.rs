@@ -41,6 +41,13 @@ pub const MAX_SELECTOR_REQUIREMENTS: usize = 32;
 /// Longest other query argument (name, namespace, index name or value).
 pub const MAX_ARGUMENT_BYTES: usize = 4096;
 
+/// Most bytes one call may copy out of a plugin: the arguments of one call into the host, or
+/// what one export returns. Past it the call traps before the host copies more (wasmtime's
+/// hostcall fuel, 128 MiB by default, counted before each string or list is copied), so the
+/// host never holds a plugin's arguments larger than this, however they alias the plugin's
+/// memory. Twice the largest write body.
+pub const MAX_CALL_BYTES: usize = 2 * crate::wasm::cluster::MAX_WRITE_BYTES;
+
 /// A label selector from a plugin, refused before parsing when too long and after when it
 /// has too many requirements; errors never echo more than a bounded part of it.
 pub fn selector(text: &str) -> Result<kubewasm_sdk::selector::Selector, String> {

@@ -58,6 +58,11 @@ const MAX_RANDOM_BYTES: u64 = 1 << 20;
 /// may hold at once (wasmtime's default is a million); creating more traps.
 pub const MAX_WASI_RESOURCES: usize = 1024;
 
+/// Component-model handles one instance may hold beyond its object and WASI resources (the
+/// handles of resources a component defines for itself; wasmtime allows 100,000 by default,
+/// each kept in host memory); creating more traps.
+const SPARE_HANDLES: usize = 1024;
+
 /// Largest set of HTTP header fields one `fields` resource may hold (wasmtime's default is
 /// 128 KiB): with [`MAX_WASI_RESOURCES`], at most 16 MiB of headers per instance.
 const MAX_HTTP_FIELDS_BYTES: usize = 16 << 10;
@@ -409,6 +414,10 @@ impl Engine {
         ctx: Arc<PluginContext>,
     ) -> wasmtime::Result<Instance> {
         let limits = limits::Limiter::new(ctx.limits.memory_bytes);
+        let max_handles = ctx
+            .limits
+            .handles
+            .saturating_add(MAX_WASI_RESOURCES + SPARE_HANDLES);
         let deadline_ticks = ticks(ctx.limits.deadline);
         // No preopened folders, network, environment or arguments: only clocks, random, and
         // stdout/stderr into the plugin's log.
@@ -447,6 +456,8 @@ impl Engine {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
+        store.set_hostcall_fuel(limits::MAX_CALL_BYTES);
+        store.set_max_component_handles(max_handles);
         store.set_epoch_deadline(deadline_ticks);
         let plugin = code.pre.instantiate(&mut store)?;
         Ok(Instance {

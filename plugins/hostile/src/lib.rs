@@ -4,11 +4,12 @@
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
 //! "secret" | "big-query" | "count" | "slow" | ..., "key": "ns/name"}` (`key` for `panic-on`; `count`
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
-//! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 8 MiB
-//! arguments to every query; `huge-log` logs an 8 MiB message with 48 fields of 64 KiB and
-//! fails with a 4 MiB error; `squat` declares an index under deployment-view's index
+//! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 1 MiB
+//! arguments to every query; `huge-log` logs a 1 MiB message with 48 fields of 16 KiB and
+//! fails with a 1 MiB error; `copy-flood` asks the host to copy tens of MiB in one call (`key`:
+//! `log`, `get` or `error`); `squat` declares an index under deployment-view's index
 //! name; `sleep` sleeps an hour in every call; `hoard` keeps every object handle it is given and asks for more; `huge-pointer`
-//! reads fields by 4 MiB and 900 KB JSON pointers; `write-ungranted` tries writes nobody
+//! reads fields by 1 MiB and 900 KB JSON pointers; `write-ungranted` tries writes nobody
 //! granted; `write-huge` tries oversized and malformed writes; `write-then-fail` stages a
 //! create of `<name>-copy` and fails the first two attempts of each event; `wasi-hoard`
 //! creates WASI resources (HTTP header fields) without end and never drops them).
@@ -174,7 +175,7 @@ impl Plugin for Hostile {
                 let target = Target::of(o);
                 let huge = format!(
                     r#"{{"metadata":{{"annotations":{{"a":"{}"}}}}}}"#,
-                    "x".repeat(2 << 20)
+                    "x".repeat((1 << 20) + 1024)
                 );
                 report_write("huge apply", cluster::apply(&target, &huge));
                 report_write("not json", cluster::merge_patch(&target, "{not json"));
@@ -239,12 +240,13 @@ impl Plugin for Hostile {
             }
             "huge-pointer" => {
                 let o = event.object();
-                report("huge pointer", o.field(&"/a".repeat(4 << 20)));
+                report("huge pointer", o.field(&"/a".repeat(1 << 19)));
                 report("deep pointer", o.field(&"/metadata".repeat(100_000)));
             }
             "huge-args" => {
-                let huge = "a".repeat(8 << 20);
-                let selector = "a=b,".repeat(2 << 20);
+                // Under the host's 2 MiB copy limit, far over its argument limits.
+                let huge = "a".repeat(1 << 20);
+                let selector = "a=b,".repeat(1 << 18);
                 let cm = Gvk::config_map();
                 report("huge get", cache::get(&cm, Some(&huge), "x"));
                 report("huge list", cache::list(&cm, None, Some(&selector)));
@@ -258,14 +260,28 @@ impl Plugin for Hostile {
                 report("unknown index", cache::by_index(&cm, "namespaces", "shop"));
             }
             "huge-log" => {
-                let value = "v".repeat(64 << 10);
+                // Under the host's 2 MiB copy limit, far over its log limits.
+                let value = "v".repeat(16 << 10);
                 let fields: Vec<(String, &str)> = (0..48)
                     .map(|i| (format!("{i}").repeat(1000), value.as_str()))
                     .collect();
                 let fields: Vec<(&str, &str)> =
                     fields.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-                log::warn(&"m".repeat(8 << 20), &fields);
-                return Err(HandleError::fatal("e".repeat(4 << 20)));
+                log::warn(&"m".repeat(1 << 20), &fields);
+                return Err(HandleError::fatal("e".repeat(1 << 20)));
+            }
+            "copy-flood" => {
+                // Asks the host to copy far more than the plugin's memory holds: one 64 KiB
+                // string passed 1,000 times (62.5 MiB), or one 16 MiB argument or error.
+                let value = "v".repeat(64 << 10);
+                match config.key.as_str() {
+                    "log" => log::warn("flood", &vec![("k", value.as_str()); 1000]),
+                    "get" => report(
+                        "flood get",
+                        cache::get(&Gvk::config_map(), None, &"n".repeat(16 << 20)),
+                    ),
+                    _ => return Err(HandleError::fatal("e".repeat(16 << 20))),
+                }
             }
             "count" => {
                 let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
