@@ -235,6 +235,7 @@ def main():
     for key, label in (
         ("query_get", "`get` one pod"),
         ("query_select_10", "list by label selector, 10 of 1,000 match"),
+        ("query_select_wide", "list by a selector of 800 values, none matching (`app in (a00,...,h99)`)"),
         ("query_by_index_10", "`by-index`, 10 results"),
         ("query_by_index_1000", "`by-index`, 1,000 results"),
         ("query_field", "`field(\"/status/phase\")` of the event's pod (its last field)"),

@@ -6,7 +6,8 @@
 //! - `query_*`: the call into a plugin that makes one query from its handler; minus
 //!   `deliver_noop`, that is the query's latency as a plugin sees it: `get` one pod by a name
 //!   the plugin knows, `select`
-//!   the 10 pods matching a label selector, `by_index` 10 or 1,000 pods through the built-in
+//!   the 10 pods matching a label selector (`select_wide`: none, by a selector of 800 values),
+//!   `by_index` 10 or 1,000 pods through the built-in
 //!   `label` index; `field` reads `/status/phase` through the handle (the last field of the
 //!   pod's JSON, so the host walks all of it).
 //!
@@ -123,6 +124,22 @@ fn query_get(bencher: divan::Bencher) {
 #[divan::bench(sample_count = 100, sample_size = 10)]
 fn query_select_10(bencher: divan::Bencher) {
     call(bencher, "select", "group=ten", false);
+}
+
+/// `app in (...)` with 800 values of three letters, none of them the pods' `web`: a list
+/// whose selector compares each pod's label with every value in turn unless the values are
+/// searched (a hostile plugin's worst case within the 4 KiB selector limit).
+fn wide_selector() -> String {
+    // a00 to h99.
+    let values: Vec<String> = (0..800)
+        .map(|i| format!("{}{:02}", char::from(b'a' + (i / 100) as u8), i % 100))
+        .collect();
+    format!("app in ({})", values.join(","))
+}
+
+#[divan::bench(sample_count = 20, sample_size = 5)]
+fn query_select_wide(bencher: divan::Bencher) {
+    call(bencher, "select", &wide_selector(), false);
 }
 
 #[divan::bench(sample_count = 100, sample_size = 100)]

@@ -38,8 +38,29 @@ pub struct Requirement {
     pub key: String,
     /// The comparison.
     pub operator: Operator,
-    /// The values for `In` and `NotIn`; empty otherwise.
+    /// The values for `In` and `NotIn`, sorted and without repeats; empty otherwise.
     pub values: Vec<String>,
+}
+
+impl Requirement {
+    fn new(key: String, operator: Operator, mut values: Vec<String>) -> Self {
+        // Sorted, a value is found in a few comparisons however many there are: a selector
+        // of a thousand values costs each object it is matched against no more than one of
+        // ten.
+        values.sort_unstable();
+        values.dedup();
+        Self {
+            key,
+            operator,
+            values,
+        }
+    }
+
+    fn has(&self, value: &str) -> bool {
+        self.values
+            .binary_search_by(|v| v.as_str().cmp(value))
+            .is_ok()
+    }
 }
 
 /// Something that has labels.
@@ -134,11 +155,11 @@ impl Selector {
     }
 
     fn with(mut self, key: &str, operator: Operator, values: &[&str]) -> Self {
-        self.requirements.push(Requirement {
-            key: key.to_owned(),
+        self.requirements.push(Requirement::new(
+            key.to_owned(),
             operator,
-            values: values.iter().map(|v| (*v).to_owned()).collect(),
-        });
+            values.iter().map(|v| (*v).to_owned()).collect(),
+        ));
         self
     }
 
@@ -149,8 +170,8 @@ impl Selector {
             match r.operator {
                 Operator::Exists => value.is_some(),
                 Operator::DoesNotExist => value.is_none(),
-                Operator::In => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
-                Operator::NotIn => value.is_none_or(|v| r.values.iter().all(|x| x != v)),
+                Operator::In => value.is_some_and(|v| r.has(v)),
+                Operator::NotIn => value.is_none_or(|v| !r.has(v)),
             }
         })
     }
@@ -271,11 +292,7 @@ impl Parser<'_> {
                 }
             },
         };
-        Ok(Requirement {
-            key,
-            operator,
-            values,
-        })
+        Ok(Requirement::new(key, operator, values))
     }
 
     fn value_set(&mut self) -> Result<Vec<String>, SelectorError> {
@@ -315,6 +332,33 @@ mod tests {
         use Operator::*;
         assert_eq!(ops, [In, In, NotIn, In, NotIn, Exists, DoesNotExist]);
         assert_eq!(s.requirements()[3].values, ["a", "b"]);
+    }
+
+    #[test]
+    fn values_in_any_order_or_repeated_match_as_a_set() {
+        let l = labels(&[("app", "web"), ("zone", "b")]);
+        let s = Selector::parse("zone in (c,b,a,b),app notin (x,db,x)").expect("valid");
+        assert_eq!(s.requirements()[0].values, ["a", "b", "c"]);
+        assert_eq!(s.to_string(), "zone in (a,b,c),app notin (db,x)");
+        assert!(s.matches(&l));
+        // A thousand values: each is found, and a value between two of them is not.
+        let many: Vec<String> = (0..1000).map(|i| format!("v{:04}", i * 2)).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let s = Selector::everything().is_in("zone", &many);
+        for (value, found) in [
+            ("v0000", true),
+            ("v1998", true),
+            ("v0998", true),
+            ("v0999", false),
+        ] {
+            let l = labels(&[("zone", value)]);
+            assert_eq!(s.matches(&l), found, "{value}");
+        }
+        assert!(
+            !Selector::everything()
+                .not_in("zone", &many)
+                .matches(&labels(&[("zone", "v0500")]))
+        );
     }
 
     #[test]
