@@ -237,6 +237,8 @@ impl Store {
                     .filter(|s| selector.matches(&*s.0))
                     .map(|s| s.0.clone())
                     .collect();
+                // Writers wait on the lock only for the scan, not for the sort.
+                drop(inner);
                 all.sort_unstable_by(|a, b| a.key().cmp(b.key()));
                 all
             }
