@@ -44,9 +44,8 @@ pub struct Requirement {
 
 impl Requirement {
     fn new(key: String, operator: Operator, mut values: Vec<String>) -> Self {
-        // Sorted, a value is found in a few comparisons however many there are: a selector
-        // of a thousand values costs each object it is matched against no more than one of
-        // ten.
+        // Sorted, a value is found by binary search: a requirement of a thousand values
+        // costs each object it is matched against about ten comparisons, not a thousand.
         values.sort_unstable();
         values.dedup();
         Self {

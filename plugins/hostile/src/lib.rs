@@ -271,8 +271,8 @@ impl Plugin for Hostile {
                 return Err(HandleError::fatal("e".repeat(1 << 20)));
             }
             "copy-flood" => {
-                // Asks the host to copy far more than the plugin's memory holds: one 64 KiB
-                // string passed 1,000 times (62.5 MiB), or one 16 MiB argument or error.
+                // Asks the host to copy far past its 2 MiB per call: one 64 KiB string passed
+                // 1,000 times (62.5 MiB from 64 KiB of memory), or one 16 MiB argument or error.
                 let value = "v".repeat(64 << 10);
                 match config.key.as_str() {
                     "log" => log::warn("flood", &vec![("k", value.as_str()); 1000]),
