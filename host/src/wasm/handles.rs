@@ -63,7 +63,8 @@ impl Handles {
 
     /// Frees the handles lent for the call that just returned.
     pub fn end_call(&mut self) {
-        for slot in std::mem::take(&mut self.lent) {
+        // Popped, not taken: the list keeps its capacity for the next call's lends.
+        while let Some(slot) = self.lent.pop() {
             self.release(slot);
         }
     }
