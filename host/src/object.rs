@@ -98,16 +98,32 @@ impl Transform {
 }
 
 /// One Kubernetes object: the metadata handlers filter on, plus the JSON text.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct KubeObject {
     gvk: Arc<Gvk>,
     /// `namespace/name`, or `name` when cluster-scoped; shared with the store's indexes.
     key: Key,
     /// Bytes of `key` that are the namespace (0 when cluster-scoped).
     namespace_len: u32,
+    /// Read through [`Meta::view`] with `json`, where its strings usually lie.
     meta: Meta,
     json: Box<str>,
 }
+
+impl PartialEq for KubeObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.gvk == other.gvk
+            && self.key == other.key
+            && self.namespace_len == other.namespace_len
+            && self.json == other.json
+            && self.uid() == other.uid()
+            && self.resource_version() == other.resource_version()
+            && self.labels().eq(other.labels())
+            && self.owners().eq(other.owners())
+    }
+}
+
+impl Eq for KubeObject {}
 
 /// An object's cache key, shared by its versions and by every index entry filing it; one
 /// pointer wide, so the indexes' sets hold twice as many keys per node as with `Arc<str>`.
@@ -190,7 +206,7 @@ struct Fields<'a> {
 
 impl kubewasm_sdk::selector::Labels for KubeObject {
     fn label(&self, key: &str) -> Option<&str> {
-        self.meta.label(key)
+        KubeObject::label(self, key)
     }
 }
 
@@ -290,14 +306,17 @@ impl KubeObject {
         let json = serde_json::to_string(&map)
             .map_err(|_| ObjectError::NotAnObject)?
             .into_boxed_str();
-        Self::assemble(gvk, fields, json)
+        // Written again from the tree: the strings are copied rather than looked for.
+        Self::assemble(gvk, fields, json, |_| None)
     }
 
-    /// Packs decoded metadata and the stored text into an object.
+    /// Packs decoded metadata and the stored text into an object; `locate` says where in
+    /// `json` a metadata string lies, when it can.
     fn assemble(
         gvk: Arc<Gvk>,
         mut fields: Fields<'_>,
         json: Box<str>,
+        locate: impl Fn(&str) -> Option<usize>,
     ) -> Result<Self, ObjectError> {
         let namespace = fields.namespace.filter(|ns| !ns.is_empty());
         fields.labels.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -308,6 +327,8 @@ impl KubeObject {
             });
         }
         let meta = Meta::new(
+            &json,
+            locate,
             fields.uid,
             fields.resource_version,
             &fields.labels,
@@ -367,27 +388,29 @@ impl KubeObject {
 
     /// `metadata.uid` (empty when absent).
     pub fn uid(&self) -> &str {
-        self.meta.uid()
+        self.meta.view(&self.json).uid()
     }
 
     /// `metadata.resourceVersion` (empty when absent).
     pub fn resource_version(&self) -> &str {
-        self.meta.resource_version()
+        self.meta.view(&self.json).resource_version()
     }
 
     /// `metadata.labels`, sorted by key.
     pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
-        (0..self.meta.label_count()).map(|i| self.meta.label_at(i))
+        let view = self.meta.view(&self.json);
+        (0..view.label_count()).map(move |i| view.label_at(i))
     }
 
     /// The value of a label, if present.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.meta.label(key)
+        self.meta.view(&self.json).label(key)
     }
 
     /// `metadata.ownerReferences`, in order.
     pub fn owners(&self) -> impl ExactSizeIterator<Item = OwnerRef<'_>> + '_ {
-        (0..self.meta.owner_count()).map(|i| self.meta.owner_at(i))
+        let view = self.meta.view(&self.json);
+        (0..view.owner_count()).map(move |i| view.owner_at(i))
     }
 
     /// The owner reference marked as the managing controller.

@@ -50,12 +50,13 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Mapping<T> {
 struct Meta<'a> {
     #[serde(borrow)]
     name: Cow<'a, str>,
+    // `Text`, not `Cow`: serde borrows a `Cow` only when it is the field's whole type.
     #[serde(borrow, default)]
-    namespace: Option<Cow<'a, str>>,
+    namespace: Option<Text<'a>>,
     #[serde(borrow, default)]
-    uid: Option<Cow<'a, str>>,
+    uid: Option<Text<'a>>,
     #[serde(rename = "resourceVersion", borrow, default)]
-    resource_version: Option<Cow<'a, str>>,
+    resource_version: Option<Text<'a>>,
     #[serde(borrow, default)]
     labels: Option<Labels<'a>>,
     #[serde(rename = "ownerReferences", borrow, default)]
@@ -211,6 +212,9 @@ pub(super) fn decode(
     cuts.sort_by_key(|r| r.start);
     let mut prefix = String::new();
     let mut at = 0;
+    // Bytes at the start of `text` the stored text does not keep (its `{` when a prefix
+    // replaces it).
+    let mut skipped = 0;
     if top.api_version.is_none() {
         // `{`, then the type the list's items leave out, then the members sent.
         let rest = text.get(1..)?.trim_start();
@@ -222,6 +226,7 @@ pub(super) fn decode(
             prefix.push(',');
         }
         at = 1;
+        skipped = 1;
     }
     // Allocated at its final length, so keeping it as a boxed str copies nothing more.
     let cut: usize = cuts.iter().map(|c| c.len()).sum();
@@ -240,10 +245,10 @@ pub(super) fn decode(
         .collect();
     let owners = meta.owner_references.unwrap_or_default();
     let fields = Fields {
-        namespace: meta.namespace.as_deref(),
+        namespace: meta.namespace.as_ref().map(|t| t.0.as_ref()),
         name: &meta.name,
-        uid: meta.uid.as_deref().unwrap_or_default(),
-        resource_version: meta.resource_version.as_deref().unwrap_or_default(),
+        uid: meta.uid.as_ref().map_or("", |t| t.0.as_ref()),
+        resource_version: meta.resource_version.as_ref().map_or("", |t| t.0.as_ref()),
         labels,
         owners: owners
             .iter()
@@ -256,7 +261,22 @@ pub(super) fn decode(
             })
             .collect(),
     };
-    KubeObject::assemble(gvk, fields, json.into_boxed_str()).ok()
+    // Where a string borrowed from `text` lies in the stored text: after the prefix, less the
+    // cuts before it (metadata strings are never inside a cut; one that is stays unlocated).
+    let locate = |s: &str| -> Option<usize> {
+        let start = (s.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+        let end = start.checked_add(s.len()).filter(|&e| e <= text.len())?;
+        let mut stored = (prefix.len() + start).checked_sub(skipped)?;
+        for cut in &cuts {
+            if cut.end <= start {
+                stored = stored.checked_sub(cut.len())?;
+            } else if cut.start < end {
+                return None;
+            }
+        }
+        Some(stored)
+    };
+    KubeObject::assemble(gvk, fields, json.into_boxed_str(), locate).ok()
 }
 
 /// The bytes of `text` to remove to drop the member whose value is `value` (a slice of
@@ -325,9 +345,24 @@ mod tests {
             "{text}\n{}",
             fast.json
         );
-        let mut fast = fast;
-        fast.json = tree.json.clone();
-        assert_eq!(fast, tree, "{text}");
+        assert_eq!(metadata(&fast), metadata(&tree), "{text}");
+        if !text.contains('\\') {
+            assert!(fast.meta.in_json(), "strings copied from {text}");
+        }
+    }
+
+    /// Everything but the JSON text, as read through the accessors.
+    fn metadata(o: &KubeObject) -> String {
+        format!(
+            "{:?} {:?} {:?} {} {} {:?} {:?}",
+            o.gvk(),
+            o.namespace(),
+            o.name(),
+            o.uid(),
+            o.resource_version(),
+            o.labels().collect::<Vec<_>>(),
+            o.owners().collect::<Vec<_>>()
+        )
     }
 
     #[test]
@@ -347,6 +382,8 @@ mod tests {
             "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",\n  \"metadata\": {\n    \"managedFields\" : [ ] ,\n    \"name\": \"a\"\n  }\n}\n",
             // A list item: no type, stamped; empty metadata members.
             r#"{"metadata":{"name":"a","namespace":"","labels":null,"ownerReferences":null}}"#,
+            // A list item whose metadata strings lie after a cut and the type stamped in.
+            r#"{"metadata":{"managedFields":[{"m":"x"}],"name":"a","uid":"u-1","labels":{"k":"v"},"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"n","uid":"u-n"}]}}"#,
             // Escapes and non-ASCII text in values, and an owner.
             r#"{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"w\u00e9b","labels":{"k":"v\"q\\"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"1","controller":true,"blockOwnerDeletion":true}]}}"#,
         ];
