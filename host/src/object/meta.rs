@@ -11,68 +11,70 @@ const PER_OWNER: usize = 4;
 /// Set on an owner's uid length when that owner is the managing controller.
 const CONTROLLER: u32 = 1 << 31;
 
-/// Where each string starts and how long it is, in two bytes each while the text allows (it
-/// nearly always does).
+/// Texts at least this long need four numbers per span instead of two.
+const LONG_TEXT: usize = 1 << 15;
+
+/// The label count, then where each string starts and how long it is: two bytes per number
+/// when the text is under 32 KiB (it nearly always is; the controller mark is bit 15 of the
+/// length), else each number as two halves, high first (the mark is bit 31). Which of the two
+/// follows from the text's length, so the slice is all there is: no tag.
 #[derive(Debug)]
-enum Spans {
-    /// Text under 32 KiB: the controller mark is bit 15 of the length.
-    Short(Box<[[u16; 2]]>),
-    /// Longer text: the controller mark is bit 31 of the length.
-    Long(Box<[[u32; 2]]>),
-}
+struct Spans(Box<[u16]>);
 
 impl Spans {
-    fn new(spans: Vec<[u32; 2]>, text_len: usize) -> Self {
-        if text_len < 1 << 15 {
-            // Starts and lengths are at most `text_len`, so bits 15 to 30 are clear and the
-            // mark moves from bit 31 to bit 15.
-            Self::Short(
-                spans
-                    .iter()
-                    .map(|&[start, len]| {
-                        [
-                            start as u16,
-                            ((len & !CONTROLLER) | ((len & CONTROLLER) >> 16)) as u16,
-                        ]
-                    })
-                    .collect(),
-            )
+    fn new(labels: u32, spans: &[[u32; 2]], text_len: usize) -> Self {
+        if text_len < LONG_TEXT {
+            // Every number is at most `text_len` (a label takes bytes of text), so bits 15 to
+            // 30 are clear and the mark moves from bit 31 to bit 15.
+            let numbers = spans.iter().flat_map(|&[start, len]| {
+                [
+                    start as u16,
+                    ((len & !CONTROLLER) | ((len & CONTROLLER) >> 16)) as u16,
+                ]
+            });
+            Self(std::iter::once(labels as u16).chain(numbers).collect())
         } else {
-            Self::Long(spans.into_boxed_slice())
+            let halves = |n: u32| [(n >> 16) as u16, n as u16];
+            let numbers = std::iter::once(labels)
+                .chain(spans.iter().flatten().copied())
+                .flat_map(halves);
+            Self(numbers.collect())
         }
     }
 
-    fn len(&self) -> usize {
-        match self {
-            Self::Short(s) => s.len(),
-            Self::Long(s) => s.len(),
+    /// Number `i` (the label count is number 0).
+    fn number(&self, i: usize, long: bool) -> u32 {
+        if long {
+            (u32::from(self.0[2 * i]) << 16) | u32::from(self.0[2 * i + 1])
+        } else {
+            let n = u32::from(self.0[i]);
+            // The short mark, moved back to bit 31.
+            (n & 0x7fff) | ((n & 0x8000) << 16)
         }
+    }
+
+    fn labels(&self, long: bool) -> usize {
+        (self.number(0, long) & !CONTROLLER) as usize
+    }
+
+    /// How many strings.
+    fn len(&self, long: bool) -> usize {
+        (self.0.len() / if long { 2 } else { 1 } - 1) / 2
     }
 
     /// Where string `i` starts and ends, and whether it carries the controller mark.
-    fn get(&self, i: usize) -> (usize, usize, bool) {
-        let (start, len, mark) = match self {
-            Self::Short(s) => {
-                let [start, len] = s[i];
-                (start as usize, (len & 0x7fff) as usize, len & 0x8000 != 0)
-            }
-            Self::Long(s) => {
-                let [start, len] = s[i];
-                (
-                    start as usize,
-                    (len & !CONTROLLER) as usize,
-                    len & CONTROLLER != 0,
-                )
-            }
-        };
-        (start, start + len, mark)
+    fn get(&self, i: usize, long: bool) -> (usize, usize, bool) {
+        let start = self.number(1 + 2 * i, long) as usize;
+        let len = self.number(2 + 2 * i, long);
+        (
+            start,
+            start + (len & !CONTROLLER) as usize,
+            len & CONTROLLER != 0,
+        )
     }
 
     fn heap_bytes(&self) -> usize {
-        match self {
-            Self::Short(s) => std::mem::size_of_val(&**s),
-            Self::Long(s) => std::mem::size_of_val(&**s),
-        }
+        std::mem::size_of_val(&*self.0)
     }
 }
 
@@ -82,11 +84,9 @@ pub(super) struct Meta {
     /// The strings, one after another, when the JSON text does not hold every one verbatim;
     /// `None`: the spans are in the JSON text.
     own: Option<Box<str>>,
-    /// uid, resourceVersion, each label's key and value, each owner's four fields (the last
-    /// one marked when it is the controller).
+    /// The label count; then uid, resourceVersion, each label's key and value, each owner's
+    /// four fields (the last one marked when it is the controller).
     spans: Spans,
-    /// How many labels.
-    labels: u32,
 }
 
 /// Calls `f` with each string in span order, and whether it is a controller's uid.
@@ -145,8 +145,7 @@ impl Meta {
         if found.is_some() {
             return Ok(Self {
                 own: None,
-                spans: Spans::new(spans, json.len()),
-                labels: labels_len,
+                spans: Spans::new(labels_len, &spans, json.len()),
             });
         }
         spans.clear();
@@ -158,17 +157,18 @@ impl Meta {
         })
         .ok_or(ObjectError::TooLarge)?;
         Ok(Self {
-            spans: Spans::new(spans, text.len()),
+            spans: Spans::new(labels_len, &spans, text.len()),
             own: Some(text.into_boxed_str()),
-            labels: labels_len,
         })
     }
 
     /// The strings read from `json`, the text of the object this metadata belongs to.
     pub(super) fn view<'a>(&'a self, json: &'a str) -> View<'a> {
+        let text = self.own.as_deref().unwrap_or(json);
         View {
-            meta: self,
-            text: self.own.as_deref().unwrap_or(json),
+            spans: &self.spans,
+            text,
+            long: text.len() >= LONG_TEXT,
         }
     }
 
@@ -187,20 +187,22 @@ impl Meta {
 /// An object's metadata strings, read from the text they lie in.
 #[derive(Clone, Copy)]
 pub(super) struct View<'a> {
-    meta: &'a Meta,
+    spans: &'a Spans,
     text: &'a str,
+    /// Whether the spans are in their long form (see [`Spans`]).
+    long: bool,
 }
 
 impl<'a> View<'a> {
     /// The `i`-th string.
     fn string(self, i: usize) -> &'a str {
-        let (start, end, _) = self.meta.spans.get(i);
+        let (start, end, _) = self.spans.get(i, self.long);
         self.text.get(start..end).unwrap_or_default()
     }
 
     /// The `i`-th string's bytes (no character-boundary checks: for comparisons).
     fn bytes(self, i: usize) -> &'a [u8] {
-        let (start, end, _) = self.meta.spans.get(i);
+        let (start, end, _) = self.spans.get(i, self.long);
         self.text.as_bytes().get(start..end).unwrap_or_default()
     }
 
@@ -216,7 +218,7 @@ impl<'a> View<'a> {
 
     /// How many labels.
     pub(super) fn label_count(self) -> usize {
-        self.meta.labels as usize
+        self.spans.labels(self.long)
     }
 
     /// The `i`-th label in key order.
@@ -241,7 +243,7 @@ impl<'a> View<'a> {
 
     /// How many owner references.
     pub(super) fn owner_count(self) -> usize {
-        (self.meta.spans.len() - 2 - 2 * self.label_count()) / PER_OWNER
+        (self.spans.len(self.long) - 2 - 2 * self.label_count()) / PER_OWNER
     }
 
     /// The `i`-th owner reference.
@@ -252,7 +254,7 @@ impl<'a> View<'a> {
             kind: self.string(first + 1),
             name: self.string(first + 2),
             uid: self.string(first + 3),
-            controller: self.meta.spans.get(first + 3).2,
+            controller: self.spans.get(first + 3, self.long).2,
         }
     }
 }
@@ -280,7 +282,8 @@ mod tests {
     fn every_string_reads_back_as_packed() {
         let owners = [owner("a", "u-a", false), owner("b", "", true)];
         let meta = copied("uid-1", "", &[("app", "web"), ("tier", "")], &owners);
-        assert!(matches!(meta.spans, Spans::Short(_)));
+        // 54 bytes of text; the label count and two numbers per string, two bytes each.
+        assert_eq!(meta.heap_bytes(), 54 + 2 * (1 + 2 * 14));
         assert!(!meta.in_json());
         let view = meta.view("");
         assert_eq!(view.uid(), "uid-1");
@@ -297,7 +300,8 @@ mod tests {
         let long = "u".repeat(40_000);
         let owners = [owner("a", &long, true), owner("b", "u-b", false)];
         let meta = copied("uid", "7", &[("k", "v")], &owners);
-        assert!(matches!(meta.spans, Spans::Long(_)));
+        assert!(meta.view("").long, "text of 40,000 bytes");
+        assert_eq!(meta.spans.len(true), 12);
         let view = meta.view("");
         assert_eq!(view.owner_at(0), owners[0]);
         assert_eq!(view.owner_at(1), owners[1]);
@@ -323,7 +327,7 @@ mod tests {
         let at = |s: &str| json.find(&format!("\"{s}\"")).map(|i| i + 1);
         let meta = Meta::new(&json, at, "u-1", "", &labels, &owners).expect("packed");
         assert!(meta.in_json());
-        assert_eq!(meta.heap_bytes(), 4 * 8, "four bytes per string");
+        assert_eq!(meta.heap_bytes(), 2 + 4 * 8, "four bytes per string");
         let view = meta.view(&json);
         assert_eq!((view.uid(), view.resource_version()), ("u-1", ""));
         assert_eq!(view.label("app"), Some("web"));
