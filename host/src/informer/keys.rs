@@ -1,17 +1,19 @@
 //! The set of object keys filed under one index value.
 //!
 //! Most index values name one object or a handful (a pod's `pod-template-hash`, an owner uid),
-//! a few name thousands (a namespace). A single key is stored inline, a handful in a sorted
-//! slice of their exact length, more in a B-tree. Keys are shared ([`Key`]) with the store's
-//! own map, so each object's key is allocated once however many indexes file it.
-
-use std::collections::BTreeSet;
+//! a few name thousands (a namespace, `app=web`). A single key is stored inline, a handful in
+//! a sorted slice of their exact length, more in sorted runs of exact length: eight bytes a
+//! key and little more, where a B-tree's nodes, two-thirds full on average, took about
+//! fourteen. Keys are shared ([`Key`]) with the store's own map, so each object's key is
+//! allocated once however many indexes file it.
 
 use crate::object::Key;
 
-/// Most keys kept in a sorted slice; one more moves them to a B-tree (whose smallest node
-/// holds eleven keys, so a slice is smaller up to about this many).
+/// Most keys kept in one sorted slice; one more splits them into runs.
 const FEW: usize = 12;
+
+/// Most keys in one run of a large set: an insert or removal copies at most this many.
+const RUN: usize = 64;
 
 /// Sorted object keys under one index value; never empty while stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +23,87 @@ pub enum KeySet {
     /// Two to [`FEW`] keys, sorted.
     Few(Box<[Key]>),
     /// More than [`FEW`] keys.
-    Many(BTreeSet<Key>),
+    Many(Box<Runs>),
+}
+
+/// Sorted keys in consecutive runs of at most [`RUN`], each allocated at its exact length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runs {
+    /// Never empty, and no run is empty.
+    runs: Vec<Box<[Key]>>,
+    len: usize,
+}
+
+/// `slice` with `key` put at `at`, in an allocation of the new length.
+fn inserted(slice: &mut Box<[Key]>, at: usize, key: &Key) {
+    let mut keys = std::mem::take(slice).into_vec();
+    keys.reserve_exact(1);
+    keys.insert(at, key.clone());
+    *slice = keys.into_boxed_slice();
+}
+
+/// `slice` without the key at `at`, in an allocation of the new length.
+fn removed(slice: &mut Box<[Key]>, at: usize) {
+    let mut keys = std::mem::take(slice).into_vec();
+    keys.remove(at);
+    *slice = keys.into_boxed_slice();
+}
+
+impl Runs {
+    /// The run `key` belongs in (the last one when it is past every key).
+    fn run_for(&self, key: &str) -> usize {
+        let after = self
+            .runs
+            .partition_point(|r| r.last().is_some_and(|last| last.as_str() < key));
+        after.min(self.runs.len() - 1)
+    }
+
+    /// Adds `key`; false when it was there.
+    fn insert(&mut self, key: &Key) -> bool {
+        let i = self.run_for(key);
+        let Err(at) = self.runs[i].binary_search(key) else {
+            return false;
+        };
+        inserted(&mut self.runs[i], at, key);
+        if self.runs[i].len() > RUN {
+            let mut left = std::mem::take(&mut self.runs[i]).into_vec();
+            let right = left.split_off(left.len() / 2);
+            self.runs[i] = left.into_boxed_slice();
+            self.runs.insert(i + 1, right.into_boxed_slice());
+        }
+        self.len += 1;
+        true
+    }
+
+    /// Removes `key`; false when it was not there.
+    fn remove(&mut self, key: &str) -> bool {
+        let i = self.run_for(key);
+        let Ok(at) = self.runs[i].binary_search_by(|k| k.as_str().cmp(key)) else {
+            return false;
+        };
+        self.len -= 1;
+        if self.runs[i].len() == 1 {
+            self.runs.remove(i);
+            return true;
+        }
+        removed(&mut self.runs[i], at);
+        // A short run joins its next one when both fit in one, so removals do not leave a
+        // trail of tiny runs.
+        if self.runs[i].len() < RUN / 4
+            && let Some(next) = self.runs.get(i + 1)
+            && self.runs[i].len() + next.len() <= RUN
+        {
+            let next = self.runs.remove(i + 1);
+            let mut joined = std::mem::take(&mut self.runs[i]).into_vec();
+            joined.extend(next.into_vec());
+            self.runs[i] = joined.into_boxed_slice();
+        }
+        true
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Key> {
+        self.runs.iter().flat_map(|r| r.iter())
+    }
 }
 
 impl KeySet {
@@ -38,20 +120,17 @@ impl KeySet {
                 let Err(at) = keys.binary_search(key) else {
                     return;
                 };
-                if keys.len() < FEW {
-                    let mut grown = Vec::with_capacity(keys.len() + 1);
-                    grown.extend_from_slice(&keys[..at]);
-                    grown.push(key.clone());
-                    grown.extend_from_slice(&keys[at..]);
-                    *keys = grown.into_boxed_slice();
-                } else {
-                    let mut many: BTreeSet<Key> = keys.iter().cloned().collect();
-                    many.insert(key.clone());
-                    *self = Self::Many(many);
+                inserted(keys, at, key);
+                if keys.len() > FEW {
+                    let len = keys.len();
+                    *self = Self::Many(Box::new(Runs {
+                        runs: vec![std::mem::take(keys)],
+                        len,
+                    }));
                 }
             }
-            Self::Many(keys) => {
-                keys.insert(key.clone());
+            Self::Many(runs) => {
+                runs.insert(key);
             }
         }
     }
@@ -64,19 +143,17 @@ impl KeySet {
                 let Ok(at) = keys.binary_search_by(|k| k.as_str().cmp(key)) else {
                     return false;
                 };
-                let mut rest = keys.to_vec();
-                rest.remove(at);
-                *self = match <[Key; 1]>::try_from(rest) {
-                    Ok([last]) => Self::One(last),
-                    Err(rest) => Self::Few(rest.into_boxed_slice()),
-                };
+                removed(keys, at);
+                if let [last] = &**keys {
+                    *self = Self::One(last.clone());
+                }
                 false
             }
-            Self::Many(keys) => {
-                keys.remove(key);
+            Self::Many(runs) => {
+                runs.remove(key);
                 // Half way down, so a set near the limit does not move back and forth.
-                if keys.len() <= FEW / 2 {
-                    let few: Vec<Key> = std::mem::take(keys).into_iter().collect();
+                if runs.len <= FEW / 2 {
+                    let few: Vec<Key> = runs.iter().cloned().collect();
                     *self = Self::Few(few.into_boxed_slice());
                 }
                 false
@@ -89,7 +166,7 @@ impl KeySet {
         let (one, few, many) = match self {
             Self::One(key) => (Some(key), None, None),
             Self::Few(keys) => (None, Some(keys.iter()), None),
-            Self::Many(keys) => (None, None, Some(keys.iter())),
+            Self::Many(runs) => (None, None, Some(runs.iter())),
         };
         one.into_iter()
             .chain(few.into_iter().flatten())
@@ -122,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn a_handful_stays_a_slice_and_more_move_to_a_tree_and_back() {
+    fn a_handful_stays_a_slice_and_more_move_to_runs_and_back() {
         let keys: Vec<Key> = (0..FEW + 3)
             .rev()
             .map(|i| key(&format!("k{i:02}")))
@@ -137,6 +214,7 @@ mod tests {
                 KeySet::Many(_) => "many",
             };
             assert_eq!(kind, if n < FEW { "few" } else { "many" }, "{} keys", n + 1);
+            agrees(&set, &set.iter().cloned().collect());
             let listed: Vec<&Key> = set.iter().collect();
             assert!(listed.windows(2).all(|w| w[0] < w[1]), "sorted, no twice");
             assert_eq!(listed.len(), n + 1);
@@ -146,5 +224,54 @@ mod tests {
             assert!(set.iter().all(|x| x != k));
         }
         assert_eq!(set, KeySet::One(keys[keys.len() - 1].clone()));
+    }
+
+    /// Checks `set` against `model`: the same keys, sorted, in runs within their bounds.
+    fn agrees(set: &KeySet, model: &std::collections::BTreeSet<Key>) {
+        assert!(set.iter().eq(model.iter()), "same keys in the same order");
+        if let KeySet::Many(runs) = set {
+            assert_eq!(runs.len, model.len());
+            assert!(runs.runs.iter().all(|r| !r.is_empty() && r.len() <= RUN));
+        }
+    }
+
+    #[test]
+    fn runs_hold_a_large_set_in_order_through_inserts_and_removals() {
+        let mut model = std::collections::BTreeSet::new();
+        // Keys in a scrambled order (a stride coprime to the count), as a list files them.
+        let keys: Vec<Key> = (0..2_000)
+            .map(|i| key(&format!("ns/pod-{}", (i * 7_919) % 2_000)))
+            .collect();
+        let mut set = KeySet::One(keys[0].clone());
+        model.insert(keys[0].clone());
+        for (n, k) in keys.iter().enumerate() {
+            set.insert(k);
+            set.insert(k);
+            model.insert(k.clone());
+            if n % 97 == 0 {
+                agrees(&set, &model);
+            }
+        }
+        agrees(&set, &model);
+        let KeySet::Many(runs) = &set else {
+            panic!("2,000 keys are many");
+        };
+        assert!(
+            runs.runs.len() <= 2_000 / (RUN / 2) + 1,
+            "runs at least half full"
+        );
+        // Remove all but a few, from the middle out, checking as it goes.
+        let mut order: Vec<&Key> = keys.iter().collect();
+        order.sort_by_key(|k| (k.len() % 3, k.as_str().to_owned()));
+        for (n, k) in order.iter().take(1_995).enumerate() {
+            assert!(!set.remove(k));
+            assert!(!set.remove(k), "removing an absent key keeps the set");
+            model.remove(*k);
+            if n % 89 == 0 {
+                agrees(&set, &model);
+            }
+        }
+        agrees(&set, &model);
+        assert!(matches!(set, KeySet::Few(_)), "back to a slice");
     }
 }

@@ -31,7 +31,10 @@ pub enum StoreError {
 }
 
 /// Index name to index value to the keys of the objects filed under it.
-type Indices = HashMap<String, BTreeMap<String, KeySet>>;
+type Indices = HashMap<String, Index>;
+
+/// Index value to the keys of the objects filed under it.
+type Index = BTreeMap<Box<str>, KeySet>;
 
 /// A stored object, found by its key (one pointer per entry instead of a key and a pointer).
 struct Stored(Arc<KubeObject>);
@@ -118,7 +121,7 @@ impl Store {
                 requested: func,
             });
         }
-        let mut index: BTreeMap<String, KeySet> = BTreeMap::new();
+        let mut index: Index = BTreeMap::new();
         for Stored(object) in &inner.objects {
             func.each_value(object, |value| file(&mut index, value, object.shared_key()));
         }
@@ -264,7 +267,7 @@ impl Store {
         let inner = self.read();
         let Some(from) = index::derived_from(index) else {
             let idx = stored_index(&inner, index)?;
-            return Ok(idx.keys().cloned().collect());
+            return Ok(idx.keys().map(|v| v.to_string()).collect());
         };
         // Each `key=value` of the label index names its key; for an entry that can be read
         // more than one way, the objects filed under it say which split is theirs.
@@ -349,10 +352,7 @@ fn split_label(label: &str) -> Option<(&str, &str)> {
         .filter(|(_, value)| !value.contains('='))
 }
 
-fn stored_index<'a>(
-    inner: &'a Inner,
-    index: &str,
-) -> Result<&'a BTreeMap<String, KeySet>, StoreError> {
+fn stored_index<'a>(inner: &'a Inner, index: &str) -> Result<&'a Index, StoreError> {
     inner
         .indices
         .get(index)
@@ -376,17 +376,17 @@ fn objects_under<'a>(
 }
 
 /// Files `key` under `value`.
-fn file(index: &mut BTreeMap<String, KeySet>, value: &str, key: &Key) {
+fn file(index: &mut Index, value: &str, key: &Key) {
     match index.get_mut(value) {
         Some(keys) => keys.insert(key),
         None => {
-            index.insert(value.to_owned(), KeySet::One(key.clone()));
+            index.insert(value.into(), KeySet::One(key.clone()));
         }
     }
 }
 
 /// Takes `key` out from under `value`, and the value with its last key.
-fn unfile(index: &mut BTreeMap<String, KeySet>, value: &str, key: &str) {
+fn unfile(index: &mut Index, value: &str, key: &str) {
     if let Some(keys) = index.get_mut(value)
         && keys.remove(key)
     {
