@@ -30,6 +30,11 @@ pub enum StoreError {
     },
 }
 
+/// More objects matched a query than its caller would take.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("more than {0} objects match")]
+pub struct MoreThan(pub usize);
+
 /// Index name to index value to the keys of the objects filed under it.
 type Indices = HashMap<String, Index>;
 
@@ -205,10 +210,17 @@ impl Store {
         self.len() == 0
     }
 
-    /// The objects in `namespace` (all when `None`) whose labels match `selector` (a lister's
-    /// `List`), sorted by key. An equality requirement starts from its `label` index entry
+    /// The objects in `namespace` (all when `None`) whose labels match `selector` and that
+    /// `keep` keeps (a lister's `List`), sorted by key; an error as soon as more than `max`
+    /// match, before any sorting. An equality requirement starts from its `label` index entry
     /// instead of every object.
-    pub fn select(&self, namespace: Option<&str>, selector: &Selector) -> Vec<Arc<KubeObject>> {
+    pub fn select(
+        &self,
+        namespace: Option<&str>,
+        selector: &Selector,
+        keep: impl Fn(&KubeObject) -> bool,
+        max: usize,
+    ) -> Result<Vec<Arc<KubeObject>>, MoreThan> {
         let equal =
             selector
                 .requirements()
@@ -223,29 +235,38 @@ impl Store {
             (None, Some(ns)) => Some((index::NAMESPACE, ns)),
             (None, None) => None,
         };
+        let wanted = |o: &KubeObject| {
+            namespace.is_none_or(|ns| o.namespace() == Some(ns)) && selector.matches(o) && keep(o)
+        };
+        let mut found = Vec::new();
+        let mut take = |o: &Arc<KubeObject>| {
+            if wanted(o) {
+                if found.len() == max {
+                    return Err(MoreThan(max));
+                }
+                found.push(o.clone());
+            }
+            Ok(())
+        };
         match from {
             Some((name, value)) => {
                 let keys = index_entry(&inner, name, value).ok().flatten();
-                objects_under(&inner, keys.into_iter().flat_map(KeySet::iter))
-                    .filter(|o| {
-                        namespace.is_none_or(|ns| o.namespace() == Some(ns))
-                            && selector.matches(&**o)
-                    })
-                    .collect()
+                for key in keys.into_iter().flat_map(KeySet::iter) {
+                    if let Some(Stored(o)) = inner.objects.get(key.as_str()) {
+                        take(o)?;
+                    }
+                }
             }
             None => {
-                let mut all: Vec<Arc<KubeObject>> = inner
-                    .objects
-                    .iter()
-                    .filter(|s| selector.matches(&*s.0))
-                    .map(|s| s.0.clone())
-                    .collect();
+                for Stored(o) in &inner.objects {
+                    take(o)?;
+                }
                 // Writers wait on the lock only for the scan, not for the sort.
                 drop(inner);
-                all.sort_unstable_by(|a, b| a.key().cmp(b.key()));
-                all
+                found.sort_unstable_by(|a, b| a.key().cmp(b.key()));
             }
         }
+        Ok(found)
     }
 
     /// The objects filed under `value` in index `index` (client-go's `ByIndex`), sorted by key.
@@ -506,6 +527,51 @@ mod tests {
     }
 
     #[test]
+    fn select_stops_past_its_maximum_counting_only_what_it_keeps() {
+        let store = Store::new();
+        for i in 0..20 {
+            let app = if i % 2 == 0 { "web" } else { "db" };
+            store.upsert(&mut pod(
+                &format!("p{i:02}"),
+                "ns",
+                json!({"app": app}),
+                None,
+                "n",
+            ));
+        }
+        for (selector, namespace) in [("", None), ("", Some("ns")), ("app=web", None)] {
+            let parsed = Selector::parse(selector).expect("valid selector");
+            let all = store.select(namespace, &parsed, |_| true, usize::MAX);
+            let n = all.expect("no limit").len();
+            assert_eq!(n, if selector.is_empty() { 20 } else { 10 });
+            assert_eq!(
+                store.select(namespace, &parsed, |_| true, n - 1),
+                Err(MoreThan(n - 1)),
+                "{selector:?} in {namespace:?}"
+            );
+            assert_eq!(
+                store
+                    .select(namespace, &parsed, |_| true, n)
+                    .map(|v| v.len()),
+                Ok(n)
+            );
+            // What `keep` drops is not counted against the maximum.
+            let kept = store.select(namespace, &parsed, |o| o.name() < "p04", 4);
+            let names: Vec<String> = kept
+                .expect("at most four kept")
+                .iter()
+                .map(|o| o.name().to_owned())
+                .collect();
+            let expected: &[&str] = if selector.is_empty() {
+                &["p00", "p01", "p02", "p03"]
+            } else {
+                &["p00", "p02"]
+            };
+            assert_eq!(names, expected);
+        }
+    }
+
+    #[test]
     fn select_answers_as_a_filter_of_every_object_would() {
         let store = Store::new();
         for (name, ns, labels) in [
@@ -542,7 +608,8 @@ mod tests {
                     .collect();
                 expected.sort();
                 let got: Vec<String> = store
-                    .select(namespace, &parsed)
+                    .select(namespace, &parsed, |_| true, usize::MAX)
+                    .expect("no limit")
                     .iter()
                     .map(|o| o.key().to_owned())
                     .collect();

@@ -6,7 +6,7 @@ use kubewasm_sdk::selector::Selector;
 
 use crate::informer::Informer;
 use crate::informer::index::is_builtin;
-use crate::informer::store::StoreError;
+use crate::informer::store::{MoreThan, StoreError};
 use crate::object::{KubeObject, with_object_key};
 use crate::wasm::bindings::kubewasm::plugin::{cache, types};
 use crate::wasm::handles::TooMany;
@@ -261,7 +261,23 @@ impl HostState {
         if let Some(ns) = namespace {
             arg("namespace", ns)?;
         }
-        let objects = self.granted(gvk)?.store().select(namespace, &selector);
+        let limit = self.ctx.limits.handles;
+        let held = self.handles.owned();
+        // Counted while scanning, so an answer past the limit is refused before it is sorted.
+        let objects = self
+            .granted(gvk)?
+            .store()
+            .select(
+                namespace,
+                &selector,
+                |o| self.may_see(o),
+                limit.saturating_sub(held),
+            )
+            .map_err(|MoreThan(room)| {
+                QueryError::TooManyHandles(format!(
+                    "more than {room} objects match, which would exceed the limit of {limit} object handles held at once ({held} held); drop some first or narrow the selector"
+                ))
+            })?;
         self.answer(objects)
     }
 
