@@ -137,7 +137,7 @@ impl Controller {
             return;
         }
         // Parsed once: the generation and the spec are both read from it.
-        let value: Value = serde_json::from_str(object.json()).unwrap_or(Value::Null);
+        let value: Value = serde_json::from_str(&object.json()).unwrap_or(Value::Null);
         let generation = value
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)

@@ -105,9 +105,11 @@ pub struct KubeObject {
     key: Key,
     /// Bytes of `key` that are the namespace (0 when cluster-scoped).
     namespace_len: u32,
-    /// Read through [`Meta::view`] with `json`, where its strings usually lie.
+    /// Read through [`Meta::view`] with `body`, where its strings usually lie.
     meta: Meta,
-    json: Box<str>,
+    /// The JSON text after the transform, less `apiVersion` and `kind`: `gvk` says them, and
+    /// [`Self::json`] writes them back in front (about 30 bytes fewer per object).
+    body: Box<str>,
 }
 
 impl PartialEq for KubeObject {
@@ -115,7 +117,7 @@ impl PartialEq for KubeObject {
         self.gvk == other.gvk
             && self.key == other.key
             && self.namespace_len == other.namespace_len
-            && self.json == other.json
+            && self.body == other.body
             && self.uid() == other.uid()
             && self.resource_version() == other.resource_version()
             && self.labels().eq(other.labels())
@@ -284,6 +286,8 @@ impl KubeObject {
         let api_version = required_str(&map, "apiVersion", "apiVersion")?;
         let kind = required_str(&map, "kind", "kind")?;
         let gvk = Arc::new(Gvk::from_api_version(api_version, kind));
+        map.remove("apiVersion");
+        map.remove("kind");
         let meta = match map.get("metadata") {
             Some(Value::Object(meta)) => meta,
             Some(_) => {
@@ -303,19 +307,19 @@ impl KubeObject {
             labels: parse_labels(meta)?,
             owners: parse_owners(meta)?,
         };
-        let json = serde_json::to_string(&map)
+        let body = serde_json::to_string(&map)
             .map_err(|_| ObjectError::NotAnObject)?
             .into_boxed_str();
         // Written again from the tree: the strings are copied rather than looked for.
-        Self::assemble(gvk, fields, json, |_| None)
+        Self::assemble(gvk, fields, body, |_| None)
     }
 
-    /// Packs decoded metadata and the stored text into an object; `locate` says where in
-    /// `json` a metadata string lies, when it can.
+    /// Packs decoded metadata and the stored text (without `apiVersion` and `kind`) into an
+    /// object; `locate` says where in `body` a metadata string lies, when it can.
     fn assemble(
         gvk: Arc<Gvk>,
         mut fields: Fields<'_>,
-        json: Box<str>,
+        body: Box<str>,
         locate: impl Fn(&str) -> Option<usize>,
     ) -> Result<Self, ObjectError> {
         let namespace = fields.namespace.filter(|ns| !ns.is_empty());
@@ -327,7 +331,7 @@ impl KubeObject {
             });
         }
         let meta = Meta::new(
-            &json,
+            &body,
             locate,
             fields.uid,
             fields.resource_version,
@@ -343,7 +347,7 @@ impl KubeObject {
             key: Key::new(object_key(namespace, fields.name)),
             namespace_len,
             meta,
-            json,
+            body,
         })
     }
 
@@ -388,28 +392,28 @@ impl KubeObject {
 
     /// `metadata.uid` (empty when absent).
     pub fn uid(&self) -> &str {
-        self.meta.view(&self.json).uid()
+        self.meta.view(&self.body).uid()
     }
 
     /// `metadata.resourceVersion` (empty when absent).
     pub fn resource_version(&self) -> &str {
-        self.meta.view(&self.json).resource_version()
+        self.meta.view(&self.body).resource_version()
     }
 
     /// `metadata.labels`, sorted by key.
     pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
-        let view = self.meta.view(&self.json);
+        let view = self.meta.view(&self.body);
         (0..view.label_count()).map(move |i| view.label_at(i))
     }
 
     /// The value of a label, if present.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.meta.view(&self.json).label(key)
+        self.meta.view(&self.body).label(key)
     }
 
     /// `metadata.ownerReferences`, in order.
     pub fn owners(&self) -> impl ExactSizeIterator<Item = OwnerRef<'_>> + '_ {
-        let view = self.meta.view(&self.json);
+        let view = self.meta.view(&self.body);
         (0..view.owner_count()).map(move |i| view.owner_at(i))
     }
 
@@ -418,14 +422,45 @@ impl KubeObject {
         self.owners().find(|o| o.controller)
     }
 
-    /// The object as JSON text, after the transform.
-    pub fn json(&self) -> &str {
-        &self.json
+    /// The object as JSON text, after the transform: `apiVersion` and `kind` first, then the
+    /// rest as stored.
+    pub fn json(&self) -> String {
+        let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
+        let api_version = quoted(&self.gvk.api_version());
+        let kind = quoted(&self.gvk.kind);
+        let rest = self
+            .body
+            .strip_prefix('{')
+            .unwrap_or(&self.body)
+            .trim_start();
+        let mut json = String::with_capacity(26 + api_version.len() + kind.len() + rest.len());
+        json.push_str("{\"apiVersion\":");
+        json.push_str(&api_version);
+        json.push_str(",\"kind\":");
+        json.push_str(&kind);
+        if !rest.starts_with('}') {
+            json.push(',');
+        }
+        json.push_str(rest);
+        json
     }
 
-    /// The JSON text, giving the object up.
-    pub fn into_json(self) -> Box<str> {
-        self.json
+    /// The value at a JSON pointer's `tokens` (see [`pointer::tokens`]), none when nothing is
+    /// there. Read from the stored text without parsing the rest of it.
+    pub fn field(&self, tokens: &[std::borrow::Cow<'_, str>]) -> Option<Value> {
+        match tokens.first().map(|t| t.as_ref()) {
+            None => serde_json::from_str(&self.json()).ok(),
+            Some("apiVersion") => {
+                (tokens.len() == 1).then(|| Value::String(self.gvk.api_version()))
+            }
+            Some("kind") => (tokens.len() == 1).then(|| Value::String(self.gvk.kind.clone())),
+            Some(_) => pointer::lookup(&self.body, tokens),
+        }
+    }
+
+    /// True when `other` has the same type and JSON text.
+    pub fn same_json(&self, other: &Self) -> bool {
+        self.gvk == other.gvk && self.body == other.body
     }
 
     /// True when `other` has the same labels (keys and values).
@@ -435,7 +470,7 @@ impl KubeObject {
 
     /// Approximate bytes this object holds on the heap and inline.
     pub fn size_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.key.len() + self.meta.heap_bytes() + self.json.len()
+        std::mem::size_of::<Self>() + self.key.len() + self.meta.heap_bytes() + self.body.len()
     }
 }
 
@@ -588,6 +623,39 @@ mod tests {
         let obj = KubeObject::from_value(pod(), &keep).expect("valid pod");
         assert!(obj.json().contains("managedFields"));
         assert!(obj.json().contains(LAST_APPLIED_ANNOTATION));
+    }
+
+    #[test]
+    fn the_type_is_kept_once_and_read_back_in_front() {
+        let obj = KubeObject::from_value(pod(), &Transform::default()).expect("valid pod");
+        let body: Value = serde_json::from_str(&obj.body).expect("JSON");
+        assert!(
+            body.get("apiVersion").is_none() && body.get("kind").is_none(),
+            "{body}"
+        );
+        let json = obj.json();
+        assert!(
+            json.starts_with(r#"{"apiVersion":"v1","kind":"Pod","#),
+            "{json}"
+        );
+        let value: Value = serde_json::from_str(&json).expect("JSON");
+        let again = KubeObject::from_value(value.clone(), &Transform::default()).expect("again");
+        assert!(obj.same_json(&again) && obj == again);
+        let field = |p: &str| obj.field(&pointer::tokens(p).expect("pointer"));
+        assert_eq!(field("/kind"), Some(json!("Pod")));
+        assert_eq!(field("/apiVersion"), Some(json!("v1")));
+        assert_eq!(field("/kind/x"), None);
+        assert_eq!(field("/spec/nodeName"), Some(json!("n1")));
+        assert_eq!(field(""), Some(value));
+        let deployment =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}});
+        let d = KubeObject::from_value(deployment.clone(), &Transform::default()).expect("valid");
+        assert_eq!(d.json(), deployment.to_string());
+        assert_eq!(
+            d.field(&pointer::tokens("/apiVersion").expect("p")),
+            Some(json!("apps/v1"))
+        );
+        assert!(!d.same_json(&KubeObject::from_value(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "d"}}), &Transform::default()).expect("valid")));
     }
 
     #[test]

@@ -116,7 +116,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
     let pods = agent.factory().get(&pod).expect("pod informer");
     let label = |key: &str| {
         pods.store().get(key).and_then(|o| {
-            let v: Value = serde_json::from_str(o.json()).ok()?;
+            let v: Value = serde_json::from_str(&o.json()).ok()?;
             v.pointer("/metadata/labels/team")
                 .and_then(Value::as_str)
                 .map(str::to_owned)
@@ -152,7 +152,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
         .await
     });
     let event = event.ok().flatten().expect("a CrashLoopBackOff Event");
-    let v: Value = serde_json::from_str(event.json()).expect("JSON");
+    let v: Value = serde_json::from_str(&event.json()).expect("JSON");
     assert_eq!(v["type"], "Warning");
     assert_eq!(v["reportingController"], "kubewasm");
     assert_eq!(v["reportingInstance"], "crashloop-events");

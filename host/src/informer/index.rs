@@ -73,7 +73,7 @@ impl IndexFunc {
                 let found = pointer::tokens(p)
                     .ok()
                     .filter(|tokens| !tokens.is_empty())
-                    .and_then(|tokens| pointer::lookup(object.json(), &tokens));
+                    .and_then(|tokens| object.field(&tokens));
                 match found {
                     Some(Value::Array(items)) => {
                         items.iter().filter_map(scalar).for_each(|v| f(&v))

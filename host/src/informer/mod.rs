@@ -367,7 +367,7 @@ impl Informer {
 /// Same object state: equal resource versions, or equal text when versions are absent.
 fn unchanged(old: &KubeObject, new: &KubeObject) -> bool {
     if old.resource_version().is_empty() || new.resource_version().is_empty() {
-        old.json() == new.json()
+        old.same_json(new)
     } else {
         old.resource_version() == new.resource_version()
     }

@@ -20,9 +20,9 @@ use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Trans
 #[derive(Deserialize)]
 struct Top<'a> {
     #[serde(rename = "apiVersion", borrow, default)]
-    api_version: Option<Cow<'a, str>>,
+    api_version: Member<'a>,
     #[serde(borrow, default)]
-    kind: Option<Cow<'a, str>>,
+    kind: Member<'a>,
     #[serde(borrow)]
     metadata: Mapping<Meta<'a>>,
 }
@@ -175,7 +175,8 @@ pub(super) fn decode(
     }
     let top: Top = serde_json::from_str(text).ok()?;
     let meta = top.metadata.0;
-    let gvk = match (&top.api_version, &top.kind, gvk) {
+    let (api_version, kind) = (named(&top.api_version)?, named(&top.kind)?);
+    let gvk = match (&api_version, &kind, gvk) {
         (Some(api_version), Some(kind), Some(gvk))
             if *kind == gvk.kind
                 && split_api_version(api_version) == (&gvk.group, &gvk.version) =>
@@ -191,11 +192,18 @@ pub(super) fn decode(
     if meta.name.is_empty() {
         return None;
     }
-    let mut cuts: Vec<Range<usize>> = Vec::new();
+    // The members to drop: the type (the object's `gvk` keeps it), then what the transform
+    // drops.
+    let mut members: Vec<Range<usize>> = Vec::new();
+    for (member, key) in [(&top.api_version, "apiVersion"), (&top.kind, "kind")] {
+        if let Member(Some(raw)) = member {
+            members.push(span(text, raw, key)?);
+        }
+    }
     if transform.drop_managed_fields
         && let Member(Some(managed)) = meta.managed_fields
     {
-        cuts.push(member(text, managed, "managedFields")?);
+        members.push(span(text, managed, "managedFields")?);
     }
     if transform.drop_last_applied
         && let Some(raw) = meta.annotations
@@ -204,39 +212,21 @@ pub(super) fn decode(
         let others = annotations.count - usize::from(annotations.last_applied.is_some());
         if others == 0 {
             // The tree path removes an empty (or emptied) `annotations` too.
-            cuts.push(member(text, raw, "annotations")?);
+            members.push(span(text, raw, "annotations")?);
         } else if let Some(last_applied) = annotations.last_applied {
-            cuts.push(member(text, last_applied, LAST_APPLIED_ANNOTATION)?);
+            members.push(span(text, last_applied, LAST_APPLIED_ANNOTATION)?);
         }
     }
-    cuts.sort_by_key(|r| r.start);
-    let mut prefix = String::new();
-    let mut at = 0;
-    // Bytes at the start of `text` the stored text does not keep (its `{` when a prefix
-    // replaces it).
-    let mut skipped = 0;
-    if top.api_version.is_none() {
-        // `{`, then the type the list's items leave out, then the members sent.
-        let rest = text.get(1..)?.trim_start();
-        prefix.push_str("{\"apiVersion\":");
-        prefix.push_str(&serde_json::to_string(&gvk.api_version()).ok()?);
-        prefix.push_str(",\"kind\":");
-        prefix.push_str(&serde_json::to_string(&gvk.kind).ok()?);
-        if !rest.starts_with('}') {
-            prefix.push(',');
-        }
-        at = 1;
-        skipped = 1;
-    }
+    let cuts = with_commas(text, members)?;
     // Allocated at its final length, so keeping it as a boxed str copies nothing more.
     let cut: usize = cuts.iter().map(|c| c.len()).sum();
-    let mut json = String::with_capacity(prefix.len() + (text.len() - at).checked_sub(cut)?);
-    json.push_str(&prefix);
+    let mut body = String::with_capacity(text.len().checked_sub(cut)?);
+    let mut at = 0;
     for cut in &cuts {
-        json.push_str(text.get(at..cut.start)?);
+        body.push_str(text.get(at..cut.start)?);
         at = cut.end;
     }
-    json.push_str(text.get(at..)?);
+    body.push_str(text.get(at..)?);
     let labels: Vec<(&str, &str)> = meta
         .labels
         .iter()
@@ -261,12 +251,12 @@ pub(super) fn decode(
             })
             .collect(),
     };
-    // Where a string borrowed from `text` lies in the stored text: after the prefix, less the
-    // cuts before it (metadata strings are never inside a cut; one that is stays unlocated).
+    // Where a string borrowed from `text` lies in the stored text: less the cuts before it
+    // (metadata strings are never inside a cut; one that is stays unlocated).
     let locate = |s: &str| -> Option<usize> {
         let start = (s.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
         let end = start.checked_add(s.len()).filter(|&e| e <= text.len())?;
-        let mut stored = (prefix.len() + start).checked_sub(skipped)?;
+        let mut stored = start;
         for cut in &cuts {
             if cut.end <= start {
                 stored = stored.checked_sub(cut.len())?;
@@ -276,12 +266,22 @@ pub(super) fn decode(
         }
         Some(stored)
     };
-    KubeObject::assemble(gvk, fields, json.into_boxed_str(), locate).ok()
+    KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate).ok()
 }
 
-/// The bytes of `text` to remove to drop the member whose value is `value` (a slice of
-/// `text`) and whose key is `key`: the key, the value and one separating comma.
-fn member(text: &str, value: &RawValue, key: &str) -> Option<Range<usize>> {
+/// A type member's string: none when absent, `None` (not an object) when it is no string.
+fn named<'a>(member: &Member<'a>) -> Option<Option<Cow<'a, str>>> {
+    match member.0 {
+        None => Some(None),
+        Some(raw) => serde_json::from_str::<Text<'a>>(raw.get())
+            .ok()
+            .map(|t| Some(t.0)),
+    }
+}
+
+/// Where the member whose value is `value` (a slice of `text`) and whose key is `key` lies,
+/// from its key to the end of its value.
+fn span(text: &str, value: &RawValue, key: &str) -> Option<Range<usize>> {
     let value = value.get();
     let start = (value.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
     let end = start + value.len();
@@ -296,23 +296,35 @@ fn member(text: &str, value: &RawValue, key: &str) -> Option<Range<usize>> {
         // An escaped key: leave it to the slow path.
         return None;
     }
-    let ahead = text.get(..key_start)?.trim_end();
-    if ahead.ends_with(',') {
-        return Some(ahead.len() - 1..end);
-    }
-    if ahead.ends_with('{') {
-        // The first member: take the comma after it, if any.
-        let after = text.get(end..)?;
-        let rest = after.trim_start();
-        return Some(match rest.strip_prefix(',') {
-            Some(following) => {
-                let gap = after.len() - following.len();
-                key_start..end + gap
+    Some(key_start..end)
+}
+
+/// The bytes to cut to drop `members` (spans of `text`), each with one separating comma: the
+/// one before it, or the one after it when it is the first member of its mapping, or the
+/// first left after the cut before it (whose comma after is the one before this).
+fn with_commas(text: &str, mut members: Vec<Range<usize>>) -> Option<Vec<Range<usize>>> {
+    members.sort_by_key(|r| r.start);
+    let mut cuts: Vec<Range<usize>> = Vec::with_capacity(members.len());
+    for m in members {
+        let ahead = text.get(..m.start)?.trim_end();
+        let taken = cuts.last().map_or(0, |c| c.end);
+        if taken > m.start {
+            return None;
+        }
+        let cut = if ahead.ends_with(',') && ahead.len() > taken {
+            ahead.len() - 1..m.end
+        } else if ahead.ends_with('{') || ahead.ends_with(',') {
+            let after = text.get(m.end..)?;
+            match after.trim_start().strip_prefix(',') {
+                Some(following) => m.start..m.end + (after.len() - following.len()),
+                None => m.start..m.end,
             }
-            None => key_start..end,
-        });
+        } else {
+            return None;
+        };
+        cuts.push(cut);
     }
-    None
+    Some(cuts)
 }
 
 #[cfg(test)]
@@ -339,12 +351,17 @@ mod tests {
         let fast = decode(text, Some(&gvk), t).unwrap_or_else(|| panic!("fast path: {text}"));
         let tree = by_tree(text, &gvk, t);
         let value = |s: &str| serde_json::from_str::<Value>(s).expect("stored JSON parses");
-        assert_eq!(
-            value(&fast.json),
-            value(&tree.json),
-            "{text}\n{}",
-            fast.json
-        );
+        let json = fast.json();
+        assert_eq!(value(&json), value(&tree.json()), "{text}\n{json}");
+        assert!(json.starts_with(r#"{"apiVersion":"#), "{json}");
+        // The stored text leaves the type to `gvk`, both ways.
+        for o in [&fast, &tree] {
+            let body = value(&o.body);
+            assert!(
+                body.get("apiVersion").is_none() && body.get("kind").is_none(),
+                "{body}"
+            );
+        }
         assert_eq!(metadata(&fast), metadata(&tree), "{text}");
         if !text.contains('\\') {
             assert!(fast.meta.in_json(), "strings copied from {text}");
@@ -384,6 +401,11 @@ mod tests {
             r#"{"metadata":{"name":"a","namespace":"","labels":null,"ownerReferences":null}}"#,
             // A list item whose metadata strings lie after a cut and the type stamped in.
             r#"{"metadata":{"managedFields":[{"m":"x"}],"name":"a","uid":"u-1","labels":{"k":"v"},"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"n","uid":"u-n"}]}}"#,
+            // The type in other places: kind first, last, around other members, alone.
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#,
+            r#"{"metadata":{"name":"a"},"apiVersion":"v1","kind":"Pod"}"#,
+            r#"{"apiVersion":"v1","spec":{},"kind":"Pod","metadata":{"name":"a"},"status":{}}"#,
+            r#"{ "metadata" : {"name":"a"} , "kind" : "Pod" , "x" : 1 , "apiVersion" : "v1" }"#,
             // Escapes and non-ASCII text in values, and an owner.
             r#"{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"w\u00e9b","labels":{"k":"v\"q\\"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"1","controller":true,"blockOwnerDeletion":true}]}}"#,
         ];
@@ -434,7 +456,7 @@ mod tests {
         let escaped =
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","managed\u0046ields":[]}}"#;
         let o = KubeObject::from_server_json(escaped, &gvk, &t).expect("valid");
-        assert!(!o.json.contains("managed"), "{}", o.json);
+        assert!(!o.json().contains("managed"), "{}", o.json());
         let wrong = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"k":1}}}"#;
         let err = KubeObject::from_server_json(wrong, &gvk, &t).expect_err("labels");
         assert!(err.to_string().contains("metadata.labels"), "{err}");

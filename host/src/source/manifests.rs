@@ -534,14 +534,15 @@ impl Shared {
         }
         let defines = scope::Defined::from_crd(&value);
         let object = KubeObject::from_value(value, &self.transform).map_err(|e| e.to_string())?;
+        let json = object.json();
         Ok(Doc {
-            digest: digest(object.json().as_bytes()),
+            digest: digest(json.as_bytes()),
             gvk: object.gvk().clone(),
             namespace: object.namespace().map(str::to_owned),
             name: object.name().to_owned(),
             item,
             defines,
-            json: Some(object.into_json()),
+            json: Some(json.into_boxed_str()),
         })
     }
 

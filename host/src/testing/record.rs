@@ -68,7 +68,7 @@ fn reference(o: &KubeObject) -> Reference {
 /// The object's JSON, with what only the recording server meant dropped (resource version,
 /// uid, creation time: the replaying folder gives its own).
 fn manifest(o: &KubeObject) -> Value {
-    let mut value: Value = serde_json::from_str(o.json()).unwrap_or(Value::Null);
+    let mut value: Value = serde_json::from_str(&o.json()).unwrap_or(Value::Null);
     if let Some(object) = value.as_object_mut() {
         // List items come without their type.
         object
@@ -102,9 +102,10 @@ struct Recorder {
 impl Recorder {
     fn apply(&mut self, o: &Arc<KubeObject>) -> Option<Value> {
         let id = (o.gvk().clone(), o.key().to_owned());
-        let changed = self.state.get(&id).is_none_or(|old| {
-            old.resource_version() != o.resource_version() || old.json() != o.json()
-        });
+        let changed = self
+            .state
+            .get(&id)
+            .is_none_or(|old| old.resource_version() != o.resource_version() || !old.same_json(o));
         self.state.insert(id, o.clone());
         changed.then(|| manifest(o))
     }

@@ -96,7 +96,7 @@ impl HostObject for HostState {
             Cow::Borrowed("annotations"),
             Cow::Owned(key),
         ];
-        Ok(match pointer::lookup(self.object(&this)?.json(), &path) {
+        Ok(match self.object(&this)?.field(&path) {
             Some(serde_json::Value::String(s)) => Some(s),
             _ => None,
         })
@@ -134,14 +134,12 @@ impl HostObject for HostState {
             Ok(tokens) => tokens,
             Err(e) => return Ok(Err(QueryError::InvalidArgument(e.to_string()))),
         };
-        Ok(Ok(
-            pointer::lookup(self.object(&this)?.json(), &tokens).map(value)
-        ))
+        Ok(Ok(self.object(&this)?.field(&tokens).map(value)))
     }
 
     fn json(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
         let _call = self.host_calls.start();
-        Ok(self.object(&this)?.json().to_string())
+        Ok(self.object(&this)?.json())
     }
 
     fn drop(&mut self, this: Resource<Object>) -> wasmtime::Result<()> {

@@ -63,12 +63,12 @@ impl Shared {
         };
         let existing = |state: &super::State| -> Result<Value, Refusal> {
             let object = current(&name, state).ok_or_else(missing)?;
-            parse("the stored object", object.json())
+            parse("the stored object", &object.json())
         };
         let (name, value) = match &write.action {
             Action::Apply(body) => {
                 let mut value = match current(&name, &state) {
-                    Some(object) => parse("the stored object", object.json())?,
+                    Some(object) => parse("the stored object", &object.json())?,
                     None => json!({}),
                 };
                 json_patch::merge(&mut value, &parse("apply body", body)?);
@@ -134,7 +134,7 @@ impl Shared {
                             state.series.forget(&name);
                             return Err(refusal("NotFound", format!("Event {name} is gone"), true));
                         };
-                        let mut value = parse("the stored Event", object.json())?;
+                        let mut value = parse("the stored Event", &object.json())?;
                         value["series"] =
                             json!({"count": count, "lastObservedTime": micro_time(now)});
                         (name, Some(value))
