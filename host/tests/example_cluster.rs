@@ -156,6 +156,10 @@ fn plugins_react_to_the_example_cluster_and_its_edits() {
         .filter(|r| r.message == "pod seen")
         .collect();
     assert_eq!(initial.len(), 6, "every pod once:\n{}", render(&initial));
+    // A line logged while handling an event names that event's object.
+    for r in &initial {
+        assert_eq!(r.key.as_deref(), r.field("pod"), "{}", render(&initial));
+    }
 
     // The plugin-declared index exists on the shared Event informer.
     let events = h

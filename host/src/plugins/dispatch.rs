@@ -358,11 +358,15 @@ impl Worker {
 
     /// One attempt at delivering `n`, with the counters and status it implies.
     fn attempt(&mut self, n: &Notification) -> Result<(), AttemptFailure> {
-        // Every line logged during the call (the plugin's own included) carries both.
-        let _span = tracing::info_span!("event", plugin = %self.ctx.name, key = %n.object().key())
+        // The plugin's own lines name the object (`PluginLogger::set_handling`); at debug
+        // level every line logged during the call carries both. An info span would cost
+        // more than the call itself: its fields are formatted as it opens (about 1.2 us with
+        // the agent's fmt subscriber, measured here, against 0.65 us for a no-op delivery).
+        let _span = tracing::debug_span!("event", plugin = %self.ctx.name, key = %n.object().key())
             .entered();
         let span = crate::traces::enabled().then(|| AttemptSpan::start(&self.ctx, n));
         let stats = self.stats.clone();
+        let log = self.ctx.log.clone();
         let previous = self.take_write_failures(n);
         let outcome = match self.instance() {
             Err(reason) => Err(AttemptFailure {
@@ -371,7 +375,9 @@ impl Worker {
             }),
             Ok(instance) => {
                 instance.set_previous_failures(previous);
+                log.set_handling(Some(n.object().clone()));
                 let called = timed(&stats, instance, n);
+                log.set_handling(None);
                 let staged = instance.take_staged();
                 match (called, staged) {
                     (Ok(Ok(())), staged) => self.send(n, staged),

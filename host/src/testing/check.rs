@@ -227,6 +227,7 @@ mod tests {
         PluginLogRecord {
             plugin: "p".into(),
             digest: String::new(),
+            key: None,
             level: Level::Info,
             message: message.into(),
             fields: fields
