@@ -2,8 +2,8 @@
 """Writes docs/BENCHMARKS.md from the results of one `scripts/bench.sh` run.
 
 Inputs (in target/bench-results/): peers.json (the side-by-side benchmark) and the text
-output of the divan benchmarks (delivery.txt, queries.txt, reload.txt). Every number in the
-page comes from those files; nothing is typed in by hand.
+output of the divan benchmarks (decode.txt, delivery.txt, queries.txt, reload.txt). Every
+number in the page comes from those files; nothing is typed in by hand.
 """
 
 import datetime
@@ -30,7 +30,8 @@ def divan(name):
                 continue
             depth = len(m.group(1)) // 3
             parents = parents[:depth] + [m.group(2)]
-            columns = line.split("│")
+            # Fastest, slowest, median...: after the name, whatever tree lines lead it.
+            columns = line[m.end():].split("│")
             if len(columns) < 3:
                 continue
             median = columns[2].strip().split()
@@ -105,6 +106,7 @@ def main():
     with open(os.path.join(RESULTS, "peers.json"), encoding="utf-8") as f:
         peers = json.load(f)
     delivery, queries, reload = divan("delivery"), divan("queries"), divan("reload")
+    decode = divan("decode")
     today = datetime.date.today().isoformat()
     out = [
         "# Benchmarks",
@@ -127,7 +129,8 @@ def main():
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
-        "whose side is `host/benches/client-go`), `queries.rs`, `delivery.rs`, `reload.rs`; "
+        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `delivery.rs`, "
+        "`reload.rs`; "
         "inputs from `tests/testenv/src/generate.rs`, served by the API server double "
         "(`tests/testenv/src/double.rs`).",
         "",
@@ -196,6 +199,19 @@ def main():
             "without plugins (same run).",
             "",
         ]
+
+    decode_rows = []
+    for size in ("1024", "4096", "16384"):
+        fast, tree = decode.get(f"watch_line/{size}"), decode.get(f"serde_json_tree/{size}")
+        if fast is not None and tree is not None:
+            decode_rows.append([f"{int(size):,} B", fmt_time(fast), fmt_time(tree), f"{fast / tree:.2f}"])
+    out += [
+        "Decoding one MODIFIED watch line into a cached object (`decode.rs`), the reflector's "
+        "work per event, against a serde_json tree of the same line:",
+        "",
+        table(["pod", "kubewasm decode", "serde_json `Value`", "ratio"], decode_rows),
+        "",
+    ]
 
     # 2. Delivery.
     noop = queries.get("deliver_noop")
