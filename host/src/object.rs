@@ -10,6 +10,7 @@ use meta::Meta;
 mod meta;
 pub mod pointer;
 mod raw;
+mod scan;
 
 /// The annotation `kubectl apply` writes: a full copy of the object, dropped by default.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";

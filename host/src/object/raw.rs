@@ -1,31 +1,22 @@
 //! Objects decoded straight from the bytes a server sent: the metadata read without building a
 //! JSON tree, dropped fields cut out of the text, everything else kept as sent.
 //!
-//! This is the fast path for well-formed input. Anything it does not expect (a field of the
-//! wrong type, a duplicate key, an escaped key it must cut) makes it give up, and the caller
-//! decodes the object through a JSON tree instead, which also names what is wrong.
+//! This is the fast path for well-formed input. It checks all of the text (`scan`), so it takes
+//! nothing the tree path would refuse. Anything it does not expect (a member of the wrong
+//! type, a repeated one, an escaped key where keys are compared, a number serde_json may not
+//! hold) makes it give up, and the caller decodes the object through a JSON tree instead,
+//! which also names what is wrong.
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::ops::Range;
-
-use serde::Deserialize;
-use serde_json::value::RawValue;
-
 use std::sync::Arc;
 
-use crate::gvk::{Gvk, split_api_version};
-use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform};
+use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct Top<'a> {
-    #[serde(rename = "apiVersion", borrow, default)]
-    api_version: Member<'a>,
-    #[serde(borrow, default)]
-    kind: Member<'a>,
-    #[serde(borrow)]
-    metadata: Mapping<Meta<'a>>,
-}
+use crate::gvk::{Gvk, split_api_version};
+use crate::object::scan::{self, Member, Refused, Scan};
+use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform};
 
 /// A `T` read only from a JSON mapping (serde also reads a struct from a list).
 struct Mapping<T>(T);
@@ -43,37 +34,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Mapping<T> {
             }
         }
         d.deserialize_map(Visit(PhantomData)).map(Mapping)
-    }
-}
-
-#[derive(Deserialize)]
-struct Meta<'a> {
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-    // `Text`, not `Cow`: serde borrows a `Cow` only when it is the field's whole type.
-    #[serde(borrow, default)]
-    namespace: Option<Text<'a>>,
-    #[serde(borrow, default)]
-    uid: Option<Text<'a>>,
-    #[serde(rename = "resourceVersion", borrow, default)]
-    resource_version: Option<Text<'a>>,
-    #[serde(borrow, default)]
-    labels: Option<Labels<'a>>,
-    #[serde(rename = "ownerReferences", borrow, default)]
-    owner_references: Option<Vec<Mapping<Owner<'a>>>>,
-    #[serde(rename = "managedFields", borrow, default)]
-    managed_fields: Member<'a>,
-    #[serde(borrow, default)]
-    annotations: Option<&'a RawValue>,
-}
-
-/// A member's raw value, `null` included (an `Option` would read `null` as absent).
-#[derive(Default)]
-struct Member<'a>(Option<&'a RawValue>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Member<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        <&'a RawValue>::deserialize(d).map(|raw| Member(Some(raw)))
     }
 }
 
@@ -121,43 +81,115 @@ struct Owner<'a> {
     controller: Option<bool>,
 }
 
-/// The annotations as raw values: only their count and the last-applied one matter here.
-struct Annotations<'a> {
-    count: usize,
-    last_applied: Option<&'a RawValue>,
+/// The top-level members the decoder reads, each at most once.
+#[derive(Default)]
+struct Top<'a> {
+    api_version: Option<Member<'a>>,
+    kind: Option<Member<'a>>,
+    metadata: Option<Member<'a>>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Annotations<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Annotations<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a mapping")
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(
-                self,
-                mut m: M,
-            ) -> Result<Self::Value, M::Error> {
-                let mut out = Annotations {
-                    count: 0,
-                    last_applied: None,
-                };
-                while let Some(key) = m.next_key::<Cow<'de, str>>()? {
-                    let value: &'de RawValue = m.next_value()?;
-                    out.count += 1;
-                    if key == LAST_APPLIED_ANNOTATION {
-                        if out.last_applied.is_some() {
-                            return Err(serde::de::Error::custom("duplicate annotation"));
-                        }
-                        out.last_applied = Some(value);
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_map(Visit)
+/// What the decoder reads from `metadata`, borrowed from the text where it has no escapes.
+#[derive(Default)]
+struct Meta<'a> {
+    name: Option<Cow<'a, str>>,
+    namespace: Option<Cow<'a, str>>,
+    uid: Option<Cow<'a, str>>,
+    resource_version: Option<Cow<'a, str>>,
+    labels: Option<Labels<'a>>,
+    owners: Vec<Mapping<Owner<'a>>>,
+    /// The `managedFields` member, key to value.
+    managed_fields: Option<Range<usize>>,
+    /// The `annotations` member, when a mapping.
+    annotations: Option<Member<'a>>,
+    /// Members read so far, one bit each, so a repeated one is refused.
+    seen: u8,
+}
+
+/// Puts `member` into `slot`, refusing a second one.
+fn once<'a>(slot: &mut Option<Member<'a>>, member: Member<'a>) -> Scan<()> {
+    if slot.replace(member).is_some() {
+        return Err(Refused);
     }
+    Ok(())
+}
+
+/// A member's key, refused when it has escapes: keys are compared as written, so an escaped
+/// `kind` must not pass for some other key.
+fn key<'a>(member: &Member<'a>) -> Scan<&'a str> {
+    if member.escaped {
+        Err(Refused)
+    } else {
+        Ok(member.key)
+    }
+}
+
+/// Reads the members of the `metadata` mapping at `at`.
+fn meta(text: &str, at: usize) -> Scan<Meta<'_>> {
+    let mut meta = Meta::default();
+    let value = |m: &Member| text.get(m.value.clone()).ok_or(Refused);
+    let null = |m: &Member| value(m).map(|v| v == "null");
+    // A string member; `null` reads as absent when `nullable`.
+    let string = |m: &Member, nullable: bool| -> Scan<Option<Cow<'_, str>>> {
+        if nullable && null(m)? {
+            return Ok(None);
+        }
+        scan::string_at(text, m.value.clone()).map(Some)
+    };
+    scan::members(text, at, |m| {
+        let bit = match key(&m)? {
+            "name" => 0,
+            "namespace" => 1,
+            "uid" => 2,
+            "resourceVersion" => 3,
+            "labels" => 4,
+            "ownerReferences" => 5,
+            "managedFields" => 6,
+            "annotations" => 7,
+            _ => return Ok(()),
+        };
+        if meta.seen & (1 << bit) != 0 {
+            return Err(Refused);
+        }
+        meta.seen |= 1 << bit;
+        match bit {
+            0 => meta.name = string(&m, false)?,
+            1 => meta.namespace = string(&m, true)?,
+            2 => meta.uid = string(&m, true)?,
+            3 => meta.resource_version = string(&m, true)?,
+            4 => meta.labels = serde_json::from_str(value(&m)?).map_err(|_| Refused)?,
+            5 => {
+                let owners: Option<Vec<_>> =
+                    serde_json::from_str(value(&m)?).map_err(|_| Refused)?;
+                meta.owners = owners.unwrap_or_default();
+            }
+            6 => meta.managed_fields = Some(m.span),
+            _ if null(&m)? => {}
+            _ if text.as_bytes().get(m.value.start) == Some(&b'{') => meta.annotations = Some(m),
+            _ => return Err(Refused),
+        }
+        Ok(())
+    })?;
+    Ok(meta)
+}
+
+/// What to cut from `annotations` to drop the last-applied one: that member, or the whole
+/// `annotations` member when nothing else is left in it (as the tree path does).
+fn dropped_annotations(text: &str, annotations: &Member) -> Scan<Option<Range<usize>>> {
+    let mut count = 0;
+    let mut last_applied = None;
+    scan::members(text, annotations.value.start, |m| {
+        count += 1;
+        if key(&m)? == LAST_APPLIED_ANNOTATION {
+            once(&mut last_applied, m)?;
+        }
+        Ok(())
+    })?;
+    Ok(match last_applied {
+        _ if count == usize::from(last_applied.is_some()) => Some(annotations.span.clone()),
+        Some(m) => Some(m.span),
+        None => None,
+    })
 }
 
 /// Decodes the object in `text`, whose type is `gvk` when the text does not say (list items
@@ -167,15 +199,27 @@ pub(super) fn decode(
     gvk: Option<&Arc<Gvk>>,
     transform: &Transform,
 ) -> Option<KubeObject> {
-    let text = text.trim();
-    // serde also reads a struct from a list: only mappings are objects and metadata.
-    let mapping = |t: &str| t.starts_with('{');
-    if !mapping(text) {
+    let text = text.trim_matches([' ', '\t', '\n', '\r']);
+    let mut top = Top::default();
+    // Checks the whole text: what the decoder does not read is still JSON serde_json takes.
+    let end = scan::members(text, 0, |m| match key(&m)? {
+        "apiVersion" => once(&mut top.api_version, m),
+        "kind" => once(&mut top.kind, m),
+        "metadata" => once(&mut top.metadata, m),
+        _ => Ok(()),
+    })
+    .ok()?;
+    if end != text.len() {
         return None;
     }
-    let top: Top = serde_json::from_str(text).ok()?;
-    let meta = top.metadata.0;
-    let (api_version, kind) = (named(&top.api_version)?, named(&top.kind)?);
+    // A type member's string: none when absent, `None` (not an object) when it is no string.
+    let type_name = |m: &Option<Member>| -> Option<Option<Cow<str>>> {
+        match m {
+            None => Some(None),
+            Some(m) => scan::string_at(text, m.value.clone()).ok().map(Some),
+        }
+    };
+    let (api_version, kind) = (type_name(&top.api_version)?, type_name(&top.kind)?);
     let gvk = match (&api_version, &kind, gvk) {
         (Some(api_version), Some(kind), Some(gvk))
             if *kind == gvk.kind
@@ -189,33 +233,25 @@ pub(super) fn decode(
         (None, None, Some(gvk)) => gvk.clone(),
         _ => return None,
     };
-    if meta.name.is_empty() {
+    let meta = meta(text, top.metadata.as_ref()?.value.start).ok()?;
+    let name = meta.name.as_ref()?;
+    if name.is_empty() {
         return None;
     }
     // The members to drop: the type (the object's `gvk` keeps it), then what the transform
     // drops.
-    let mut members: Vec<Range<usize>> = Vec::new();
-    for (member, key) in [(&top.api_version, "apiVersion"), (&top.kind, "kind")] {
-        if let Member(Some(raw)) = member {
-            members.push(span(text, raw, key)?);
-        }
-    }
-    if transform.drop_managed_fields
-        && let Member(Some(managed)) = meta.managed_fields
-    {
-        members.push(span(text, managed, "managedFields")?);
+    let mut members: Vec<Range<usize>> = [&top.api_version, &top.kind]
+        .into_iter()
+        .flatten()
+        .map(|m| m.span.clone())
+        .collect();
+    if transform.drop_managed_fields {
+        members.extend(meta.managed_fields.clone());
     }
     if transform.drop_last_applied
-        && let Some(raw) = meta.annotations
+        && let Some(annotations) = &meta.annotations
     {
-        let annotations: Annotations = serde_json::from_str(raw.get()).ok()?;
-        let others = annotations.count - usize::from(annotations.last_applied.is_some());
-        if others == 0 {
-            // The tree path removes an empty (or emptied) `annotations` too.
-            members.push(span(text, raw, "annotations")?);
-        } else if let Some(last_applied) = annotations.last_applied {
-            members.push(span(text, last_applied, LAST_APPLIED_ANNOTATION)?);
-        }
+        members.extend(dropped_annotations(text, annotations).ok()?);
     }
     let cuts = with_commas(text, members)?;
     // Allocated at its final length, so keeping it as a boxed str copies nothing more.
@@ -233,14 +269,14 @@ pub(super) fn decode(
         .flat_map(|l| l.0.iter())
         .map(|(k, v)| (k.as_ref(), v.as_ref()))
         .collect();
-    let owners = meta.owner_references.unwrap_or_default();
     let fields = Fields {
-        namespace: meta.namespace.as_ref().map(|t| t.0.as_ref()),
-        name: &meta.name,
-        uid: meta.uid.as_ref().map_or("", |t| t.0.as_ref()),
-        resource_version: meta.resource_version.as_ref().map_or("", |t| t.0.as_ref()),
+        namespace: meta.namespace.as_deref(),
+        name,
+        uid: meta.uid.as_deref().unwrap_or(""),
+        resource_version: meta.resource_version.as_deref().unwrap_or(""),
         labels,
-        owners: owners
+        owners: meta
+            .owners
             .iter()
             .map(|Mapping(o)| OwnerRef {
                 api_version: &o.api_version,
@@ -267,36 +303,6 @@ pub(super) fn decode(
         Some(stored)
     };
     KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate).ok()
-}
-
-/// A type member's string: none when absent, `None` (not an object) when it is no string.
-fn named<'a>(member: &Member<'a>) -> Option<Option<Cow<'a, str>>> {
-    match member.0 {
-        None => Some(None),
-        Some(raw) => serde_json::from_str::<Text<'a>>(raw.get())
-            .ok()
-            .map(|t| Some(t.0)),
-    }
-}
-
-/// Where the member whose value is `value` (a slice of `text`) and whose key is `key` lies,
-/// from its key to the end of its value.
-fn span(text: &str, value: &RawValue, key: &str) -> Option<Range<usize>> {
-    let value = value.get();
-    let start = (value.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
-    let end = start + value.len();
-    if end > text.len() {
-        return None;
-    }
-    let before = text.get(..start)?.trim_end();
-    let before = before.strip_suffix(':')?.trim_end();
-    let quoted = format!("\"{key}\"");
-    let key_start = before.len().checked_sub(quoted.len())?;
-    if before.get(key_start..)? != quoted {
-        // An escaped key: leave it to the slow path.
-        return None;
-    }
-    Some(key_start..end)
 }
 
 /// The bytes to cut to drop `members` (spans of `text`), each with one separating comma: the
@@ -428,6 +434,78 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_path_takes_no_text_serde_json_refuses() {
+        // Pods with bytes changed at random: whatever the fast path decodes, serde_json parses
+        // and the tree path decodes to the same object.
+        let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+        let t = Transform::default();
+        let pod = kubewasm_testenv::generate::pod(3, 2048, 7).to_string();
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let bytes = b"\"\\{}[],:0-.eE1tfnu \x01\x1f";
+        let (mut taken, mut refused) = (0, 0);
+        for _ in 0..4000 {
+            let mut text = pod.clone().into_bytes();
+            for _ in 0..1 + next(3) {
+                let at = next(text.len());
+                text[at] = bytes[next(bytes.len())];
+            }
+            let Ok(text) = String::from_utf8(text) else {
+                continue;
+            };
+            match decode(&text, Some(&gvk), &t) {
+                Some(fast) => {
+                    taken += 1;
+                    assert!(
+                        serde_json::from_str::<Value>(&text).is_ok(),
+                        "the fast path took invalid JSON: {text}"
+                    );
+                    let tree = by_tree(&text, &gvk, &t);
+                    let value = |s: &str| serde_json::from_str::<Value>(s).expect("stored");
+                    assert_eq!(value(&fast.json()), value(&tree.json()), "{text}");
+                    assert_eq!(metadata(&fast), metadata(&tree), "{text}");
+                }
+                None => refused += 1,
+            }
+        }
+        assert!(
+            taken > 100 && refused > 100,
+            "taken {taken}, refused {refused}"
+        );
+    }
+
+    #[test]
+    fn values_serde_json_refuses_in_unread_members_fail_the_object() {
+        // serde_json skips these without complaint but will not parse them into a tree.
+        let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+        let t = Transform::default();
+        let long = "9".repeat(400);
+        for number in [
+            "1e400",
+            "-1e999",
+            "123456789e305",
+            &long,
+            r#""\ud800""#,
+            r#""\udc00x""#,
+        ] {
+            let text = format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"a"}},"spec":{{"x":{number}}}}}"#
+            );
+            assert!(serde_json::from_str::<Value>(&text).is_err(), "{text}");
+            assert!(decode(&text, Some(&gvk), &t).is_none(), "{text}");
+            assert!(
+                KubeObject::from_server_json(&text, &gvk, &t).is_err(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn what_the_fast_path_does_not_expect_is_left_to_the_tree_path() {
         let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
         let t = Transform::default();
@@ -448,6 +526,14 @@ mod tests {
             r#"{"apiVersion":"v1","kind":"Pod","metadata":["a"]}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[["v1","X","n","u"]]}}"#,
             "not json",
+            // Escaped keys where keys are compared, members twice, what follows the object.
+            r#"{"apiVersion":"v1","kin\u0064":"Pod","metadata":{"name":"a"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","n\u0061me":"b"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"metadata":{"name":"a"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","annotations":"x"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}} {}"#,
+            // Invalid JSON in a member the decoder does not read.
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"x":01}}"#,
         ] {
             assert!(decode(text, Some(&gvk), &t).is_none(), "{text}");
         }

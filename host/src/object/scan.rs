@@ -1,0 +1,437 @@
+//! A validating JSON scanner over text already known to be UTF-8: where a value ends, and the
+//! members of a mapping with their spans, without building anything.
+//!
+//! It accepts nothing serde_json refuses: control characters in strings, unknown escapes,
+//! lone surrogates, malformed numbers and nesting deeper than serde_json's limit are refused.
+//! It also refuses numbers serde_json might not represent (very long ones, large exponents),
+//! so the caller's fallback, a serde_json tree, has the last word on them.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+/// Deepest nesting accepted: serde_json stops at 128.
+const MAX_DEPTH: u32 = 120;
+/// Longest number accepted, in bytes.
+const MAX_NUMBER_BYTES: usize = 64;
+/// Largest exponent accepted: with [`MAX_NUMBER_BYTES`] digits a number stays finite.
+const MAX_EXPONENT: u32 = 200;
+
+/// Text the scanner does not accept; the caller falls back to serde_json, which names why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Refused;
+
+/// What a scan gives or the refusal.
+pub(super) type Scan<T> = Result<T, Refused>;
+
+/// One member of a mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Member<'a> {
+    /// The key as written between its quotes.
+    pub key: &'a str,
+    /// Whether the key has escapes (so `key` is not its value).
+    pub escaped: bool,
+    /// From the key's opening quote to the end of the value.
+    pub span: Range<usize>,
+    /// The value.
+    pub value: Range<usize>,
+}
+
+/// The index of the first byte at or after `i` that is not JSON whitespace.
+pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the value that starts at `i`, checking all of it.
+pub(super) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
+    // One bit per open container: set for a mapping.
+    let mut mappings: u128 = 0;
+    let mut depth: u32 = 0;
+    loop {
+        // A value starts at `i`.
+        i = match b.get(i).ok_or(Refused)? {
+            b'"' => string_end(b, i)?.0,
+            b'{' | b'[' if depth >= MAX_DEPTH => return Err(Refused),
+            b'{' => {
+                i = skip_ws(b, i + 1);
+                if b.get(i) == Some(&b'}') {
+                    i + 1
+                } else {
+                    mappings |= 1 << depth;
+                    depth += 1;
+                    i = key_then_colon(b, i)?.value;
+                    continue;
+                }
+            }
+            b'[' => {
+                i = skip_ws(b, i + 1);
+                if b.get(i) == Some(&b']') {
+                    i + 1
+                } else {
+                    mappings &= !(1 << depth);
+                    depth += 1;
+                    continue;
+                }
+            }
+            b't' => literal(b, i, b"true")?,
+            b'f' => literal(b, i, b"false")?,
+            b'n' => literal(b, i, b"null")?,
+            b'-' | b'0'..=b'9' => number_end(b, i)?,
+            _ => return Err(Refused),
+        };
+        // A value ended at `i`: close what it ends, or move to the next one.
+        loop {
+            if depth == 0 {
+                return Ok(i);
+            }
+            let mapping = mappings & (1 << (depth - 1)) != 0;
+            i = skip_ws(b, i);
+            match (b.get(i), mapping) {
+                (Some(b','), true) => {
+                    i = key_then_colon(b, skip_ws(b, i + 1))?.value;
+                    break;
+                }
+                (Some(b','), false) => {
+                    i = skip_ws(b, i + 1);
+                    break;
+                }
+                (Some(b'}'), true) | (Some(b']'), false) => {
+                    depth -= 1;
+                    i += 1;
+                }
+                _ => return Err(Refused),
+            }
+        }
+    }
+}
+
+/// A member's key and colon, read at the key's opening quote.
+struct Key {
+    /// After the key's closing quote.
+    end: usize,
+    /// Whether the key has escapes.
+    escaped: bool,
+    /// Where the value starts.
+    value: usize,
+}
+
+/// Reads `"key" :` at `i`.
+fn key_then_colon(b: &[u8], i: usize) -> Scan<Key> {
+    if b.get(i) != Some(&b'"') {
+        return Err(Refused);
+    }
+    let (end, escaped) = string_end(b, i)?;
+    let colon = skip_ws(b, end);
+    if b.get(colon) != Some(&b':') {
+        return Err(Refused);
+    }
+    Ok(Key {
+        end,
+        escaped,
+        value: skip_ws(b, colon + 1),
+    })
+}
+
+/// Calls `each` with every member of the mapping at `i`, in order; the end of the mapping.
+pub(super) fn members<'a>(
+    text: &'a str,
+    i: usize,
+    mut each: impl FnMut(Member<'a>) -> Scan<()>,
+) -> Scan<usize> {
+    let b = text.as_bytes();
+    if b.get(i) != Some(&b'{') {
+        return Err(Refused);
+    }
+    let mut at = skip_ws(b, i + 1);
+    if b.get(at) == Some(&b'}') {
+        return Ok(at + 1);
+    }
+    loop {
+        let key = key_then_colon(b, at)?;
+        let end = value_end(b, key.value)?;
+        each(Member {
+            key: text.get(at + 1..key.end - 1).ok_or(Refused)?,
+            escaped: key.escaped,
+            span: at..end,
+            value: key.value..end,
+        })?;
+        at = skip_ws(b, end);
+        match b.get(at) {
+            Some(b',') => at = skip_ws(b, at + 1),
+            Some(b'}') => return Ok(at + 1),
+            _ => return Err(Refused),
+        }
+    }
+}
+
+/// The string at `value` (a whole value, checked), borrowed unless it has escapes; refused
+/// when the value is no string.
+pub(super) fn string_at(text: &str, value: Range<usize>) -> Scan<Cow<'_, str>> {
+    let raw = text.get(value).ok_or(Refused)?;
+    let inner = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .ok_or(Refused)?;
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(raw)
+            .map(Cow::Owned)
+            .map_err(|_| Refused)
+    } else {
+        Ok(Cow::Borrowed(inner))
+    }
+}
+
+/// Bytes that end a run of plain string content: the quote, a backslash, a control character.
+fn specials(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    // A byte below 0x20 borrows into its high bit, which it does not have. A borrow only
+    // reaches bytes above a flagged one, so the lowest flag is exact.
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\'))) | control
+}
+
+/// The end (after the closing quote) of the string whose opening quote is at `i`, and whether
+/// it has escapes.
+#[inline(always)]
+fn string_end(b: &[u8], i: usize) -> Scan<(usize, bool)> {
+    let mut j = i + 1;
+    let mut escaped = false;
+    loop {
+        // Plain content eight bytes at a time, then byte by byte near the end.
+        if let Some(chunk) = b.get(j..).and_then(<[u8]>::first_chunk::<8>) {
+            let found = specials(u64::from_le_bytes(*chunk));
+            if found == 0 {
+                j += 8;
+                continue;
+            }
+            j += (found.trailing_zeros() / 8) as usize;
+        }
+        match b.get(j).ok_or(Refused)? {
+            b'"' => return Ok((j + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                j = escape_end(b, j)?;
+            }
+            c if *c < 0x20 => return Err(Refused),
+            _ => j += 1,
+        }
+    }
+}
+
+/// The end of the escape whose backslash is at `i`.
+fn escape_end(b: &[u8], i: usize) -> Scan<usize> {
+    match b.get(i + 1).ok_or(Refused)? {
+        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Ok(i + 2),
+        b'u' => {
+            let unit = hex4(b, i + 2)?;
+            match unit {
+                0xD800..=0xDBFF => {
+                    // A high surrogate pairs with the low one that must follow.
+                    if b.get(i + 6..i + 8) != Some(b"\\u") {
+                        return Err(Refused);
+                    }
+                    match hex4(b, i + 8)? {
+                        0xDC00..=0xDFFF => Ok(i + 12),
+                        _ => Err(Refused),
+                    }
+                }
+                0xDC00..=0xDFFF => Err(Refused),
+                _ => Ok(i + 6),
+            }
+        }
+        _ => Err(Refused),
+    }
+}
+
+/// The four hex digits at `i`.
+fn hex4(b: &[u8], i: usize) -> Scan<u16> {
+    let digits = b.get(i..i + 4).ok_or(Refused)?;
+    digits.iter().try_fold(0u16, |n, d| {
+        let v = (*d as char).to_digit(16).ok_or(Refused)?;
+        Ok(n << 4 | v as u16)
+    })
+}
+
+/// The end of `word` at `i`.
+fn literal(b: &[u8], i: usize, word: &[u8]) -> Scan<usize> {
+    match b.get(i..i + word.len()) {
+        Some(w) if w == word => Ok(i + word.len()),
+        _ => Err(Refused),
+    }
+}
+
+/// The end of the digits starting at `i`, at least one.
+fn digits_end(b: &[u8], i: usize) -> Scan<usize> {
+    let n = b
+        .get(i..)
+        .map_or(0, |r| r.iter().take_while(|c| c.is_ascii_digit()).count());
+    if n == 0 { Err(Refused) } else { Ok(i + n) }
+}
+
+/// The end of the number at `i`, by JSON's grammar.
+fn number_end(b: &[u8], start: usize) -> Scan<usize> {
+    let mut i = start + usize::from(b.get(start) == Some(&b'-'));
+    i = match b.get(i) {
+        Some(b'0') => i + 1,
+        Some(b'1'..=b'9') => digits_end(b, i)?,
+        _ => return Err(Refused),
+    };
+    if b.get(i) == Some(&b'.') {
+        i = digits_end(b, i + 1)?;
+    }
+    if let Some(b'e' | b'E') = b.get(i) {
+        i += 1;
+        if let Some(b'+' | b'-') = b.get(i) {
+            i += 1;
+        }
+        let end = digits_end(b, i)?;
+        let exponent = b.get(i..end).ok_or(Refused)?;
+        let value = exponent.iter().try_fold(0u32, |n, d| {
+            n.checked_mul(10)?.checked_add(u32::from(d - b'0'))
+        });
+        if value.is_none_or(|v| v > MAX_EXPONENT) {
+            return Err(Refused);
+        }
+        i = end;
+    }
+    if i - start > MAX_NUMBER_BYTES {
+        return Err(Refused);
+    }
+    Ok(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the scanner takes `text` as one value (with whitespace around).
+    fn takes(text: &str) -> bool {
+        let b = text.as_bytes();
+        value_end(b, skip_ws(b, 0)).is_ok_and(|end| skip_ws(b, end) == b.len())
+    }
+
+    #[test]
+    fn accepts_what_json_allows() {
+        for text in [
+            "0",
+            "-0",
+            "-12.5e+10",
+            "1E-7",
+            "3.25",
+            "true",
+            "false",
+            "null",
+            r#""""#,
+            r#""a \"quoted\" \\ \/ \b\f\n\r\t \u00e9 \ud83d\ude00 é ☃""#,
+            "[]",
+            "{}",
+            " [ 1 , [ ] , { } , \"x\" ] ",
+            r#"{"a":{"b":[{"c":null}]},"d":"}","e":"]"}"#,
+            "\"\u{7f}\"",
+        ] {
+            assert!(takes(text), "{text}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(text).is_ok(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_what_serde_json_refuses() {
+        for text in [
+            "",
+            "01",
+            "-",
+            "1.",
+            ".5",
+            "1e",
+            "+1",
+            "tru",
+            "nul",
+            "[1,]",
+            "[1 2]",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "{a:1}",
+            "{\"a\":1]",
+            "[1}",
+            "\"unterminated",
+            "\"tab\there\"",
+            "\"nl\nhere\"",
+            r#""\x""#,
+            r#""\u12""#,
+            r#""\u12g4""#,
+            r#""\ud800""#,
+            r#""\ud800\u0041""#,
+            r#""\udc00""#,
+            "[1] 2",
+        ] {
+            assert!(!takes(text), "{text}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(text).is_err(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn leaves_numbers_and_depths_near_serde_json_limits_to_it() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(takes(&deep(MAX_DEPTH as usize)));
+        assert!(!takes(&deep(MAX_DEPTH as usize + 1)));
+        let deep_maps = format!("{}1{}", "{\"a\":".repeat(200), "}".repeat(200));
+        assert!(!takes(&deep_maps));
+        assert!(serde_json::from_str::<serde_json::Value>(&deep_maps).is_err());
+        for text in ["1e400", "1e999999999999", &"9".repeat(400)] {
+            assert!(!takes(text), "{text}");
+        }
+        assert!(takes("1e200"));
+    }
+
+    #[test]
+    fn finds_strings_ends_at_every_offset_of_the_word() {
+        // The quote, a backslash or a control byte at each position of an eight-byte word.
+        for n in 0..20 {
+            let plain = "x".repeat(n);
+            assert!(takes(&format!("\"{plain}\"")), "{n}");
+            assert!(takes(&format!("\"{plain}\\n{plain}\"")), "{n}");
+            assert!(!takes(&format!("\"{plain}\u{1}{plain}\"")), "{n}");
+            assert!(takes(&format!("\"{plain}é\u{7f}{plain}\"")), "{n}");
+        }
+    }
+
+    #[test]
+    fn walks_members_with_their_spans() {
+        let text = r#"{ "a" : 1 , "b\n" : {"x":[1]}, "c":"}" }"#;
+        let mut seen = Vec::new();
+        let end = members(text, 0, |m| {
+            seen.push((m.key, m.escaped, &text[m.span], &text[m.value]));
+            Ok(())
+        });
+        assert_eq!(end, Ok(text.len()));
+        assert_eq!(
+            seen,
+            [
+                ("a", false, r#""a" : 1"#, "1"),
+                (r"b\n", true, r#""b\n" : {"x":[1]}"#, r#"{"x":[1]}"#),
+                ("c", false, r#""c":"}""#, r#""}""#),
+            ]
+        );
+        assert_eq!(members("{}", 0, |_| Err(Refused)), Ok(2));
+        assert_eq!(members("[]", 0, |_| Ok(())), Err(Refused));
+        assert_eq!(members(r#"{"a":1,}"#, 0, |_| Ok(())), Err(Refused));
+    }
+
+    #[test]
+    fn reads_strings_borrowed_or_unescaped() {
+        let text = r#"["plain","w\u00e9b",3]"#;
+        assert!(matches!(string_at(text, 1..8), Ok(Cow::Borrowed("plain"))));
+        assert_eq!(string_at(text, 9..19).as_deref(), Ok("wéb"));
+        assert_eq!(string_at(text, 20..21), Err(Refused));
+    }
+}
