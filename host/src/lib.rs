@@ -7,10 +7,12 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source` ·
+//! `tests/layers.rs`): `captured_log` (tests only), `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source` ·
 //! `informer` · `wasm` · `plugins` · `config` · `crd`, `serve` · `agent` · `testing`.
 
 pub mod agent;
+#[cfg(test)]
+pub mod captured_log;
 pub mod config;
 pub mod crd;
 pub mod gvk;

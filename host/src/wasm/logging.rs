@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use tracing::field::display;
+
 use crate::object::KubeObject;
 use crate::wasm::HostState;
 use crate::wasm::bindings::kubewasm::plugin::logging;
@@ -91,8 +93,11 @@ impl LogSink for TracingSink {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let (plugin, digest, message) = (r.plugin.as_str(), r.digest.as_str(), r.message.as_str());
-        let key = r.key.as_deref();
+        // Display, not the Debug quoting `tracing` gives a bare `&str`: lines read
+        // `plugin=audit key=ns/name`, like the host's own.
+        let (plugin, digest) = (display(r.plugin.as_str()), display(r.digest.as_str()));
+        let key = r.key.as_deref().map(display);
+        let message = r.message.as_str();
         match r.level {
             Level::Trace => {
                 tracing::trace!(target: "plugin", plugin, digest, key, "{message} {fields}")
@@ -373,6 +378,26 @@ mod tests {
         logger.log(Level::Info, "between".into(), vec![]);
         let keys: Vec<Option<String>> = sink.records().into_iter().map(|r| r.key).collect();
         assert_eq!(keys, [None, Some("shop/web-1".to_owned()), None]);
+    }
+
+    #[test]
+    fn the_tracing_sink_writes_plugin_and_key_as_the_host_does() {
+        let record = PluginLogRecord {
+            plugin: "audit".into(),
+            digest: "3e45".into(),
+            key: Some("shop/web-1".into()),
+            level: Level::Warn,
+            message: "pod seen".into(),
+            fields: vec![("phase".into(), "Running".into())],
+        };
+        let lines = crate::captured_log::logged(|| TracingSink.record(record));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].ends_with(
+                "WARN plugin: pod seen phase=Running plugin=audit digest=3e45 key=shop/web-1"
+            ),
+            "{lines:?}"
+        );
     }
 
     #[test]

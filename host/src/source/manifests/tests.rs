@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::captured_log::logged;
 
 use super::*;
 
@@ -255,37 +255,6 @@ fn special_files_are_never_opened_and_symlink_loops_are_read_once() {
     assert_eq!(skipped.len(), 1);
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("reads");
     assert_eq!(folder.len(), 2);
-}
-
-/// The log lines `f` writes (info and above), as text.
-fn logged(f: impl FnOnce()) -> Vec<String> {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    tracing::subscriber::with_default(subscriber, f);
-    let bytes = buf.0.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    String::from_utf8_lossy(&bytes)
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 fn open(dir: &Path) -> ManifestFolder {
