@@ -1,6 +1,7 @@
-//! Decoding one watch line into a cached object, as the reflector does for every event: a
-//! MODIFIED line of a generated pod (managedFields as a server sends them, dropped on the way
-//! in as by default), against what a JSON tree of the same line costs with serde_json.
+//! Decoding what the API server sends into cached objects: one MODIFIED watch line of a
+//! generated pod (managedFields as a server sends them, dropped on the way in as by default)
+//! against a serde_json tree of the same line, and a list page of 500 pods read in one pass
+//! against reading it into a copy of each item first.
 //!
 //! Run with `cargo bench -p kubewasm --bench decode`.
 
@@ -37,4 +38,60 @@ fn watch_line(bencher: divan::Bencher, bytes: usize) {
 fn serde_json_tree(bencher: divan::Bencher, bytes: usize) {
     let line = line(bytes);
     bencher.bench_local(|| serde_json::from_str::<serde_json::Value>(&line).expect("parses"));
+}
+
+/// A list page of 500 pods of about `bytes` bytes, as the API server sends one.
+fn page(bytes: usize) -> String {
+    let items: Vec<String> = (0..500)
+        .map(|i| {
+            let mut pod = generate::pod(i, bytes, 42);
+            if let Some(o) = pod.as_object_mut() {
+                o.remove("apiVersion");
+                o.remove("kind");
+            }
+            pod.to_string()
+        })
+        .collect();
+    format!(
+        r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"42"}},"items":[{}]}}"#,
+        items.join(",")
+    )
+}
+
+/// A page read in one pass, each item decoded where it lies in the response's text, as the
+/// reflector does.
+#[divan::bench(args = [4096], sample_count = 20, sample_size = 2)]
+fn list_page(bencher: divan::Bencher, bytes: usize) {
+    let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+    let text = page(bytes);
+    let transform = Transform::default();
+    bencher.bench_local(|| {
+        let page = wire::Page::parse(&text, &gvk, &transform).expect("a page");
+        assert!(page.objects.iter().all(Result::is_ok));
+        assert_eq!(page.objects.len(), 500);
+        page
+    });
+}
+
+/// The same page read by serde_json into a copy of each item, then decoded: the reflector's
+/// way before it read pages in place.
+#[divan::bench(args = [4096], sample_count = 20, sample_size = 2)]
+fn list_page_copied_items(bencher: divan::Bencher, bytes: usize) {
+    #[derive(serde::Deserialize)]
+    struct Copied {
+        items: Vec<Box<serde_json::value::RawValue>>,
+    }
+    let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+    let text = page(bytes);
+    let transform = Transform::default();
+    bencher.bench_local(|| {
+        let page: Copied = serde_json::from_str(&text).expect("a page");
+        let objects: Vec<_> = page
+            .items
+            .iter()
+            .map(|i| wire::object(&gvk, i.get(), &transform).expect("decodes"))
+            .collect();
+        assert_eq!(objects.len(), 500);
+        objects
+    });
 }

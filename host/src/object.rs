@@ -10,7 +10,7 @@ use meta::Meta;
 mod meta;
 pub mod pointer;
 mod raw;
-mod scan;
+pub(crate) mod scan;
 
 /// The annotation `kubectl apply` writes: a full copy of the object, dropped by default.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -276,6 +276,18 @@ impl KubeObject {
             object.gvk = gvk.clone();
         }
         Ok(object)
+    }
+
+    /// Decodes the object that starts at `start` in `text` (an item of a list page) the way
+    /// [`Self::from_server_json`] first tries to, with where it ends; `None` when only a JSON
+    /// tree can decode it, or say what is wrong.
+    pub(crate) fn from_server_json_at(
+        text: &str,
+        start: usize,
+        gvk: &Arc<Gvk>,
+        transform: &Transform,
+    ) -> Option<(Self, usize)> {
+        raw::decode_at(text, start, Some(gvk), transform)
     }
 
     /// Builds an object from a parsed JSON value, applying `transform`.

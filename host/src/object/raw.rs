@@ -200,18 +200,28 @@ pub(super) fn decode(
     transform: &Transform,
 ) -> Option<KubeObject> {
     let text = text.trim_matches([' ', '\t', '\n', '\r']);
+    decode_at(text, 0, gvk, transform)
+        .filter(|(_, end)| *end == text.len())
+        .map(|(object, _)| object)
+}
+
+/// Decodes the object that starts at `start` in `text` (an item of a list page, say), with
+/// where it ends; `None` when this path cannot.
+pub(crate) fn decode_at(
+    text: &str,
+    start: usize,
+    gvk: Option<&Arc<Gvk>>,
+    transform: &Transform,
+) -> Option<(KubeObject, usize)> {
     let mut top = Top::default();
-    // Checks the whole text: what the decoder does not read is still JSON serde_json takes.
-    let end = scan::members(text, 0, |m| match key(&m)? {
+    // Checks the whole object: what the decoder does not read is still JSON serde_json takes.
+    let end = scan::members(text, start, |m| match key(&m)? {
         "apiVersion" => once(&mut top.api_version, m),
         "kind" => once(&mut top.kind, m),
         "metadata" => once(&mut top.metadata, m),
         _ => Ok(()),
     })
     .ok()?;
-    if end != text.len() {
-        return None;
-    }
     // A type member's string: none when absent, `None` (not an object) when it is no string.
     let type_name = |m: &Option<Member>| -> Option<Option<Cow<str>>> {
         match m {
@@ -256,13 +266,13 @@ pub(super) fn decode(
     let cuts = with_commas(text, members)?;
     // Allocated at its final length, so keeping it as a boxed str copies nothing more.
     let cut: usize = cuts.iter().map(|c| c.len()).sum();
-    let mut body = String::with_capacity(text.len().checked_sub(cut)?);
-    let mut at = 0;
+    let mut body = String::with_capacity((end - start).checked_sub(cut)?);
+    let mut at = start;
     for cut in &cuts {
         body.push_str(text.get(at..cut.start)?);
         at = cut.end;
     }
-    body.push_str(text.get(at..)?);
+    body.push_str(text.get(at..end)?);
     let labels: Vec<(&str, &str)> = meta
         .labels
         .iter()
@@ -287,22 +297,23 @@ pub(super) fn decode(
             })
             .collect(),
     };
-    // Where a string borrowed from `text` lies in the stored text: less the cuts before it
-    // (metadata strings are never inside a cut; one that is stays unlocated).
+    // Where a string borrowed from the object's text lies in the stored text: less the cuts
+    // before it (metadata strings are never inside a cut; one that is stays unlocated).
     let locate = |s: &str| -> Option<usize> {
-        let start = (s.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
-        let end = start.checked_add(s.len()).filter(|&e| e <= text.len())?;
-        let mut stored = start;
+        let at = (s.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+        let until = at.checked_add(s.len()).filter(|&e| e <= end)?;
+        let mut stored = at.checked_sub(start)?;
         for cut in &cuts {
-            if cut.end <= start {
+            if cut.end <= at {
                 stored = stored.checked_sub(cut.len())?;
-            } else if cut.start < end {
+            } else if cut.start < until {
                 return None;
             }
         }
         Some(stored)
     };
-    KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate).ok()
+    let object = KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate).ok()?;
+    Some((object, end))
 }
 
 /// The bytes to cut to drop `members` (spans of `text`), each with one separating comma: the

@@ -18,14 +18,14 @@ const MAX_EXPONENT: u32 = 200;
 
 /// Text the scanner does not accept; the caller falls back to serde_json, which names why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Refused;
+pub(crate) struct Refused;
 
 /// What a scan gives or the refusal.
-pub(super) type Scan<T> = Result<T, Refused>;
+pub(crate) type Scan<T> = Result<T, Refused>;
 
 /// One member of a mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Member<'a> {
+pub(crate) struct Member<'a> {
     /// The key as written between its quotes.
     pub key: &'a str,
     /// Whether the key has escapes (so `key` is not its value).
@@ -37,7 +37,7 @@ pub(super) struct Member<'a> {
 }
 
 /// The index of the first byte at or after `i` that is not JSON whitespace.
-pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
+pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
         i += 1;
     }
@@ -45,7 +45,7 @@ pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// The end of the value that starts at `i`, checking all of it.
-pub(super) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
+pub(crate) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
     // One bit per open container: set for a mapping.
     let mut mappings: u128 = 0;
     let mut depth: u32 = 0;
@@ -135,32 +135,70 @@ fn key_then_colon(b: &[u8], i: usize) -> Scan<Key> {
 }
 
 /// Calls `each` with every member of the mapping at `i`, in order; the end of the mapping.
-pub(super) fn members<'a>(
+pub(crate) fn members<'a>(
     text: &'a str,
     i: usize,
     mut each: impl FnMut(Member<'a>) -> Scan<()>,
 ) -> Scan<usize> {
     let b = text.as_bytes();
-    if b.get(i) != Some(&b'{') {
+    members_read(text, i, |key, escaped, at, value| {
+        let end = value_end(b, value)?;
+        each(Member {
+            key,
+            escaped,
+            span: at..end,
+            value: value..end,
+        })?;
+        Ok(end)
+    })
+}
+
+/// Walks the mapping at `i`, handing `read` each member's key as written, whether it has
+/// escapes, where the member starts and where its value starts; `read` reads (and checks) the
+/// value and says where it ends. The end of the mapping.
+pub(crate) fn members_read<'a>(
+    text: &'a str,
+    i: usize,
+    mut read: impl FnMut(&'a str, bool, usize, usize) -> Scan<usize>,
+) -> Scan<usize> {
+    let b = text.as_bytes();
+    container(b, i, [b'{', b'}'], |at| {
+        let key = key_then_colon(b, at)?;
+        let written = text.get(at + 1..key.end - 1).ok_or(Refused)?;
+        read(written, key.escaped, at, key.value)
+    })
+}
+
+/// Walks the list at `i`, handing `read` where each element starts; `read` reads (and checks)
+/// the element and says where it ends. The end of the list.
+pub(crate) fn elements_read(
+    b: &[u8],
+    i: usize,
+    read: impl FnMut(usize) -> Scan<usize>,
+) -> Scan<usize> {
+    container(b, i, [b'[', b']'], read)
+}
+
+/// Walks the container opened and closed by `brackets` at `i`: `entry` reads each entry from
+/// where it starts and says where it ends; commas between them. The end of the container.
+fn container(
+    b: &[u8],
+    i: usize,
+    [open, close]: [u8; 2],
+    mut entry: impl FnMut(usize) -> Scan<usize>,
+) -> Scan<usize> {
+    if b.get(i) != Some(&open) {
         return Err(Refused);
     }
     let mut at = skip_ws(b, i + 1);
-    if b.get(at) == Some(&b'}') {
+    if b.get(at) == Some(&close) {
         return Ok(at + 1);
     }
     loop {
-        let key = key_then_colon(b, at)?;
-        let end = value_end(b, key.value)?;
-        each(Member {
-            key: text.get(at + 1..key.end - 1).ok_or(Refused)?,
-            escaped: key.escaped,
-            span: at..end,
-            value: key.value..end,
-        })?;
-        at = skip_ws(b, end);
+        at = skip_ws(b, entry(at)?);
         match b.get(at) {
             Some(b',') => at = skip_ws(b, at + 1),
-            Some(b'}') => return Ok(at + 1),
+            Some(c) if *c == close => return Ok(at + 1),
             _ => return Err(Refused),
         }
     }
@@ -168,7 +206,7 @@ pub(super) fn members<'a>(
 
 /// The string at `value` (a whole value, checked), borrowed unless it has escapes; refused
 /// when the value is no string.
-pub(super) fn string_at(text: &str, value: Range<usize>) -> Scan<Cow<'_, str>> {
+pub(crate) fn string_at(text: &str, value: Range<usize>) -> Scan<Cow<'_, str>> {
     let raw = text.get(value).ok_or(Refused)?;
     let inner = raw
         .strip_prefix('"')
@@ -425,6 +463,28 @@ mod tests {
         assert_eq!(members("{}", 0, |_| Err(Refused)), Ok(2));
         assert_eq!(members("[]", 0, |_| Ok(())), Err(Refused));
         assert_eq!(members(r#"{"a":1,}"#, 0, |_| Ok(())), Err(Refused));
+    }
+
+    #[test]
+    fn walks_elements_read_by_the_caller() {
+        let text = r#"[ {"a":[1]} , "]" ,3]"#;
+        let b = text.as_bytes();
+        let mut seen = Vec::new();
+        let end = elements_read(b, 0, |at| {
+            let end = value_end(b, at)?;
+            seen.push(&text[at..end]);
+            Ok(end)
+        });
+        assert_eq!(end, Ok(text.len()));
+        assert_eq!(seen, [r#"{"a":[1]}"#, r#""]""#, "3"]);
+        assert_eq!(elements_read(b"[]", 0, |_| Err(Refused)), Ok(2));
+        // The reader's end is checked: what follows must be a comma or the list's end.
+        assert_eq!(elements_read(b"[1,2]", 0, Ok), Err(Refused));
+        assert_eq!(
+            elements_read(b"[1,]", 0, |at| value_end(b"[1,]", at)),
+            Err(Refused)
+        );
+        assert_eq!(elements_read(b"{}", 0, Ok), Err(Refused));
     }
 
     #[test]

@@ -287,12 +287,15 @@ impl Reflector {
             let request = Request::new(self.path.as_str())
                 .list(&params)
                 .map_err(|e| Stop::Failed(format!("cannot build list request: {e}")))?;
-            let page: Page = tokio::time::timeout(PAGE_TIMEOUT, self.client.request(request))
+            let text = tokio::time::timeout(PAGE_TIMEOUT, self.client.request_text(request))
                 .await
                 .map_err(|_| Stop::Failed(format!("list: no answer within {PAGE_TIMEOUT:?}")))?
                 .map_err(|e| self.failure(Verb::List, &e))?;
-            for item in page.items {
-                match wire::object(&self.gvk, item.get(), &self.transform) {
+            let page = Page::parse(&text, &self.gvk, &self.transform)
+                .map_err(|e| Stop::Failed(format!("{} failed: malformed page: {e}", Verb::List)))?;
+            drop(text);
+            for decoded in page.objects {
+                match decoded {
                     Ok(object) => self.send(SourceEvent::Listed(object)).await?,
                     Err(e) => {
                         tracing::error!(resource = %self.gvk, "skipping malformed object: {e}")

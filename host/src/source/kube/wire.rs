@@ -12,20 +12,111 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::gvk::Gvk;
+use crate::object::scan::{self, Refused, Scan};
 use crate::object::{KubeObject, Transform};
 
 /// The annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
-/// One page of a list response.
-#[derive(Debug, Deserialize)]
+/// One page of a list response, its items decoded.
+#[derive(Debug)]
 pub struct Page {
     /// resourceVersion and continue token.
-    #[serde(default)]
     pub metadata: ListMeta,
-    /// The objects, without apiVersion and kind, as sent.
+    /// Each item as a cached object, or why it is not one.
+    pub objects: Decoded,
+}
+
+/// A page as serde_json reads it, each item copied.
+#[derive(Deserialize)]
+struct Copied {
     #[serde(default)]
-    pub items: Vec<Box<RawValue>>,
+    metadata: ListMeta,
+    #[serde(default)]
+    items: Vec<Box<RawValue>>,
+}
+
+impl Page {
+    /// Reads a list response whose items are of type `gvk`. Each item is decoded from the
+    /// response's own text as the page is read, in one pass. A page the scanner refuses (say
+    /// an item holds a number too large for an `f64`) is read by serde_json instead, so the
+    /// items that decode still do, and each other one says what is wrong with it.
+    pub fn parse(
+        text: &str,
+        gvk: &Arc<Gvk>,
+        transform: &Transform,
+    ) -> Result<Self, serde_json::Error> {
+        if let Ok(page) = in_place(text, gvk, transform) {
+            return Ok(page);
+        }
+        let page: Copied = serde_json::from_str(text)?;
+        Ok(Page {
+            metadata: page.metadata,
+            objects: page
+                .items
+                .iter()
+                .map(|i| object(gvk, i.get(), transform))
+                .collect(),
+        })
+    }
+}
+
+/// The page in `text`, read by the scanner with its items decoded where they lie.
+fn in_place(text: &str, gvk: &Arc<Gvk>, transform: &Transform) -> Scan<Page> {
+    let b = text.as_bytes();
+    let (mut metadata, mut objects) = (None, None);
+    let end = scan::members_read(text, scan::skip_ws(b, 0), |key, escaped, _, value| {
+        match (escaped, key) {
+            (false, "metadata") if metadata.is_none() => {
+                let end = scan::value_end(b, value)?;
+                let meta = text.get(value..end).ok_or(Refused)?;
+                metadata = Some(serde_json::from_str(meta).map_err(|_| Refused)?);
+                Ok(end)
+            }
+            (false, "items") if objects.is_none() => {
+                let (items, end) = items(text, value, gvk, transform)?;
+                objects = Some(items);
+                Ok(end)
+            }
+            (false, "metadata" | "items") | (true, _) => Err(Refused),
+            _ => scan::value_end(b, value),
+        }
+    })?;
+    if scan::skip_ws(b, end) != b.len() {
+        return Err(Refused);
+    }
+    Ok(Page {
+        metadata: metadata.unwrap_or_default(),
+        objects: objects.unwrap_or_default(),
+    })
+}
+
+/// Items decoded, or why each is not an object.
+type Decoded = Vec<Result<Arc<KubeObject>, DecodeError>>;
+
+/// The items of the list at `at`, each decoded in place, and the end of the list.
+fn items(text: &str, at: usize, gvk: &Arc<Gvk>, transform: &Transform) -> Scan<(Decoded, usize)> {
+    let b = text.as_bytes();
+    if b.get(at..at + 4) == Some(b"null") {
+        return Ok((Vec::new(), at + 4));
+    }
+    let mut out = Vec::new();
+    let end = scan::elements_read(b, at, |item| {
+        let (decoded, end) = match KubeObject::from_server_json_at(text, item, gvk, transform) {
+            Some((object, end)) => (Ok(Arc::new(object)), end),
+            // The tree path decodes it, or names what is wrong.
+            None => {
+                let end = scan::value_end(b, item)?;
+                (
+                    object(gvk, text.get(item..end).ok_or(Refused)?, transform),
+                    end,
+                )
+            }
+        };
+        out.push(decoded);
+        Ok(end)
+    })?;
+    Ok((out, end))
 }
 
 /// A list's metadata.
@@ -248,15 +339,67 @@ mod tests {
     }
 
     #[test]
+    fn pages_are_read_in_place_or_by_serde_json_when_the_scanner_refuses()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let t = Transform::default();
+        let names = |page: &Page| -> Vec<Result<String, String>> {
+            page.objects
+                .iter()
+                .map(|o| match o {
+                    Ok(o) => Ok(o.name().to_owned()),
+                    Err(e) => Err(e.to_string()),
+                })
+                .collect()
+        };
+        let good = r#" {"kind":"ConfigMapList","metadata":{"resourceVersion":"9"},"items":[
+            {"metadata":{"name":"a"}}, {"metadata":{"name":"b","labels":{"k":1}}},
+            {"metadata":{"name":"c"}}]} "#;
+        let page = Page::parse(good, &cm(), &t)?;
+        assert_eq!(page.metadata.resource_version.as_deref(), Some("9"));
+        let read = names(&page);
+        assert_eq!(
+            (&read[0], &read[2]),
+            (&Ok("a".to_owned()), &Ok("c".to_owned()))
+        );
+        // An item the fast path refuses is named by the tree path; the others still decode.
+        assert!(
+            matches!(&read[1], Err(e) if e.contains("labels")),
+            "{read:?}"
+        );
+        // An item with a number no f64 holds: serde_json reads the page, the item is named.
+        let huge = r#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a"}},
+            {"metadata":{"name":"b"},"data":{"x":1e400}}]}"#;
+        let page = Page::parse(huge, &cm(), &t)?;
+        assert_eq!(page.metadata.resource_version.as_deref(), Some("9"));
+        let read = names(&page);
+        assert_eq!(read[0], Ok("a".to_owned()));
+        assert!(read[1].is_err(), "{read:?}");
+        // No items, null items, and what is no page.
+        for empty in [r#"{"metadata":{}}"#, r#"{"metadata":{},"items":null}"#] {
+            assert!(Page::parse(empty, &cm(), &t)?.objects.is_empty(), "{empty}");
+        }
+        for broken in [
+            "",
+            r#"{"items":[1,]}"#,
+            r#"{"items":{}}"#,
+            r#"{"metadata":{}} x"#,
+        ] {
+            assert!(Page::parse(broken, &cm(), &t).is_err(), "{broken}");
+        }
+        Ok(())
+    }
+
+    #[test]
     fn list_items_get_their_type_stamped() -> Result<(), Box<dyn std::error::Error>> {
-        let page: Page = serde_json::from_str(
+        let page = Page::parse(
             r#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"7","continue":"abc"},
                 "items":[{"metadata":{"name":"a","namespace":"ns"}}]}"#,
+            &cm(),
+            &Transform::default(),
         )?;
         assert_eq!(page.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(page.metadata.continue_token.as_deref(), Some("abc"));
-        let item = page.items.into_iter().next().ok_or("an item")?;
-        let o = object(&cm(), item.get(), &Transform::default())?;
+        let o = page.objects.into_iter().next().ok_or("an item")??;
         assert_eq!(*o.gvk(), *cm());
         assert!(o.json().contains(r#""kind":"ConfigMap""#), "{}", o.json());
         Ok(())
