@@ -116,6 +116,28 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Starts a server on ports [`free_port`] found free: tried again with other ports, up to
+/// five times, while the server's log says one was taken before it could bind it (another
+/// test's server, or an outgoing connection given it as its local port).
+async fn start_on_free_ports<T>(
+    log: &Path,
+    mut start: impl AsyncFnMut() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut attempt = 1;
+    loop {
+        match start().await {
+            Err(e)
+                if attempt < 5 && process::log_tail(log, 30).contains("address already in use") =>
+            {
+                let _ = std::fs::remove_file(log);
+                attempt += 1;
+                tracing::debug!("a port was taken, trying again (attempt {attempt}): {e:#}");
+            }
+            other => return other,
+        }
+    }
+}
+
 fn b64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
@@ -210,26 +232,34 @@ impl TestEnv {
             std::fs::write(path(name), text)?;
         }
 
-        let etcd_port = free_port()?;
-        let peer_port = free_port()?;
-        let client_url = format!("http://127.0.0.1:{etcd_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let etcd_args: Vec<String> = vec![
-            "--name=default".into(),
-            format!("--data-dir={}", path("etcd").display()),
-            format!("--listen-client-urls={client_url}"),
-            format!("--advertise-client-urls={client_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster=default={peer_url}"),
-            "--unsafe-no-fsync".into(),
-            "--log-level=warn".into(),
-        ];
-        let mut etcd = Server::start("etcd", &servers.join("etcd"), &etcd_args, &path("etcd.log"))?;
-        wait_for(&mut etcd, || {
-            etcd_request(etcd_port, "GET", "/health", "").is_ok_and(|b| b.contains("true"))
+        let (etcd, etcd_port) = start_on_free_ports(&path("etcd.log"), async || {
+            let etcd_port = free_port()?;
+            let peer_port = free_port()?;
+            let client_url = format!("http://127.0.0.1:{etcd_port}");
+            let peer_url = format!("http://127.0.0.1:{peer_port}");
+            // A failed attempt may have begun a data directory for its own URLs.
+            let _ = std::fs::remove_dir_all(path("etcd"));
+            let etcd_args: Vec<String> = vec![
+                "--name=default".into(),
+                format!("--data-dir={}", path("etcd").display()),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ];
+            let mut etcd =
+                Server::start("etcd", &servers.join("etcd"), &etcd_args, &path("etcd.log"))?;
+            wait_for(&mut etcd, || {
+                etcd_request(etcd_port, "GET", "/health", "").is_ok_and(|b| b.contains("true"))
+            })
+            .await?;
+            Ok((etcd, etcd_port))
         })
         .await?;
+        let client_url = format!("http://127.0.0.1:{etcd_port}");
 
         let port = free_port()?;
         let issuer = "https://kubernetes.default.svc.cluster.local";
@@ -264,6 +294,7 @@ impl TestEnv {
             "--audit-log-mode=blocking".into(),
             format!("--feature-gates=WatchList={}", options.streaming_lists),
         ];
+        let apiserver_log = path("kube-apiserver.log");
         let mut env = Self {
             apiserver: None,
             _etcd: etcd,
@@ -275,8 +306,21 @@ impl TestEnv {
             kubeconfig: path("admin.kubeconfig"),
             dir,
         };
-        env.write_kubeconfig(&env.kubeconfig, ADMIN, &["system:masters"])?;
-        env.start_apiserver().await?;
+        start_on_free_ports(&apiserver_log, async || {
+            env.write_kubeconfig(&env.kubeconfig, ADMIN, &["system:masters"])?;
+            let started = env.start_apiserver().await;
+            if started.is_err() {
+                // The next attempt's port, if this one's was taken.
+                env.port = free_port()?;
+                for arg in &mut env.apiserver_args {
+                    if arg.starts_with("--secure-port=") {
+                        *arg = format!("--secure-port={}", env.port);
+                    }
+                }
+            }
+            started
+        })
+        .await?;
         Ok(env)
     }
 
@@ -552,4 +596,47 @@ fn etcd_request(port: u16, method: &str, path: &str, body: &str) -> anyhow::Resu
         return Ok(joined);
     }
     Ok(body.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_start_is_tried_again_only_when_its_port_was_taken() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let log = dir.path().join("server.log");
+        let mut calls = 0;
+        let started = start_on_free_ports(&log, async || {
+            calls += 1;
+            if calls < 3 {
+                std::fs::write(&log, "listen tcp 127.0.0.1:1: bind: address already in use")?;
+                bail!("did not become ready");
+            }
+            Ok(calls)
+        })
+        .await?;
+        assert_eq!(started, 3);
+
+        let mut calls = 0;
+        let failed = start_on_free_ports(&log, async || -> anyhow::Result<()> {
+            calls += 1;
+            std::fs::write(&log, "flag provided but not defined")?;
+            bail!("did not become ready")
+        })
+        .await;
+        assert!(failed.is_err());
+        assert_eq!(calls, 1, "any other failure is final");
+
+        let mut calls = 0;
+        let failed = start_on_free_ports(&log, async || -> anyhow::Result<()> {
+            calls += 1;
+            std::fs::write(&log, "bind: address already in use")?;
+            bail!("did not become ready")
+        })
+        .await;
+        assert!(failed.is_err());
+        assert_eq!(calls, 5, "five attempts at most");
+        Ok(())
+    }
 }
