@@ -167,7 +167,6 @@ impl cache::Host for HostState {
         namespace: Option<String>,
         name: String,
     ) -> wasmtime::Result<Result<Option<Resource<Object>>, QueryError>> {
-        let _call = self.host_calls.start();
         Ok(self.get_object(&gvk, namespace.as_deref(), &name))
     }
 

@@ -5,8 +5,9 @@
 //! Calls are timed by the host functions that do work in proportion to their arguments, not by
 //! a wasmtime call hook: the hook ran on every crossing between guest and host and cost more
 //! than a whole no-op delivery (docs/BENCHMARKS.md). Calls left out do constant work (an
-//! object's name, uid, a handle's drop) or are WASI functions that cannot block (random bytes
-//! are capped; waits end at the call deadline, `clocks.rs`).
+//! object's name, uid, a handle's drop; `get` and `owner`, one lookup by a key of at most
+//! 4 KiB, where two clock reads cost about 70 ns) or are WASI functions that cannot
+//! block (random bytes are capped; waits end at the call deadline, `clocks.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

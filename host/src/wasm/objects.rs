@@ -119,7 +119,6 @@ impl HostObject for HostState {
         this: Resource<Object>,
         gvk: WitGvk,
     ) -> wasmtime::Result<Result<Option<Resource<Object>>, QueryError>> {
-        let _call = self.host_calls.start();
         let object = self.object(&this)?.clone();
         Ok(self.owner_of(&object, &gvk))
     }
