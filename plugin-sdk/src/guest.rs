@@ -408,14 +408,58 @@ pub mod cluster {
 
 /// Structured logging into the host's log, tagged with the plugin's name.
 pub mod log {
+    use std::cell::RefCell;
+
     use crate::bindings::kubewasm::plugin::logging::{self as host, Level};
 
-    fn write(level: Level, message: &str, fields: &[(&str, &str)]) {
-        let fields: Vec<(String, String)> = fields
+    /// Bytes of field strings kept between lines; past it they are let go.
+    const KEEP_BYTES: usize = 16 << 10;
+
+    thread_local! {
+        /// The owned strings the binding takes, reused from line to line: a line with four
+        /// fields otherwise allocates and frees eight strings.
+        static FIELDS: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// `fields` as the owned pairs the binding takes, written over the strings `buffer` keeps.
+    fn fill<'b>(
+        buffer: &'b mut Vec<(String, String)>,
+        fields: &[(&str, &str)],
+    ) -> &'b [(String, String)] {
+        for (i, (k, v)) in fields.iter().enumerate() {
+            match buffer.get_mut(i) {
+                Some((key, value)) => {
+                    key.clear();
+                    key.push_str(k);
+                    value.clear();
+                    value.push_str(v);
+                }
+                None => buffer.push(((*k).to_owned(), (*v).to_owned())),
+            }
+        }
+        &buffer[..fields.len()]
+    }
+
+    /// Lets the kept strings go once they hold more than [`KEEP_BYTES`].
+    fn trim(buffer: &mut Vec<(String, String)>) {
+        let kept: usize = buffer
             .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        host::log(level, message, &fields);
+            .map(|(k, v)| k.capacity() + v.capacity())
+            .sum();
+        if kept > KEEP_BYTES {
+            *buffer = Vec::new();
+        }
+    }
+
+    fn write(level: Level, message: &str, fields: &[(&str, &str)]) {
+        FIELDS.with(|buffer| match buffer.try_borrow_mut() {
+            Ok(mut buffer) => {
+                host::log(level, message, fill(&mut buffer, fields));
+                trim(&mut buffer);
+            }
+            // Taken only by a line written while another is (which no host call does).
+            Err(_) => host::log(level, message, fill(&mut Vec::new(), fields)),
+        });
     }
 
     /// Logs at debug level.
@@ -436,6 +480,39 @@ pub mod log {
     /// Logs at error level.
     pub fn error(message: &str, fields: &[(&str, &str)]) {
         write(Level::Error, message, fields);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_shorter_line_gets_only_its_own_fields() {
+            let mut buffer = Vec::new();
+            let four = [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")];
+            assert_eq!(fill(&mut buffer, &four).len(), 4);
+            let two = fill(&mut buffer, &[("x", "long value"), ("y", "")]);
+            let two: Vec<(&str, &str)> = two.iter().map(|(k, v)| (&**k, &**v)).collect();
+            assert_eq!(two, [("x", "long value"), ("y", "")]);
+            assert_eq!(
+                buffer.len(),
+                4,
+                "the other strings are kept for the next line"
+            );
+            assert!(fill(&mut buffer, &[]).is_empty());
+        }
+
+        #[test]
+        fn a_huge_line_is_not_kept() {
+            let mut buffer = Vec::new();
+            let big = "v".repeat(KEEP_BYTES);
+            fill(&mut buffer, &[("k", "v")]);
+            trim(&mut buffer);
+            assert_eq!(buffer.len(), 1, "small lines are kept");
+            fill(&mut buffer, &[("k", &big)]);
+            trim(&mut buffer);
+            assert!(buffer.is_empty() && buffer.capacity() == 0);
+        }
     }
 }
 
