@@ -268,7 +268,8 @@ impl QueueReceiver {
     /// The next entry, waiting up to `timeout`; `Disconnected` once it is empty and every
     /// sender is gone.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Delivery, RecvTimeoutError> {
-        let deadline = Instant::now() + timeout;
+        // Read the clock only to wait: a busy queue hands over entries without it.
+        let mut deadline = None;
         let mut inner = self.shared.lock();
         loop {
             while let Some(slot) = inner.slots.pop_front() {
@@ -302,7 +303,10 @@ impl QueueReceiver {
             if inner.senders == 0 {
                 return Err(RecvTimeoutError::Disconnected);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let left = deadline
+                .get_or_insert(now + timeout)
+                .saturating_duration_since(now);
             if left.is_zero() {
                 return Err(RecvTimeoutError::Timeout);
             }
@@ -486,6 +490,17 @@ mod tests {
             "woken only by the timeout"
         );
         Ok(())
+    }
+
+    #[test]
+    fn an_empty_queue_waits_out_its_timeout() {
+        let (_tx, rx) = queue(10);
+        let started = Instant::now();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(60)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        assert!(started.elapsed() >= Duration::from_millis(60));
     }
 
     #[test]

@@ -75,7 +75,7 @@ struct Worker {
     instance: Option<Instance>,
     /// Calls made on the current instance.
     calls: u64,
-    /// When the current instance was last called (or made).
+    /// When the current instance last returned from a call (or was made).
     last_call: Instant,
     resync: Option<Duration>,
     /// Dropped before `leases`: an index goes before its informer.
@@ -98,15 +98,17 @@ struct AttemptFailure {
     retry: bool,
 }
 
-/// Calls the handler, recording its duration, the instance's memory and its slowest host call.
+/// Calls the handler, recording its duration, the instance's memory and its slowest host call;
+/// what it answered and when it returned.
 fn timed(
     stats: &PluginStats,
     instance: &mut Instance,
     event: &Notification,
-) -> wasmtime::Result<Result<(), HandleError>> {
+) -> (wasmtime::Result<Result<(), HandleError>>, Instant) {
     let started = Instant::now();
     let outcome = instance.handle(event);
-    stats.durations.observe(started.elapsed());
+    let ended = Instant::now();
+    stats.durations.observe(ended - started);
     let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
     stats.memory_bytes.store(memory, Ordering::Relaxed);
     let handles = u64::try_from(instance.handles_held()).unwrap_or(u64::MAX);
@@ -120,7 +122,7 @@ fn timed(
     stats
         .slowest_host_call_us
         .fetch_max(slowest, Ordering::Relaxed);
-    outcome
+    (outcome, ended)
 }
 
 /// Starts a plugin's dispatch thread.
@@ -347,10 +349,10 @@ impl Worker {
                 Err(trap) => return Err(format!("init trapped: {trap:#}")),
             }
             self.instance = Some(fresh);
+            self.last_call = Instant::now();
         }
-        // Every `instance()` is followed by one call.
+        // Every `instance()` is followed by one call, which sets `last_call` when it returns.
         self.calls += 1;
-        self.last_call = Instant::now();
         self.instance
             .as_mut()
             .ok_or_else(|| "no instance".to_owned())
@@ -376,9 +378,10 @@ impl Worker {
             Ok(instance) => {
                 instance.set_previous_failures(previous);
                 log.set_handling(Some(n.object().clone()));
-                let called = timed(&stats, instance, n);
+                let (called, ended) = timed(&stats, instance, n);
                 log.set_handling(None);
                 let staged = instance.take_staged();
+                self.last_call = ended;
                 match (called, staged) {
                     (Ok(Ok(())), staged) => self.send(n, staged),
                     (Ok(Err(e)), staged) => {
