@@ -155,13 +155,16 @@ def main():
         "machine, server included: the double runs on its own threads in the benchmark's "
         "process (client-go is a process of its own).",
         "",
-        "Events per wall-clock second, and per CPU-second of the client alone: user and "
-        "system time of the benchmark's process less that of the double's threads (for "
-        "client-go, of its process), read from `/proc` in ticks of 10 ms over the run. The "
-        "CPU figure does not count time spent waiting for the server or the other core, so "
-        "it is the one that holds on a noisy shared machine. The benchmark's heap counting "
-        "(for section 4) is paused during these runs: its shared counters would tax every "
-        "allocation of the Rust clients.",
+        "Events per wall-clock second, and per CPU-second of the client alone: the CPU "
+        "clock of the benchmark's process less the CPU clocks of the double's threads, in "
+        "nanoseconds (for client-go, its process's time from `/proc`, in ticks of 10 ms, of "
+        "which its runs take hundreds). The CPU figure does not count time spent waiting for "
+        "the server or the other core, so it is the one that holds on a noisy shared "
+        "machine. The benchmark's heap counting (for section 4) is paused during these "
+        "runs: its shared counters would tax every allocation of the Rust clients. Like "
+        "`kubewasm run`, the benchmark installs a `tracing` subscriber with the agent's "
+        "default filter (its lines go nowhere): without one, `tracing` hands disabled spans "
+        "to the `log` crate, which costs every Rust client work the agent never does.",
         "",
         table(
             [

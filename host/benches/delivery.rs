@@ -25,6 +25,7 @@ use kubewasm::wasm::Instance;
 mod support;
 
 fn main() {
+    support::logging::as_the_agent();
     divan::main();
 }
 

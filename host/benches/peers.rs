@@ -64,7 +64,10 @@ impl Rig {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .thread_name("double")
-                .on_thread_start(alloc::ignore_this_thread)
+                .on_thread_start(|| {
+                    alloc::ignore_this_thread();
+                    cpu::double_thread();
+                })
                 .enable_all()
                 .build()
                 .expect("double runtime")
@@ -394,8 +397,8 @@ fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> (f64, f64
         Peer::ClientGo { child, .. } => Some(child.id()),
         _ => None,
     };
-    let ticks = || go_pid.map_or_else(cpu::client_ticks, cpu::process_ticks);
-    let ticks_before = ticks();
+    let cpu = || go_pid.map_or_else(cpu::client, cpu::process);
+    let cpu_before = cpu();
     let started = Instant::now();
     double.set_held(false);
     match &mut client {
@@ -403,7 +406,7 @@ fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> (f64, f64
         other => wait_for("every event handled", || other.handled() >= total),
     }
     let elapsed = started.elapsed();
-    let cpu_seconds = ticks().saturating_sub(ticks_before).max(1) as f64 / cpu::TICKS_PER_SECOND;
+    let cpu_seconds = cpu().saturating_sub(cpu_before).as_secs_f64().max(1e-3);
     client.stop();
     alloc::uncounted(|| drop(double));
     (
@@ -574,6 +577,7 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
 }
 
 fn main() {
+    support::logging::as_the_agent();
     // `cargo bench` passes `--bench`; filters are not supported.
     let quick = std::env::var_os("KUBEWASM_BENCH_QUICK").is_some();
     let rig = Rig::new();

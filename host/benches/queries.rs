@@ -31,6 +31,7 @@ use serde_json::json;
 mod support;
 
 fn main() {
+    support::logging::as_the_agent();
     divan::main();
 }
 

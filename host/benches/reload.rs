@@ -23,7 +23,11 @@ use kubewasm::source::manifests::ManifestFolder;
 use kubewasm::wasm::logging::MemorySink;
 use kubewasm_plugin_artifacts::{AUDIT_LOG, variant};
 
+#[path = "support/mod.rs"]
+mod support;
+
 fn main() {
+    support::logging::as_the_agent();
     divan::main();
 }
 

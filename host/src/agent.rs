@@ -29,6 +29,11 @@ use crate::wasm::Engine;
 use crate::wasm::logging::LogSink;
 use crate::write::Writer;
 
+/// The log filter of `kubewasm run` when `RUST_LOG` is unset: info, less kube's per-request
+/// failure line (an ERROR naming no resource, repeated on every retry; the host logs each
+/// failure once with its type and next step).
+pub const LOG_FILTER: &str = "info,kube_client::client::builder=off";
+
 /// Where objects come from.
 pub enum Cluster {
     /// A folder of YAML/JSON manifests playing the API server.

@@ -10,8 +10,7 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    // Without RUST_LOG: no kube per-request failure line (an ERROR naming no resource,
-    // repeated on every retry; the host logs each failure once with its type and next step).
+    // Without RUST_LOG, the subcommand's own filter (`agent::LOG_FILTER` for a run).
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(args.command.default_log_filter()));
     let logs = tracing_subscriber::fmt().with_env_filter(filter);

@@ -5,3 +5,4 @@
 pub mod alloc;
 pub mod cpu;
 pub mod instance;
+pub mod logging;

@@ -72,7 +72,7 @@ impl Command {
     pub fn default_log_filter(&self) -> &'static str {
         match self {
             Command::Test(_) | Command::Record(_) => "warn,kube_client::client::builder=off",
-            _ => "info,kube_client::client::builder=off",
+            _ => kubewasm::agent::LOG_FILTER,
         }
     }
 
