@@ -412,7 +412,7 @@ pub mod log {
 
     use crate::bindings::kubewasm::plugin::logging::{self as host, Level};
 
-    /// Bytes of field strings kept between lines; past it they are let go.
+    /// Bytes of field pairs and strings kept between lines; past it they are let go.
     const KEEP_BYTES: usize = 16 << 10;
 
     thread_local! {
@@ -440,12 +440,14 @@ pub mod log {
         &buffer[..fields.len()]
     }
 
-    /// Lets the kept strings go once they hold more than [`KEEP_BYTES`].
+    /// Lets the kept pairs go once they and their strings hold more than [`KEEP_BYTES`].
     fn trim(buffer: &mut Vec<(String, String)>) {
-        let kept: usize = buffer
-            .iter()
-            .map(|(k, v)| k.capacity() + v.capacity())
-            .sum();
+        let slots = buffer.capacity() * std::mem::size_of::<(String, String)>();
+        let kept: usize = slots
+            + buffer
+                .iter()
+                .map(|(k, v)| k.capacity() + v.capacity())
+                .sum::<usize>();
         if kept > KEEP_BYTES {
             *buffer = Vec::new();
         }
@@ -510,6 +512,10 @@ pub mod log {
             trim(&mut buffer);
             assert_eq!(buffer.len(), 1, "small lines are kept");
             fill(&mut buffer, &[("k", &big)]);
+            trim(&mut buffer);
+            assert!(buffer.is_empty() && buffer.capacity() == 0);
+            // Many empty fields hold no string bytes, but their pairs count.
+            fill(&mut buffer, &vec![("", ""); KEEP_BYTES]);
             trim(&mut buffer);
             assert!(buffer.is_empty() && buffer.capacity() == 0);
         }
