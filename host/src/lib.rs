@@ -29,5 +29,6 @@ pub mod testing;
 pub mod traces;
 pub mod wasm;
 pub mod watch;
+pub mod whole_file;
 pub mod write;
 pub mod yaml;

@@ -50,12 +50,9 @@ impl ArtifactCache {
         if path.exists() {
             return;
         }
-        let partial = self.dir.join(format!(".sha256-{}.partial", digest.hex()));
         let written = std::fs::create_dir_all(&self.dir)
-            .and_then(|()| std::fs::write(&partial, bytes))
-            .and_then(|()| std::fs::rename(&partial, &path));
+            .and_then(|()| crate::whole_file::write(&path, bytes));
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&partial);
             tracing::warn!(dir = %self.dir.display(), "cannot cache pulled content: {e}");
             return;
         }
@@ -78,6 +75,7 @@ impl ArtifactCache {
 
     /// Removes the least recently used entries until the folder fits, keeping `keep`.
     fn evict(&self, keep: &Path) {
+        crate::whole_file::remove_stale_partials(&self.dir);
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };

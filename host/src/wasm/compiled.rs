@@ -58,7 +58,8 @@ impl CompiledCache {
     }
 
     /// Compiles `bytes` (content `sha256`), keeps the machine code, and evicts what no
-    /// longer fits.
+    /// longer fits. A cache folder that cannot take the code (full, read-only, removed) is
+    /// logged and the code used from memory: the plugin loads either way.
     pub fn compile(
         &self,
         engine: &wasmtime::Engine,
@@ -67,15 +68,25 @@ impl CompiledCache {
     ) -> wasmtime::Result<Component> {
         let path = self.path(sha256);
         let compiled = engine.precompile_component(bytes)?;
-        let partial = path.with_extension("partial");
-        std::fs::write(&partial, &compiled)?;
-        std::fs::rename(&partial, &path)?;
-        self.evict(&path);
-        load_precompiled(engine, &path)
+        match crate::whole_file::write(&path, &compiled) {
+            Ok(()) => {
+                self.evict(&path);
+                // Another host sharing the folder may have evicted the file already.
+                load_precompiled(engine, &path).or_else(|e| {
+                    tracing::warn!(file = %path.display(), "cached code unusable, using it from memory: {e:#}");
+                    from_memory(engine, &compiled)
+                })
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), "compiled code not cached: {e}");
+                from_memory(engine, &compiled)
+            }
+        }
     }
 
     /// Removes the least recently used files until the folder fits its bound, keeping `keep`.
     fn evict(&self, keep: &Path) {
+        crate::whole_file::remove_stale_partials(&self.dir);
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -107,6 +118,14 @@ impl CompiledCache {
     }
 }
 
+/// Loads machine code this process has just produced with `Engine::precompile_component`.
+#[allow(unsafe_code)]
+fn from_memory(engine: &wasmtime::Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: the bytes come from this engine's own `precompile_component` a moment ago and
+    // never left the process.
+    unsafe { Component::deserialize(engine, compiled) }
+}
+
 /// Maps precompiled code written by [`CompiledCache::compile`] back in.
 #[allow(unsafe_code)]
 fn load_precompiled(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<Component> {
@@ -115,4 +134,59 @@ fn load_precompiled(engine: &wasmtime::Engine, path: &Path) -> wasmtime::Result<
     // source's hash and the engine's compatibility hash; wasmtime also checks its header,
     // version and settings. The operator keeps that folder writable by the host alone.
     unsafe { Component::deserialize_file(engine, path) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn component() -> Vec<u8> {
+        wat::parse_str("(component (core module (func (export \"f\"))))").expect("wat")
+    }
+
+    fn files(dir: &Path, extension: &str) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .expect("read cache folder")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == extension))
+            .collect()
+    }
+
+    #[test]
+    fn hosts_compiling_the_same_component_at_once_all_load_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let engine = wasmtime::Engine::default();
+        let bytes = component();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    // One cache per thread, as separate hosts sharing a folder have.
+                    let cache = CompiledCache::open(dir.path(), DEFAULT_CACHE_BYTES, &engine)
+                        .expect("open cache");
+                    for _ in 0..10 {
+                        cache
+                            .compile(&engine, &bytes, "same")
+                            .expect("compiled and loaded");
+                    }
+                });
+            }
+        });
+        assert_eq!(files(dir.path(), "cwasm").len(), 1);
+        assert_eq!(files(dir.path(), "partial"), Vec::<PathBuf>::new());
+        let cache = CompiledCache::open(dir.path(), DEFAULT_CACHE_BYTES, &engine).expect("open");
+        assert!(cache.lookup(&engine, "same").is_some());
+    }
+
+    #[test]
+    fn a_folder_that_cannot_take_the_code_still_loads_the_plugin() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let engine = wasmtime::Engine::default();
+        let cache = CompiledCache::open(dir.path(), DEFAULT_CACHE_BYTES, &engine).expect("open");
+        std::fs::remove_dir(dir.path()).expect("remove the folder under the cache");
+        cache
+            .compile(&engine, &component(), "gone")
+            .expect("loaded from memory");
+        assert!(cache.lookup(&engine, "gone").is_none());
+    }
 }
