@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 20] = [
+const LAYERS: [&str; 21] = [
     "captured_log",
+    "whole_file",
     "gvk",
     "yaml",
     "object",
