@@ -151,14 +151,14 @@ def main():
         f"A recorded stream of {first['events']} events ({first['events'] // 4} pods of "
         f"{first['pod_bytes']} B, each added, updated twice and deleted) is released on the "
         "double after the client synced; timed until the client has handled every event "
-        "(median of 3 runs, each on a fresh server and client). Everything runs on the same "
-        "machine, server included: the double runs on its own threads in the benchmark's "
-        "process (client-go is a process of its own).",
+        f"(median of {peers.get('rounds', 3)} runs, each on a fresh server and client). Everything runs on the same "
+        "machine, server included: the double runs in a process of its own, the benchmark's "
+        "executable started again as the server (`host/benches/support/double_process.rs`), "
+        "and so does client-go; the Rust clients run in the benchmark's process.",
         "",
-        "Events per wall-clock second, and per CPU-second of the client alone: the CPU "
-        "clock of the benchmark's process less the CPU clocks of the double's threads, in "
-        "nanoseconds (for client-go, its process's time from `/proc`, in ticks of 10 ms, of "
-        "which its runs take hundreds). The CPU figure does not count time spent waiting for "
+        "Events per wall-clock second, and per CPU-second of the client's process: the CPU "
+        "clock of the benchmark's process, in nanoseconds (for client-go, its process's "
+        "time from `/proc`, in ticks of 10 ms, of which its runs take hundreds). The CPU figure does not count time spent waiting for "
         "the server or the other core, so it is the one that holds on a noisy shared "
         "machine. The benchmark's heap counting (for section 4) is paused during these "
         "runs: its shared counters would tax every allocation of the Rust clients. Like "
@@ -291,8 +291,8 @@ def main():
         "handlers), per object and divided by the pod's JSON size as the server sends it "
         "(managedFields included). Then every pod changes while the client is cut off, history "
         "is compacted, and the client relists after 410 Gone: the peak heap during the relist "
-        "divided by the steady heap. Rust clients: a counting allocator that ignores the "
-        "server's threads (requested bytes). client-go: Go's `HeapAlloc` (live heap after a GC "
+        "divided by the steady heap. Rust clients: a counting allocator in the benchmark's "
+        "process, which the server is not part of (requested bytes). client-go: Go's `HeapAlloc` (live heap after a GC "
         "for the steady value; sampled every millisecond, garbage included, for the peak).",
         "",
         table(

@@ -2,15 +2,18 @@
 //! watcher and store, typed `Pod`) and client-go's SharedIndexInformer (a Go program,
 //! `benches/client-go`), each against the API server double serving the same recorded pods.
 //!
+//! The double runs in a process of its own (`support/double_process.rs`), so the benchmark's
+//! process is the Rust client's alone: its CPU clock and counted heap are the client's.
+//!
 //! - Throughput: the client has synced; a recorded stream (every pod added, updated twice,
 //!   deleted) is queued on the double and released; timed until the client has handled every
 //!   event. kubewasm is measured up to an in-process subscriber, and up to 1 and 10 no-op Rust
 //!   plugins and a plugin that parses each pod. Reported per wall-clock second and per
-//!   CPU-second of the client alone (`support/cpu.rs`), with heap counting paused.
+//!   CPU-second of the client's process (`support/cpu.rs`), with heap counting paused.
 //! - Memory: heap held after syncing N pods, per object and divided by the pods' JSON size;
 //!   then a forced relist (every pod changed, history compacted, watch cut: 410 Gone) and the
 //!   peak heap during it divided by the steady heap. Rust clients are measured with a counting
-//!   allocator that ignores the double's threads; client-go with Go's heap statistics.
+//!   allocator; client-go with Go's heap statistics.
 //!
 //! Results are printed and written to `target/bench-results/peers.json`, which
 //! `scripts/bench.sh` turns into docs/BENCHMARKS.md. `KUBEWASM_BENCH_QUICK=1` runs small sizes.
@@ -20,6 +23,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
+use support::double_process::{self, DoubleProcess};
 use support::instance::Discard;
 use support::{alloc, cpu};
 
@@ -42,57 +46,30 @@ use kubewasm::informer::{Filter, Informer, Subscription};
 use kubewasm::object::Transform;
 use kubewasm::plugins::{DEFAULT_RELEASE_IDLE_AFTER, PluginHost};
 use kubewasm::source::kube::KubeSource;
-use kubewasm_testenv::double::{ApiDouble, Served};
-use kubewasm_testenv::generate;
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
 
 const WAIT: Duration = Duration::from_secs(600);
 
-/// The runtimes: the double's own (not counted) and the client's.
+/// The client's runtime and the client-go peer.
 struct Rig {
-    double_rt: tokio::runtime::Runtime,
     client_rt: tokio::runtime::Runtime,
     go_peer: PathBuf,
 }
 
 impl Rig {
     fn new() -> Self {
-        let double_rt = alloc::uncounted(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("double")
-                .on_thread_start(|| {
-                    alloc::ignore_this_thread();
-                    cpu::double_thread();
-                })
-                .enable_all()
-                .build()
-                .expect("double runtime")
-        });
         let client_rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("client runtime");
         Self {
-            double_rt,
             client_rt,
             go_peer: build_go_peer(),
         }
-    }
-
-    fn double(&self, pods: Vec<Value>) -> ApiDouble {
-        alloc::uncounted(|| {
-            let double = self
-                .double_rt
-                .block_on(ApiDouble::serving(Served::pods()))
-                .expect("double");
-            double.load(pods);
-            double
-        })
     }
 }
 
@@ -235,10 +212,10 @@ fn pod_informer(
 impl Peer {
     /// Starts `kind` against `double` and waits until it has synced. `go_args` are extra
     /// arguments for client-go.
-    fn start(rig: &Rig, kind: Kind, double: &ApiDouble, go_args: &[String]) -> Self {
+    fn start(rig: &Rig, kind: Kind, double: &DoubleProcess, go_args: &[String]) -> Self {
         let _guard = rig.client_rt.enter();
         let handle = rig.client_rt.handle().clone();
-        let client = double.client().expect("client");
+        let client = double.client();
         match kind {
             Kind::Kubewasm {
                 subscriber,
@@ -376,31 +353,42 @@ fn read_line(out: &mut BufReader<ChildStdout>) -> String {
     line.trim().to_owned()
 }
 
-/// Events per second for `kind` on `stream`.
-/// One throughput run: events per wall-clock second, and per CPU-second of the client alone
-/// (its process's CPU time less the double's threads; client-go's own process).
-fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> (f64, f64) {
-    let double = rig.double(Vec::new());
-    let total = stream.len() as u64;
+/// The recorded stream of a throughput run: pods, their size, updates per pod.
+#[derive(Clone, Copy)]
+struct Stream {
+    pods: usize,
+    size: usize,
+    updates: usize,
+}
+
+impl Stream {
+    /// Events in the stream: each pod added, updated, deleted.
+    fn events(self) -> usize {
+        self.pods * (self.updates + 2)
+    }
+}
+
+/// One throughput run: events per wall-clock second, and per CPU-second of the client's
+/// process (this one, or client-go's).
+fn throughput(rig: &Rig, kind: Kind, stream: Stream) -> (f64, f64) {
+    let mut double = DoubleProcess::start();
     let go_args = [
         "-mode".into(),
         "throughput".into(),
         "-events".into(),
-        total.to_string(),
+        stream.events().to_string(),
     ];
     let mut client = Peer::start(rig, kind, &double, &go_args);
-    alloc::uncounted(|| {
-        double.set_held(true);
-        double.replay(stream.iter().map(|e| (e.kind, &e.object)));
-    });
+    let total = double.queue(stream.pods, stream.size, stream.updates, 1_000_000);
+    assert_eq!(total, stream.events() as u64, "events queued");
     let go_pid = match &client {
         Peer::ClientGo { child, .. } => Some(child.id()),
         _ => None,
     };
-    let cpu = || go_pid.map_or_else(cpu::client, cpu::process);
+    let cpu = || go_pid.map_or_else(cpu::this_process, cpu::process);
     let cpu_before = cpu();
     let started = Instant::now();
-    double.set_held(false);
+    double.release();
     match &mut client {
         Peer::ClientGo { out, .. } => assert_eq!(read_line(out), "done"),
         other => wait_for("every event handled", || other.handled() >= total),
@@ -408,7 +396,6 @@ fn throughput(rig: &Rig, kind: Kind, stream: &[generate::Recorded]) -> (f64, f64
     let elapsed = started.elapsed();
     let cpu_seconds = cpu().saturating_sub(cpu_before).as_secs_f64().max(1e-3);
     client.stop();
-    alloc::uncounted(|| drop(double));
     (
         total as f64 / elapsed.as_secs_f64(),
         total as f64 / cpu_seconds,
@@ -430,14 +417,8 @@ struct Memory {
 }
 
 fn memory(rig: &Rig, kind: Kind, objects: usize, size: usize) -> Memory {
-    let (pods, json_bytes) = alloc::uncounted(|| {
-        let pods: Vec<Value> = (0..objects)
-            .map(|i| generate::pod(i, size, 10 + i as u64))
-            .collect();
-        let bytes: usize = pods.iter().map(|p| p.to_string().len()).sum();
-        (pods, bytes)
-    });
-    let double = rig.double(pods);
+    let mut double = DoubleProcess::start();
+    let json_bytes = double.load(objects, size, 10);
     let go_args = [
         "-mode".into(),
         "memory".into(),
@@ -453,19 +434,8 @@ fn memory(rig: &Rig, kind: Kind, objects: usize, size: usize) -> Memory {
     };
     // Every pod changes while the client is disconnected and history is compacted: its
     // watch gets 410 Gone and it relists.
-    let first_rv = (objects as u64) * 4;
-    let changed: Vec<Value> = alloc::uncounted(|| {
-        (0..objects)
-            .map(|i| generate::pod(i, size, first_rv + i as u64))
-            .collect()
-    });
     alloc::reset_peak();
-    alloc::uncounted(|| {
-        double.while_disconnected(|d| {
-            d.load(changed);
-            d.compact();
-        });
-    });
+    double.relist(objects, size, (objects as u64) * 4);
     let peak = match &mut client {
         Peer::ClientGo { out, .. } => parse_fact(&read_line(out), "peak"),
         other => {
@@ -474,7 +444,7 @@ fn memory(rig: &Rig, kind: Kind, objects: usize, size: usize) -> Memory {
         }
     };
     client.stop();
-    alloc::uncounted(|| drop(double));
+    drop(double);
     let per_object = steady / objects as f64;
     Memory {
         client: kind.label(),
@@ -504,6 +474,8 @@ struct Throughput {
 
 #[derive(serde::Serialize)]
 struct Results {
+    /// Runs per throughput figure (its median is reported).
+    rounds: usize,
     throughput: Vec<Throughput>,
     memory: Vec<Memory>,
     idle: Vec<Idle>,
@@ -539,14 +511,10 @@ const IDLE_RELEASE: Duration = Duration::from_millis(200);
 /// Loads `count` no-op plugins on a synced cache of 1,000 pods and measures what they hold
 /// once idle: with their instances kept, or released after [`IDLE_RELEASE`].
 fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
-    let pods = alloc::uncounted(|| {
-        (0..1000)
-            .map(|i| generate::pod(i, 4096, 10 + i as u64))
-            .collect()
-    });
-    let double = rig.double(pods);
+    let mut double = DoubleProcess::start();
+    double.load(1000, 4096, 10);
     let _guard = rig.client_rt.enter();
-    let client = double.client().expect("client");
+    let client = double.client();
     let release = if released {
         IDLE_RELEASE
     } else {
@@ -567,7 +535,7 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
     std::thread::sleep(Duration::from_millis(500));
     let (heap_after, rss_after) = (alloc::live(), rss());
     host.shutdown();
-    alloc::uncounted(|| drop(double));
+    drop(double);
     Idle {
         plugins: count,
         released,
@@ -577,13 +545,20 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
 }
 
 fn main() {
+    if std::env::var_os(double_process::CHILD).is_some() {
+        return double_process::serve();
+    }
     support::logging::as_the_agent();
     // `cargo bench` passes `--bench`; filters are not supported.
     let quick = std::env::var_os("KUBEWASM_BENCH_QUICK").is_some();
     let rig = Rig::new();
-    let (pods_in_stream, rounds) = if quick { (500, 3) } else { (5_000, 3) };
-    let size = 4096;
-    let stream = alloc::uncounted(|| generate::pod_stream(pods_in_stream, size, 2, 1_000_000));
+    // Five rounds: with three, one slow round in a noisy minute moved a median by 15%.
+    let (pods_in_stream, rounds) = if quick { (500, 3) } else { (5_000, 5) };
+    let stream = Stream {
+        pods: pods_in_stream,
+        size: 4096,
+        updates: 2,
+    };
 
     let idle: Vec<Idle> = [false, true]
         .into_iter()
@@ -596,6 +571,7 @@ fn main() {
         );
     }
     let mut results = Results {
+        rounds,
         throughput: Vec::new(),
         memory: Vec::new(),
         idle,
@@ -623,7 +599,7 @@ fn main() {
     for kind in clients {
         // The medians of a few runs, each on a fresh double and client.
         let runs: Vec<(f64, f64)> = (0..rounds)
-            .map(|_| alloc::paused(|| throughput(&rig, kind, &stream)))
+            .map(|_| alloc::paused(|| throughput(&rig, kind, stream)))
             .collect();
         let median = |pick: fn(&(f64, f64)) -> f64| {
             let mut values: Vec<f64> = runs.iter().map(pick).collect();
@@ -632,8 +608,8 @@ fn main() {
         };
         let row = Throughput {
             client: kind.label(),
-            events: stream.len(),
-            pod_bytes: size,
+            events: stream.events(),
+            pod_bytes: stream.size,
             events_per_second: median(|r| r.0),
             events_per_cpu_second: median(|r| r.1),
         };

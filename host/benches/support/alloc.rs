@@ -1,13 +1,10 @@
-//! A global allocator that counts live and peak heap bytes of the threads being measured.
-//!
-//! Threads marked with [`ignore_this_thread`] (the API server double's) are not counted, so
-//! what the benchmark reads is what the client under test holds. Counted are requested
-//! bytes, without the allocator's own overhead. Counting can be paused ([`paused`]) where
+//! A global allocator that counts live and peak heap bytes of the benchmark's process (the
+//! API server double runs in a process of its own). Counted are requested bytes, without the
+//! allocator's own overhead. Counting can be paused ([`paused`]) where
 //! only time is measured: its shared counters cost every thread's allocations a contended
 //! atomic update.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 /// The counting allocator; install with `#[global_allocator]`.
@@ -17,12 +14,8 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
 static PAUSED: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    static IGNORED: Cell<bool> = const { Cell::new(false) };
-}
-
 fn counted() -> bool {
-    !PAUSED.load(Ordering::Relaxed) && !IGNORED.try_with(Cell::get).unwrap_or(true)
+    !PAUSED.load(Ordering::Relaxed)
 }
 
 fn add(bytes: usize) {
@@ -66,20 +59,6 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
-}
-
-/// Stops counting what this thread allocates and frees.
-pub fn ignore_this_thread() {
-    IGNORED.with(|i| i.set(true));
-}
-
-/// Runs `f` without counting its allocations.
-pub fn uncounted<T>(f: impl FnOnce() -> T) -> T {
-    let before = IGNORED.with(Cell::get);
-    IGNORED.with(|i| i.set(true));
-    let out = f();
-    IGNORED.with(|i| i.set(before));
-    out
 }
 
 /// Runs `f` with counting paused in every thread. The live count may drift by what `f` frees

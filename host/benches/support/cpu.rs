@@ -1,30 +1,14 @@
-//! CPU time of the client side of a run: this process's, less its API server double's threads,
-//! in nanoseconds (a run of 20,000 events takes a quarter of a CPU-second, so `/proc`'s
-//! 10 ms ticks would make its figure a multiple of 4%); and a child process's, from `/proc`.
+//! CPU time of the client side of a run: this process's, in nanoseconds (a run of 20,000
+//! events takes a quarter of a CPU-second, so `/proc`'s 10 ms ticks would make its figure a
+//! multiple of 4%); and a child process's, from `/proc`.
 
-#![allow(unsafe_code)] // Clocks of other threads: two libc calls with no Rust equivalent.
+#![allow(unsafe_code)] // The process's CPU clock: a libc call with no Rust equivalent.
 
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Clock ticks per second of `/proc`'s CPU times (Linux's `USER_HZ`).
 const TICKS_PER_SECOND: u64 = 100;
-
-/// The CPU clocks of the double's threads, registered by each as it starts.
-static DOUBLE_CLOCKS: Mutex<Vec<libc::clockid_t>> = Mutex::new(Vec::new());
-
-/// Registers the calling thread as one of the double's: its CPU time is not the client's.
-pub fn double_thread() {
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: `pthread_self` is the calling thread; `clock` is a valid place to write to.
-    let found = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
-    assert_eq!(found, 0, "pthread_getcpuclockid failed");
-    DOUBLE_CLOCKS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(clock);
-}
 
 /// The CPU time `clock` has counted.
 fn read(clock: libc::clockid_t) -> Duration {
@@ -32,24 +16,16 @@ fn read(clock: libc::clockid_t) -> Duration {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `now` is a valid place to write to; a stale clock id only makes this fail.
+    // SAFETY: `now` is a valid place to write to.
     if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
         return Duration::ZERO;
     }
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
-/// CPU time of this process, every thread that ever ran included, less that of the double's
-/// threads. The double's threads live as long as its runtime, which outlives every run.
-pub fn client() -> Duration {
-    let process = read(libc::CLOCK_PROCESS_CPUTIME_ID);
-    let double: Duration = DOUBLE_CLOCKS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .map(|c| read(*c))
-        .sum();
-    process.saturating_sub(double)
+/// CPU time of this process, every thread that ever ran included.
+pub fn this_process() -> Duration {
+    read(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// CPU time of process `pid` (all its threads), in `/proc`'s ticks of 10 ms.

@@ -4,5 +4,6 @@
 
 pub mod alloc;
 pub mod cpu;
+pub mod double_process;
 pub mod instance;
 pub mod logging;
