@@ -23,11 +23,11 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use support::double_process::{self, DoubleProcess};
+use support::double_process::{self, DoubleProcess, read_line};
 use support::instance::Discard;
 use support::{alloc, cpu};
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
@@ -345,12 +345,6 @@ impl Peer {
             Peer::Kubewasm { .. } => {}
         }
     }
-}
-
-fn read_line(out: &mut BufReader<ChildStdout>) -> String {
-    let mut line = String::new();
-    out.read_line(&mut line).expect("peer output");
-    line.trim().to_owned()
 }
 
 /// The recorded stream of a throughput run: pods, their size, updates per pod.

@@ -11,7 +11,7 @@ use std::time::Duration;
 const PARTIAL: &str = "partial";
 
 /// Age past which a partial file is taken for one a killed writer left.
-pub const STALE: Duration = Duration::from_secs(3600);
+const STALE: Duration = Duration::from_secs(3600);
 
 /// Writes `bytes` to `path` through a partial file of this process and call, renamed over
 /// `path` once complete; the partial file is removed on failure.
@@ -63,6 +63,15 @@ pub fn remove_stale_partials(dir: &Path) {
 mod tests {
     use super::*;
 
+    /// The names of the files in `dir`.
+    fn names(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
     #[test]
     fn concurrent_writers_of_one_path_all_succeed_and_leave_one_whole_file() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -81,12 +90,7 @@ mod tests {
         let kept = std::fs::read(&path).expect("read");
         assert_eq!(kept.len(), 256 << 10);
         assert!(kept.iter().all(|b| *b == kept[0]), "a torn file");
-        let left: Vec<_> = std::fs::read_dir(dir.path())
-            .expect("list")
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(left, vec![std::ffi::OsString::from("target")]);
+        assert_eq!(names(dir.path()), ["target"]);
     }
 
     #[test]
@@ -96,12 +100,7 @@ mod tests {
         let path = dir.path().join("folder");
         std::fs::create_dir_all(path.join("inside")).expect("folder");
         assert!(write(&path, b"x").is_err());
-        let left: Vec<_> = std::fs::read_dir(dir.path())
-            .expect("list")
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(left, vec![std::ffi::OsString::from("folder")]);
+        assert_eq!(names(dir.path()), ["folder"]);
     }
 
     #[test]

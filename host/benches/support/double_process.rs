@@ -106,9 +106,10 @@ impl Drop for DoubleProcess {
     }
 }
 
-fn read_line(out: &mut impl BufRead) -> String {
+/// One line a child process wrote, trimmed.
+pub fn read_line(out: &mut impl BufRead) -> String {
     let mut line = String::new();
-    out.read_line(&mut line).expect("the double's stdout");
+    out.read_line(&mut line).expect("a child process's output");
     line.trim().to_owned()
 }
 
