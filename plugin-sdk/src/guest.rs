@@ -62,6 +62,9 @@ macro_rules! export_plugin {
 
 impl Gvk {
     /// A resource type from group (empty for core), version and kind.
+    ///
+    /// A `Gvk` owns its strings, so building one allocates: a handler that queries the same
+    /// types on every event builds them once, in a `static` (`LazyLock::new(Gvk::pod)`).
     pub fn new(group: &str, version: &str, kind: &str) -> Self {
         Self {
             group: group.into(),

@@ -2,9 +2,17 @@
 //! its ReplicaSet has: the Rust twin of plugins/python/owner-chain and
 //! plugins/javascript/owner-chain, so the three languages can be compared on the same work.
 
+use std::sync::LazyLock;
+
 use kubewasm_sdk::{
     Event, Gvk, HandleError, Manifest, Plugin, Subscription, cache, export_plugin, log,
 };
+
+// Built once, like the Python and JavaScript twins' module constants: a `Gvk` holds its
+// strings, so building one per event costs allocations in the handler.
+static POD: LazyLock<Gvk> = LazyLock::new(Gvk::pod);
+static REPLICA_SET: LazyLock<Gvk> = LazyLock::new(Gvk::replica_set);
+static DEPLOYMENT: LazyLock<Gvk> = LazyLock::new(Gvk::deployment);
 
 struct OwnerChain;
 
@@ -24,7 +32,7 @@ impl Plugin for OwnerChain {
         };
         let key = pod.key();
         // The controller of each type, from the cache, uid checked: one call into the host.
-        let Some(rs) = pod.owner(&Gvk::replica_set())? else {
+        let Some(rs) = pod.owner(&REPLICA_SET)? else {
             log::info(
                 "owner chain",
                 &[
@@ -36,8 +44,8 @@ impl Plugin for OwnerChain {
             );
             return Ok(());
         };
-        let deployment = rs.owner(&Gvk::deployment())?;
-        let siblings = cache::by_index(&Gvk::pod(), kubewasm_sdk::index::OWNER_UID, &rs.uid())?
+        let deployment = rs.owner(&DEPLOYMENT)?;
+        let siblings = cache::by_index(&POD, kubewasm_sdk::index::OWNER_UID, &rs.uid())?
             .len()
             .to_string();
         let deployment = deployment.map_or_else(|| "-".to_owned(), |d| d.name());
