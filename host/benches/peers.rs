@@ -10,6 +10,8 @@
 //!   event. kubewasm is measured up to an in-process subscriber, and up to 1 and 10 no-op Rust
 //!   plugins and a plugin that parses each pod. Reported per wall-clock second and per
 //!   CPU-second of the client's process (`support/cpu.rs`), with heap counting paused.
+//!   client-go runs twice: reading JSON, and reading protobuf through a front (the Go peer's
+//!   `-mode front`, a process of its own) that converts the double's JSON answers.
 //! - Memory: heap held after syncing N pods, per object and divided by the pods' JSON size;
 //!   then a forced relist (every pod changed, history compacted, watch cut: 410 Gone) and the
 //!   peak heap during it divided by the steady heap. Rust clients are measured with a counting
@@ -162,6 +164,8 @@ enum Peer {
     ClientGo {
         child: Child,
         out: BufReader<ChildStdout>,
+        /// The protobuf front between client-go and the double, when client-go reads protobuf.
+        front: Option<Child>,
     },
 }
 
@@ -179,7 +183,11 @@ enum Kind {
         work: &'static str,
     },
     KubeRs,
-    ClientGo,
+    /// client-go's informer, reading JSON or, through a front that converts the double's
+    /// answers as a real API server would serve them, protobuf.
+    ClientGo {
+        protobuf: bool,
+    },
 }
 
 impl Kind {
@@ -192,7 +200,8 @@ impl Kind {
             Kind::Plugins { count: 1, work } => format!("kubewasm + 1 {work} plugin"),
             Kind::Plugins { count, work } => format!("kubewasm + {count} {work} plugins"),
             Kind::KubeRs => "kube-rs reflector".into(),
-            Kind::ClientGo => "client-go informer".into(),
+            Kind::ClientGo { protobuf: false } => "client-go informer".into(),
+            Kind::ClientGo { protobuf: true } => "client-go informer (protobuf)".into(),
         }
     }
 }
@@ -292,10 +301,31 @@ impl Peer {
                     task,
                 }
             }
-            Kind::ClientGo => {
+            Kind::ClientGo { protobuf } => {
+                // The front is a process of its own, like the double: converting to protobuf
+                // is the server's work, not counted as client-go's.
+                let front = protobuf.then(|| {
+                    let mut front = Command::new(&rig.go_peer)
+                        .args(["-mode", "front", "-server"])
+                        .arg(double.url())
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .expect("client-go protobuf front");
+                    let mut out = BufReader::new(front.stdout.take().expect("stdout"));
+                    let line = read_line(&mut out);
+                    let url = line
+                        .strip_prefix("listening ")
+                        .unwrap_or_else(|| panic!("protobuf front said {line:?}"))
+                        .to_owned();
+                    (front, url)
+                });
+                let server = front
+                    .as_ref()
+                    .map_or_else(|| double.url().to_string(), |(_, url)| url.clone());
                 let mut child = Command::new(&rig.go_peer)
                     .arg("-server")
-                    .arg(double.url())
+                    .arg(server)
+                    .args(protobuf.then_some("-protobuf"))
                     .args(go_args)
                     .stdout(Stdio::piped())
                     .spawn()
@@ -303,7 +333,11 @@ impl Peer {
                 let mut out = BufReader::new(child.stdout.take().expect("stdout"));
                 let line = read_line(&mut out);
                 assert_eq!(line, "synced", "client-go peer");
-                Peer::ClientGo { child, out }
+                Peer::ClientGo {
+                    child,
+                    out,
+                    front: front.map(|(front, _)| front),
+                }
             }
         }
     }
@@ -338,9 +372,11 @@ impl Peer {
         match self {
             Peer::Plugins { agent, .. } => agent.plugins().shutdown(),
             Peer::KubeRs { task, .. } => task.abort(),
-            Peer::ClientGo { mut child, .. } => {
-                let _ = child.kill();
-                let _ = child.wait();
+            Peer::ClientGo { child, front, .. } => {
+                for mut child in std::iter::once(child).chain(front) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
             }
             Peer::Kubewasm { .. } => {}
         }
@@ -576,7 +612,8 @@ fn main() {
             keep_managed: false,
         },
         Kind::KubeRs,
-        Kind::ClientGo,
+        Kind::ClientGo { protobuf: false },
+        Kind::ClientGo { protobuf: true },
         Kind::Plugins {
             count: 1,
             work: "noop",
@@ -634,7 +671,7 @@ fn main() {
             keep_managed: true,
         },
         Kind::KubeRs,
-        Kind::ClientGo,
+        Kind::ClientGo { protobuf: false },
     ];
     for &(objects, size) in cases {
         for kind in cache_only {

@@ -9,6 +9,10 @@
 //     -relist updates have arrived after the Rust side forced a relist, "peak BYTES" (the
 //     highest heap in use sampled every millisecond during it, garbage included, as Go
 //     holds it) and "after BYTES" (live heap after a GC).
+//
+// With -protobuf it asks for protobuf, as client-go can of a real API server. The double
+// serves JSON only, so the benchmark puts this program's -mode front (front.go) between them:
+// it prints "listening URL" and answers every request in protobuf.
 package main
 
 import (
@@ -32,9 +36,15 @@ func live() uint64 {
 	return m.HeapAlloc
 }
 
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "client-go-peer:", err)
+	os.Exit(1)
+}
+
 func main() {
 	server := flag.String("server", "", "URL of the API server double")
-	mode := flag.String("mode", "throughput", "throughput or memory")
+	mode := flag.String("mode", "throughput", "throughput, memory, or front (the protobuf front of -server)")
+	protobuf := flag.Bool("protobuf", false, "ask -server for protobuf, as client-go does against a real API server")
 	events := flag.Int64("events", 0, "throughput: notifications to wait for")
 	relist := flag.Int64("relist", 0, "memory: updates that mark the relist complete")
 	flag.Parse()
@@ -43,11 +53,20 @@ func main() {
 		os.Exit(2)
 	}
 
+	if *mode == "front" {
+		serveFront(*server)
+		return
+	}
+
 	baseline := live()
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: *server, QPS: -1})
+	config := &rest.Config{Host: *server, QPS: -1}
+	if *protobuf {
+		config.ContentType = protobufType
+		config.AcceptContentTypes = protobufType + ",application/json"
+	}
+	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "client-go-peer:", err)
-		os.Exit(1)
+		fail(err)
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	informer := factory.Core().V1().Pods().Informer()
