@@ -37,6 +37,7 @@ pub(crate) struct Member<'a> {
 }
 
 /// The index of the first byte at or after `i` that is not JSON whitespace.
+#[inline(always)]
 pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
         i += 1;
@@ -118,6 +119,7 @@ struct Key {
 }
 
 /// Reads `"key" :` at `i`.
+#[inline(always)]
 fn key_then_colon(b: &[u8], i: usize) -> Scan<Key> {
     if b.get(i) != Some(&b'"') {
         return Err(Refused);
