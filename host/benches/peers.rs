@@ -75,6 +75,22 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// Starts the Go peer (client-go, or its protobuf front) with `args`, its stdout piped.
+    fn start_go_peer<'a>(
+        &self,
+        args: impl IntoIterator<Item = &'a str>,
+    ) -> (Child, BufReader<ChildStdout>) {
+        let mut child = Command::new(&self.go_peer)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("client-go peer");
+        let out = BufReader::new(child.stdout.take().expect("stdout"));
+        (child, out)
+    }
+}
+
 fn build_go_peer() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/client-go");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("client-go-peer");
@@ -305,13 +321,8 @@ impl Peer {
                 // The front is a process of its own, like the double: converting to protobuf
                 // is the server's work, not counted as client-go's.
                 let front = protobuf.then(|| {
-                    let mut front = Command::new(&rig.go_peer)
-                        .args(["-mode", "front", "-server"])
-                        .arg(double.url())
-                        .stdout(Stdio::piped())
-                        .spawn()
-                        .expect("client-go protobuf front");
-                    let mut out = BufReader::new(front.stdout.take().expect("stdout"));
+                    let (front, mut out) =
+                        rig.start_go_peer(["-mode", "front", "-server", double.url()]);
                     let line = read_line(&mut out);
                     let url = line
                         .strip_prefix("listening ")
@@ -322,15 +333,12 @@ impl Peer {
                 let server = front
                     .as_ref()
                     .map_or_else(|| double.url().to_string(), |(_, url)| url.clone());
-                let mut child = Command::new(&rig.go_peer)
-                    .arg("-server")
-                    .arg(server)
-                    .args(protobuf.then_some("-protobuf"))
-                    .args(go_args)
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .expect("client-go peer");
-                let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+                let (child, mut out) = rig.start_go_peer(
+                    ["-server", server.as_str()]
+                        .into_iter()
+                        .chain(protobuf.then_some("-protobuf"))
+                        .chain(go_args.iter().map(String::as_str)),
+                );
                 let line = read_line(&mut out);
                 assert_eq!(line, "synced", "client-go peer");
                 Peer::ClientGo {

@@ -151,13 +151,14 @@ pub fn is_secret(gvk: &crate::gvk::Gvk) -> bool {
     gvk.group.is_empty() && gvk.kind == "Secret"
 }
 
-/// Refuses an over-long query argument before any work is done with it.
-/// `a == b`, compared in line: type names are a few bytes, for which a call to `memcmp`
-/// costs more than the comparison.
+/// `a == b`, compared in line: what queries compare is short (type names, within the
+/// argument limit; uids), and for a type name's few bytes a call to `memcmp` cost more than
+/// the comparison (about 80 ns per `get`).
 fn short_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
+/// Refuses an over-long query argument before any work is done with it.
 fn arg(what: &str, value: &str) -> Result<(), QueryError> {
     limits::argument(what, value)
         .map(drop)
