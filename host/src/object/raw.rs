@@ -37,36 +37,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Mapping<T> {
     }
 }
 
-/// A string borrowed from the text unless it has escapes.
-#[derive(Deserialize)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
-
-/// Labels in the order sent.
-struct Labels<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Labels<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a mapping of strings to strings")
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(
-                self,
-                mut m: M,
-            ) -> Result<Self::Value, M::Error> {
-                let mut labels = Vec::with_capacity(m.size_hint().unwrap_or(0));
-                while let Some((Text(k), Text(v))) = m.next_entry::<Text<'de>, Text<'de>>()? {
-                    labels.push((k, v));
-                }
-                Ok(Labels(labels))
-            }
-        }
-        d.deserialize_map(Visit)
-    }
-}
-
 #[derive(Deserialize)]
 struct Owner<'a> {
     #[serde(rename = "apiVersion", borrow)]
@@ -86,7 +56,8 @@ struct Owner<'a> {
 struct Top<'a> {
     api_version: Option<Member<'a>>,
     kind: Option<Member<'a>>,
-    metadata: Option<Member<'a>>,
+    /// What was read from `metadata`.
+    metadata: Option<Meta<'a>>,
 }
 
 /// What the decoder reads from `metadata`, borrowed from the text where it has no escapes.
@@ -96,7 +67,8 @@ struct Meta<'a> {
     namespace: Option<Cow<'a, str>>,
     uid: Option<Cow<'a, str>>,
     resource_version: Option<Cow<'a, str>>,
-    labels: Option<Labels<'a>>,
+    /// Labels in the order sent.
+    labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     owners: Vec<Mapping<Owner<'a>>>,
     /// The `managedFields` member, key to value.
     managed_fields: Option<Range<usize>>,
@@ -124,20 +96,24 @@ fn key<'a>(member: &Member<'a>) -> Scan<&'a str> {
     }
 }
 
-/// Reads the members of the `metadata` mapping at `at`.
-fn meta(text: &str, at: usize) -> Scan<Meta<'_>> {
+/// Reads the members of the `metadata` mapping at `at`, checking all of it once; where it ends.
+fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
+    let b = text.as_bytes();
     let mut meta = Meta::default();
-    let value = |m: &Member| text.get(m.value.clone()).ok_or(Refused);
-    let null = |m: &Member| value(m).map(|v| v == "null");
+    let null = |value: usize| b.get(value..value + 4) == Some(b"null");
     // A string member; `null` reads as absent when `nullable`.
     let string = |m: &Member, nullable: bool| -> Scan<Option<Cow<'_, str>>> {
-        if nullable && null(m)? {
+        if nullable && null(m.value.start) {
             return Ok(None);
         }
         scan::string_at(text, m.value.clone()).map(Some)
     };
-    scan::members(text, at, |m| {
-        let bit = match key(&m)? {
+    let end = scan::members_read(text, at, |key, escaped, at, value| {
+        // Keys are compared as written, so an escaped one must not pass for another.
+        if escaped {
+            return Err(Refused);
+        }
+        let bit = match key {
             "name" => 0,
             "namespace" => 1,
             "uid" => 2,
@@ -146,31 +122,61 @@ fn meta(text: &str, at: usize) -> Scan<Meta<'_>> {
             "ownerReferences" => 5,
             "managedFields" => 6,
             "annotations" => 7,
-            _ => return Ok(()),
+            _ => return scan::value_end(b, value),
         };
         if meta.seen & (1 << bit) != 0 {
             return Err(Refused);
         }
         meta.seen |= 1 << bit;
+        // The labels are read as they are checked; every other value is checked first.
+        let end = match bit {
+            4 if !null(value) => labels(text, value, &mut meta.labels)?,
+            _ => scan::value_end(b, value)?,
+        };
+        let m = Member {
+            key,
+            escaped,
+            span: at..end,
+            value: value..end,
+        };
         match bit {
             0 => meta.name = string(&m, false)?,
             1 => meta.namespace = string(&m, true)?,
             2 => meta.uid = string(&m, true)?,
             3 => meta.resource_version = string(&m, true)?,
-            4 => meta.labels = serde_json::from_str(value(&m)?).map_err(|_| Refused)?,
+            4 => {}
             5 => {
-                let owners: Option<Vec<_>> =
-                    serde_json::from_str(value(&m)?).map_err(|_| Refused)?;
+                let json = text.get(m.value.clone()).ok_or(Refused)?;
+                let owners: Option<Vec<_>> = serde_json::from_str(json).map_err(|_| Refused)?;
                 meta.owners = owners.unwrap_or_default();
             }
             6 => meta.managed_fields = Some(m.span),
-            _ if null(&m)? => {}
-            _ if text.as_bytes().get(m.value.start) == Some(&b'{') => meta.annotations = Some(m),
+            _ if null(value) => {}
+            _ if b.get(value) == Some(&b'{') => meta.annotations = Some(m),
             _ => return Err(Refused),
         }
-        Ok(())
+        Ok(end)
     })?;
-    Ok(meta)
+    Ok((meta, end))
+}
+
+/// Reads the labels mapping at `at` into `labels` (strings to strings, keys unescaped);
+/// where it ends.
+fn labels<'a>(
+    text: &'a str,
+    at: usize,
+    labels: &mut Vec<(Cow<'a, str>, Cow<'a, str>)>,
+) -> Scan<usize> {
+    scan::members(text, at, |m| {
+        let key = if m.escaped {
+            let quoted = m.span.start..m.span.start + m.key.len() + 2;
+            scan::string_at(text, quoted)?
+        } else {
+            Cow::Borrowed(m.key)
+        };
+        labels.push((key, scan::string_at(text, m.value)?));
+        Ok(())
+    })
 }
 
 /// What to cut from `annotations` to drop the last-applied one: that member, or the whole
@@ -213,13 +219,34 @@ pub(crate) fn decode_at(
     gvk: Option<&Arc<Gvk>>,
     transform: &Transform,
 ) -> Option<(KubeObject, usize)> {
+    let b = text.as_bytes();
     let mut top = Top::default();
-    // Checks the whole object: what the decoder does not read is still JSON serde_json takes.
-    let end = scan::members(text, start, |m| match key(&m)? {
-        "apiVersion" => once(&mut top.api_version, m),
-        "kind" => once(&mut top.kind, m),
-        "metadata" => once(&mut top.metadata, m),
-        _ => Ok(()),
+    // Checks the whole object, each byte once: what the decoder does not read is still JSON
+    // serde_json takes.
+    let end = scan::members_read(text, start, |key, escaped, at, value| {
+        if escaped {
+            return Err(Refused);
+        }
+        let slot = match key {
+            "apiVersion" => &mut top.api_version,
+            "kind" => &mut top.kind,
+            "metadata" if top.metadata.is_some() => return Err(Refused),
+            "metadata" => {
+                let (meta, end) = meta(text, value)?;
+                top.metadata = Some(meta);
+                return Ok(end);
+            }
+            _ => return scan::value_end(b, value),
+        };
+        let end = scan::value_end(b, value)?;
+        let member = Member {
+            key,
+            escaped,
+            span: at..end,
+            value: value..end,
+        };
+        once(slot, member)?;
+        Ok(end)
     })
     .ok()?;
     // A type member's string: none when absent, `None` (not an object) when it is no string.
@@ -243,7 +270,7 @@ pub(crate) fn decode_at(
         (None, None, Some(gvk)) => gvk.clone(),
         _ => return None,
     };
-    let meta = meta(text, top.metadata.as_ref()?.value.start).ok()?;
+    let meta = top.metadata?;
     let name = meta.name.as_ref()?;
     if name.is_empty() {
         return None;
@@ -276,7 +303,6 @@ pub(crate) fn decode_at(
     let labels: Vec<(&str, &str)> = meta
         .labels
         .iter()
-        .flat_map(|l| l.0.iter())
         .map(|(k, v)| (k.as_ref(), v.as_ref()))
         .collect();
     let fields = Fields {
@@ -424,7 +450,7 @@ mod tests {
             r#"{"apiVersion":"v1","spec":{},"kind":"Pod","metadata":{"name":"a"},"status":{}}"#,
             r#"{ "metadata" : {"name":"a"} , "kind" : "Pod" , "x" : 1 , "apiVersion" : "v1" }"#,
             // Escapes and non-ASCII text in values, and an owner.
-            r#"{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"w\u00e9b","labels":{"k":"v\"q\\"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"1","controller":true,"blockOwnerDeletion":true}]}}"#,
+            r#"{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"w\u00e9b","labels":{"k":"v\"q\\","e\u0073caped/key":"\u00e9"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"1","controller":true,"blockOwnerDeletion":true}]}}"#,
         ];
         for text in cases {
             same(text, &drop);
