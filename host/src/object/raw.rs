@@ -8,47 +8,20 @@
 //! which also names what is wrong.
 
 use std::borrow::Cow;
-use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
-
-use serde::Deserialize;
 
 use crate::gvk::{Gvk, split_api_version};
 use crate::object::scan::{self, Member, Refused, Scan};
 use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform};
 
-/// A `T` read only from a JSON mapping (serde also reads a struct from a list).
-struct Mapping<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Mapping<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
-            type Value = T;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a mapping")
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<T, M::Error> {
-                T::deserialize(serde::de::value::MapAccessDeserializer::new(m))
-            }
-        }
-        d.deserialize_map(Visit(PhantomData)).map(Mapping)
-    }
-}
-
-#[derive(Deserialize)]
+/// An owner reference as the decoder reads it.
 struct Owner<'a> {
-    #[serde(rename = "apiVersion", borrow)]
     api_version: Cow<'a, str>,
-    #[serde(borrow)]
     kind: Cow<'a, str>,
-    #[serde(borrow)]
     name: Cow<'a, str>,
-    #[serde(borrow)]
     uid: Cow<'a, str>,
-    #[serde(default)]
-    controller: Option<bool>,
+    controller: bool,
 }
 
 /// The top-level members the decoder reads, each at most once.
@@ -69,7 +42,7 @@ struct Meta<'a> {
     resource_version: Option<Cow<'a, str>>,
     /// Labels in the order sent.
     labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    owners: Vec<Mapping<Owner<'a>>>,
+    owners: Vec<Owner<'a>>,
     /// The `managedFields` member, key to value.
     managed_fields: Option<Range<usize>>,
     /// The `annotations` member, when a mapping.
@@ -128,9 +101,10 @@ fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
             return Err(Refused);
         }
         meta.seen |= 1 << bit;
-        // The labels are read as they are checked; every other value is checked first.
+        // Labels and owners are read as they are checked; every other value is checked first.
         let end = match bit {
             4 if !null(value) => labels(text, value, &mut meta.labels)?,
+            5 if !null(value) => owners(text, value, &mut meta.owners)?,
             _ => scan::value_end(b, value)?,
         };
         let m = Member {
@@ -144,12 +118,7 @@ fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
             1 => meta.namespace = string(&m, true)?,
             2 => meta.uid = string(&m, true)?,
             3 => meta.resource_version = string(&m, true)?,
-            4 => {}
-            5 => {
-                let json = text.get(m.value.clone()).ok_or(Refused)?;
-                let owners: Option<Vec<_>> = serde_json::from_str(json).map_err(|_| Refused)?;
-                meta.owners = owners.unwrap_or_default();
-            }
+            4 | 5 => {}
             6 => meta.managed_fields = Some(m.span),
             _ if null(value) => {}
             _ if b.get(value) == Some(&b'{') => meta.annotations = Some(m),
@@ -158,6 +127,53 @@ fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
         Ok(end)
     })?;
     Ok((meta, end))
+}
+
+/// Reads the owner references list at `at` into `owners`; where it ends. Each is a mapping
+/// with the four strings, `controller` a boolean or null, every key at most once and none
+/// escaped (the tree path reads what this refuses).
+fn owners<'a>(text: &'a str, at: usize, owners: &mut Vec<Owner<'a>>) -> Scan<usize> {
+    scan::elements_read(text.as_bytes(), at, |item| {
+        let mut strings: [Option<Cow<'a, str>>; 4] = Default::default();
+        let mut controller = None;
+        let end = scan::members(text, item, |m| {
+            if m.escaped {
+                return Err(Refused);
+            }
+            let slot = match m.key {
+                "apiVersion" => 0,
+                "kind" => 1,
+                "name" => 2,
+                "uid" => 3,
+                "controller" if controller.is_none() => {
+                    controller = match text.get(m.value) {
+                        Some("true") => Some(true),
+                        Some("false" | "null") => Some(false),
+                        _ => return Err(Refused),
+                    };
+                    return Ok(());
+                }
+                "controller" => return Err(Refused),
+                _ => return Ok(()),
+            };
+            if strings[slot].is_some() {
+                return Err(Refused);
+            }
+            strings[slot] = Some(scan::string_at(text, m.value)?);
+            Ok(())
+        })?;
+        let [Some(api_version), Some(kind), Some(name), Some(uid)] = strings else {
+            return Err(Refused);
+        };
+        owners.push(Owner {
+            api_version,
+            kind,
+            name,
+            uid,
+            controller: controller == Some(true),
+        });
+        Ok(end)
+    })
 }
 
 /// Reads the labels mapping at `at` into `labels` (strings to strings, keys unescaped);
@@ -314,12 +330,12 @@ pub(crate) fn decode_at(
         owners: meta
             .owners
             .iter()
-            .map(|Mapping(o)| OwnerRef {
+            .map(|o| OwnerRef {
                 api_version: &o.api_version,
                 kind: &o.kind,
                 name: &o.name,
                 uid: &o.uid,
-                controller: o.controller == Some(true),
+                controller: o.controller,
             })
             .collect(),
     };
@@ -451,6 +467,8 @@ mod tests {
             r#"{ "metadata" : {"name":"a"} , "kind" : "Pod" , "x" : 1 , "apiVersion" : "v1" }"#,
             // Escapes and non-ASCII text in values, and an owner.
             r#"{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"w\u00e9b","labels":{"k":"v\"q\\","e\u0073caped/key":"\u00e9"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"1","controller":true,"blockOwnerDeletion":true}]}}"#,
+            // Owners: a null controller, members the decoder does not read, two of them.
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[{"x":[{}],"uid":"1","name":"n","kind":"K","apiVersion":"v1","controller":null},{"apiVersion":"v1","kind":"K","name":"m","uid":"2","controller":false}]}}"#,
         ];
         for text in cases {
             same(text, &drop);
@@ -477,13 +495,7 @@ mod tests {
         let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
         let t = Transform::default();
         let pod = kubewasm_testenv::generate::pod(3, 2048, 7).to_string();
-        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = move |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut next = crate::object::scan::tests::random_below();
         let bytes = b"\"\\{}[],:0-.eE1tfnu \x01\x1f";
         let (mut taken, mut refused) = (0, 0);
         for _ in 0..4000 {
@@ -554,6 +566,9 @@ mod tests {
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"k":1}}}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"k":"1","k":"2"}}}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[{"kind":"X"}]}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[{"apiVersion":"v1","kind":"K","name":"n","uid":"1","uid":"2"}]}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[{"apiVersion":"v1","kind":"K","name":"n","u\u0069d":"1"}]}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","ownerReferences":[{"apiVersion":"v1","kind":"K","name":"n","uid":"1","controller":"yes"}]}}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"a"}}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":""}}"#,
             r#"{"kind":"Pod","metadata":{"name":"a"}}"#,
