@@ -83,9 +83,23 @@ def machine():
         ("Memory", memory),
         ("OS", f"{platform.system()} {platform.release()}"),
         ("Rust", command("rustc", "--version")),
+        ("wasmtime", locked_version("wasmtime")),
         ("Go", command("go", "version")),
         ("Commit", commit()),
     ]
+
+
+def locked_version(package):
+    """The version of `package` Cargo.lock holds (what the benchmarks linked)."""
+    try:
+        with open(os.path.join(ROOT, "Cargo.lock"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return "unavailable"
+    for name, version in zip(lines, lines[1:]):
+        if name == f'name = "{package}"' and version.startswith("version = "):
+            return version.split('"')[1]
+    return "unavailable"
 
 
 def commit():

@@ -138,7 +138,7 @@ fn wide_selector() -> String {
     format!("app in ({})", values.join(","))
 }
 
-#[divan::bench(sample_count = 20, sample_size = 5)]
+#[divan::bench(sample_count = 100, sample_size = 5)]
 fn query_select_wide(bencher: divan::Bencher) {
     call(bencher, "select", &wide_selector(), false);
 }
@@ -148,7 +148,7 @@ fn query_by_index_10(bencher: divan::Bencher) {
     call(bencher, "index", "group=ten", false);
 }
 
-#[divan::bench(sample_count = 20, sample_size = 5)]
+#[divan::bench(sample_count = 100, sample_size = 5)]
 fn query_by_index_1000(bencher: divan::Bencher) {
     call(bencher, "index", "app=web", false);
 }
