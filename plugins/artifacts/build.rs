@@ -112,9 +112,17 @@ fn other_languages(root: &Path, target: &Path) -> String {
     let labeler_py = componentize_py("plugins/python/labeler", "labeler_py.wasm");
     let js_tools = root.join("plugins/javascript/node_modules/@bytecodealliance/componentize-js");
     let js_out = dir.join("owner_chain_js.wasm");
+    // The JavaScript is compiled ahead of time, as a user wanting speed would build it.
+    let weval = root.join("target/weval/bin/weval");
     let js = js_tools.exists().then(|| {
+        assert!(
+            weval.exists(),
+            "{} missing: run scripts/setup.sh (it installs weval with the JavaScript tools)",
+            weval.display()
+        );
         let status = Command::new("node")
             .current_dir(root.join("plugins/javascript"))
+            .env("WEVAL_BIN", &weval)
             .arg("owner-chain/build.mjs")
             .arg(&js_out)
             .status()
@@ -134,6 +142,7 @@ fn other_languages(root: &Path, target: &Path) -> String {
     }
     println!("cargo:rerun-if-changed={}", python.display());
     println!("cargo:rerun-if-changed={}", js_tools.display());
+    println!("cargo:rerun-if-changed={}", weval.display());
     let constant = |name: &str, what: &str, path: Option<PathBuf>| match path {
         Some(p) => format!(
             "/// Path of the built {what} plugin.\npub const {name}: Option<&str> = Some({:?});\n",
