@@ -9,10 +9,9 @@
 # plugins react. Ctrl-C stops it. DEMO_SECONDS=N stops it by itself after N seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Only Rust is needed here: the pinned tool chain (rust-toolchain.toml) and the guest target.
-# scripts/setup.sh installs the Python and JavaScript tool chains the tests need too.
+# Only Rust is needed here: the tool chain rust-toolchain.toml pins, with the guest target it
+# lists. scripts/setup.sh installs the Python and JavaScript tool chains the tests need too.
 rustup -q toolchain install >/dev/null
-rustup -q target add wasm32-wasip2 >/dev/null
 
 echo "demo: building the example plugins (wasm32-wasip2)..." >&2
 cargo build --quiet --profile plugin --target wasm32-wasip2 --target-dir target/plugins \

@@ -7,11 +7,9 @@ if ! command -v rustup >/dev/null 2>&1; then
   echo "setup: rustup is required (https://rustup.rs); it installs the wasm32-wasip2 target" >&2
   exit 1
 fi
-# The tool chain rust-toolchain.toml pins (wasmtime 49 needs Rust 1.96), with its target and
-# components; older rustups do not install it on first use.
+# The tool chain rust-toolchain.toml pins (wasmtime 49 needs Rust 1.96) with the target and
+# components it lists, any missing ones added; older rustups do not install it on first use.
 rustup -q toolchain install >/dev/null
-rustup target add wasm32-wasip2 >/dev/null
-rustup component add rustfmt clippy >/dev/null
 
 # Guest tool chains for the Python and JavaScript plugins, inside the checkout:
 # componentize-py (PyPI) in target/pyenv, componentize-js and jco (npm) in plugins/javascript.
