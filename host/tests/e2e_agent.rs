@@ -454,16 +454,23 @@ async fn leader_hand_over_loses_no_event_past_the_hand_over() -> anyhow::Result<
     Ok(())
 }
 
-/// Takes the Lease `kubewasm/name` for `thief` (as another replica would after a partition).
+/// Takes the Lease `kubewasm/name` for `thief` (as another replica would after a partition),
+/// reading it again when the holder renewed between the read and the write (409 Conflict).
 async fn steal_lease(admin: &kube::Client, name: &str, thief: &str) -> anyhow::Result<()> {
     let leases = Api::<Lease>::namespaced(admin.clone(), "kubewasm");
-    let mut lease = leases.get(name).await?;
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    spec.holder_identity = Some(thief.into());
-    spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
-    spec.lease_duration_seconds = Some(60);
-    leases.replace(name, &PostParams::default(), &lease).await?;
-    Ok(())
+    for _ in 0..10 {
+        let mut lease = leases.get(name).await?;
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some(thief.into());
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        spec.lease_duration_seconds = Some(60);
+        match leases.replace(name, &PostParams::default(), &lease).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    anyhow::bail!("lease {name}: still conflicting after 10 attempts")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
