@@ -12,6 +12,10 @@ use kubewasm::object::Transform;
 use kubewasm::source::kube::wire::{self, WatchEvent};
 use kubewasm_testenv::generate;
 
+/// The agent's allocator, so what is measured is what the agent does.
+#[global_allocator]
+static ALLOCATOR: kubewasm::Allocator = kubewasm::Allocator;
+
 fn main() {
     divan::main();
 }

@@ -30,6 +30,10 @@ use serde_json::json;
 #[path = "support/mod.rs"]
 mod support;
 
+/// The agent's allocator, so what is measured is what the agent does.
+#[global_allocator]
+static ALLOCATOR: kubewasm::Allocator = kubewasm::Allocator;
+
 fn main() {
     support::logging::as_the_agent();
     divan::main();

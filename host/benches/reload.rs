@@ -26,6 +26,10 @@ use kubewasm_plugin_artifacts::{AUDIT_LOG, variant};
 #[path = "support/mod.rs"]
 mod support;
 
+/// The agent's allocator, so what is measured is what the agent does.
+#[global_allocator]
+static ALLOCATOR: kubewasm::Allocator = kubewasm::Allocator;
+
 fn main() {
     support::logging::as_the_agent();
     divan::main();

@@ -5,6 +5,9 @@ mod cli;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+#[global_allocator]
+static ALLOCATOR: kubewasm::Allocator = kubewasm::Allocator;
+
 /// How long, once a subcommand is done, its remaining background work may hold the exit.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 

@@ -1,10 +1,12 @@
 //! A global allocator that counts live and peak heap bytes of the benchmark's process (the
-//! API server double runs in a process of its own). Counted are requested bytes, without the
-//! allocator's own overhead. Counting can be paused ([`paused`]) where
+//! API server double runs in a process of its own), over the agent's own allocator
+//! (`kubewasm::Allocator`). Counted are requested bytes, without the allocator's own overhead. Counting can be paused ([`paused`]) where
 //! only time is measured: its shared counters cost every thread's allocations a contended
 //! atomic update.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use kubewasm::Allocator;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 /// The counting allocator; install with `#[global_allocator]`.
@@ -32,7 +34,7 @@ fn sub(bytes: usize) {
 }
 
 // The one place the project allows `unsafe`: a global allocator cannot be written without it.
-// SAFETY: every call is forwarded to the system allocator unchanged; only counters change.
+// SAFETY: every call is forwarded to the agent's allocator unchanged; only counters change.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -40,7 +42,7 @@ unsafe impl GlobalAlloc for Counting {
             add(layout.size());
         }
         // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
+        unsafe { Allocator.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -48,7 +50,7 @@ unsafe impl GlobalAlloc for Counting {
             sub(layout.size());
         }
         // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { Allocator.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -57,7 +59,7 @@ unsafe impl GlobalAlloc for Counting {
             add(new_size);
         }
         // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { Allocator.realloc(ptr, layout, new_size) }
     }
 }
 
