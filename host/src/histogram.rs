@@ -29,16 +29,49 @@ pub struct HistogramSnapshot {
     pub sum_nanos: u64,
 }
 
+/// Observations one thread holds until it adds them to a [`Histogram`].
+#[derive(Debug, Default)]
+pub struct Tally {
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum_nanos: u64,
+}
+
+impl Tally {
+    /// Records one duration.
+    pub fn observe(&mut self, d: Duration) {
+        let seconds = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| seconds <= *b) {
+            self.buckets[i] += 1;
+        }
+        self.count += 1;
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos = self.sum_nanos.saturating_add(nanos);
+    }
+}
+
 impl Histogram {
     /// Records one duration.
     pub fn observe(&self, d: Duration) {
-        let seconds = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| seconds <= *b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        let mut tally = Tally::default();
+        tally.observe(d);
+        self.add(&mut tally);
+    }
+
+    /// Adds what `tally` holds and empties it: a thread that observes often takes the shared
+    /// counters once per batch instead of three times per observation.
+    pub fn add(&self, tally: &mut Tally) {
+        if tally.count == 0 {
+            return;
         }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        for (shared, n) in self.buckets.iter().zip(&tally.buckets) {
+            if *n > 0 {
+                shared.fetch_add(*n, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(tally.count, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(tally.sum_nanos, Ordering::Relaxed);
+        *tally = Tally::default();
     }
 
     /// The current values.
@@ -63,6 +96,23 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tally_adds_what_single_observations_would() {
+        let durations = [3, 30, 30, 700, 7_000_000].map(Duration::from_micros);
+        let one_by_one = Histogram::default();
+        let batched = Histogram::default();
+        let mut tally = Tally::default();
+        for d in durations {
+            one_by_one.observe(d);
+            tally.observe(d);
+        }
+        batched.add(&mut tally);
+        assert_eq!(batched.snapshot(), one_by_one.snapshot());
+        assert_eq!(batched.snapshot().count, 5);
+        batched.add(&mut tally);
+        assert_eq!(batched.snapshot().count, 5, "the tally was emptied");
+    }
 
     #[test]
     fn histograms_are_cumulative() {

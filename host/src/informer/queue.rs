@@ -144,6 +144,30 @@ fn merge(waiting: &Notification, newer: &Notification) -> Merge {
 }
 
 impl Inner {
+    /// The first waiting entry, skipping cancelled ones.
+    fn pop(&mut self) -> Option<Delivery> {
+        while let Some(slot) = self.slots.pop_front() {
+            let seq = self.head;
+            self.head += 1;
+            match slot {
+                Slot::Event(n) => {
+                    if self.slots.is_empty() {
+                        self.newest = None;
+                    } else if let Some(newest) = self.newest.as_mut() {
+                        let key = n.id();
+                        if newest.get(&key) == Some(&seq) {
+                            newest.remove(&key);
+                        }
+                    }
+                    return Some(Delivery::Event(n));
+                }
+                Slot::InitialListSent => return Some(Delivery::InitialListSent),
+                Slot::Empty => {}
+            }
+        }
+        None
+    }
+
     /// The per-object index of waiting events, built from the slots if it is not kept yet.
     fn newest(&mut self) -> &mut HashMap<String, u64> {
         let head = self.head;
@@ -268,32 +292,47 @@ impl QueueReceiver {
     /// The next entry, waiting up to `timeout`; `Disconnected` once it is empty and every
     /// sender is gone.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Delivery, RecvTimeoutError> {
+        self.receive(timeout, Inner::pop)
+    }
+
+    /// Moves up to `max` waiting entries (at least one) to the back of `into` under one lock,
+    /// waiting up to `timeout` for the first; `Disconnected` once the queue is empty and every
+    /// sender is gone. Entries taken are no longer coalesced with newer ones.
+    pub fn recv_batch(
+        &self,
+        into: &mut VecDeque<Delivery>,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<(), RecvTimeoutError> {
+        self.receive(timeout, |inner| {
+            let before = into.len();
+            while into.len() - before < max.max(1) {
+                match inner.pop() {
+                    Some(entry) => into.push_back(entry),
+                    None => break,
+                }
+            }
+            (into.len() > before).then_some(())
+        })
+    }
+
+    /// What `take` takes from the queue, waiting up to `timeout` until it takes something.
+    fn receive<T>(
+        &self,
+        timeout: Duration,
+        mut take: impl FnMut(&mut Inner) -> Option<T>,
+    ) -> Result<T, RecvTimeoutError> {
         // Read the clock only to wait: a busy queue hands over entries without it.
         let mut deadline = None;
         let mut inner = self.shared.lock();
         loop {
-            while let Some(slot) = inner.slots.pop_front() {
-                let seq = inner.head;
-                inner.head += 1;
-                self.shared
-                    .stats
-                    .depth
-                    .store(inner.slots.len(), Ordering::Relaxed);
-                match slot {
-                    Slot::Event(n) => {
-                        if inner.slots.is_empty() {
-                            inner.newest = None;
-                        } else if let Some(newest) = inner.newest.as_mut() {
-                            let key = n.id();
-                            if newest.get(&key) == Some(&seq) {
-                                newest.remove(&key);
-                            }
-                        }
-                        return Ok(Delivery::Event(n));
-                    }
-                    Slot::InitialListSent => return Ok(Delivery::InitialListSent),
-                    Slot::Empty => {}
-                }
+            let taken = take(&mut inner);
+            self.shared
+                .stats
+                .depth
+                .store(inner.slots.len(), Ordering::Relaxed);
+            if let Some(taken) = taken {
+                return Ok(taken);
             }
             inner.newest = None;
             // Nothing waits: give back what a burst (the initial list) grew.
@@ -489,6 +528,45 @@ mod tests {
             waited < Duration::from_secs(10),
             "woken only by the timeout"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_batch_takes_up_to_its_size_in_order_and_what_stays_still_folds() -> Result<(), Closed> {
+        let (tx, rx) = queue(0);
+        tx.send(add("a", "1"))?;
+        tx.send(add("b", "1"))?;
+        tx.send(Notification::Deleted {
+            object: obj("a", "1"),
+            stale: false,
+        })?;
+        tx.push_initial_list_sent()?;
+        tx.send(add("c", "1"))?;
+        let mut taken = VecDeque::new();
+        rx.recv_batch(&mut taken, 2, Duration::ZERO)
+            .map_err(|_| Closed)?;
+        // a's add and delete cancelled each other in the queue; the mark keeps its place.
+        assert_eq!(taken.iter().map(short).collect::<Vec<_>>(), ["+b@1", "|"]);
+        assert_eq!(rx.stats().depth(), 1);
+        // Taken entries are the receiver's: c's update folds into its add, still waiting.
+        tx.send(update("c", "1", "2"))?;
+        rx.recv_batch(&mut taken, 32, Duration::ZERO)
+            .map_err(|_| Closed)?;
+        assert_eq!(
+            taken.iter().map(short).collect::<Vec<_>>(),
+            ["+b@1", "|", "+c@2"],
+            "appended after what was there"
+        );
+        assert_eq!(
+            rx.recv_batch(&mut taken, 32, Duration::from_millis(20)),
+            Err(RecvTimeoutError::Timeout)
+        );
+        drop(tx);
+        assert_eq!(
+            rx.recv_batch(&mut taken, 32, Duration::from_secs(5)),
+            Err(RecvTimeoutError::Disconnected)
+        );
+        assert_eq!(taken.len(), 3, "nothing taken on a timeout or close");
         Ok(())
     }
 

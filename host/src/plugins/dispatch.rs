@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::histogram;
 use crate::informer::factory::Lease;
 use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
@@ -24,7 +25,7 @@ use crate::plugins::{Delivery, PluginStats};
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
 use crate::wasm::cluster::{Staged, failure};
-use crate::wasm::logging::{MAX_MESSAGE_BYTES, cut};
+use crate::wasm::logging::{Handling, MAX_MESSAGE_BYTES, cut};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
 /// Pause before each attempt of a degraded plugin: doubles from this...
 const PENALTY_BASE: Duration = Duration::from_millis(50);
@@ -32,6 +33,10 @@ const PENALTY_BASE: Duration = Duration::from_millis(50);
 const PENALTY_CAP: Duration = Duration::from_secs(30);
 /// How often an idle worker checks whether it must stop.
 const POLL: Duration = Duration::from_millis(50);
+/// Entries a worker takes from its queue at once: one lock per batch instead of per event.
+/// Taken entries are no longer coalesced, so this bounds what a busy plugin holds beside its
+/// queue.
+const BATCH: usize = 32;
 
 /// Everything a worker needs, prepared by the loader.
 pub struct Setup {
@@ -66,6 +71,13 @@ pub struct Setup {
     pub stop: Arc<AtomicBool>,
 }
 
+/// What a worker counts locally between [`Worker::publish`]es.
+#[derive(Default)]
+struct Tally {
+    durations: histogram::Tally,
+    delivered: u64,
+}
+
 struct Worker {
     engine: Arc<Engine>,
     code: PluginCode,
@@ -83,6 +95,10 @@ struct Worker {
     leases: Vec<Lease>,
     subscriptions: Arc<Mutex<Vec<Subscription>>>,
     rx: QueueReceiver,
+    /// Entries taken from the queue and not delivered yet, in order.
+    taken: VecDeque<queue::Delivery>,
+    /// Counts of this batch, added to `stats` once it is delivered.
+    tally: Tally,
     /// Subscriptions whose initial state has not been handed over in full yet.
     initial_lists: usize,
     retries: RetryQueue<Notification>,
@@ -98,17 +114,18 @@ struct AttemptFailure {
     retry: bool,
 }
 
-/// Calls the handler, recording its duration, the instance's memory and its slowest host call;
+/// Calls the handler, recording its duration (into `durations`), the instance's memory and its slowest host call;
 /// what it answered and when it returned.
 fn timed(
     stats: &PluginStats,
+    durations: &mut histogram::Tally,
     instance: &mut Instance,
     event: &Notification,
 ) -> (wasmtime::Result<Result<(), HandleError>>, Instant) {
     let started = Instant::now();
     let outcome = instance.handle(event);
     let ended = Instant::now();
-    stats.durations.observe(ended - started);
+    durations.observe(ended - started);
     let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
     stats.memory_bytes.store(memory, Ordering::Relaxed);
     let handles = u64::try_from(instance.handles_held()).unwrap_or(u64::MAX);
@@ -119,9 +136,12 @@ fn timed(
         stats.http_denied.fetch_add(denied, Ordering::Relaxed);
     }
     let slowest = u64::try_from(instance.slowest_host_call().as_micros()).unwrap_or(u64::MAX);
-    stats
-        .slowest_host_call_us
-        .fetch_max(slowest, Ordering::Relaxed);
+    // Read first: the shared maximum rarely moves, and a read takes no lock.
+    if slowest > stats.slowest_host_call_us.load(Ordering::Relaxed) {
+        stats
+            .slowest_host_call_us
+            .fetch_max(slowest, Ordering::Relaxed);
+    }
     (outcome, ended)
 }
 
@@ -142,6 +162,8 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         leases: setup.leases,
         subscriptions: setup.subscriptions,
         rx: setup.rx,
+        taken: VecDeque::with_capacity(BATCH),
+        tally: Tally::default(),
         initial_lists: setup.initial_lists,
         retries: RetryQueue::default(),
         write_failures: HashMap::new(),
@@ -159,6 +181,13 @@ impl Worker {
     }
 
     fn run(mut self) {
+        self.deliver();
+        self.publish();
+    }
+
+    /// Delivers the queue until the worker is stopped or the queue closes (then pending
+    /// retries still finish).
+    fn deliver(&mut self) {
         // client-go's WaitForCacheSync: queries must see complete caches before any event.
         for lease in &self.leases {
             while !lease.informer().wait_synced(POLL) {
@@ -175,10 +204,20 @@ impl Worker {
         // After the queue closes (unload or replacement) pending retries still finish here.
         let mut open = true;
         while !self.stopped() {
-            let now = Instant::now();
-            if let Some((_, events, failures)) = self.retries.take_due(now) {
+            // While taken entries wait, the last call's end stands in for the clock: a little
+            // behind it, so timed work (retries, release, resync) can only come a batch late,
+            // never early, and a busy worker reads the clock only to time its calls.
+            let now = if self.taken.is_empty() {
+                self.publish();
+                Instant::now()
+            } else {
+                self.last_call
+            };
+            if let Some((_, mut events, failures)) = self.retries.take_due(now) {
                 self.stats.idle.store(false, Ordering::Relaxed);
-                self.run_key(events, failures);
+                if let Some(first) = events.pop_front() {
+                    self.run_key(first, events, failures);
+                }
                 continue;
             }
             if !open {
@@ -188,7 +227,7 @@ impl Worker {
                 }
                 continue;
             }
-            let idle = self.retries.next_due().is_none();
+            let idle = self.retries.next_due().is_none() && self.taken.is_empty();
             let release = self.release_at().filter(|_| idle);
             if release.is_some_and(|at| at <= now) {
                 self.release_instance();
@@ -199,7 +238,7 @@ impl Worker {
                 .map(|at| at.saturating_duration_since(now))
                 .fold(POLL, Duration::min);
             self.stats.idle.store(idle, Ordering::Relaxed);
-            match self.rx.recv_timeout(wait) {
+            match self.next_delivery(wait) {
                 Ok(queue::Delivery::Event(n)) => {
                     self.stats.idle.store(false, Ordering::Relaxed);
                     // With nothing waiting for a retry no key is needed, unless this fails.
@@ -209,7 +248,7 @@ impl Worker {
                         self.retries.enqueue(&n.id(), n)
                     };
                     if let Some(n) = ready {
-                        self.run_key(VecDeque::from([n]), 0);
+                        self.run_key(n, VecDeque::new(), 0);
                     }
                 }
                 Ok(queue::Delivery::InitialListSent) => {
@@ -237,21 +276,45 @@ impl Worker {
         }
     }
 
-    /// Delivers `events` of one object in order until one fails; that one and those behind
-    /// it then wait for their retry, under the object's id.
-    fn run_key(&mut self, mut events: VecDeque<Notification>, mut failures: u32) {
+    /// Adds the batch's counts to the shared ones: before the worker may wait, so whoever
+    /// reads them while it waits sees every delivery.
+    fn publish(&mut self) {
+        self.stats.durations.add(&mut self.tally.durations);
+        let delivered = std::mem::take(&mut self.tally.delivered);
+        if delivered > 0 {
+            self.stats.delivered.fetch_add(delivered, Ordering::Relaxed);
+        }
+    }
+
+    /// The next entry: a taken one, or else a batch from the queue, waiting up to `wait`.
+    fn next_delivery(&mut self, wait: Duration) -> Result<queue::Delivery, RecvTimeoutError> {
+        if self.taken.is_empty() {
+            self.rx.recv_batch(&mut self.taken, BATCH, wait)?;
+        }
+        self.taken.pop_front().ok_or(RecvTimeoutError::Timeout)
+    }
+
+    /// Delivers `first`, then `rest` (later events of the same object), in order until one
+    /// fails; that one and those behind it then wait for their retry, under the object's id.
+    fn run_key(
+        &mut self,
+        first: Notification,
+        mut rest: VecDeque<Notification>,
+        mut failures: u32,
+    ) {
         let max_attempts = self.delivery.max_attempts.max(1);
-        while let Some(n) = events.front() {
+        let mut next = Some(first);
+        while let Some(n) = next.take() {
             if self.stopped() {
                 return;
             }
             self.pause_if_degraded();
             self.ctx.log.set_retrying(failures > 0);
-            let attempt = self.attempt(n);
+            let attempt = self.attempt(&n);
             self.ctx.log.set_retrying(false);
             let Err(failure) = attempt else {
-                self.take_write_failures(n);
-                events.pop_front();
+                self.take_write_failures(&n);
+                next = rest.pop_front();
                 failures = 0;
                 continue;
             };
@@ -264,8 +327,8 @@ impl Worker {
                     plugin = %name, key = %object, attempts = failures,
                     "event given up: {}", failure.reason
                 );
-                self.take_write_failures(n);
-                events.pop_front();
+                self.take_write_failures(&n);
+                next = rest.pop_front();
                 failures = 0;
                 continue;
             }
@@ -284,8 +347,10 @@ impl Worker {
                     "handler failed again, retrying in {delay:?}: {}", failure.reason
                 );
             }
+            let id = n.id();
+            rest.push_front(n);
             self.retries
-                .block(n.id(), events, failures, Instant::now() + delay);
+                .block(id, rest, failures, Instant::now() + delay);
             return;
         }
     }
@@ -330,9 +395,9 @@ impl Worker {
         tracing::debug!(plugin = %self.ctx.name, "idle instance released");
     }
 
-    /// The live instance, or a fresh one (instantiated and initialised) when there is none
-    /// or the live one has served its `recycle_after_calls`.
-    fn instance(&mut self) -> Result<&mut Instance, String> {
+    /// Makes sure there is a live instance: a fresh one (instantiated and initialised) when
+    /// there is none or the live one has served its `recycle_after_calls`.
+    fn ensure_instance(&mut self) -> Result<(), String> {
         let recycle = self.delivery.recycle_after_calls;
         if recycle > 0 && self.calls >= recycle {
             self.instance = None;
@@ -351,57 +416,28 @@ impl Worker {
             self.instance = Some(fresh);
             self.last_call = Instant::now();
         }
-        // Every `instance()` is followed by one call, which sets `last_call` when it returns.
+        // Every `ensure_instance()` is followed by one call, which sets `last_call` when it
+        // returns.
         self.calls += 1;
-        self.instance
-            .as_mut()
-            .ok_or_else(|| "no instance".to_owned())
+        Ok(())
     }
 
     /// One attempt at delivering `n`, with the counters and status it implies.
     fn attempt(&mut self, n: &Notification) -> Result<(), AttemptFailure> {
-        // The plugin's own lines name the object (`PluginLogger::set_handling`); at debug
+        // The plugin's own lines name the object (`logging::Handling`); at debug
         // level every line logged during the call carries both. An info span would cost
         // more than the call itself: its fields are formatted as it opens (about 1.2 us with
         // the agent's fmt subscriber, measured here, against 0.65 us for a no-op delivery).
         let _span = tracing::debug_span!("event", plugin = %self.ctx.name, key = %n.object().key())
             .entered();
         let span = crate::traces::enabled().then(|| AttemptSpan::start(&self.ctx, n));
-        let stats = self.stats.clone();
-        let log = self.ctx.log.clone();
         let previous = self.take_write_failures(n);
-        let outcome = match self.instance() {
+        let outcome = match self.ensure_instance() {
             Err(reason) => Err(AttemptFailure {
                 reason,
                 retry: true,
             }),
-            Ok(instance) => {
-                instance.set_previous_failures(previous);
-                log.set_handling(Some(n.object().clone()));
-                let (called, ended) = timed(&stats, instance, n);
-                log.set_handling(None);
-                let staged = instance.take_staged();
-                self.last_call = ended;
-                match (called, staged) {
-                    (Ok(Ok(())), staged) => self.send(n, staged),
-                    (Ok(Err(e)), staged) => {
-                        self.count_denied(&staged);
-                        Err(AttemptFailure {
-                            reason: e.message,
-                            retry: e.retry,
-                        })
-                    }
-                    (Err(trap), staged) => {
-                        self.count_denied(&staged);
-                        self.instance = None;
-                        self.stats.traps.fetch_add(1, Ordering::Relaxed);
-                        Err(AttemptFailure {
-                            reason: format!("trapped, instance discarded: {trap:#}"),
-                            retry: true,
-                        })
-                    }
-                }
-            }
+            Ok(()) => self.call(n, previous),
         };
         // Whatever the plugin said, a bounded part of it is logged and kept in status.
         let outcome = outcome.map_err(|f| AttemptFailure {
@@ -413,7 +449,7 @@ impl Worker {
         }
         match &outcome {
             Ok(()) => {
-                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                self.tally.delivered += 1;
                 self.stats.consecutive_failures.store(0, Ordering::Relaxed);
             }
             Err(failure) => {
@@ -425,6 +461,45 @@ impl Worker {
             }
         }
         outcome
+    }
+
+    /// Calls the live instance's handler with `n` and sends what it staged.
+    fn call(
+        &mut self,
+        n: &Notification,
+        previous: Vec<WriteFailure>,
+    ) -> Result<(), AttemptFailure> {
+        let Some(instance) = self.instance.as_mut() else {
+            return Err(AttemptFailure {
+                reason: "no instance".into(),
+                retry: true,
+            });
+        };
+        instance.set_previous_failures(previous);
+        let handling = Handling::enter(n.object());
+        let (called, ended) = timed(&self.stats, &mut self.tally.durations, instance, n);
+        drop(handling);
+        let staged = instance.take_staged();
+        self.last_call = ended;
+        match called {
+            Ok(Ok(())) => self.send(n, staged),
+            Ok(Err(e)) => {
+                self.count_denied(&staged);
+                Err(AttemptFailure {
+                    reason: e.message,
+                    retry: e.retry,
+                })
+            }
+            Err(trap) => {
+                self.count_denied(&staged);
+                self.instance = None;
+                self.stats.traps.fetch_add(1, Ordering::Relaxed);
+                Err(AttemptFailure {
+                    reason: format!("trapped, instance discarded: {trap:#}"),
+                    retry: true,
+                })
+            }
+        }
     }
 
     fn count_denied(&self, staged: &Staged) {

@@ -1,5 +1,6 @@
 //! Plugin log lines: the host side of the `logging` import, and where the lines go.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -194,8 +195,49 @@ pub struct PluginLogger {
     /// Set while an event is retried: the first attempt's lines (a traceback, say) are
     /// enough, so later attempts write theirs at debug level.
     retrying: AtomicBool,
-    /// The object whose event is being handled, named on every line logged meanwhile.
-    handling: Mutex<Option<Arc<KubeObject>>>,
+}
+
+/// The key of the object whose event a thread's plugin call handles.
+struct Handled {
+    active: bool,
+    /// Kept between calls: copying a key into it allocates only when a longer one comes.
+    key: String,
+}
+
+thread_local! {
+    /// What this thread's plugin call handles, named on every line logged meanwhile. Per
+    /// thread, not per logger: a call and the lines it logs (through `logging` or its stdout
+    /// and stderr) run on one thread. The key is copied, not the object's `Arc` cloned: ten
+    /// plugin threads counting references on one object's shared counter cost more.
+    static HANDLING: RefCell<Handled> = const {
+        RefCell::new(Handled {
+            active: false,
+            key: String::new(),
+        })
+    };
+}
+
+/// While alive, names one object on the lines plugins log from this thread. Cheaper per event
+/// than a `tracing` span: a span's fields are written out when it opens, whether or not
+/// anything is logged in it.
+pub struct Handling(());
+
+impl Handling {
+    /// Names `object` until the guard drops.
+    pub fn enter(object: &KubeObject) -> Self {
+        HANDLING.with_borrow_mut(|h| {
+            h.key.clear();
+            h.key.push_str(object.key());
+            h.active = true;
+        });
+        Self(())
+    }
+}
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        HANDLING.with_borrow_mut(|h| h.active = false);
+    }
 }
 
 impl PluginLogger {
@@ -218,20 +260,12 @@ impl PluginLogger {
             }),
             dropped: AtomicU64::new(0),
             retrying: AtomicBool::new(false),
-            handling: Mutex::new(None),
         }
     }
 
     /// Marks the attempts that follow as retries (their lines at debug level) or not.
     pub fn set_retrying(&self, retrying: bool) {
         self.retrying.store(retrying, Ordering::Relaxed);
-    }
-
-    /// Names the object whose event is handled from now on (none between events) on the lines
-    /// logged meanwhile. Cheaper per event than a `tracing` span: a span's fields are written
-    /// out when it opens, whether or not anything is logged in it.
-    pub fn set_handling(&self, object: Option<Arc<KubeObject>>) {
-        *self.handling.lock().unwrap_or_else(PoisonError::into_inner) = object;
     }
 
     /// Lines dropped so far for exceeding the rate.
@@ -259,12 +293,7 @@ impl PluginLogger {
         } else {
             level
         };
-        let key = self
-            .handling
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(|o| o.key().to_owned());
+        let key = HANDLING.with_borrow(|h| h.active.then(|| h.key.clone()));
         self.sink.record(PluginLogRecord {
             plugin: self.plugin.clone(),
             digest: self.digest.clone(),
@@ -372,9 +401,9 @@ mod tests {
         });
         let pod = KubeObject::from_value(pod, &Default::default()).expect("pod");
         logger.log(Level::Info, "init".into(), vec![]);
-        logger.set_handling(Some(Arc::new(pod)));
+        let handling = Handling::enter(&pod);
         logger.log(Level::Info, "handling".into(), vec![]);
-        logger.set_handling(None);
+        drop(handling);
         logger.log(Level::Info, "between".into(), vec![]);
         let keys: Vec<Option<String>> = sink.records().into_iter().map(|r| r.key).collect();
         assert_eq!(keys, [None, Some("shop/web-1".to_owned()), None]);
