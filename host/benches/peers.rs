@@ -19,6 +19,9 @@
 //!
 //! Results are printed and written to `target/bench-results/peers.json`, which
 //! `scripts/bench.sh` turns into docs/BENCHMARKS.md. `KUBEWASM_BENCH_QUICK=1` runs small sizes.
+//! `KUBEWASM_BENCH_ONLY=LABEL` runs only the throughput row of that client (`kubewasm + 10 noop
+//! plugins`, say), or `idle` only the idle rows, for side-by-side runs and profiles; its
+//! results file is partial.
 //!
 //! Run with `cargo bench -p kubewasm --bench peers` (needs Go for client-go).
 
@@ -63,11 +66,8 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
-        let client_rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("client runtime");
+        // The agent's own runtime, for every Rust client alike.
+        let client_rt = kubewasm::agent::runtime().expect("client runtime");
         Self {
             client_rt,
             go_peer: build_go_peer(),
@@ -598,8 +598,10 @@ fn main() {
         updates: 2,
     };
 
+    let only = std::env::var("KUBEWASM_BENCH_ONLY").ok();
     let idle: Vec<Idle> = [false, true]
         .into_iter()
+        .filter(|_| only.as_deref().is_none_or(|o| o == "idle"))
         .map(|released| idle(&rig, 20, released))
         .collect();
     for i in &idle {
@@ -636,6 +638,9 @@ fn main() {
         },
     ];
     for kind in clients {
+        if only.as_ref().is_some_and(|o| kind.label() != *o) {
+            continue;
+        }
         // The medians of a few runs, each on a fresh double and client.
         let runs: Vec<(f64, f64)> = (0..rounds)
             .map(|_| alloc::paused(|| throughput(&rig, kind, stream)))
@@ -681,7 +686,7 @@ fn main() {
         Kind::KubeRs,
         Kind::ClientGo { protobuf: false },
     ];
-    for &(objects, size) in cases {
+    for &(objects, size) in cases.iter().filter(|_| only.is_none()) {
         for kind in cache_only {
             let row = memory(&rig, kind, objects, size);
             println!(

@@ -390,6 +390,23 @@ impl Drop for Agent {
     }
 }
 
+/// The async runtime the agent runs on: one worker thread unless `TOKIO_WORKER_THREADS` says
+/// otherwise.
+///
+/// The async side only reads watches, decodes, applies to the cache and serves endpoints;
+/// plugin calls, compilations and blocking work have threads of their own. With two workers,
+/// every hand-over along the path of an event (hyper's connection task to the reflector, the
+/// reflector to the informer) could wake the other worker to steal the task, and the ingest
+/// path spent about a sixth of its CPU on those wake-ups for no more events per second
+/// (docs/BENCHMARKS.md measures the agent on this runtime).
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder.enable_all().build()
+}
+
 /// This replica's identity in an election: `$POD_NAME` (or the host name) plus the process
 /// id, so two hosts on one machine differ.
 pub fn identity() -> String {

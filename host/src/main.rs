@@ -21,9 +21,7 @@ fn main() -> std::process::ExitCode {
         cli::LogFormat::Human => logs.init(),
         cli::LogFormat::Json => logs.json().init(),
     }
-    let outcome = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let outcome = kubewasm::agent::runtime()
         .map_err(anyhow::Error::from)
         .and_then(|tasks| {
             let outcome = tasks.block_on(args.command.run());
