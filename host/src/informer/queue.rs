@@ -8,7 +8,7 @@
 //! held, whatever the event rate. Every folded notification is counted.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -32,11 +32,12 @@ pub enum Delivery {
 #[error("the queue's receiver is gone")]
 pub struct Closed;
 
-/// Depth and coalescing counters of one queue, readable while it runs.
+/// Depth, coalescing and wake counters of one queue, readable while it runs.
 #[derive(Debug, Default)]
 pub struct QueueStats {
     depth: AtomicUsize,
     coalesced: AtomicU64,
+    wakes: AtomicU64,
 }
 
 impl QueueStats {
@@ -48,6 +49,11 @@ impl QueueStats {
     /// Notifications folded into a newer state (or cancelled with it) instead of delivered.
     pub fn coalesced(&self) -> u64 {
         self.coalesced.load(Ordering::Relaxed)
+    }
+
+    /// Times a sender woke the waiting receiver.
+    pub fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Relaxed)
     }
 }
 
@@ -106,7 +112,11 @@ pub fn queue(threshold: usize) -> (QueueSender, QueueReceiver) {
         QueueSender {
             shared: shared.clone(),
         },
-        QueueReceiver { shared },
+        QueueReceiver {
+            shared,
+            linger: Duration::ZERO,
+            busy: AtomicBool::new(false),
+        },
     )
 }
 
@@ -257,6 +267,7 @@ impl QueueSender {
         let mut inner = self.shared.lock();
         if inner.receiver_waiting && !inner.slots.is_empty() {
             inner.receiver_waiting = false;
+            self.shared.stats.wakes.fetch_add(1, Ordering::Relaxed);
             self.shared.ready.notify_one();
         }
     }
@@ -281,9 +292,23 @@ impl Drop for QueueSender {
 /// The receiving side; dropping it makes every send fail.
 pub struct QueueReceiver {
     shared: Arc<Shared>,
+    /// How long a receiver that has just taken entries waits for more before it asks senders
+    /// to wake it (see [`Self::set_linger`]).
+    linger: Duration,
+    /// The last receive took entries.
+    busy: AtomicBool,
 }
 
 impl QueueReceiver {
+    /// After taking entries, a receiver that finds the queue empty first waits up to `linger`
+    /// without asking to be woken, then looks again. While a stream keeps coming, senders
+    /// then never make a wake-up system call for it (they run the informer, whose thread is
+    /// the pipeline's bottleneck), and the receiver takes more per wake; an entry sent in
+    /// that window waits at most `linger`. Zero (the default) waits for a wake at once.
+    pub fn set_linger(&mut self, linger: Duration) {
+        self.linger = linger;
+    }
+
     /// The queue's counters.
     pub fn stats(&self) -> Arc<QueueStats> {
         self.shared.stats.clone()
@@ -332,6 +357,7 @@ impl QueueReceiver {
                 .depth
                 .store(inner.slots.len(), Ordering::Relaxed);
             if let Some(taken) = taken {
+                self.busy.store(true, Ordering::Relaxed);
                 return Ok(taken);
             }
             inner.newest = None;
@@ -348,6 +374,15 @@ impl QueueReceiver {
                 .saturating_duration_since(now);
             if left.is_zero() {
                 return Err(RecvTimeoutError::Timeout);
+            }
+            if !self.linger.is_zero() && self.busy.swap(false, Ordering::Relaxed) {
+                inner = self
+                    .shared
+                    .ready
+                    .wait_timeout(inner, self.linger.min(left))
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                continue;
             }
             inner.receiver_waiting = true;
             inner = self
@@ -568,6 +603,51 @@ mod tests {
         );
         assert_eq!(taken.len(), 3, "nothing taken on a timeout or close");
         Ok(())
+    }
+
+    #[test]
+    fn a_busy_receiver_lingers_without_being_woken_and_an_idle_one_is_woken() {
+        let (tx, mut rx) = queue(0);
+        rx.set_linger(Duration::from_millis(200));
+        let stats = rx.stats();
+        let (took, taken) = std::sync::mpsc::channel();
+        let receiver = std::thread::spawn(move || {
+            let mut into = VecDeque::new();
+            // Idle: waits to be woken. Then busy: lingers first. Then idle again after an
+            // empty linger: waits to be woken.
+            for _ in 0..3 {
+                let got = rx.recv_batch(&mut into, 32, Duration::from_secs(30));
+                let sent = took.send((got, into.drain(..).map(|d| short(&d)).collect::<Vec<_>>()));
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
+        let wait_for_receiver = || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !tx.shared.lock().receiver_waiting && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        wait_for_receiver();
+        tx.send(add("a", "1")).expect("open");
+        let first = taken.recv().expect("receiver runs");
+        assert_eq!(first, (Ok(()), vec!["+a@1".to_owned()]));
+        assert_eq!(stats.wakes(), 1, "an idle receiver is woken");
+        // The receiver now lingers: a send in that window wakes nobody and is still taken.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!tx.shared.lock().receiver_waiting, "lingering");
+        tx.send(add("b", "1")).expect("open");
+        let second = taken.recv().expect("receiver runs");
+        assert_eq!(second, (Ok(()), vec!["+b@1".to_owned()]));
+        assert_eq!(stats.wakes(), 1, "a lingering receiver is not woken");
+        // Its next linger ends empty, and then it asks to be woken again.
+        wait_for_receiver();
+        tx.send(add("c", "1")).expect("open");
+        let third = taken.recv().expect("receiver runs");
+        assert_eq!(third, (Ok(()), vec!["+c@1".to_owned()]));
+        assert_eq!(stats.wakes(), 2);
+        receiver.join().expect("receiver thread");
     }
 
     #[test]
