@@ -1,13 +1,13 @@
 //! A global allocator that counts live and peak heap bytes of the benchmark's process (the
 //! API server double runs in a process of its own), over the agent's own allocator
-//! (`kubewasm::Allocator`). Counted are requested bytes, without the allocator's own overhead. Counting can be paused ([`paused`]) where
-//! only time is measured: its shared counters cost every thread's allocations a contended
-//! atomic update.
+//! (`kubewasm::Allocator`). Counted are requested bytes, without the allocator's own overhead.
+//! Counting can be paused ([`paused`]) where only time is measured: its shared counters cost
+//! every thread's allocations a contended atomic update.
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 use kubewasm::Allocator;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 /// The counting allocator; install with `#[global_allocator]`.
 pub struct Counting;

@@ -118,8 +118,8 @@ struct AttemptFailure {
     retry: bool,
 }
 
-/// Calls the handler, recording its duration (into `durations`), the instance's memory and its slowest host call;
-/// what it answered and when it returned.
+/// Calls the handler, recording its duration (into `durations`), the instance's memory and its
+/// slowest host call; what it answered and when it returned.
 fn timed(
     stats: &PluginStats,
     durations: &mut histogram::Tally,
