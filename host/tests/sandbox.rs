@@ -537,6 +537,56 @@ fn a_plugin_that_falls_behind_gets_newest_states_and_a_bounded_queue() {
     assert_eq!(r.status("good").coalesced, 0, "the fast plugin kept up");
 }
 
+#[test]
+fn a_slow_plugins_status_keeps_up_while_it_works_through_a_batch() {
+    let (bad, settings) = hostile("slow", tight());
+    let r = run(&bad, settings);
+    let handled = || field_values(&r.lines("bad"), "handled", "key").len() as u64;
+    let before = r.bad_status_until(|s| s.delivered >= 6 && s.delivered == handled());
+    // Thirty new objects in one rescan: they reach the plugin's queue together, and it takes
+    // them in one or two batches while it burns about 20 ms per event.
+    for i in 10..40 {
+        fs::write(
+            r.cluster.path().join(format!("cm-{i}.yaml")),
+            cm(&format!("cm-{i}"), "1"),
+        )
+        .expect("write");
+    }
+    let started = Instant::now();
+    r.folder.rescan();
+    let end = before.delivered + 30;
+    // Counts reach the status at least every 100 ms (PUBLISH_EVERY), at the end of a call
+    // (under 100 ms: the deadline): an event the plugin logged as handled 200 ms ago is
+    // counted. Held for the whole batch, the first ones of it would not be.
+    let stale = Duration::from_millis(200);
+    // When each poll read how many events the plugin had logged as handled.
+    let mut logged: Vec<(Instant, u64)> = Vec::new();
+    let mut worst = 0;
+    let deadline = started + WAIT;
+    while Instant::now() < deadline {
+        let now = Instant::now();
+        logged.push((now, handled()));
+        let delivered = r.status("bad").delivered;
+        let counted_by_now = logged
+            .iter()
+            .rev()
+            .find(|(at, _)| *at + stale <= now)
+            .map_or(0, |(_, n)| *n);
+        worst = worst.max(counted_by_now.saturating_sub(delivered));
+        if delivered >= end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let per_event = started.elapsed() / 30;
+    assert_eq!(r.status("bad").delivered, end, "every event delivered");
+    assert_eq!(
+        worst, 0,
+        "the status missed {worst} events the plugin had handled {stale:?} before ({per_event:?} \
+         an event)"
+    );
+}
+
 /// Tight limits, with room in the guest for the huge strings it sends.
 fn roomy(mode: &str) -> (std::path::PathBuf, PluginSettings) {
     let mut settings = tight();

@@ -41,6 +41,9 @@ const BATCH: usize = 32;
 /// to wake it: under a steady stream the informer's thread, the pipeline's bottleneck, then
 /// makes no wake-up system calls for plugins, at the price of up to this much latency.
 const LINGER: Duration = Duration::from_micros(500);
+/// Longest a worker keeps its counts (delivered, call durations) to itself while it works
+/// through a batch: a batch of slow calls would otherwise hold them for the whole batch.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 /// Everything a worker needs, prepared by the loader.
 pub struct Setup {
@@ -101,8 +104,11 @@ struct Worker {
     rx: QueueReceiver,
     /// Entries taken from the queue and not delivered yet, in order.
     taken: VecDeque<queue::Delivery>,
-    /// Counts of this batch, added to `stats` once it is delivered.
+    /// Counts not yet added to `stats`: added when the batch is delivered, or sooner when
+    /// it runs past [`PUBLISH_EVERY`].
     tally: Tally,
+    /// When `tally` was last added to `stats`.
+    published: Instant,
     /// Subscriptions whose initial state has not been handed over in full yet.
     initial_lists: usize,
     retries: RetryQueue<Notification>,
@@ -172,6 +178,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         },
         taken: VecDeque::with_capacity(BATCH),
         tally: Tally::default(),
+        published: Instant::now(),
         initial_lists: setup.initial_lists,
         retries: RetryQueue::default(),
         write_failures: HashMap::new(),
@@ -190,7 +197,7 @@ impl Worker {
 
     fn run(mut self) {
         self.deliver();
-        self.publish();
+        self.publish(Instant::now());
     }
 
     /// Delivers the queue until the worker is stopped or the queue closes (then pending
@@ -213,12 +220,16 @@ impl Worker {
         let mut open = true;
         while !self.stopped() {
             // While taken entries wait, the last call's end stands in for the clock: a little
-            // behind it, so timed work (retries, release, resync) can only come a batch late,
+            // behind it, so timed work (retries, release, resync) can only come a call late,
             // never early, and a busy worker reads the clock only to time its calls.
             let now = if self.taken.is_empty() {
-                self.publish();
-                Instant::now()
+                let now = Instant::now();
+                self.publish(now);
+                now
             } else {
+                if self.last_call.saturating_duration_since(self.published) >= PUBLISH_EVERY {
+                    self.publish(self.last_call);
+                }
                 self.last_call
             };
             if let Some((_, mut events, failures)) = self.retries.take_due(now) {
@@ -284,9 +295,10 @@ impl Worker {
         }
     }
 
-    /// Adds the batch's counts to the shared ones: before the worker may wait, so whoever
-    /// reads them while it waits sees every delivery.
-    fn publish(&mut self) {
+    /// Adds the counts held since the last publish to the shared ones, as of `now`: before
+    /// the worker may wait, so whoever reads them while it waits sees every delivery.
+    fn publish(&mut self, now: Instant) {
+        self.published = now;
         self.stats.durations.add(&mut self.tally.durations);
         let delivered = std::mem::take(&mut self.tally.delivered);
         if delivered > 0 {
