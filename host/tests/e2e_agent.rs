@@ -333,6 +333,12 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
             && error.contains("list"),
         "{error}"
     );
+    // This host's ConfigMaps listed: c2, created after, must come as a watch event, not in the
+    // initial list (a slow list used to take it in).
+    b.wait_audit("audit-cm", "ConfigMap", |s| {
+        s.contains(&"added e2e/c1 initial".to_owned())
+    })
+    .await?;
     cms.create(&PostParams::default(), &config_map("c2")?)
         .await?;
     b.wait_audit("audit-cm", "ConfigMap", |s| {
