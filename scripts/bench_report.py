@@ -173,7 +173,8 @@ def main():
         "and so does client-go; the Rust clients run in the benchmark's process.",
         "",
         "Events per wall-clock second, and per CPU-second of the client's process: the CPU "
-        "clock of the benchmark's process, in nanoseconds (for client-go, its process's "
+        "clock of the benchmark's process less that of its main thread, which only releases "
+        "the stream and polls for the end, in nanoseconds (for client-go, its process's "
         "time from `/proc`, in ticks of 10 ms, of which its runs take hundreds). The CPU figure does not count time spent waiting for "
         "the server or the other core, so it is the one that holds on a noisy shared "
         "machine. The benchmark's heap counting (for section 4) is paused during these "
@@ -277,9 +278,10 @@ def main():
         "old and new, whose objects are lent to the plugin as handles (contract 0.2); "
         "owner-chain (same logic in every language) reads the pod's key, finds its "
         "ReplicaSet and that one's Deployment (one `owner` call each, a cache lookup by the "
-        "controller reference), counts the ReplicaSet's pods with one `by-index` query, "
-        "drops the handles it got, and logs a line. Each language builds its resource types "
-        "(`Gvk`) once, as module constants or statics.",
+        "controller reference), counts the ReplicaSet's pods with one `index-keys` query "
+        "(their keys: a count needs no handles), drops the handles it got, and logs a line. "
+        "Each language builds its resource types (`Gvk`) once, as module constants or "
+        "statics. What a `by-index` answer costs is in section 3.",
         "",
         table(["what", "median"], lang_rows),
         "",

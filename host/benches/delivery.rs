@@ -3,9 +3,9 @@
 //! Each language's owner-chain plugin (Rust, Python, JavaScript: same logic) handles a Pod
 //! update on the example cluster: the host lends the event's objects as handles; the guest
 //! reads the pod's key, finds its ReplicaSet and that one's Deployment (one `owner` call
-//! each), counts the ReplicaSet's pods with a `by-index` query, drops the handles it got, and
-//! logs one line (to a sink that drops it). Measured on one live instance, as the dispatch
-//! loop calls it.
+//! each), counts the ReplicaSet's pods with an `index-keys` query (keys: a count needs no
+//! handles), drops the handles it got, and logs one line (to a sink that drops it). Measured
+//! on one live instance, as the dispatch loop calls it.
 //!
 //! Run with `cargo bench -p kubewasm --bench delivery` (after scripts/setup.sh, which installs
 //! the Python and JavaScript tool chains).

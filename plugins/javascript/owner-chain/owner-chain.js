@@ -2,10 +2,10 @@
 //
 // For each added or updated Pod it follows the controller owner references through the host's
 // cache (Pod -> ReplicaSet -> Deployment) and counts the ReplicaSet's pods through the built-in
-// `owner-uid` index, then logs one line: `owner chain pod=... replicaset=... deployment=...
-// siblings=N`. Build: node build.mjs (componentize-js against ../../../wit).
+// `owner-uid` index (its keys: a count needs no objects), then logs one line: `owner chain
+// pod=... replicaset=... deployment=... siblings=N`. Build: node build.mjs (componentize-js against ../../../wit).
 
-import { byIndex } from "kubewasm:plugin/cache@0.2.0";
+import { indexKeys } from "kubewasm:plugin/cache@0.2.0";
 import { log } from "kubewasm:plugin/logging@0.2.0";
 
 const POD = { group: "", version: "v1", kind: "Pod" };
@@ -46,9 +46,8 @@ export const handler = {
       return;
     }
     const deployment = rs.owner(DEPLOYMENT);
-    const siblings = byIndex(POD, "owner-uid", rs.uid());
-    const count = siblings.length;
-    release(siblings);
+    // A count needs no objects: the keys of the ReplicaSet's pods, no handles.
+    const count = indexKeys(POD, "owner-uid", rs.uid()).length;
     info("owner chain", {
       pod: key,
       replicaset: rs.name(),

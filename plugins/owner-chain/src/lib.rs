@@ -45,7 +45,8 @@ impl Plugin for OwnerChain {
             return Ok(());
         };
         let deployment = rs.owner(&DEPLOYMENT)?;
-        let siblings = cache::by_index(&POD, kubewasm_sdk::index::OWNER_UID, &rs.uid())?
+        // A count needs no objects: the keys of the ReplicaSet's pods, no handles.
+        let siblings = cache::index_keys(&POD, kubewasm_sdk::index::OWNER_UID, &rs.uid())?
             .len()
             .to_string();
         let deployment = deployment.map_or_else(|| "-".to_owned(), |d| d.name());

@@ -2,8 +2,8 @@
 
 For each added or updated Pod it follows the controller owner references through the host's
 cache (Pod -> ReplicaSet -> Deployment) and counts the ReplicaSet's pods through the built-in
-`owner-uid` index, then logs one line: `owner chain pod=... replicaset=... deployment=...
-siblings=N`. Built by plugins/artifacts/build.rs, or by hand as docs/guides/python.md says
+`owner-uid` index (its keys: a count needs no objects), then logs one line: `owner chain
+pod=... replicaset=... deployment=... siblings=N`. Built by plugins/artifacts/build.rs, or by hand as docs/guides/python.md says
 from the checkout's root: componentize-py -d wit -w kubewasm:plugin/plugin componentize
 -p plugins/python/owner-chain app -o owner-chain.wasm
 """
@@ -17,8 +17,8 @@ REPLICA_SET = types.Gvk(group="apps", version="v1", kind="ReplicaSet")
 DEPLOYMENT = types.Gvk(group="apps", version="v1", kind="Deployment")
 
 
-def log(message: str, **fields: str) -> None:
-    logging.log(logging.Level.INFO, message, list(fields.items()))
+def log(message: str, fields: list[tuple[str, str]]) -> None:
+    logging.log(logging.Level.INFO, message, fields)
 
 
 class Handler(exports.Handler):
@@ -45,21 +45,24 @@ class Handler(exports.Handler):
             # The controller of each type, from the cache, uid checked: one call into the host.
             rs = pod.owner(REPLICA_SET)
             if rs is None:
-                log("owner chain", pod=key, replicaset="-", deployment="-", siblings="0")
+                log(
+                    "owner chain",
+                    [("pod", key), ("replicaset", "-"), ("deployment", "-"), ("siblings", "0")],
+                )
                 return None
             deployment = rs.owner(DEPLOYMENT)
-            siblings = cache.by_index(POD, "owner-uid", rs.uid())
+            # A count needs no objects: the keys of the ReplicaSet's pods, no handles.
+            siblings = cache.index_keys(POD, "owner-uid", rs.uid())
         except Err as e:
             raise Err(types.HandleError(message=f"query failed: {e.value}", retry=True))
         count = len(siblings)
-        # Owned handles go back to the host when dropped; do it now rather than at collection.
-        for sibling in siblings:
-            sibling.__exit__(None, None, None)
         log(
             "owner chain",
-            pod=key,
-            replicaset=rs.name(),
-            deployment=deployment.name() if deployment is not None else "-",
-            siblings=str(count),
+            [
+                ("pod", key),
+                ("replicaset", rs.name()),
+                ("deployment", deployment.name() if deployment is not None else "-"),
+                ("siblings", str(count)),
+            ],
         )
         return None
