@@ -32,6 +32,22 @@ pub enum ObjectError {
         /// What it must be.
         expected: &'static str,
     },
+    /// A label's or annotation's value is not a string: YAML reads unquoted `yes`, `on` or
+    /// `1.10` as a boolean or a number, which Kubernetes refuses there.
+    #[error(
+        "field `{field}`: {what} `{key}` must be a string, not {found}{}",
+        quote_hint(found)
+    )]
+    NotAString {
+        /// `metadata.labels` or `metadata.annotations`.
+        field: &'static str,
+        /// `label` or `annotation`.
+        what: &'static str,
+        /// The key, cut to [`MAX_ECHOED_KEY`] characters.
+        key: String,
+        /// The JSON type found instead, with its article: `a boolean`.
+        found: &'static str,
+    },
     /// The metadata is larger than an object's metadata can be (2 GiB).
     #[error("metadata larger than 2 GiB")]
     TooLarge,
@@ -320,6 +336,8 @@ impl KubeObject {
             labels: parse_labels(meta)?,
             owners: parse_owners(meta)?,
         };
+        // Not kept apart from the text, but refused as Kubernetes refuses them.
+        string_map(meta, "annotations", "metadata.annotations", "annotation")?;
         let body = serde_json::to_string(&map)
             .map_err(|_| ObjectError::NotAnObject)?
             .into_boxed_str();
@@ -513,22 +531,60 @@ fn optional_str<'a>(
     }
 }
 
-fn parse_labels(meta: &Map<String, Value>) -> Result<Vec<(&str, &str)>, ObjectError> {
-    const WRONG: ObjectError = ObjectError::WrongType {
-        field: "metadata.labels",
-        expected: "a mapping of strings to strings",
-    };
-    match meta.get("labels") {
+/// Most characters of a key an error repeats: keys come from manifests and servers.
+pub const MAX_ECHOED_KEY: usize = 80;
+
+/// How to write a YAML scalar that was read as `found` as a string instead.
+fn quote_hint(found: &str) -> &'static str {
+    match found {
+        "a boolean" | "a number" => " (in YAML, quote it: \"yes\", \"1.10\")",
+        _ => "",
+    }
+}
+
+/// The JSON type of `value`, with its article, for errors.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// The pairs of the string-to-string mapping `what`s at `meta[member]` (`labels` or
+/// `annotations`); none when absent or null.
+fn string_map<'a>(
+    meta: &'a Map<String, Value>,
+    member: &str,
+    field: &'static str,
+    what: &'static str,
+) -> Result<Vec<(&'a str, &'a str)>, ObjectError> {
+    match meta.get(member) {
         None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Object(labels)) => labels
+        Some(Value::Object(pairs)) => pairs
             .iter()
             .map(|(k, v)| match v {
                 Value::String(v) => Ok((k.as_str(), v.as_str())),
-                _ => Err(WRONG),
+                other => Err(ObjectError::NotAString {
+                    field,
+                    what,
+                    key: k.chars().take(MAX_ECHOED_KEY).collect(),
+                    found: json_type(other),
+                }),
             })
             .collect(),
-        Some(_) => Err(WRONG),
+        Some(_) => Err(ObjectError::WrongType {
+            field,
+            expected: "a mapping of strings to strings",
+        }),
     }
+}
+
+fn parse_labels(meta: &Map<String, Value>) -> Result<Vec<(&str, &str)>, ObjectError> {
+    string_map(meta, "labels", "metadata.labels", "label")
 }
 
 fn parse_owners(meta: &Map<String, Value>) -> Result<Vec<OwnerRef<'_>>, ObjectError> {
@@ -695,6 +751,45 @@ mod tests {
         let bad_labels = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "labels": {"a": 1}}});
         let err = KubeObject::from_value(bad_labels, &t).expect_err("labels must be strings");
         assert!(err.to_string().contains("metadata.labels"), "{err}");
+        // YAML's unquoted `yes` is a boolean: the error names the label and what it found.
+        let long = "k".repeat(1000);
+        let yes = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "x", "labels": {"app": "web", "enabled": true, &long: false}}});
+        let err = KubeObject::from_value(yes, &t).expect_err("a boolean label");
+        let message = err.to_string();
+        assert!(
+            message.contains("label `enabled` must be a string, not a boolean (in YAML, quote"),
+            "{message}"
+        );
+        let list = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "x", "labels": {&long: ["a"]}}});
+        let err = KubeObject::from_value(list, &t).expect_err("a list label");
+        assert_eq!(
+            err,
+            ObjectError::NotAString {
+                field: "metadata.labels",
+                what: "label",
+                key: "k".repeat(MAX_ECHOED_KEY),
+                found: "a list"
+            }
+        );
+        assert!(err.to_string().len() < 250, "{err}");
+        assert!(
+            !err.to_string().contains("quote"),
+            "no YAML hint for a list: {err}"
+        );
+        let number = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "x", "annotations": {"note": "ok", "replicas-hint": 3}}});
+        let err = KubeObject::from_value(number, &t).expect_err("a number annotation");
+        assert!(
+            err.to_string()
+                .contains("annotation `replicas-hint` must be a string, not a number"),
+            "{err}"
+        );
+        let text = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "x", "annotations": "note"}});
+        let err = KubeObject::from_value(text, &t).expect_err("annotations as a string");
+        assert!(err.to_string().contains("metadata.annotations"), "{err}");
         assert_eq!(
             KubeObject::from_value(json!([1, 2]), &t),
             Err(ObjectError::NotAnObject)

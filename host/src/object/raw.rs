@@ -45,10 +45,20 @@ struct Meta<'a> {
     owners: Vec<Owner<'a>>,
     /// The `managedFields` member, key to value.
     managed_fields: Option<Range<usize>>,
-    /// The `annotations` member, when a mapping.
-    annotations: Option<Member<'a>>,
+    /// What was read from the `annotations` member, when a mapping.
+    annotations: Option<Annotations>,
     /// Members read so far, one bit each, so a repeated one is refused.
     seen: u8,
+}
+
+/// What the decoder reads from `annotations`: where the member lies, how many there are and
+/// where the last-applied one lies.
+#[derive(Default)]
+struct Annotations {
+    /// From the key's opening quote to the end of the mapping.
+    span: Range<usize>,
+    count: usize,
+    last_applied: Option<Range<usize>>,
 }
 
 /// Puts `member` into `slot`, refusing a second one.
@@ -101,10 +111,19 @@ fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
             return Err(Refused);
         }
         meta.seen |= 1 << bit;
-        // Labels and owners are read as they are checked; every other value is checked first.
+        // Labels, owners and annotations are read as they are checked; every other value is
+        // checked first.
         let end = match bit {
             4 if !null(value) => labels(text, value, &mut meta.labels)?,
             5 if !null(value) => owners(text, value, &mut meta.owners)?,
+            7 if !null(value) => {
+                let (read, end) = annotations(text, value)?;
+                meta.annotations = Some(Annotations {
+                    span: at..end,
+                    ..read
+                });
+                end
+            }
             _ => scan::value_end(b, value)?,
         };
         let m = Member {
@@ -118,11 +137,8 @@ fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
             1 => meta.namespace = string(&m, true)?,
             2 => meta.uid = string(&m, true)?,
             3 => meta.resource_version = string(&m, true)?,
-            4 | 5 => {}
             6 => meta.managed_fields = Some(m.span),
-            _ if null(value) => {}
-            _ if b.get(value) == Some(&b'{') => meta.annotations = Some(m),
-            _ => return Err(Refused),
+            _ => {}
         }
         Ok(end)
     })?;
@@ -195,23 +211,22 @@ fn labels<'a>(
     })
 }
 
-/// What to cut from `annotations` to drop the last-applied one: that member, or the whole
-/// `annotations` member when nothing else is left in it (as the tree path does).
-fn dropped_annotations(text: &str, annotations: &Member) -> Scan<Option<Range<usize>>> {
-    let mut count = 0;
-    let mut last_applied = None;
-    scan::members(text, annotations.value.start, |m| {
-        count += 1;
-        if key(&m)? == LAST_APPLIED_ANNOTATION {
-            once(&mut last_applied, m)?;
+/// Reads the annotations mapping at `at` (its span left empty); where it ends. Every value
+/// must be a string (the tree path names any other) and no key may have escapes (keys are
+/// compared as written).
+fn annotations(text: &str, at: usize) -> Scan<(Annotations, usize)> {
+    let mut read = Annotations::default();
+    let end = scan::members(text, at, |m| {
+        if text.as_bytes().get(m.value.start) != Some(&b'"') {
+            return Err(Refused);
+        }
+        read.count += 1;
+        if key(&m)? == LAST_APPLIED_ANNOTATION && read.last_applied.replace(m.span).is_some() {
+            return Err(Refused);
         }
         Ok(())
     })?;
-    Ok(match last_applied {
-        _ if count == usize::from(last_applied.is_some()) => Some(annotations.span.clone()),
-        Some(m) => Some(m.span),
-        None => None,
-    })
+    Ok((read, end))
 }
 
 /// Decodes the object in `text`, whose type is `gvk` when the text does not say (list items
@@ -301,10 +316,16 @@ pub(crate) fn decode_at(
     if transform.drop_managed_fields {
         members.extend(meta.managed_fields.clone());
     }
+    // The last-applied one, or the whole member when nothing else is left in it (as the tree
+    // path does).
     if transform.drop_last_applied
-        && let Some(annotations) = &meta.annotations
+        && let Some(a) = &meta.annotations
     {
-        members.extend(dropped_annotations(text, annotations).ok()?);
+        if a.count == usize::from(a.last_applied.is_some()) {
+            members.push(a.span.clone());
+        } else {
+            members.extend(a.last_applied.clone());
+        }
     }
     let cuts = with_commas(text, members)?;
     // Allocated at its final length, so keeping it as a boxed str copies nothing more.
@@ -583,6 +604,8 @@ mod tests {
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","n\u0061me":"b"}}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"metadata":{"name":"a"}}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","annotations":"x"}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","annotations":{"x":true}}}"#,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","annotations":{"x":"1","\u0078":"2"}}}"#,
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}} {}"#,
             // Invalid JSON in a member the decoder does not read.
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"x":01}}"#,
@@ -598,5 +621,9 @@ mod tests {
         let wrong = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"k":1}}}"#;
         let err = KubeObject::from_server_json(wrong, &gvk, &t).expect_err("labels");
         assert!(err.to_string().contains("metadata.labels"), "{err}");
+        let wrong =
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","annotations":{"k":1}}}"#;
+        let err = KubeObject::from_server_json(wrong, &gvk, &t).expect_err("annotations");
+        assert!(err.to_string().contains("annotation `k`"), "{err}");
     }
 }
