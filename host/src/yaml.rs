@@ -1,8 +1,17 @@
 //! How kubewasm reads manifests' YAML: as kubectl resolves scalars
 //! (`0644` is octal, `yes` is a boolean, `<<` merges), with a key written twice in one
-//! mapping an error naming it.
+//! mapping an error naming it, and bounded work per document.
 
 use serde::de::DeserializeOwned;
+use serde_saphyr::Budget;
+use serde_saphyr::budget::BudgetBreach;
+
+/// The reader's limits per document: its defaults (250,000 nodes, aliases counted each time
+/// they are used; 50,000 aliases; 64 levels of nesting, which keeps its recursion well inside
+/// a thread's stack: 100 levels overflowed a test thread's 2 MiB in a debug build).
+fn budget() -> Budget {
+    Budget::default()
+}
 
 /// The reader's settings.
 pub fn options() -> serde_saphyr::Options {
@@ -10,24 +19,67 @@ pub fn options() -> serde_saphyr::Options {
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
     options.merge_keys = serde_saphyr::MergeKeyPolicy::Merge;
     options.legacy_octal_numbers = true;
+    options.budget = Some(budget());
     options
+}
+
+/// A limit a document went over, in its author's terms.
+fn over_budget(breach: &BudgetBreach) -> String {
+    let budget = budget();
+    match breach {
+        BudgetBreach::Nodes { .. } => format!(
+            "more than {} YAML nodes in one document (each use of an alias counts its nodes again)",
+            budget.max_nodes
+        ),
+        BudgetBreach::Depth { .. } => format!("nested more than {} levels deep", budget.max_depth),
+        BudgetBreach::Aliases { .. } => {
+            format!("more than {} aliases in one document", budget.max_aliases)
+        }
+        BudgetBreach::Events { .. } => {
+            format!(
+                "more than {} YAML events in one document",
+                budget.max_events
+            )
+        }
+        BudgetBreach::ScalarBytes { .. } => format!(
+            "more than {} bytes of scalar text in one document",
+            budget.max_total_scalar_bytes
+        ),
+        other => format!("over a limit of the YAML reader ({other:?})"),
+    }
+}
+
+/// The error `e` wraps, if it only adds context (a snippet, the alias it came through).
+fn inner(mut e: &serde_saphyr::Error) -> &serde_saphyr::Error {
+    while let serde_saphyr::Error::WithSnippet { error, .. }
+    | serde_saphyr::Error::AliasError { error, .. } = e
+    {
+        e = error;
+    }
+    e
 }
 
 /// Reads one YAML document into `T`; the error is one line, `line L column C: reason`, with
 /// the line counted from `first_line` (the document's first line in its file).
 pub fn from_str_at<T: DeserializeOwned>(text: &str, first_line: usize) -> Result<T, String> {
     serde_saphyr::from_str_with_options(text, options()).map_err(|e| {
-        let message = e.to_string();
-        let message = message.lines().next().unwrap_or("").trim();
-        let message = message.strip_prefix("error: ").unwrap_or(message);
-        // The parser's own position is within the document; the caller's is within the file.
-        let reason = match message.split_once(": ") {
-            Some((place, reason)) if place.starts_with("line ") => reason,
-            _ => message,
+        let reason = match inner(&e) {
+            serde_saphyr::Error::Budget { breach, .. } => over_budget(breach),
+            _ => {
+                let message = e.to_string();
+                let message = message.lines().next().unwrap_or("").trim();
+                let message = message.strip_prefix("error: ").unwrap_or(message);
+                // The parser's own position is within the document; the caller's is within
+                // the file.
+                let reason = match message.split_once(": ") {
+                    Some((place, reason)) if place.starts_with("line ") => reason,
+                    _ => message,
+                };
+                reason
+                    .trim_end_matches(", set DuplicateKeyPolicy in Options if acceptable")
+                    .to_owned()
+            }
         };
-        let reason = reason
-            .trim_end_matches(", set DuplicateKeyPolicy in Options if acceptable")
-            .to_owned();
         match e.location() {
             Some(at) => {
                 let line = first_line + usize::try_from(at.line()).unwrap_or(1) - 1;
@@ -36,4 +88,51 @@ pub fn from_str_at<T: DeserializeOwned>(text: &str, first_line: usize) -> Result
             None => reason,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// A mapping nested `depth` levels deep, in block style.
+    fn nested(depth: usize) -> String {
+        (0..depth)
+            .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+            .collect::<String>()
+            + &format!("{}leaf: 1\n", "  ".repeat(depth))
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_in_the_authors_terms() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let p = i - 1;
+            text += &format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            );
+        }
+        let error = from_str_at::<Value>(&text, 10).expect_err("9^9 nodes");
+        assert!(
+            error.contains("more than 250000 YAML nodes in one document"),
+            "{error}"
+        );
+        // Where it went over, counted in the file: the document is its lines 10 to 18.
+        let line: usize = error
+            .strip_prefix("line ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a line number: {error}"));
+        assert!((10..=18).contains(&line), "{error}");
+    }
+
+    #[test]
+    fn nesting_is_bounded_and_said_so() {
+        let deep = from_str_at::<Value>(&nested(62), 1).expect("62 levels");
+        let pointer = (0..62).map(|i| format!("/k{i}")).collect::<String>() + "/leaf";
+        assert_eq!(deep.pointer(&pointer), Some(&Value::from(1)));
+        let error = from_str_at::<Value>(&nested(70), 1).expect_err("70 levels");
+        assert!(error.contains("nested more than 64 levels deep"), "{error}");
+    }
 }
