@@ -89,24 +89,36 @@ fn yaml_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
         {
             continue;
         }
-        let parsed = crate::yaml::from_str_at::<Value>(chunk, line);
+        // Only a separator line with more on it starts a piece with `---`.
+        let parsed = if chunk.starts_with("---") {
+            Err(format!(
+                "line {line}: content after `---` on the separator line (kubectl refuses it \
+                 too): start the document on the next line"
+            ))
+        } else {
+            crate::yaml::from_str_at::<Value>(chunk, line)
+        };
         out.push((line, parsed));
     }
     out
 }
 
-/// Splits at lines that are `---`, alone or followed by blanks or a comment. Each piece
-/// comes with the line (from 1) it starts on.
+/// Splits at lines that start with `---`, as kubectl's reader does. One followed by blanks or
+/// a comment only separates; one with more on it (which kubectl refuses) also starts the next
+/// piece, so that piece alone is refused. Each piece comes with the line (from 1) it starts on.
 fn split_documents(text: &str) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let (mut start, mut start_line, mut offset) = (0, 1, 0);
     for (n, line) in text.split_inclusive('\n').enumerate() {
         if let Some(rest) = line.strip_prefix("---") {
+            out.push((start_line, &text[start..offset]));
             let rest = rest.trim();
             if rest.is_empty() || rest.starts_with('#') {
-                out.push((start_line, &text[start..offset]));
                 start = offset + line.len();
                 start_line = n + 2;
+            } else {
+                start = offset;
+                start_line = n + 1;
             }
         }
         offset += line.len();
@@ -130,6 +142,23 @@ mod tests {
 
     fn values(text: &str) -> Vec<Result<Value, String>> {
         items(text, false).into_iter().map(|i| i.value).collect()
+    }
+
+    #[test]
+    fn content_after_a_separator_costs_only_its_document() {
+        let text = "a: 1\n---\nb: 2\n--- {c: 3}\nd: 4\n---\ne: 5\n";
+        let items = items(text, false);
+        let values: Vec<_> = items.iter().map(|i| i.value.clone()).collect();
+        assert_eq!(values.len(), 4, "{values:?}");
+        assert_eq!(values[0], Ok(json!({"a": 1})));
+        assert_eq!(values[1], Ok(json!({"b": 2})));
+        let error = values[2].clone().expect_err("the `--- {c: 3}` document");
+        assert!(
+            error.starts_with("line 4: content after `---` on the separator line"),
+            "{error}"
+        );
+        assert_eq!(items[2].place, "document 3 (line 4)");
+        assert_eq!(values[3], Ok(json!({"e": 5})));
     }
 
     #[test]
