@@ -6,26 +6,21 @@ use serde::de::DeserializeOwned;
 use serde_saphyr::Budget;
 use serde_saphyr::budget::BudgetBreach;
 
-/// The reader's limits per document: its defaults (250,000 nodes, aliases counted each time
-/// they are used; 50,000 aliases; 64 levels of nesting, which keeps its recursion well inside
-/// a thread's stack: 100 levels overflowed a test thread's 2 MiB in a debug build).
-fn budget() -> Budget {
-    Budget::default()
-}
-
 /// The reader's settings.
 pub fn options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
     options.merge_keys = serde_saphyr::MergeKeyPolicy::Merge;
     options.legacy_octal_numbers = true;
-    options.budget = Some(budget());
     options
 }
 
-/// A limit a document went over, in its author's terms.
+/// A limit a document went over, in its author's terms. The limits are the reader's defaults,
+/// which `options` keeps (250,000 nodes, aliases counted each time they are used; 50,000
+/// aliases; 64 levels of nesting, which keeps its recursion well inside a thread's stack: 100
+/// levels overflowed a test thread's 2 MiB in a debug build).
 fn over_budget(breach: &BudgetBreach) -> String {
-    let budget = budget();
+    let budget = Budget::default();
     match breach {
         BudgetBreach::Nodes { .. } => format!(
             "more than {} YAML nodes in one document (each use of an alias counts its nodes again)",

@@ -3,7 +3,8 @@
 // For each added or updated Pod it follows the controller owner references through the host's
 // cache (Pod -> ReplicaSet -> Deployment) and counts the ReplicaSet's pods through the built-in
 // `owner-uid` index (its keys: a count needs no objects), then logs one line: `owner chain
-// pod=... replicaset=... deployment=... siblings=N`. Build: node build.mjs (componentize-js against ../../../wit).
+// pod=... replicaset=... deployment=... siblings=N`. Build: node build.mjs (componentize-js
+// against ../../../wit).
 
 import { indexKeys } from "kubewasm:plugin/cache@0.2.0";
 import { log } from "kubewasm:plugin/logging@0.2.0";
