@@ -48,7 +48,7 @@ use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::informer::queue::{Delivery, queue};
-use kubewasm::informer::{Filter, Informer, Subscription};
+use kubewasm::informer::{Filter, IndexClaim, Informer, Subscription};
 use kubewasm::object::Transform;
 use kubewasm::plugins::{DEFAULT_RELEASE_IDLE_AFTER, PluginHost};
 use kubewasm::source::kube::KubeSource;
@@ -167,6 +167,7 @@ enum Peer {
         handled: Arc<AtomicU64>,
         _lease: Lease,
         _sub: Option<Subscription>,
+        _claim: Option<IndexClaim>,
     },
     Plugins {
         agent: Box<Agent>,
@@ -189,10 +190,13 @@ enum Peer {
 /// Which client, and how it is set up.
 #[derive(Clone, Copy, Debug)]
 enum Kind {
-    /// kubewasm's pipeline up to an in-process subscriber (`None`: cache only).
+    /// kubewasm's pipeline up to an in-process subscriber (`false`: cache only), with the
+    /// built-in indexes claimed before the list as a plugin that queries claims them
+    /// (`indexed`), or none built.
     Kubewasm {
         subscriber: bool,
         keep_managed: bool,
+        indexed: bool,
     },
     /// kubewasm with `count` copies of the bench plugin doing `work`.
     Plugins {
@@ -210,6 +214,7 @@ enum Kind {
 impl Kind {
     fn label(self) -> String {
         match self {
+            Kind::Kubewasm { indexed: false, .. } => "kubewasm, no index built".into(),
             Kind::Kubewasm {
                 keep_managed: true, ..
             } => "kubewasm (managedFields kept)".into(),
@@ -246,6 +251,7 @@ impl Peer {
             Kind::Kubewasm {
                 subscriber,
                 keep_managed,
+                indexed,
             } => {
                 let transform = if keep_managed {
                     Transform::keep_everything()
@@ -254,6 +260,7 @@ impl Peer {
                 };
                 let (_, lease) = pod_informer(client, transform, handle);
                 let informer = lease.informer().clone();
+                let claim = indexed.then(|| IndexClaim::builtins(&informer));
                 let handled = Arc::new(AtomicU64::new(0));
                 let sub = subscriber.then(|| {
                     let (tx, rx) = queue(usize::MAX);
@@ -273,6 +280,7 @@ impl Peer {
                     handled,
                     _lease: lease,
                     _sub: sub,
+                    _claim: claim,
                 }
             }
             Kind::Plugins { count, work } => {
@@ -627,6 +635,12 @@ fn main() {
         Kind::Kubewasm {
             subscriber: true,
             keep_managed: false,
+            indexed: true,
+        },
+        Kind::Kubewasm {
+            subscriber: true,
+            keep_managed: false,
+            indexed: false,
         },
         Kind::KubeRs,
         Kind::ClientGo { protobuf: false },
@@ -685,10 +699,17 @@ fn main() {
         Kind::Kubewasm {
             subscriber: false,
             keep_managed: false,
+            indexed: true,
+        },
+        Kind::Kubewasm {
+            subscriber: false,
+            keep_managed: false,
+            indexed: false,
         },
         Kind::Kubewasm {
             subscriber: false,
             keep_managed: true,
+            indexed: true,
         },
         Kind::KubeRs,
         Kind::ClientGo { protobuf: false },

@@ -271,6 +271,30 @@ fn an_index_name_belongs_to_the_plugin_that_declares_it() {
 }
 
 #[test]
+fn built_in_indexes_are_kept_only_while_a_plugin_that_can_query_them_is_loaded() {
+    let h = harness(&[]);
+    let pods = || {
+        h.factory
+            .get(&Gvk::new("", "v1", "Pod"))
+            .expect("pod informer")
+            .store()
+            .built_indexes()
+    };
+    // pod-phase imports no index query: its pods are filed in no index.
+    h.load("pod-phase");
+    h.expect_line("pod-phase", "pod seen", |_| true);
+    assert!(pods().is_empty(), "{:?}", pods());
+    // deployment-view calls by-index: every type it is granted keeps the built-in indexes.
+    h.load("deployment-view");
+    h.expect_line("deployment-view", "web summary", |r| {
+        summary(r, "shop/web", "2/3")
+    });
+    assert_eq!(pods(), ["label", "namespace", "owner-uid"]);
+    assert!(h.host.unload("deployment-view"));
+    assert!(pods().is_empty(), "{:?}", pods());
+}
+
+#[test]
 fn unloading_stops_delivery_and_releases_informers() {
     let h = harness(&[]);
     h.load("pod-phase");

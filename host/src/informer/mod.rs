@@ -380,10 +380,12 @@ fn fan_out(state: &mut State, n: &Notification) {
     });
 }
 
-/// A claim on a named index of an informer's store; the index goes with its last claim.
+/// A claim on a named index of an informer's store, or on its built-in indexes; the index
+/// goes with its last claim.
 pub struct IndexClaim {
     informer: Arc<Informer>,
-    name: String,
+    /// `None`: the built-in indexes.
+    name: Option<String>,
 }
 
 impl IndexClaim {
@@ -396,14 +398,26 @@ impl IndexClaim {
         informer.store().add_index(name, func)?;
         Ok(Self {
             informer: informer.clone(),
-            name: name.to_owned(),
+            name: Some(name.to_owned()),
         })
+    }
+
+    /// Claims the built-in indexes of `informer`'s store, building them if no one had.
+    pub fn builtins(informer: &Arc<Informer>) -> Self {
+        informer.store().claim_builtins();
+        Self {
+            informer: informer.clone(),
+            name: None,
+        }
     }
 }
 
 impl Drop for IndexClaim {
     fn drop(&mut self) {
-        self.informer.store().release_index(&self.name);
+        match &self.name {
+            Some(name) => self.informer.store().release_index(name),
+            None => self.informer.store().release_builtins(),
+        }
     }
 }
 

@@ -73,6 +73,25 @@ struct Inner {
     indices: Indices,
     /// Claims on each added (not built-in) index; it is removed with its last claim.
     claims: HashMap<String, usize>,
+    /// Claims on the built-in indexes, kept current while there is one.
+    builtin_claims: usize,
+}
+
+impl Inner {
+    /// Files every stored object in index `name`, unless it is built already.
+    fn build(&mut self, name: &str) {
+        let Some(func) = self.indexers.get(name) else {
+            return;
+        };
+        if self.indices.contains_key(name) {
+            return;
+        }
+        let mut index: Index = BTreeMap::new();
+        for Stored(object) in &self.objects {
+            func.each_value(object, |value| file(&mut index, value, object.shared_key()));
+        }
+        self.indices.insert(name.to_owned(), index);
+    }
 }
 
 /// Objects by key (`namespace/name`), with named indexes kept current on every change.
@@ -87,14 +106,13 @@ impl Default for Store {
 }
 
 impl Store {
-    /// An empty store with the built-in indexes.
+    /// An empty store with the built-in indexes, built while they are claimed
+    /// ([`Self::claim_builtins`]) or from the first time one is asked for, and kept current
+    /// from then on: a store no one queries by index files nothing.
     pub fn new() -> Self {
         let mut inner = Inner::default();
         for (name, func) in index::builtins() {
             inner.indexers.insert(name.to_owned(), func);
-            if index::derived_from(name).is_none() {
-                inner.indices.insert(name.to_owned(), BTreeMap::new());
-            }
         }
         Self {
             inner: RwLock::new(inner),
@@ -103,6 +121,23 @@ impl Store {
 
     fn read(&self) -> RwLockReadGuard<'_, Inner> {
         self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A read guard with index `name` built (or the index it is derived from).
+    fn read_indexed(&self, name: &str) -> Result<RwLockReadGuard<'_, Inner>, StoreError> {
+        let stored = index::derived_from(name).unwrap_or(name);
+        {
+            let inner = self.read();
+            if inner.indices.contains_key(stored) {
+                return Ok(inner);
+            }
+            if !inner.indexers.contains_key(name) {
+                return Err(StoreError::UnknownIndex(name.to_owned()));
+            }
+        }
+        // Built-in indexes are only ever added, so it is still there once read again.
+        self.write().build(stored);
+        Ok(self.read())
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
@@ -126,14 +161,34 @@ impl Store {
                 requested: func,
             });
         }
-        let mut index: Index = BTreeMap::new();
-        for Stored(object) in &inner.objects {
-            func.each_value(object, |value| file(&mut index, value, object.shared_key()));
-        }
         inner.indexers.insert(name.to_owned(), func);
-        inner.indices.insert(name.to_owned(), index);
+        inner.build(name);
         inner.claims.insert(name.to_owned(), 1);
         Ok(())
+    }
+
+    /// Claims the built-in indexes, building them if they are not yet. See
+    /// [`Self::release_builtins`].
+    pub fn claim_builtins(&self) {
+        let mut inner = self.write();
+        inner.builtin_claims += 1;
+        for (name, _) in index::builtins() {
+            if index::derived_from(name).is_none() {
+                inner.build(name);
+            }
+        }
+    }
+
+    /// Gives up one claim on the built-in indexes; with the last, their entries go (a later
+    /// claim or query builds them again).
+    pub fn release_builtins(&self) {
+        let mut inner = self.write();
+        inner.builtin_claims = inner.builtin_claims.saturating_sub(1);
+        if inner.builtin_claims == 0 {
+            for (name, _) in index::builtins() {
+                inner.indices.remove(name);
+            }
+        }
     }
 
     /// Gives up one claim on an added index; the last one removes it with its entries.
@@ -154,6 +209,14 @@ impl Store {
     /// The names of the indexes, built-in ones included, sorted.
     pub fn index_names(&self) -> Vec<String> {
         self.read().indexers.keys().cloned().collect()
+    }
+
+    /// The names of the indexes whose entries are kept now, sorted (`label-key` is answered
+    /// from `label`'s).
+    pub fn built_indexes(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.read().indices.keys().cloned().collect();
+        names.sort_unstable();
+        names
     }
 
     /// Inserts or replaces an object; returns the previous state. A new version takes over
@@ -229,11 +292,18 @@ impl Store {
                     (Operator::In, [value]) => Some(format!("{}={value}", r.key)),
                     _ => None,
                 });
-        let inner = self.read();
-        let from = match (&equal, namespace) {
+        let mut from = match (&equal, namespace) {
             (Some(label), _) => Some((index::LABEL, label.as_str())),
             (None, Some(ns)) => Some((index::NAMESPACE, ns)),
             (None, None) => None,
+        };
+        // Built-in indexes always exist; were one missing, every object would be scanned.
+        let inner = match from.map(|(name, _)| self.read_indexed(name)) {
+            Some(Ok(inner)) => inner,
+            _ => {
+                from = None;
+                self.read()
+            }
         };
         let wanted = |o: &KubeObject| {
             namespace.is_none_or(|ns| o.namespace() == Some(ns)) && selector.matches(o) && keep(o)
@@ -271,21 +341,21 @@ impl Store {
 
     /// The objects filed under `value` in index `index` (client-go's `ByIndex`), sorted by key.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<KubeObject>>, StoreError> {
-        let inner = self.read();
+        let inner = self.read_indexed(index)?;
         let keys = keys_under(&inner, index, value)?;
         Ok(objects_under(&inner, keys.iter()).collect())
     }
 
     /// The keys filed under `value` in index `index` (client-go's `IndexKeys`), sorted.
     pub fn index_keys(&self, index: &str, value: &str) -> Result<Vec<String>, StoreError> {
-        let inner = self.read();
+        let inner = self.read_indexed(index)?;
         let keys = keys_under(&inner, index, value)?;
         Ok(keys.iter().map(|k| k.to_string()).collect())
     }
 
     /// Every value of index `index` (client-go's `ListIndexFuncValues`), sorted.
     pub fn index_values(&self, index: &str) -> Result<Vec<String>, StoreError> {
-        let inner = self.read();
+        let inner = self.read_indexed(index)?;
         let Some(from) = index::derived_from(index) else {
             let idx = stored_index(&inner, index)?;
             return Ok(idx.keys().map(|v| v.to_string()).collect());
@@ -422,14 +492,15 @@ fn reindex(inner: &mut Inner, old: Option<&KubeObject>, new: Option<&KubeObject>
         return;
     };
     for (name, func) in &inner.indexers {
+        // Not built yet (a built-in index no one has asked for), or derived from another.
+        let Some(index) = inner.indices.get_mut(name) else {
+            continue;
+        };
         if let (Some(old), Some(new)) = (old, new)
             && func.same_metadata_values(old, new)
         {
             continue;
         }
-        let Some(index) = inner.indices.get_mut(name) else {
-            continue;
-        };
         match (old, new) {
             (None, Some(new)) => func.each_value(new, |value| file(index, value, key)),
             (Some(old), None) => func.each_value(old, |value| unfile(index, value, key)),
@@ -524,6 +595,110 @@ mod tests {
         assert_eq!(store.index_values("namespace"), Ok(vec!["ns1".into()]));
         assert!(store.remove("ns2/c").is_none());
         assert_eq!(store.len(), 2);
+    }
+
+    /// Every built-in index's values and the keys under each.
+    fn builtin_contents(store: &Store) -> Vec<(String, String, Vec<String>)> {
+        let mut all = Vec::new();
+        for (name, _) in index::builtins() {
+            for value in store.index_values(name).expect("built-in") {
+                let keys = store.index_keys(name, &value).expect("built-in");
+                all.push((name.to_owned(), value, keys));
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn builtin_indexes_are_built_when_first_asked_and_answer_as_ones_kept_from_the_start() {
+        let early = Store::new();
+        let late = Store::new();
+        assert!(builtin_contents(&early).is_empty());
+        let changes = |s: &Store| {
+            for (name, ns, labels, owner) in [
+                ("a", "ns1", json!({"app": "web"}), Some("rs-1")),
+                ("b", "ns1", json!({"app": "db"}), Some("rs-1")),
+                ("c", "ns2", json!({"tier": "x"}), Some("rs-2")),
+                ("a", "ns1", json!({"app": "db", "v": "2"}), None),
+            ] {
+                s.upsert(&mut pod(name, ns, labels, owner, "n"));
+            }
+            s.remove("ns1/b");
+        };
+        changes(&early);
+        changes(&late);
+        // Nothing was filed in the store no one asked.
+        assert!(late.read().indices.is_empty());
+        let expected = builtin_contents(&early);
+        assert_eq!(builtin_contents(&late), expected);
+        assert!(expected.contains(&(
+            "owner-uid".to_owned(),
+            "rs-2".to_owned(),
+            vec!["ns2/c".to_owned()]
+        )));
+        assert!(expected.contains(&(
+            "label-key".to_owned(),
+            "v".to_owned(),
+            vec!["ns1/a".to_owned()]
+        )));
+        // A selector starts from an index it builds on the way.
+        let fresh = Store::new();
+        changes(&fresh);
+        let db = Selector::parse("app=db").expect("selector");
+        let found = fresh.select(None, &db, |_| true, 10).expect("under 10");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].key(), "ns1/a");
+        assert!(fresh.read().indices.contains_key(index::LABEL));
+        assert!(!fresh.read().indices.contains_key(index::OWNER_UID));
+        assert_eq!(
+            fresh.index_keys("no-such-index", "x"),
+            Err(StoreError::UnknownIndex("no-such-index".into()))
+        );
+    }
+
+    #[test]
+    fn builtin_indexes_are_kept_while_claimed_and_go_with_the_last_claim() {
+        let store = Store::new();
+        store.upsert(&mut pod(
+            "a",
+            "ns1",
+            json!({"app": "web"}),
+            Some("rs-1"),
+            "n",
+        ));
+        assert!(store.built_indexes().is_empty());
+        store.claim_builtins();
+        store.claim_builtins();
+        let built = ["label", "namespace", "owner-uid"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(store.built_indexes(), built);
+        store.upsert(&mut pod(
+            "b",
+            "ns1",
+            json!({"app": "web"}),
+            Some("rs-1"),
+            "n",
+        ));
+        store.release_builtins();
+        assert_eq!(store.built_indexes(), built, "one claim left");
+        assert_eq!(
+            store.index_keys("owner-uid", "rs-1"),
+            Ok(vec!["ns1/a".into(), "ns1/b".into()])
+        );
+        store.release_builtins();
+        assert!(store.built_indexes().is_empty());
+        // Asked for again, an index is built again, and answers the same.
+        assert_eq!(
+            store.index_keys("label", "app=web"),
+            Ok(vec!["ns1/a".into(), "ns1/b".into()])
+        );
+        assert_eq!(store.built_indexes(), ["label"]);
+        assert_eq!(
+            store.index_names().len(),
+            4,
+            "every built-in is still there"
+        );
     }
 
     #[test]

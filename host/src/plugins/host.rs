@@ -397,6 +397,11 @@ impl PluginHost {
                     .insert((index.gvk.clone(), index.name.clone()), scoped);
             }
         }
+        // The built-in indexes of every granted type, kept while a plugin that can query
+        // them is loaded; none for a plugin that imports no index query.
+        if code.queries_indexes() {
+            claims.extend(leases.iter().map(|l| IndexClaim::builtins(l.informer())));
+        }
         ctx.grants = leases
             .iter()
             .map(|l| (l.informer().gvk().clone(), l.informer().clone()))

@@ -241,6 +241,15 @@ pub struct PluginCode {
     pub cached: bool,
 }
 
+impl PluginCode {
+    /// True when the plugin imports a cache query that reads indexes: only then does it need
+    /// the built-in indexes of the types it is granted kept current.
+    pub fn queries_indexes(&self) -> bool {
+        let pre = self.pre.instance_pre();
+        version::queries_indexes(pre.component(), pre.engine())
+    }
+}
+
 impl Engine {
     /// An engine with epoch deadlines, and a linker with WASI and the kubewasm imports.
     pub fn new() -> wasmtime::Result<Self> {
