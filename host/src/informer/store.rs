@@ -126,18 +126,20 @@ impl Store {
     /// A read guard with index `name` built (or the index it is derived from).
     fn read_indexed(&self, name: &str) -> Result<RwLockReadGuard<'_, Inner>, StoreError> {
         let stored = index::derived_from(name).unwrap_or(name);
-        {
-            let inner = self.read();
-            if inner.indices.contains_key(stored) {
-                return Ok(inner);
+        // Checked again after each build: a last claim's release may drop the index between
+        // the write guard and the next read.
+        loop {
+            {
+                let inner = self.read();
+                if !inner.indexers.contains_key(name) {
+                    return Err(StoreError::UnknownIndex(name.to_owned()));
+                }
+                if inner.indices.contains_key(stored) {
+                    return Ok(inner);
+                }
             }
-            if !inner.indexers.contains_key(name) {
-                return Err(StoreError::UnknownIndex(name.to_owned()));
-            }
+            self.write().build(stored);
         }
-        // Built-in indexes are only ever added, so it is still there once read again.
-        self.write().build(stored);
-        Ok(self.read())
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
