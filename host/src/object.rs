@@ -145,19 +145,26 @@ impl PartialEq for KubeObject {
 impl Eq for KubeObject {}
 
 /// An object's cache key, shared by its versions and by every index entry filing it; one
-/// pointer wide, so the indexes' sets hold twice as many keys per node as with `Arc<str>`.
+/// pointer wide (so the indexes' sets hold twice as many keys as with `Arc<str>`), to one
+/// allocation holding the count, length and text (so comparing two keys follows one pointer
+/// each).
 #[derive(Clone, Debug)]
-pub struct Key(Arc<Box<str>>);
+pub struct Key(arcstr::ArcStr);
 
 impl Key {
     /// A key holding `key`.
     pub fn new(key: String) -> Self {
-        Self(Arc::new(key.into_boxed_str()))
+        Self(arcstr::ArcStr::from(key))
     }
 
     /// The key's text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// True when both are the same allocation (and so the same key).
+    pub fn same(&self, other: &Self) -> bool {
+        arcstr::ArcStr::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -182,7 +189,7 @@ impl std::borrow::Borrow<str> for Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.as_str() == other.as_str()
+        self.same(other) || self.as_str() == other.as_str()
     }
 }
 

@@ -479,7 +479,7 @@ fn file(index: &mut Index, value: &str, key: &Key) {
 }
 
 /// Takes `key` out from under `value`, and the value with its last key.
-fn unfile(index: &mut Index, value: &str, key: &str) {
+fn unfile(index: &mut Index, value: &str, key: &Key) {
     if let Some(keys) = index.get_mut(value)
         && keys.remove(key)
     {
