@@ -128,15 +128,19 @@ impl Runs {
             return false;
         };
         inserted(&mut self.runs[i], at, key);
+        // Only a new last key moves the fence, and `key`'s text is at hand.
+        if at + 1 == self.runs[i].len() {
+            self.fences[i] = fence(key, self.prefix.len());
+        }
         if self.runs[i].len() > RUN {
             let mut left = std::mem::take(&mut self.runs[i]).into_vec();
             let right = left.split_off(left.len() / 2);
             self.runs[i] = left.into_boxed_slice();
             self.runs.insert(i + 1, right.into_boxed_slice());
-            self.fences.insert(i + 1, 0);
-            self.refence(i + 1);
+            // The right half keeps the run's last key, and so its fence.
+            self.fences.insert(i + 1, self.fences[i]);
+            self.refence(i);
         }
-        self.refence(i);
         self.len += 1;
         true
     }
@@ -157,6 +161,9 @@ impl Runs {
             return true;
         }
         removed(&mut self.runs[i], at);
+        if at == self.runs[i].len() {
+            self.refence(i);
+        }
         // A short run joins its next one when both fit in one, so removals do not leave a
         // trail of tiny runs.
         if self.runs[i].len() < RUN / 4
@@ -164,12 +171,12 @@ impl Runs {
             && self.runs[i].len() + next.len() <= RUN
         {
             let next = self.runs.remove(i + 1);
-            self.fences.remove(i + 1);
+            // The joined run ends with the next one's last key, and so its fence.
+            self.fences[i] = self.fences.remove(i + 1);
             let mut joined = std::mem::take(&mut self.runs[i]).into_vec();
             joined.extend(next.into_vec());
             self.runs[i] = joined.into_boxed_slice();
         }
-        self.refence(i);
         true
     }
 
@@ -356,7 +363,7 @@ mod tests {
     #[test]
     fn keys_past_the_fences_window_and_copies_of_keys_are_found() {
         // Two namespaces whose names match for far longer than a fence reads: once both are
-        // in, the shared prefix is empty and every run of one namespace has the same fence.
+        // in, the shared prefix is `team-` and every run of one namespace has the same fence.
         let mut model = std::collections::BTreeSet::new();
         let name = |ns: &str, i: usize| key(&format!("{ns}/web-frontend-7d9f8c-{i:04}"));
         let mut set = KeySet::One(name("team-a", 0));
