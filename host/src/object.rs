@@ -11,6 +11,7 @@ mod meta;
 pub mod pointer;
 mod raw;
 pub(crate) mod scan;
+mod skip;
 
 /// The annotation `kubectl apply` writes: a full copy of the object, dropped by default.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";

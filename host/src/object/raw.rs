@@ -1,11 +1,12 @@
 //! Objects decoded straight from the bytes a server sent: the metadata read without building a
 //! JSON tree, dropped fields cut out of the text, everything else kept as sent.
 //!
-//! This is the fast path for well-formed input. It checks all of the text (`scan`), so it takes
-//! nothing the tree path would refuse. Anything it does not expect (a member of the wrong
-//! type, a repeated one, an escaped key where keys are compared, a number serde_json may not
-//! hold) makes it give up, and the caller decodes the object through a JSON tree instead,
-//! which also names what is wrong.
+//! This is the fast path for well-formed input. It checks all of the text it keeps (`scan`),
+//! so it takes nothing the tree path would refuse there; managedFields it drops are checked
+//! only as far as finding their end needs (`skip`). Anything it does not expect (a member of
+//! the wrong type, a repeated one, an escaped key where keys are compared, a number serde_json
+//! may not hold) makes it give up, and the caller decodes the object through a JSON tree
+//! instead, which also names what is wrong.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use crate::gvk::{Gvk, split_api_version};
 use crate::object::scan::{self, Member, Refused, Scan};
+use crate::object::skip;
 use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform};
 
 /// An owner reference as the decoder reads it.
@@ -79,8 +81,10 @@ fn key<'a>(member: &Member<'a>) -> Scan<&'a str> {
     }
 }
 
-/// Reads the members of the `metadata` mapping at `at`, checking all of it once; where it ends.
-fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
+/// Reads the members of the `metadata` mapping at `at`, checking all of it once (but
+/// `managedFields` only as far as finding its end needs when `skip_managed_fields`: it is
+/// dropped); where it ends.
+fn meta(text: &str, at: usize, skip_managed_fields: bool) -> Scan<(Meta<'_>, usize)> {
     let b = text.as_bytes();
     let mut meta = Meta::default();
     let null = |value: usize| b.get(value..value + 4) == Some(b"null");
@@ -124,6 +128,7 @@ fn meta(text: &str, at: usize) -> Scan<(Meta<'_>, usize)> {
                 });
                 end
             }
+            6 if skip_managed_fields => skip::skip_end(b, value)?,
             _ => scan::value_end(b, value)?,
         };
         let m = Member {
@@ -263,7 +268,7 @@ pub(crate) fn decode_at(
             "kind" => &mut top.kind,
             "metadata" if top.metadata.is_some() => return Err(Refused),
             "metadata" => {
-                let (meta, end) = meta(text, value)?;
+                let (meta, end) = meta(text, value, transform.drop_managed_fields)?;
                 top.metadata = Some(meta);
                 return Ok(end);
             }
@@ -510,43 +515,66 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_path_takes_no_text_serde_json_refuses() {
+    fn the_fast_path_takes_no_text_serde_json_refuses_but_in_what_it_drops() {
         // Pods with bytes changed at random: whatever the fast path decodes, serde_json parses
-        // and the tree path decodes to the same object.
+        // and the tree path decodes to the same object; or what serde_json refuses lies in the
+        // dropped managedFields, checked only as far as finding their end needs (`skip`), and
+        // the object is that of the text with them as they were.
         let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
         let t = Transform::default();
         let pod = kubewasm_testenv::generate::pod(3, 2048, 7).to_string();
+        let managed = {
+            let start = pod.find(r#""managedFields":"#).expect("managedFields") + 16;
+            start..scan::value_end(pod.as_bytes(), start).expect("valid")
+        };
         let mut next = crate::object::scan::tests::random_below();
         let bytes = b"\"\\{}[],:0-.eE1tfnu \x01\x1f";
-        let (mut taken, mut refused) = (0, 0);
+        let value = |s: &str| serde_json::from_str::<Value>(s).expect("stored");
+        let (mut taken, mut refused, mut dropped) = (0, 0, 0);
         for _ in 0..4000 {
             let mut text = pod.clone().into_bytes();
+            let mut changed = Vec::new();
             for _ in 0..1 + next(3) {
                 let at = next(text.len());
                 text[at] = bytes[next(bytes.len())];
+                changed.push(at);
             }
             let Ok(text) = String::from_utf8(text) else {
                 continue;
             };
-            match decode(&text, Some(&gvk), &t) {
-                Some(fast) => {
-                    taken += 1;
-                    assert!(
-                        serde_json::from_str::<Value>(&text).is_ok(),
-                        "the fast path took invalid JSON: {text}"
-                    );
-                    let tree = by_tree(&text, &gvk, &t);
-                    let value = |s: &str| serde_json::from_str::<Value>(s).expect("stored");
-                    assert_eq!(value(&fast.json()), value(&tree.json()), "{text}");
-                    assert_eq!(metadata(&fast), metadata(&tree), "{text}");
-                }
-                None => refused += 1,
+            let Some(fast) = decode(&text, Some(&gvk), &t) else {
+                refused += 1;
+                continue;
+            };
+            taken += 1;
+            if serde_json::from_str::<Value>(&text).is_err() {
+                // The same text with managedFields as they were: valid, and the same object.
+                let mut restored = text.clone().into_bytes();
+                restored[managed.clone()].copy_from_slice(&pod.as_bytes()[managed.clone()]);
+                let restored = String::from_utf8(restored).expect("UTF-8");
+                assert!(
+                    serde_json::from_str::<Value>(&restored).is_ok(),
+                    "the fast path took invalid JSON outside managedFields: {text}"
+                );
+                let tree = by_tree(&restored, &gvk, &t);
+                assert_eq!(value(&fast.json()), value(&tree.json()), "{text}");
+                assert_eq!(metadata(&fast), metadata(&tree), "{text}");
+                dropped += 1;
+                continue;
             }
+            let tree = by_tree(&text, &gvk, &t);
+            assert_eq!(value(&fast.json()), value(&tree.json()), "{text}");
+            assert_eq!(metadata(&fast), metadata(&tree), "{text}");
         }
         assert!(
-            taken > 100 && refused > 100,
-            "taken {taken}, refused {refused}"
+            taken > 100 && refused > 100 && dropped > 10,
+            "taken {taken}, refused {refused}, dropped {dropped}"
         );
+        // Keeping managedFields, all of them is checked again.
+        let keep = Transform::keep_everything();
+        let broken = pod.replacen(r#""fieldsType":"#, r#""fieldsType" "#, 1);
+        assert!(decode(&broken, Some(&gvk), &t).is_some());
+        assert!(decode(&broken, Some(&gvk), &keep).is_none());
     }
 
     #[test]

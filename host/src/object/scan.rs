@@ -47,7 +47,7 @@ pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
 
 /// The end of the value that starts at `i`, checking all of it.
 pub(crate) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
-    // One bit per open container: set for a mapping.
+    // One bit per open container, the innermost lowest: set for a mapping.
     let mut mappings: u128 = 0;
     let mut depth: u32 = 0;
     loop {
@@ -60,7 +60,7 @@ pub(crate) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
                 if b.get(i) == Some(&b'}') {
                     i + 1
                 } else {
-                    mappings |= 1 << depth;
+                    mappings = mappings << 1 | 1;
                     depth += 1;
                     i = key_then_colon(b, i)?.value;
                     continue;
@@ -71,7 +71,7 @@ pub(crate) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
                 if b.get(i) == Some(&b']') {
                     i + 1
                 } else {
-                    mappings &= !(1 << depth);
+                    mappings <<= 1;
                     depth += 1;
                     continue;
                 }
@@ -87,7 +87,7 @@ pub(crate) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
             if depth == 0 {
                 return Ok(i);
             }
-            let mapping = mappings & (1 << (depth - 1)) != 0;
+            let mapping = mappings & 1 != 0;
             i = skip_ws(b, i);
             match (b.get(i), mapping) {
                 (Some(b','), true) => {
@@ -100,6 +100,7 @@ pub(crate) fn value_end(b: &[u8], mut i: usize) -> Scan<usize> {
                 }
                 (Some(b'}'), true) | (Some(b']'), false) => {
                     depth -= 1;
+                    mappings >>= 1;
                     i += 1;
                 }
                 _ => return Err(Refused),
@@ -223,16 +224,54 @@ pub(crate) fn string_at(text: &str, value: Range<usize>) -> Scan<Cow<'_, str>> {
     }
 }
 
-/// Bytes that end a run of plain string content: the quote, a backslash, a control character.
-fn specials(word: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    // A byte below 0x20 borrows into its high bit, which it does not have. A borrow only
-    // reaches bytes above a flagged one, so the lowest flag is exact.
-    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
-    zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\'))) | control
+/// Bytes of string content [`marks`] reads at a time.
+const CHUNK: usize = 16;
+
+/// The 16 bytes at `j`, one bit per byte (bit 0 first): where the quotes are, and where the
+/// backslashes and control characters are; `None` when fewer than 16 bytes are left.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+fn marks(b: &[u8], j: usize) -> Option<(u32, u32)> {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    let chunk = b.get(j..)?.first_chunk::<CHUNK>()?;
+    // SAFETY: the load reads the 16 bytes of `chunk` (unaligned loads allowed); SSE2, which
+    // all of these need, is part of every x86_64 target.
+    unsafe {
+        let v = _mm_loadu_si128(chunk.as_ptr().cast());
+        let quotes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let backslashes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        // Below 0x20 exactly when the unsigned maximum with 0x1f is 0x1f.
+        let low = _mm_set1_epi8(0x1f);
+        let controls = _mm_cmpeq_epi8(_mm_max_epu8(v, low), low);
+        Some((
+            _mm_movemask_epi8(quotes) as u32,
+            _mm_movemask_epi8(_mm_or_si128(backslashes, controls)) as u32,
+        ))
+    }
 }
+
+/// [`marks`] a byte at a time, for other targets (and to check the vector one against).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn marks_bytewise(b: &[u8], j: usize) -> Option<(u32, u32)> {
+    let chunk = b.get(j..)?.first_chunk::<CHUNK>()?;
+    Some(
+        chunk
+            .iter()
+            .enumerate()
+            .fold((0, 0), |(q, o), (k, c)| match c {
+                b'"' => (q | 1 << k, o),
+                b'\\' | 0..0x20 => (q, o | 1 << k),
+                _ => (q, o),
+            }),
+    )
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+use marks_bytewise as marks;
 
 /// The end (after the closing quote) of the string whose opening quote is at `i`, and whether
 /// it has escapes.
@@ -241,14 +280,18 @@ fn string_end(b: &[u8], i: usize) -> Scan<(usize, bool)> {
     let mut j = i + 1;
     let mut escaped = false;
     loop {
-        // Plain content eight bytes at a time, then byte by byte near the end.
-        if let Some(chunk) = b.get(j..).and_then(<[u8]>::first_chunk::<8>) {
-            let found = specials(u64::from_le_bytes(*chunk));
+        // Plain content 16 bytes at a time, then byte by byte near the end.
+        if let Some((quotes, others)) = marks(b, j) {
+            let first_quote = quotes & quotes.wrapping_neg();
+            if first_quote != 0 && others & (first_quote - 1) == 0 {
+                return Ok((j + quotes.trailing_zeros() as usize + 1, escaped));
+            }
+            let found = quotes | others;
             if found == 0 {
-                j += 8;
+                j += CHUNK;
                 continue;
             }
-            j += (found.trailing_zeros() / 8) as usize;
+            j += found.trailing_zeros() as usize;
         }
         match b.get(j).ok_or(Refused)? {
             b'"' => return Ok((j + 1, escaped)),
@@ -393,6 +436,22 @@ pub(crate) mod tests {
                 serde_json::from_str::<serde_json::Value>(text).is_ok(),
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn string_bytes_are_marked_as_byte_by_byte() {
+        let mut next = random_below();
+        let alphabet = [b'"', b'\\', 0, 0x1f, 0x20, b'a', 0x7f, 0x80, 0xe9, 0xff];
+        for _ in 0..2000 {
+            let bytes: Vec<u8> = (0..40).map(|_| alphabet[next(alphabet.len())]).collect();
+            for j in 0..=bytes.len() {
+                assert_eq!(
+                    marks(&bytes, j),
+                    marks_bytewise(&bytes, j),
+                    "{bytes:?} at {j}"
+                );
+            }
         }
     }
 

@@ -1,0 +1,356 @@
+//! The end of a value the decoder drops (managedFields), found 64 bytes at a time.
+//!
+//! What is dropped is never stored or read, so it is checked only for what finding its end
+//! needs: its strings close, hold no control characters, and its brackets balance outside
+//! them. Its grammar (commas, colons, bracket kinds, numbers, escapes) is not checked, unlike
+//! every member that is kept (`scan`). managedFields are about a third of a pod as the API
+//! server sends it and the densest part to check (docs/BENCHMARKS.md, section 1, decoding).
+//!
+//! Each block of 64 bytes becomes bit masks (one bit per byte): quotes not escaped, then by
+//! a running XOR the bytes inside strings, then the brackets outside them, whose count gives
+//! the depth. A byte is escaped when the run of backslashes before it has odd length.
+
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
+use crate::object::scan::{Refused, Scan, value_end};
+
+/// The end of the value at `i`. A mapping or a list is skipped as the module says; any other
+/// value is checked fully.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn skip_end(b: &[u8], i: usize) -> Scan<usize> {
+    if !matches!(b.get(i), Some(b'{' | b'[')) {
+        return value_end(b, i);
+    }
+    let mut at = i;
+    let mut carry = Carry::default();
+    let mut depth: u32 = 0;
+    let mut padded;
+    loop {
+        let block = match b.get(at..).and_then(<[u8]>::first_chunk::<64>) {
+            Some(block) => block,
+            None => {
+                // The last bytes, padded with spaces (which are neither strings nor brackets).
+                let rest = b.get(at..).filter(|r| !r.is_empty()).ok_or(Refused)?;
+                padded = [b' '; 64];
+                padded[..rest.len()].copy_from_slice(rest);
+                &padded
+            }
+        };
+        let masks = Masks::of(block, &mut carry);
+        // The depth after each byte of brackets; a byte's worth at once when it cannot
+        // close the value (fewer closing brackets than are open).
+        for byte in 0..8 {
+            let opens = (masks.opens >> (8 * byte)) as u8;
+            let closes = (masks.closes >> (8 * byte)) as u8;
+            let closing = u32::from(ONES[usize::from(closes)]);
+            if depth > closing {
+                depth = depth + u32::from(ONES[usize::from(opens)]) - closing;
+                continue;
+            }
+            let mut brackets = opens | closes;
+            while brackets != 0 {
+                let bit = brackets.trailing_zeros();
+                brackets &= brackets - 1;
+                if closes >> bit & 1 == 0 {
+                    depth += 1;
+                    continue;
+                }
+                depth -= 1;
+                if depth == 0 {
+                    let end = 8 * byte + bit as usize;
+                    // Only what lies in the value counts.
+                    if masks.bad & (u64::MAX >> (63 - end)) != 0 {
+                        return Err(Refused);
+                    }
+                    return Ok(at + end + 1);
+                }
+            }
+        }
+        if masks.bad != 0 {
+            return Err(Refused);
+        }
+        at += 64;
+    }
+}
+
+/// Set bits of each byte value: x86_64 has no instruction for it before `popcnt`, which not
+/// every x86_64 machine has (nearly twice as fast as `u8::count_ones` here).
+static ONES: [u8; 256] = {
+    let mut ones = [0; 256];
+    let mut i = 0;
+    while i < 256 {
+        ones[i] = (i as u8).count_ones() as u8;
+        i += 1;
+    }
+    ones
+};
+
+/// Elsewhere the value is checked fully.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn skip_end(b: &[u8], i: usize) -> Scan<usize> {
+    value_end(b, i)
+}
+
+/// What one block hands the next.
+#[derive(Default)]
+struct Carry {
+    /// 1 when the block's first byte is escaped.
+    escaped: u64,
+    /// All ones when the block starts inside a string.
+    in_string: u64,
+}
+
+/// One bit per byte of a block.
+struct Masks {
+    /// Opening brackets outside strings.
+    opens: u64,
+    /// Closing brackets outside strings.
+    closes: u64,
+    /// Control characters inside strings, or outside them other than tab, newline or return.
+    bad: u64,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Masks {
+    #[allow(unsafe_code)]
+    fn of(block: &[u8; 64], carry: &mut Carry) -> Self {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128};
+        let v: [__m128i; 4] = std::array::from_fn(|k| {
+            // SAFETY: reads bytes 16k to 16k+15 of the block's 64 (unaligned loads allowed).
+            unsafe { _mm_loadu_si128(block[16 * k..].as_ptr().cast()) }
+        });
+        let backslashes = equal(&v, b'\\', 0);
+        let mut quotes = equal(&v, b'"', 0);
+        if backslashes | carry.escaped != 0 {
+            quotes &= !escaped(backslashes, &mut carry.escaped);
+        }
+        // Set from each opening quote up to its closing one (which is not set).
+        let strings = prefix_xor(quotes) ^ carry.in_string;
+        carry.in_string = ((strings as i64) >> 63) as u64;
+        // `{` and `[` differ only in bit 0x20, and so do `}` and `]`.
+        let opens = equal(&v, b'{', 0x20) & !strings;
+        let closes = equal(&v, b'}', 0x20) & !strings;
+        let controls = below_0x20(&v);
+        let bad = if controls == 0 {
+            0
+        } else {
+            let blanks = equal(&v, b'\t', 0) | equal(&v, b'\n', 0) | equal(&v, b'\r', 0);
+            controls & (strings | !blanks)
+        };
+        Self { opens, closes, bad }
+    }
+}
+
+/// Bit `k` set where byte `k`, with the bits of `fold` set, equals `byte`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+fn equal(v: &[std::arch::x86_64::__m128i; 4], byte: u8, fold: u8) -> u64 {
+    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8};
+    v.iter().enumerate().fold(0, |mask, (k, x)| {
+        // SAFETY: SSE2, which these need, is part of every x86_64 target.
+        let bits = unsafe {
+            let folded = _mm_or_si128(*x, _mm_set1_epi8(fold as i8));
+            _mm_movemask_epi8(_mm_cmpeq_epi8(folded, _mm_set1_epi8(byte as i8)))
+        };
+        mask | u64::from(bits as u16) << (16 * k)
+    })
+}
+
+/// Bit `k` set where byte `k` is below 0x20.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+fn below_0x20(v: &[std::arch::x86_64::__m128i; 4]) -> u64 {
+    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_max_epu8, _mm_movemask_epi8, _mm_set1_epi8};
+    v.iter().enumerate().fold(0, |mask, (k, x)| {
+        // Below 0x20 exactly when the unsigned maximum with 0x1f is 0x1f.
+        // SAFETY: SSE2, which these need, is part of every x86_64 target.
+        let bits = unsafe {
+            let low = _mm_set1_epi8(0x1f);
+            _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(*x, low), low))
+        };
+        mask | u64::from(bits as u16) << (16 * k)
+    })
+}
+
+/// The bytes a backslash escapes, given a block's backslashes and whether its first byte is
+/// escaped (`first`, 0 or 1), which is updated for the next block.
+///
+/// A backslash escapes the next byte unless it is escaped itself, so in a run of backslashes
+/// those at even offsets from the run's start escape the byte after them. Adding each run
+/// that starts at an odd bit to itself moves it just past its end; XOR with the even bits
+/// then gives, after every backslash, whether it lies at an even offset of its run.
+fn escaped(backslashes: u64, first: &mut u64) -> u64 {
+    const EVEN: u64 = 0x5555_5555_5555_5555;
+    // A backslash that is escaped starts nothing.
+    let live = backslashes & !*first;
+    let after = live << 1 | *first;
+    let odd_starts = live & !EVEN & !after;
+    let (moved, out) = odd_starts.overflowing_add(live);
+    *first = u64::from(out);
+    (EVEN ^ moved << 1) & after
+}
+
+/// Bit `k` of the result is the XOR of bits 0 to `k` of `x`.
+fn prefix_xor(mut x: u64) -> u64 {
+    for shift in [1, 2, 4, 8, 16, 32] {
+        x ^= x << shift;
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::scan::tests::random_below;
+
+    /// Escapes byte by byte, the plain way.
+    fn escaped_bytewise(text: &[u8]) -> Vec<bool> {
+        let mut out = vec![false; text.len()];
+        let mut k = 0;
+        while k < text.len() {
+            if text[k] == b'\\' && k + 1 < text.len() {
+                out[k + 1] = true;
+                k += 2;
+            } else {
+                k += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn escapes_are_found_across_blocks_as_byte_by_byte() {
+        let mut next = random_below();
+        for _ in 0..2000 {
+            // Runs of backslashes of every length, at every offset, over three blocks.
+            let text: Vec<u8> = (0..192)
+                .map(|_| if next(3) == 0 { b'a' } else { b'\\' })
+                .collect();
+            let want = escaped_bytewise(&text);
+            let mut first = 0;
+            for (n, block) in text.chunks(64).enumerate() {
+                let backslashes = block
+                    .iter()
+                    .enumerate()
+                    .fold(0u64, |m, (k, c)| m | u64::from(*c == b'\\') << k);
+                let got = escaped(backslashes, &mut first);
+                for k in 0..64 {
+                    assert_eq!(got >> k & 1 == 1, want[64 * n + k], "byte {}", 64 * n + k);
+                }
+            }
+        }
+    }
+
+    /// Valid JSON containers: generated pods, and what is hard on the masks (backslash runs
+    /// at every length, brackets and quotes in strings, blanks, deep nesting).
+    fn corpus() -> Vec<String> {
+        let mut texts: Vec<String> = [(1, 1024), (2, 4096), (3, 16384)]
+            .iter()
+            .map(|&(i, size)| kubewasm_testenv::generate::pod(i, size, 7).to_string())
+            .collect();
+        for run in 0..9 {
+            let slashes = "\\".repeat(2 * run);
+            texts.push(format!(
+                r#"{{"k{slashes}":"{slashes}\"}}]{{[","l":[ "x{slashes}" ,{{}} ]}}"#
+            ));
+        }
+        texts.push(format!("{}1{}", "[".repeat(100), "]".repeat(100)));
+        texts.push("{ \"a\" :\t[ 1 ,\r\n{ } ] , \"b\" : \"\\u00e9 ☃\" }".to_owned());
+        texts
+    }
+
+    #[test]
+    fn ends_agree_with_the_full_check_on_valid_json() {
+        let mut next = random_below();
+        let mut checked = 0;
+        for text in corpus() {
+            // Every alignment against the 64-byte blocks, and text after the value.
+            for pad in 0..70 {
+                let padded = format!("{}{text},\"after\":\"\\\"]\"}}", " ".repeat(pad));
+                let b = padded.as_bytes();
+                // Every container that starts a value, sampled in the long ones.
+                for p in (0..b.len()).filter(|&p| matches!(b[p], b'{' | b'[')) {
+                    if b.len() > 2000 && next(8) != 0 {
+                        continue;
+                    }
+                    if let Ok(end) = value_end(b, p) {
+                        assert_eq!(skip_end(b, p), Ok(end), "{padded} at {p}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    #[test]
+    fn what_finding_the_end_needs_is_checked() {
+        let long = "x".repeat(100);
+        for (text, want) in [
+            (r#"{"a":"b"}"#.to_owned(), Ok(9)),
+            (r#"{"a":"b}"#.to_owned(), Err(Refused)),
+            (r#"{"a":[1}"#.to_owned(), Err(Refused)),
+            (format!(r#"[[{{"{long}":1}}]"#), Err(Refused)),
+            ("{\"a\":\"\u{1}\"}".to_owned(), Err(Refused)),
+            (format!("{{\"{long}\":\"\n\"}}"), Err(Refused)),
+            ("[\u{1}]".to_owned(), Err(Refused)),
+            (format!("[\t\"{long}\"\r\n]"), Ok(107)),
+            // What follows the value is not its business.
+            ("{}\"\u{1}".to_owned(), Ok(2)),
+            (format!("[\"{long}\"]\u{1}"), Ok(104)),
+            // Its grammar is not checked: it is dropped.
+            (r#"[1 2 "a" : , }"#.to_owned(), Ok(14)),
+            (r#"{"a":01,"b":tru,"c":"\x"]"#.to_owned(), Ok(25)),
+            // Not a container: checked fully.
+            ("-x".to_owned(), Err(Refused)),
+            (r#""a""#.to_owned(), Ok(3)),
+        ] {
+            assert_eq!(skip_end(text.as_bytes(), 0), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn skipping_takes_whatever_the_full_check_takes_with_the_same_end() {
+        // managedFields of a pod with bytes changed at random.
+        let pod = kubewasm_testenv::generate::pod(5, 4096, 7).to_string();
+        let start = pod.find(r#""managedFields":"#).expect("managedFields") + 16;
+        let mut next = random_below();
+        let bytes = b"\"\\{}[],:0 \x01ab";
+        let (mut both, mut skipped_only) = (0, 0);
+        for _ in 0..4000 {
+            let mut text = pod.clone().into_bytes();
+            for _ in 0..1 + next(3) {
+                let at = start + next(1600);
+                text[at] = bytes[next(bytes.len())];
+            }
+            match (value_end(&text, start), skip_end(&text, start)) {
+                (Ok(full), skipped) => {
+                    assert_eq!(skipped, Ok(full));
+                    both += 1;
+                }
+                (Err(_), Ok(end)) => {
+                    assert!(matches!(text[end - 1], b'}' | b']'));
+                    skipped_only += 1;
+                }
+                (Err(_), Err(_)) => {}
+            }
+        }
+        assert!(both > 100 && skipped_only > 100, "{both} {skipped_only}");
+    }
+
+    #[test]
+    fn prefix_xor_is_the_running_parity() {
+        let mut next = random_below();
+        for _ in 0..200 {
+            let x = (next(1 << 32) as u64) << 32 | next(1 << 32) as u64;
+            let got = prefix_xor(x);
+            let mut parity = 0;
+            for k in 0..64 {
+                parity ^= x >> k & 1;
+                assert_eq!(got >> k & 1, parity, "{x:#x} bit {k}");
+            }
+        }
+    }
+}
