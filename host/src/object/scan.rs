@@ -227,31 +227,55 @@ pub(crate) fn string_at(text: &str, value: Range<usize>) -> Scan<Cow<'_, str>> {
 /// Bytes of string content [`marks`] reads at a time.
 const CHUNK: usize = 16;
 
+/// 16 bytes in an SSE2 register, and the byte comparisons the scanners make on them.
+#[cfg(target_arch = "x86_64")]
+pub(super) mod sse {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+
+    /// The 16 bytes of `chunk`.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    pub(crate) fn load(chunk: &[u8; 16]) -> __m128i {
+        // SAFETY: reads the 16 bytes of `chunk` (unaligned loads allowed); SSE2 is part of
+        // every x86_64 target.
+        unsafe { _mm_loadu_si128(chunk.as_ptr().cast()) }
+    }
+
+    /// Bit `k` set where byte `k`, with the bits of `fold` set, equals `byte`.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    pub(crate) fn equal(v: __m128i, byte: u8, fold: u8) -> u16 {
+        // SAFETY: SSE2, which these need, is part of every x86_64 target.
+        unsafe {
+            let folded = _mm_or_si128(v, _mm_set1_epi8(fold as i8));
+            _mm_movemask_epi8(_mm_cmpeq_epi8(folded, _mm_set1_epi8(byte as i8))) as u16
+        }
+    }
+
+    /// Bit `k` set where byte `k` is below 0x20.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    pub(crate) fn below_0x20(v: __m128i) -> u16 {
+        // Below 0x20 exactly when the unsigned maximum with 0x1f is 0x1f.
+        // SAFETY: SSE2, which these need, is part of every x86_64 target.
+        unsafe {
+            let low = _mm_set1_epi8(0x1f);
+            _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(v, low), low)) as u16
+        }
+    }
+}
+
 /// The 16 bytes at `j`, one bit per byte (bit 0 first): where the quotes are, and where the
 /// backslashes and control characters are; `None` when fewer than 16 bytes are left.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(unsafe_code)]
 fn marks(b: &[u8], j: usize) -> Option<(u32, u32)> {
-    use std::arch::x86_64::{
-        _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
-    };
-    let chunk = b.get(j..)?.first_chunk::<CHUNK>()?;
-    // SAFETY: the load reads the 16 bytes of `chunk` (unaligned loads allowed); SSE2, which
-    // all of these need, is part of every x86_64 target.
-    unsafe {
-        let v = _mm_loadu_si128(chunk.as_ptr().cast());
-        let quotes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
-        let backslashes = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
-        // Below 0x20 exactly when the unsigned maximum with 0x1f is 0x1f.
-        let low = _mm_set1_epi8(0x1f);
-        let controls = _mm_cmpeq_epi8(_mm_max_epu8(v, low), low);
-        Some((
-            _mm_movemask_epi8(quotes) as u32,
-            _mm_movemask_epi8(_mm_or_si128(backslashes, controls)) as u32,
-        ))
-    }
+    let v = sse::load(b.get(j..)?.first_chunk::<CHUNK>()?);
+    let others = sse::equal(v, b'\\', 0) | sse::below_0x20(v);
+    Some((u32::from(sse::equal(v, b'"', 0)), u32::from(others)))
 }
 
 /// [`marks`] a byte at a time, for other targets (and to check the vector one against).

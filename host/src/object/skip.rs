@@ -12,6 +12,8 @@
 
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
+#[cfg(target_arch = "x86_64")]
+use crate::object::scan::sse;
 use crate::object::scan::{Refused, Scan, value_end};
 
 /// The end of the value at `i`. A mapping or a list is skipped as the module says; any other
@@ -23,7 +25,7 @@ pub(crate) fn skip_end(b: &[u8], i: usize) -> Scan<usize> {
     }
     let mut at = i;
     let mut carry = Carry::default();
-    let mut depth: u32 = 0;
+    let mut depth: usize = 0;
     let mut padded;
     loop {
         let block = match b.get(at..).and_then(<[u8]>::first_chunk::<64>) {
@@ -42,9 +44,9 @@ pub(crate) fn skip_end(b: &[u8], i: usize) -> Scan<usize> {
         for byte in 0..8 {
             let opens = (masks.opens >> (8 * byte)) as u8;
             let closes = (masks.closes >> (8 * byte)) as u8;
-            let closing = u32::from(ONES[usize::from(closes)]);
+            let closing = usize::from(ONES[usize::from(closes)]);
             if depth > closing {
-                depth = depth + u32::from(ONES[usize::from(opens)]) - closing;
+                depth = depth + usize::from(ONES[usize::from(opens)]) - closing;
                 continue;
             }
             let mut brackets = opens | closes;
@@ -112,13 +114,9 @@ struct Masks {
 
 #[cfg(target_arch = "x86_64")]
 impl Masks {
-    #[allow(unsafe_code)]
     fn of(block: &[u8; 64], carry: &mut Carry) -> Self {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128};
-        let v: [__m128i; 4] = std::array::from_fn(|k| {
-            // SAFETY: reads bytes 16k to 16k+15 of the block's 64 (unaligned loads allowed).
-            unsafe { _mm_loadu_si128(block[16 * k..].as_ptr().cast()) }
-        });
+        let (lanes, _) = block.as_chunks::<16>();
+        let v: [_; 4] = std::array::from_fn(|k| sse::load(&lanes[k]));
         let backslashes = equal(&v, b'\\', 0);
         let mut quotes = equal(&v, b'"', 0);
         if backslashes | carry.escaped != 0 {
@@ -141,37 +139,30 @@ impl Masks {
     }
 }
 
-/// Bit `k` set where byte `k`, with the bits of `fold` set, equals `byte`.
+/// [`sse::equal`] over the block's four lanes: bit `k` for byte `k`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(unsafe_code)]
 fn equal(v: &[std::arch::x86_64::__m128i; 4], byte: u8, fold: u8) -> u64 {
-    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8};
-    v.iter().enumerate().fold(0, |mask, (k, x)| {
-        // SAFETY: SSE2, which these need, is part of every x86_64 target.
-        let bits = unsafe {
-            let folded = _mm_or_si128(*x, _mm_set1_epi8(fold as i8));
-            _mm_movemask_epi8(_mm_cmpeq_epi8(folded, _mm_set1_epi8(byte as i8)))
-        };
-        mask | u64::from(bits as u16) << (16 * k)
-    })
+    lanes(v, |x| sse::equal(x, byte, fold))
 }
 
-/// Bit `k` set where byte `k` is below 0x20.
+/// [`sse::below_0x20`] over the block's four lanes.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(unsafe_code)]
 fn below_0x20(v: &[std::arch::x86_64::__m128i; 4]) -> u64 {
-    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_max_epu8, _mm_movemask_epi8, _mm_set1_epi8};
-    v.iter().enumerate().fold(0, |mask, (k, x)| {
-        // Below 0x20 exactly when the unsigned maximum with 0x1f is 0x1f.
-        // SAFETY: SSE2, which these need, is part of every x86_64 target.
-        let bits = unsafe {
-            let low = _mm_set1_epi8(0x1f);
-            _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(*x, low), low))
-        };
-        mask | u64::from(bits as u16) << (16 * k)
-    })
+    lanes(v, sse::below_0x20)
+}
+
+/// The four lanes' 16-bit masks side by side, the first lowest.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lanes(
+    v: &[std::arch::x86_64::__m128i; 4],
+    mask: impl Fn(std::arch::x86_64::__m128i) -> u16,
+) -> u64 {
+    v.iter()
+        .enumerate()
+        .fold(0, |all, (k, x)| all | u64::from(mask(*x)) << (16 * k))
 }
 
 /// The bytes a backslash escapes, given a block's backslashes and whether its first byte is
