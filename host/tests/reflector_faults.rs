@@ -431,3 +431,48 @@ async fn a_type_the_server_does_not_serve_is_empty_and_its_discovery_failures_ar
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_lines_that_cannot_be_decoded_are_skipped_counted_and_named() -> anyhow::Result<()> {
+    let double = ApiDouble::start().await?;
+    let feed = feed(&double)?;
+    assert_eq!(feed.next(1).await?, ["|"]);
+    let errors = |feed: &Feed| feed.source.stats()[0].1.clone();
+
+    // One line of 17 MiB, past the longest kept (16 MiB): read to its end, never held whole.
+    let huge = format!(
+        "{{\"type\":\"ADDED\",\"object\":{{\"kind\":\"ConfigMap\",\"data\":{{\"x\":\"{}\"}}}}}}\n",
+        "x".repeat(17 << 20)
+    );
+    let bytes = huge.len();
+    double.fault(Fault::Line(huge.into()));
+    double.cut_watches();
+    double.create("ns", "a", json!({}));
+    assert_eq!(feed.next(1).await?, ["+a"], "the stream goes on after it");
+    let stats = errors(&feed);
+    assert!(
+        stats
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains(&format!(
+                "skipping watch event: line of {bytes} bytes is longer than the 16777216 kept"
+            ))),
+        "{stats:?}"
+    );
+
+    // A line that is not JSON.
+    double.fault(Fault::Line("{\"type\":\"ADDED\",\"object\":{\n".into()));
+    double.cut_watches();
+    double.create("ns", "b", json!({}));
+    assert_eq!(feed.next(1).await?, ["+b"]);
+    let after = errors(&feed);
+    assert!(after.errors > stats.errors, "{after:?}");
+    assert!(
+        after
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("skipping watch event: ") && !e.contains("longer than")),
+        "{after:?}"
+    );
+    Ok(())
+}

@@ -131,7 +131,7 @@ pub fn render(status: &Status) -> String {
     w.family(
         "kubewasm_watch_errors_total",
         "counter",
-        "Failed discovery, list and watch requests, per resource type",
+        "Failed discovery, list and watch requests, and watch events skipped as undecodable, per resource type",
         reflectors,
         |(g, r)| (resource(g), r.errors as f64),
     );

@@ -43,6 +43,9 @@ pub enum Fault {
         /// Events sent before the cut.
         after: usize,
     },
+    /// Send this line, as it is, first on the next watch: what a broken or hostile server
+    /// could send.
+    Line(Arc<str>),
 }
 
 /// A request the double received.
@@ -481,7 +484,7 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
         state.requests.push(seen);
         let at = state.faults.iter().position(|f| match f {
             Fault::Status { verb: v, .. } => Some(*v) == verb,
-            Fault::CutWatch { .. } => verb == Some(Verb::Watch),
+            Fault::CutWatch { .. } | Fault::Line(_) => verb == Some(Verb::Watch),
         });
         at.and_then(|i| state.faults.remove(i))
     };
@@ -507,11 +510,12 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
         Some(Verb::List) => list(&mut conn, shared, &query).await,
         Some(Verb::Watch) => {
-            let cut_after = match fault {
-                Some(Fault::CutWatch { after }) => Some(after),
-                _ => None,
+            let (cut_after, first) = match fault {
+                Some(Fault::CutWatch { after }) => (Some(after), None),
+                Some(Fault::Line(line)) => (None, Some(line)),
+                _ => (None, None),
             };
-            watch(conn, shared, &query, cut_after).await
+            watch(conn, shared, &query, cut_after, first).await
         }
     }
 }
@@ -624,6 +628,7 @@ async fn watch(
     shared: &Shared,
     query: &BTreeMap<String, String>,
     cut_after: Option<usize>,
+    first: Option<Arc<str>>,
 ) -> std::io::Result<()> {
     let initial_events = query.get("sendInitialEvents").is_some_and(|v| v == "true");
     let bookmarks = query
@@ -645,6 +650,10 @@ async fn watch(
         Err((code, body)) => return respond(&mut conn, code, &body).await,
     };
     conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").await?;
+    if let Some(first) = first {
+        // Not counted as an event: it is sent before them.
+        chunk(&mut conn, &first).await?;
+    }
     let deadline = tokio::time::Instant::now() + timeout;
     let mut sent = 0_usize;
     let mut last_bookmark = tokio::time::Instant::now();

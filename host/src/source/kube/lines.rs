@@ -1,4 +1,8 @@
 //! The lines of a watch response, read one at a time into one reused buffer.
+//!
+//! A line is kept up to [`MAX_LINE`] bytes: a longer one is read to its end without being kept
+//! and reported as [`Unreadable::TooLong`], so a broken or hostile server (or a proxy in front of
+//! it) cannot grow the agent's memory with one endless line.
 
 use std::io;
 use std::pin::Pin;
@@ -9,10 +13,32 @@ use futures::{AsyncBufRead, AsyncBufReadExt, FutureExt};
 /// Room of the buffer lines are read into (a 4 KB pod's line fits).
 const LINE_BUFFER: usize = 16 << 10;
 
+/// Longest line kept: client-go's streaming decoder refuses objects past the same size. An
+/// object the API server stores (etcd takes 1.5 MiB by default) is far below it.
+pub const MAX_LINE: usize = 16 << 20;
+
+/// Why a line was read but cannot be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    /// The line is not UTF-8.
+    #[error("not UTF-8 ({0})")]
+    NotUtf8(#[from] Utf8Error),
+    /// The line is longer than the longest kept.
+    #[error("line of {bytes} bytes is longer than the {max} kept; dropped unread")]
+    TooLong {
+        /// Its length, newline included.
+        bytes: usize,
+        /// The longest kept.
+        max: usize,
+    },
+}
+
 /// The lines of a response body, with a look ahead that never loses a failure.
 pub struct Lines<R> {
     body: Pin<Box<R>>,
     buf: Vec<u8>,
+    /// Longest line kept ([`MAX_LINE`] but in tests).
+    max: usize,
     /// A failure met while looking ahead, reported by the next read.
     failed: Option<io::Error>,
 }
@@ -23,6 +49,7 @@ impl<R: AsyncBufRead> Lines<R> {
         Self {
             body: Box::pin(body),
             buf: Vec::with_capacity(LINE_BUFFER),
+            max: MAX_LINE,
             failed: None,
         }
     }
@@ -44,7 +71,7 @@ impl<R: AsyncBufRead> Lines<R> {
     }
 
     /// The next line that is not blank, `None` at the end of the body.
-    pub async fn next(&mut self) -> io::Result<Option<Result<&str, Utf8Error>>> {
+    pub async fn next(&mut self) -> io::Result<Option<Result<&str, Unreadable>>> {
         loop {
             if let Some(e) = self.failed.take() {
                 return Err(e);
@@ -54,11 +81,46 @@ impl<R: AsyncBufRead> Lines<R> {
                 self.buf = Vec::with_capacity(LINE_BUFFER);
             }
             self.buf.clear();
-            if self.body.read_until(b'\n', &mut self.buf).await? == 0 {
+            let bytes = self.read_line().await?;
+            if bytes == 0 {
                 return Ok(None);
             }
+            if bytes > self.max {
+                let max = self.max;
+                return Ok(Some(Err(Unreadable::TooLong { bytes, max })));
+            }
             if !self.buf.trim_ascii().is_empty() {
-                return Ok(Some(std::str::from_utf8(&self.buf)));
+                return Ok(Some(
+                    std::str::from_utf8(&self.buf).map_err(Unreadable::from),
+                ));
+            }
+        }
+    }
+
+    /// Reads one line, its newline included, into `buf` if it is at most `max` bytes long;
+    /// longer, `buf` is left empty. The line's length, 0 at the end of the body; a body that
+    /// ends without a newline ends its last line.
+    async fn read_line(&mut self) -> io::Result<usize> {
+        let mut bytes = 0;
+        loop {
+            // A failure mid-line loses the part read: it could not be decoded anyway.
+            let chunk = self.body.fill_buf().await?;
+            if chunk.is_empty() {
+                return Ok(bytes);
+            }
+            let (take, ended) = match memchr::memchr(b'\n', chunk) {
+                Some(at) => (at + 1, true),
+                None => (chunk.len(), false),
+            };
+            bytes += take;
+            if bytes <= self.max {
+                self.buf.extend_from_slice(&chunk[..take]);
+            } else if !self.buf.is_empty() {
+                self.buf = Vec::new();
+            }
+            self.body.as_mut().consume(take);
+            if ended {
+                return Ok(bytes);
             }
         }
     }
@@ -77,7 +139,7 @@ mod tests {
         Ok(lines
             .next()
             .await?
-            .map(|line| line.map_or_else(|e| format!("not UTF-8: {e}"), str::to_owned)))
+            .map(|line| line.map_or_else(|e| e.to_string(), str::to_owned)))
     }
 
     #[tokio::test]
@@ -107,7 +169,10 @@ mod tests {
         assert!(lines.ready(), "the rest of the chunk is there");
         assert_eq!(text(&mut lines).await?.as_deref(), Some("two\n"));
         let bad = text(&mut lines).await?;
-        assert!(bad.is_some_and(|b| b.starts_with("not UTF-8")));
+        assert!(
+            bad.as_deref().is_some_and(|b| b.starts_with("not UTF-8")),
+            "{bad:?}"
+        );
         assert_eq!(text(&mut lines).await?.as_deref(), Some("last"));
         assert!(!lines.ready(), "the end");
         assert_eq!(text(&mut lines).await?, None);
@@ -130,5 +195,57 @@ mod tests {
             lines.buf.capacity()
         );
         Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_longest_kept_is_dropped_and_the_next_comes_whole() -> io::Result<()> {
+        let mut lines = body(vec![
+            Ok(b"first\n".to_vec()),
+            Ok(vec![b'x'; 30]),
+            Ok(vec![b'x'; 30]),
+            Ok(b"x\nnext\n".to_vec()),
+            Ok(b"twenty bytes, kept!\n".to_vec()),
+            Ok(b"twenty-one bytes, no\n".to_vec()),
+        ]);
+        lines.max = 20;
+        assert_eq!(text(&mut lines).await?.as_deref(), Some("first\n"));
+        match lines.next().await? {
+            Some(Err(Unreadable::TooLong { bytes, max })) => assert_eq!((bytes, max), (62, 20)),
+            other => panic!("the long line: {other:?}"),
+        }
+        assert_eq!(text(&mut lines).await?.as_deref(), Some("next\n"));
+        assert_eq!(
+            text(&mut lines).await?.as_deref(),
+            Some("twenty bytes, kept!\n"),
+            "a line of the longest length is kept"
+        );
+        let over = text(&mut lines).await?;
+        assert_eq!(
+            over.as_deref(),
+            Some("line of 21 bytes is longer than the 20 kept; dropped unread"),
+        );
+        assert_eq!(text(&mut lines).await?, None);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn an_endless_line_holds_no_more_than_the_longest_kept() {
+        let (send, receive) = futures::channel::mpsc::unbounded::<io::Result<Vec<u8>>>();
+        let mut lines = Lines::new(receive.into_async_read());
+        let chunk = vec![b'x'; 64 << 10];
+        for _ in 0..(MAX_LINE / chunk.len() + 64) {
+            send.unbounded_send(Ok(chunk.clone()))
+                .expect("the receiver is alive");
+        }
+        // 20 MiB of one line so far, and more may come: the read waits for it.
+        assert!(
+            lines.next().now_or_never().is_none(),
+            "the line has not ended"
+        );
+        assert!(
+            lines.buf.capacity() <= MAX_LINE,
+            "{} bytes held",
+            lines.buf.capacity()
+        );
     }
 }

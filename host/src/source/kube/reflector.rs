@@ -392,7 +392,7 @@ impl Reflector {
                 }
                 Ok(Ok(Some(Ok(line)))) => line,
                 Ok(Ok(Some(Err(e)))) => {
-                    tracing::error!(resource = %self.gvk, "skipping watch event: not UTF-8 ({e})");
+                    self.skip(&e);
                     continue;
                 }
             };
@@ -400,7 +400,7 @@ impl Reflector {
             let event = match wire::watch_line(&self.gvk, line, &self.transform) {
                 Ok(event) => event,
                 Err(e) => {
-                    tracing::error!(resource = %self.gvk, "skipping watch event: {e}");
+                    self.skip(&e);
                     continue;
                 }
             };
@@ -447,6 +447,13 @@ impl Reflector {
             return Err(Stop::Failed("watch ended at once without events".into()));
         }
         Ok(())
+    }
+
+    /// Logs and counts a watch event that cannot be decoded, which is skipped.
+    fn skip(&self, why: &dyn std::fmt::Display) {
+        let reason = format!("skipping watch event: {why}");
+        tracing::error!(resource = %self.gvk, "{reason}");
+        self.stats.note_error(&reason);
     }
 
     /// Classifies a failed request: expired versions relist, the rest back off.

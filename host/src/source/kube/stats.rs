@@ -23,7 +23,7 @@ pub struct ReflectorSnapshot {
     pub relists: u64,
     /// Watch events received.
     pub events: u64,
-    /// Failed requests and streams.
+    /// Failed requests and streams, and watch events skipped as undecodable.
     pub errors: u64,
     /// Watches given up because nothing arrived for [`super::reflector::SILENCE`].
     pub silences: u64,
