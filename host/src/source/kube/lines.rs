@@ -90,9 +90,7 @@ impl<R: AsyncBufRead> Lines<R> {
                 return Ok(Some(Err(Unreadable::TooLong { bytes, max })));
             }
             if !self.buf.trim_ascii().is_empty() {
-                return Ok(Some(
-                    std::str::from_utf8(&self.buf).map_err(Unreadable::from),
-                ));
+                return Ok(Some(utf8(&self.buf).map_err(Unreadable::from)));
             }
         }
     }
@@ -124,6 +122,12 @@ impl<R: AsyncBufRead> Lines<R> {
             }
         }
     }
+}
+
+/// `bytes` as text, checked with SIMD instructions; the standard library checks again only to
+/// say where a failing line goes wrong.
+fn utf8(bytes: &[u8]) -> Result<&str, Utf8Error> {
+    simdutf8::basic::from_utf8(bytes).or_else(|_| std::str::from_utf8(bytes))
 }
 
 #[cfg(test)]
@@ -247,5 +251,81 @@ mod tests {
             "{} bytes held",
             lines.buf.capacity()
         );
+    }
+
+    #[test]
+    fn the_utf8_check_agrees_with_the_standard_library() {
+        let mut cases: Vec<Vec<u8>> = vec![
+            "plain ascii, long enough to fill several vector lanes of the check".into(),
+            "é, ü, 漢字, 🦀 and more text after them to cross a 32-byte block".into(),
+            vec![0xc3],                   // cut two-byte sequence
+            vec![0xe2, 0x82],             // cut three-byte sequence
+            vec![0xc0, 0xaf],             // overlong
+            vec![0xed, 0xa0, 0x80],       // a surrogate
+            vec![0xf4, 0x90, 0x80, 0x80], // past U+10FFFF
+            vec![0xff],
+        ];
+        // Each broken sequence again at every offset of a 64-byte block.
+        for bad in cases.clone().into_iter().skip(2) {
+            for at in 0..64 {
+                let mut text = vec![b'a'; at];
+                text.extend_from_slice(&bad);
+                text.extend_from_slice(&[b'z'; 40]);
+                cases.push(text);
+            }
+        }
+        for case in &cases {
+            let ours = utf8(case).map_err(|e| e.valid_up_to());
+            let std = std::str::from_utf8(case).map_err(|e| e.valid_up_to());
+            assert_eq!(ours, std, "{case:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_come_as_the_text_has_them_however_it_is_cut() -> io::Result<()> {
+        let mut seed = 0x9e37_79b9_u64;
+        let mut draw = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        for _ in 0..200 {
+            let mut text = Vec::new();
+            for _ in 0..draw(12) {
+                match draw(4) {
+                    0 => text.extend_from_slice(b" \r"),
+                    _ => text.extend((0..draw(40)).map(|i| b'a' + (i % 26) as u8)),
+                }
+                text.push(b'\n');
+            }
+            if draw(2) == 0 {
+                text.extend_from_slice(b"no newline");
+            }
+            let expected: Vec<&[u8]> = text
+                .split_inclusive(|&b| b == b'\n')
+                .filter(|l| !l.trim_ascii().is_empty())
+                .collect();
+            let mut chunks = Vec::new();
+            let mut rest = text.as_slice();
+            while !rest.is_empty() {
+                let take = (draw(30) as usize + 1).min(rest.len());
+                chunks.push(Ok(rest[..take].to_vec()));
+                rest = &rest[take..];
+            }
+            let mut lines = body(chunks);
+            let mut got = Vec::new();
+            while let Some(line) = lines.next().await? {
+                got.push(
+                    line.map_err(|e| io::Error::other(e.to_string()))?
+                        .as_bytes()
+                        .to_vec(),
+                );
+                if draw(2) == 0 {
+                    // Looking ahead reads nothing twice and loses nothing.
+                    lines.ready();
+                }
+            }
+            assert_eq!(got, expected, "{:?}", String::from_utf8_lossy(&text));
+        }
+        Ok(())
     }
 }
