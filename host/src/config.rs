@@ -393,7 +393,7 @@ struct TracesFile {
 impl TracesFile {
     fn parse(self) -> Result<TracesConfig, String> {
         let mut config = TracesConfig::new(&self.endpoint).map_err(|e| {
-            let endpoint = crate::wasm::logging::cut(self.endpoint.clone(), 200);
+            let endpoint = crate::text::cut(self.endpoint.clone(), 200);
             format!("traces.endpoint: {endpoint:?} is {e}")
         })?;
         if let Some(ratio) = self.sample_ratio {
@@ -557,7 +557,7 @@ impl HostConfig {
             Some(ns) => {
                 return Err(format!(
                     "defaultNamespace: {:?} is not a namespace name (lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit)",
-                    crate::wasm::logging::cut(ns, 80)
+                    crate::text::cut(ns, 80)
                 ));
             }
             None => DEFAULT_NAMESPACE.to_owned(),

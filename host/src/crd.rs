@@ -254,7 +254,7 @@ fn status(
             "type": kind,
             "status": if ok { "True" } else { "False" },
             "reason": reason,
-            "message": crate::wasm::logging::cut(message, 1024),
+            "message": crate::text::cut(message, 1024),
             "observedGeneration": tracked.generation,
         })
     };

@@ -26,6 +26,7 @@ pub mod rbac;
 pub mod serve;
 pub mod source;
 pub mod testing;
+pub mod text;
 pub mod traces;
 pub mod wasm;
 pub mod watch;

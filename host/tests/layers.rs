@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 21] = [
+const LAYERS: [&str; 22] = [
+    "text",
     "captured_log",
     "whole_file",
     "gvk",

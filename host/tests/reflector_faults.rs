@@ -474,5 +474,23 @@ async fn watch_lines_that_cannot_be_decoded_are_skipped_counted_and_named() -> a
             .is_some_and(|e| e.starts_with("skipping watch event: ") && !e.contains("longer than")),
         "{after:?}"
     );
+
+    // An event type of 1 MiB: the reason quotes it, cut to 4 KiB before it is kept.
+    let kind = "T".repeat(1 << 20);
+    double.fault(Fault::Line(
+        format!("{{\"type\":\"{kind}\",\"object\":{{}}}}\n").into(),
+    ));
+    double.cut_watches();
+    double.create("ns", "c", json!({}));
+    assert_eq!(feed.next(1).await?, ["+c"]);
+    let cut = errors(&feed).last_error.unwrap_or_default();
+    assert!(
+        cut.starts_with("skipping watch event: unknown watch event type \"TTT")
+            && cut.ends_with(" [cut]")
+            && cut.len() <= 4096 + " [cut]".len(),
+        "{} bytes: {}",
+        cut.len(),
+        &cut[..cut.len().min(200)]
+    );
     Ok(())
 }

@@ -22,10 +22,11 @@ use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::{Delivery, PluginStats};
+use crate::text::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
 use crate::wasm::cluster::{Staged, failure};
-use crate::wasm::logging::{Handling, MAX_MESSAGE_BYTES, cut};
+use crate::wasm::logging::Handling;
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
 /// Pause before each attempt of a degraded plugin: doubles from this...
 const PENALTY_BASE: Duration = Duration::from_millis(50);

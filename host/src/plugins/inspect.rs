@@ -7,7 +7,8 @@ use std::sync::Arc;
 use crate::gvk::Gvk;
 use crate::plugins::manifest::PluginManifest;
 use crate::plugins::{PluginError, PluginFile, PluginSettings, Reason};
-use crate::wasm::logging::{LogSink, MAX_MESSAGE_BYTES, PluginLogger, cut};
+use crate::text::{MAX_MESSAGE_BYTES, cut};
+use crate::wasm::logging::{LogSink, PluginLogger};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, is_secret};
 
 /// A plugin version that passed every check that needs no cache.

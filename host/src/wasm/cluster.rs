@@ -131,7 +131,7 @@ fn target_of(t: WitTarget) -> Result<Target, WriteError> {
     {
         return Err(invalid(format!(
             "subresource {:?}: a plugin writes to status or scale",
-            crate::wasm::logging::cut(s.clone(), 40)
+            crate::text::cut(s.clone(), 40)
         )));
     }
     Ok(Target {
@@ -163,7 +163,7 @@ fn fill(object: &mut Map<String, Value>, field: &str, want: &str) -> Result<(), 
         Some(Value::String(s)) if s == want => Ok(()),
         Some(other) => Err(invalid(format!(
             "{field} is {}, but the target says {want:?}",
-            crate::wasm::logging::cut(other.to_string(), 80)
+            crate::text::cut(other.to_string(), 80)
         ))),
     }
 }

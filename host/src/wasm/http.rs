@@ -128,7 +128,7 @@ impl WasiHttpHooks for HttpHooks {
         let host = uri.host().unwrap_or("");
         if !self.allowed.iter().any(|a| a.allows(host, port)) {
             self.denied += 1;
-            tracing::warn!(plugin = %self.plugin, host = %crate::wasm::logging::cut(host.to_owned(), 256), port, "HTTP request denied: the host is not in this plugin's grants.http");
+            tracing::warn!(plugin = %self.plugin, host = %crate::text::cut(host.to_owned(), 256), port, "HTTP request denied: the host is not in this plugin's grants.http");
             return refuse(Error::HttpRequestDenied);
         }
         let left = self.deadline.saturating_duration_since(Instant::now());

@@ -8,31 +8,16 @@ use std::time::{Duration, Instant};
 use tracing::field::display;
 
 use crate::object::KubeObject;
+use crate::text::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::HostState;
 use crate::wasm::bindings::kubewasm::plugin::logging;
 
-/// Longest message kept from a plugin (a log line, an error, a refusal); longer ones are cut
-/// (and say so).
-pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// Most fields kept on one log line; the rest are dropped (and a field says how many).
 pub const MAX_FIELDS: usize = 32;
 /// Longest field name kept.
 pub const MAX_FIELD_NAME_BYTES: usize = 64;
 /// Longest field value kept.
 pub const MAX_FIELD_VALUE_BYTES: usize = 1024;
-
-/// `text` cut to at most `max` bytes on a character boundary, marked ` [cut]` when cut.
-pub fn cut(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str(" [cut]");
-    }
-    text
-}
 
 /// Severity of a plugin log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -9,8 +9,9 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
+use crate::text::MAX_MESSAGE_BYTES;
 use crate::wasm::host_calls::HostCalls;
-use crate::wasm::logging::{Level, MAX_MESSAGE_BYTES, PluginLogger};
+use crate::wasm::logging::{Level, PluginLogger};
 
 /// The most one `write` (or `write-zeroes`) may pass; `check-write` permits exactly this.
 pub const MAX_WRITE_BYTES: usize = 64 * 1024;

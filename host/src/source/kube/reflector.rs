@@ -36,6 +36,7 @@ use crate::source::SourceEvent;
 use crate::source::kube::lines::Lines;
 use crate::source::kube::stats::ReflectorStats;
 use crate::source::kube::wire::{self, Page, Status, WatchEvent};
+use crate::text::{MAX_MESSAGE_BYTES, cut};
 
 /// Most events handed to the informer in one batch.
 const BATCH: usize = 128;
@@ -451,7 +452,8 @@ impl Reflector {
 
     /// Logs and counts a watch event that cannot be decoded, which is skipped.
     fn skip(&self, why: &dyn std::fmt::Display) {
-        let reason = format!("skipping watch event: {why}");
+        // The reason may quote the server's bytes (an unknown event type): kept to a bound.
+        let reason = cut(format!("skipping watch event: {why}"), MAX_MESSAGE_BYTES);
         tracing::error!(resource = %self.gvk, "{reason}");
         self.stats.note_error(&reason);
     }
