@@ -255,3 +255,26 @@ fn the_labeler_writes_the_same_labels_from_rust_and_python() {
         );
     }
 }
+
+#[test]
+fn the_python_sdk_passes_its_own_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let pytest = root.join("target/pyenv/bin/pytest");
+    assert!(
+        pytest.exists(),
+        "no target/pyenv/bin/pytest: run scripts/setup.sh"
+    );
+    let out = std::process::Command::new(pytest)
+        .current_dir(&root)
+        // Nothing written into the source tree (the plugins' build script watches it).
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["-q", "-p", "no:cacheprovider", "plugin-sdk/python/tests"])
+        .output()
+        .expect("run pytest");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -12,9 +12,8 @@ from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import cache, logging, types
 
-POD = types.Gvk(group="", version="v1", kind="Pod")
-REPLICA_SET = types.Gvk(group="apps", version="v1", kind="ReplicaSet")
-DEPLOYMENT = types.Gvk(group="apps", version="v1", kind="Deployment")
+# The SDK's types and index names; importing it also gives handles its lighter finalizer.
+from kubewasm_sdk import DEPLOYMENT, POD, REPLICA_SET, Index
 
 
 def log(message: str, fields: list[tuple[str, str]]) -> None:
@@ -52,7 +51,7 @@ class Handler(exports.Handler):
                 return None
             deployment = rs.owner(DEPLOYMENT)
             # A count needs no objects: the keys of the ReplicaSet's pods, no handles.
-            siblings = cache.index_keys(POD, "owner-uid", rs.uid())
+            siblings = cache.index_keys(POD, Index.OWNER_UID, rs.uid())
         except Err as e:
             raise Err(types.HandleError(message=f"query failed: {e.value}", retry=True))
         count = len(siblings)
