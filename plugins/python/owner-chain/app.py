@@ -4,8 +4,9 @@ For each added or updated Pod it follows the controller owner references through
 cache (Pod -> ReplicaSet -> Deployment) and counts the ReplicaSet's pods through the built-in
 `owner-uid` index (its keys: a count needs no objects), then logs one line: `owner chain
 pod=... replicaset=... deployment=... siblings=N`. Built by plugins/artifacts/build.rs, or by
-hand as docs/guides/python.md says from the checkout's root: componentize-py -d wit -w
-kubewasm:plugin/plugin componentize -p plugins/python/owner-chain app -o owner-chain.wasm
+hand as docs/guides/python.md says from the checkout's root (the SDK on the path too):
+componentize-py -d wit -w kubewasm:plugin/plugin componentize -p plugins/python/owner-chain
+-p plugin-sdk/python app -o owner-chain.wasm
 """
 
 from componentize_py_types import Err
