@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,10 +11,6 @@ use kubewasm::config::HostConfig;
 mod support;
 
 const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn run(args: &[&str]) -> std::process::Output {
     Command::new(KUBEWASM)
@@ -28,7 +23,7 @@ fn run(args: &[&str]) -> std::process::Output {
 #[test]
 fn deploy_rbac_is_what_kubewasm_rbac_generates() {
     let plugins = support::deployed_plugins();
-    let config = root().join("examples/deploy/config.yaml");
+    let config = support::root().join("examples/deploy/config.yaml");
     let out = run(&[
         "rbac",
         "--plugins",
@@ -41,8 +36,8 @@ fn deploy_rbac_is_what_kubewasm_rbac_generates() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let committed =
-        std::fs::read_to_string(root().join("examples/deploy/rbac.yaml")).expect("rbac.yaml");
+    let committed = std::fs::read_to_string(support::root().join("examples/deploy/rbac.yaml"))
+        .expect("rbac.yaml");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         committed,
@@ -52,7 +47,7 @@ fn deploy_rbac_is_what_kubewasm_rbac_generates() {
 
 #[test]
 fn deploy_manifests_parse_and_the_pod_is_locked_down() {
-    let dir = root().join("examples/deploy");
+    let dir = support::root().join("examples/deploy");
     HostConfig::load(&dir.join("config.yaml")).expect("the host configuration is valid");
     let mut kinds = Vec::new();
     for file in [
@@ -119,7 +114,7 @@ fn deploy_manifests_parse_and_the_pod_is_locked_down() {
 #[test]
 fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     let plugins = support::deployed_plugins();
-    let config = root().join("examples/deploy/config.yaml");
+    let config = support::root().join("examples/deploy/config.yaml");
     let plugin = plugins.path().join("deployment-view.wasm");
     let check = |plugin: &std::path::Path| {
         run(&[
@@ -256,7 +251,7 @@ fn terminate(
 #[test]
 fn sigterm_stops_delivery_and_exits_zero() {
     let plugins = support::deployed_plugins();
-    let cluster = root().join("examples/cluster");
+    let cluster = support::root().join("examples/cluster");
     let (mut child, mut lines, rx) = run_until_ready(&[
         "--plugins".as_ref(),
         plugins.path().as_os_str(),

@@ -1,16 +1,14 @@
 //! `kubewasm test`: the example plugins' test files pass, and a wrong expectation fails with
 //! a diff naming exactly what differs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use kubewasm::testing::spec::Spec;
 use kubewasm::testing::{Options, StepResult, run};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod support;
 
 /// `kubewasm test --plugin PLUGIN FILE`.
 fn kubewasm_test(plugin: &Path, file: &Path) -> std::process::Output {
@@ -32,7 +30,7 @@ fn options() -> Options {
 
 /// Runs the test file at `file` (relative to the repository) on the built `plugin`.
 fn run_file(file: &str, plugin: &str) -> Vec<StepResult> {
-    let spec = Spec::load(&root().join(file), Some(Path::new(plugin))).expect("test file");
+    let spec = Spec::load(&support::root().join(file), Some(Path::new(plugin))).expect("test file");
     let tasks = tokio::runtime::Runtime::new().expect("runtime");
     tasks
         .block_on(run(&spec, &options(), |_| {}))
@@ -66,7 +64,7 @@ fn a_cluster_folder_is_the_first_state_read_as_the_folder_source_reads_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cluster = dir.path().join("cluster");
     std::fs::create_dir(&cluster).expect("mkdir");
-    for entry in std::fs::read_dir(root().join("examples/cluster")).expect("examples") {
+    for entry in std::fs::read_dir(support::root().join("examples/cluster")).expect("examples") {
         let entry = entry.expect("entry");
         std::fs::copy(entry.path(), cluster.join(entry.file_name())).expect("copy");
     }

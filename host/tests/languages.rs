@@ -258,7 +258,7 @@ fn the_labeler_writes_the_same_labels_from_rust_and_python() {
 
 #[test]
 fn the_python_sdk_passes_its_own_tests() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = support::root();
     let pytest = root.join("target/pyenv/bin/pytest");
     assert!(
         pytest.exists(),

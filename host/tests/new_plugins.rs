@@ -4,11 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
+mod support;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
 
 /// Creates plugin `name` in `lang` under `parent`; its folder.
 fn create(parent: &Path, lang: &str, name: &str) -> PathBuf {
@@ -55,7 +53,7 @@ fn a_new_rust_plugin_passes_its_test_from_cargo_test_and_is_small() {
 
 #[test]
 fn a_new_python_plugin_passes_its_test_from_pytest() {
-    let pyenv = root().join("target/pyenv/bin");
+    let pyenv = support::root().join("target/pyenv/bin");
     if !pyenv.join("pytest").exists() {
         panic!("no target/pyenv/bin/pytest: run scripts/setup.sh");
     }

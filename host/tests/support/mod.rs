@@ -54,6 +54,11 @@ pub fn tokio() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// The checkout's root folder.
+pub fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 /// Copies examples/cluster into `dir`.
 pub fn copy_examples(dir: &std::path::Path) {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
