@@ -21,8 +21,9 @@
 //! Results are printed and written to `target/bench-results/peers.json`, which
 //! `scripts/bench.sh` turns into docs/BENCHMARKS.md. `KUBEWASM_BENCH_QUICK=1` runs small sizes.
 //! `KUBEWASM_BENCH_ONLY=LABEL` runs only the throughput row of that client (`kubewasm + 10 noop
-//! plugins`, say), or `idle` only the idle rows, for side-by-side runs and profiles; its
-//! results file is partial.
+//! plugins`, say), or `idle` only the idle rows, for side-by-side runs and profiles; several
+//! labels are separated by `|` (`kubewasm|kubewasm + 10 noop plugins`); its results file is
+//! partial.
 //!
 //! Run with `cargo bench -p kubewasm --bench peers` (needs Go for client-go).
 
@@ -523,6 +524,8 @@ struct Throughput {
     events_per_second: f64,
     /// Events per CPU-second of the client alone.
     events_per_cpu_second: f64,
+    /// Events per second of each run, by round (every client runs once per round).
+    runs: Vec<f64>,
 }
 
 #[derive(serde::Serialize)]
@@ -613,10 +616,13 @@ fn main() {
         updates: 2,
     };
 
-    let only = std::env::var("KUBEWASM_BENCH_ONLY").ok();
+    let only: Option<Vec<String>> = std::env::var("KUBEWASM_BENCH_ONLY")
+        .ok()
+        .map(|o| o.split('|').map(str::to_owned).collect());
+    let chosen = |label: &str| only.as_ref().is_none_or(|o| o.iter().any(|l| l == label));
     let idle: Vec<Idle> = [false, true]
         .into_iter()
-        .filter(|_| only.as_deref().is_none_or(|o| o == "idle"))
+        .filter(|_| chosen("idle"))
         .map(|released| idle(&rig, 20, released))
         .collect();
     for i in &idle {
@@ -658,14 +664,20 @@ fn main() {
             work: "parse",
         },
     ];
-    for kind in clients {
-        if only.as_ref().is_some_and(|o| kind.label() != *o) {
-            continue;
+    let clients: Vec<Kind> = clients
+        .into_iter()
+        .filter(|kind| chosen(&kind.label()))
+        .collect();
+    // Rounds outside, clients inside: each round runs every client once, side by side, so a
+    // noisy minute on the shared machine lands on one round of every client, not on all the
+    // runs of one, and ratios between clients can be taken per round.
+    let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); clients.len()];
+    for _ in 0..rounds {
+        for (kind, runs) in clients.iter().zip(&mut runs) {
+            runs.push(alloc::paused(|| throughput(&rig, *kind, stream)));
         }
-        // The medians of a few runs, each on a fresh double and client.
-        let runs: Vec<(f64, f64)> = (0..rounds)
-            .map(|_| alloc::paused(|| throughput(&rig, kind, stream)))
-            .collect();
+    }
+    for (kind, runs) in clients.iter().zip(runs) {
         let median = |pick: fn(&(f64, f64)) -> f64| {
             let mut values: Vec<f64> = runs.iter().map(pick).collect();
             values.sort_by(f64::total_cmp);
@@ -677,6 +689,7 @@ fn main() {
             pod_bytes: stream.size,
             events_per_second: median(|r| r.0),
             events_per_cpu_second: median(|r| r.1),
+            runs: runs.iter().map(|r| r.0).collect(),
         };
         println!(
             "throughput  {:<36} {:>10.0} events/s {:>10.0} events/client CPU-s",
