@@ -3,7 +3,7 @@
 //! for the configuration it renders; every object it renders passes a server-side dry-run
 //! apply on the real kube-apiserver.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde::Deserialize;
@@ -14,7 +14,7 @@ mod support;
 const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
 
 fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/helm/kubewasm")
+    support::root().join("examples/helm/kubewasm")
 }
 
 /// Runs helm (built by scripts/test-tools.sh) with `args`; its output, or a panic naming why.

@@ -64,10 +64,7 @@ fn a_cluster_folder_is_the_first_state_read_as_the_folder_source_reads_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cluster = dir.path().join("cluster");
     std::fs::create_dir(&cluster).expect("mkdir");
-    for entry in std::fs::read_dir(support::root().join("examples/cluster")).expect("examples") {
-        let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), cluster.join(entry.file_name())).expect("copy");
-    }
+    support::copy_examples(&cluster);
     // Hidden files are not manifests, for the runner as for the folder source.
     std::fs::write(cluster.join(".draft.yaml"), "not: [a manifest").expect("write");
     let file = dir.path().join("cluster.test.yaml");

@@ -61,7 +61,7 @@ pub fn root() -> std::path::PathBuf {
 
 /// Copies examples/cluster into `dir`.
 pub fn copy_examples(dir: &std::path::Path) {
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
+    let examples = root().join("examples/cluster");
     for entry in std::fs::read_dir(examples).expect("read examples") {
         let entry = entry.expect("dir entry");
         std::fs::copy(entry.path(), dir.join(entry.file_name())).expect("copy manifest");
