@@ -248,6 +248,20 @@ def main():
             f"side by side (per round {ratios[0]:.2f} to {ratios[-1]:.2f}).",
             "",
         ]
+    plugin_ns = [
+        (r["client"], r["plugin_ns_per_delivery"])
+        for r in rows
+        if r.get("plugin_ns_per_delivery") is not None
+    ]
+    if plugin_ns:
+        out += [
+            "CPU of the plugins' dispatch threads per delivery (one event handed to one plugin: "
+            "taking it from the plugin's queue, the call into the plugin, its counters), from "
+            "each `plugin-NAME` thread's CPU clock over the run, median of the rounds: "
+            + "; ".join(f"{client}: {fmt_time(ns * 1e-9)}" for client, ns in plugin_ns)
+            + ". Section 2 times the call alone, on one event delivered again and again.",
+            "",
+        ]
 
     decode_rows = []
     for size in ("1024", "4096", "16384"):

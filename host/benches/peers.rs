@@ -416,9 +416,20 @@ impl Stream {
     }
 }
 
-/// One throughput run: events per wall-clock second, and per CPU-second of the client's
-/// process (this one, or client-go's).
-fn throughput(rig: &Rig, kind: Kind, stream: Stream) -> (f64, f64) {
+/// What one throughput run measured.
+#[derive(Clone, Copy)]
+struct Run {
+    /// Events per wall-clock second.
+    per_second: f64,
+    /// Events per CPU-second of the client's process (this one, or client-go's).
+    per_cpu_second: f64,
+    /// With plugins: CPU of their dispatch threads per delivery (an event handed to one
+    /// plugin), in nanoseconds.
+    plugin_ns: Option<f64>,
+}
+
+/// One throughput run of `kind` on `stream`.
+fn throughput(rig: &Rig, kind: Kind, stream: Stream) -> Run {
     let mut double = DoubleProcess::start();
     let go_args = [
         "-mode".into(),
@@ -440,7 +451,13 @@ fn throughput(rig: &Rig, kind: Kind, stream: Stream) -> (f64, f64) {
         Some(pid) => cpu::process(pid),
         None => cpu::this_process().saturating_sub(cpu::this_thread()),
     };
-    let cpu_before = cpu();
+    // Each plugin's deliveries run on its own thread, `plugin-NAME` (`plugins/dispatch.rs`).
+    let plugins = match kind {
+        Kind::Plugins { count, .. } => count,
+        _ => 0,
+    };
+    let plugin_cpu = || cpu::threads_named("plugin-");
+    let (cpu_before, plugin_before) = (cpu(), plugin_cpu());
     let started = Instant::now();
     double.release();
     match &mut client {
@@ -449,11 +466,16 @@ fn throughput(rig: &Rig, kind: Kind, stream: Stream) -> (f64, f64) {
     }
     let elapsed = started.elapsed();
     let cpu_seconds = cpu().saturating_sub(cpu_before).as_secs_f64().max(1e-3);
+    let plugin_ns = (plugins > 0).then(|| {
+        plugin_cpu().saturating_sub(plugin_before).as_nanos() as f64
+            / (total as f64 * plugins as f64)
+    });
     client.stop();
-    (
-        total as f64 / elapsed.as_secs_f64(),
-        total as f64 / cpu_seconds,
-    )
+    Run {
+        per_second: total as f64 / elapsed.as_secs_f64(),
+        per_cpu_second: total as f64 / cpu_seconds,
+        plugin_ns,
+    }
 }
 
 /// Memory of one client holding `objects` pods of about `size` bytes.
@@ -526,6 +548,8 @@ struct Throughput {
     events_per_cpu_second: f64,
     /// Events per second of each run, by round (every client runs once per round).
     runs: Vec<f64>,
+    /// With plugins: the median CPU of their dispatch threads per delivery, in nanoseconds.
+    plugin_ns_per_delivery: Option<f64>,
 }
 
 #[derive(serde::Serialize)]
@@ -671,29 +695,35 @@ fn main() {
     // Rounds outside, clients inside: each round runs every client once, side by side, so a
     // noisy minute on the shared machine lands on one round of every client, not on all the
     // runs of one, and ratios between clients can be taken per round.
-    let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); clients.len()];
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); clients.len()];
     for _ in 0..rounds {
         for (kind, runs) in clients.iter().zip(&mut runs) {
             runs.push(alloc::paused(|| throughput(&rig, *kind, stream)));
         }
     }
     for (kind, runs) in clients.iter().zip(runs) {
-        let median = |pick: fn(&(f64, f64)) -> f64| {
-            let mut values: Vec<f64> = runs.iter().map(pick).collect();
+        let median = |pick: fn(&Run) -> Option<f64>| {
+            let mut values: Vec<f64> = runs.iter().filter_map(pick).collect();
             values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
+            values.get(values.len() / 2).copied()
         };
         let row = Throughput {
             client: kind.label(),
             events: stream.events(),
             pod_bytes: stream.size,
-            events_per_second: median(|r| r.0),
-            events_per_cpu_second: median(|r| r.1),
-            runs: runs.iter().map(|r| r.0).collect(),
+            events_per_second: median(|r| Some(r.per_second)).unwrap_or_default(),
+            events_per_cpu_second: median(|r| Some(r.per_cpu_second)).unwrap_or_default(),
+            runs: runs.iter().map(|r| r.per_second).collect(),
+            plugin_ns_per_delivery: median(|r| r.plugin_ns),
         };
         println!(
-            "throughput  {:<36} {:>10.0} events/s {:>10.0} events/client CPU-s",
-            row.client, row.events_per_second, row.events_per_cpu_second
+            "throughput  {:<36} {:>10.0} events/s {:>10.0} events/client CPU-s{}",
+            row.client,
+            row.events_per_second,
+            row.events_per_cpu_second,
+            row.plugin_ns_per_delivery
+                .map(|ns| format!(" {ns:>6.0} ns plugin threads' CPU/delivery"))
+                .unwrap_or_default()
         );
         results.throughput.push(row);
     }

@@ -1,6 +1,7 @@
 //! CPU time of the client side of a run: this process's and the calling thread's, in
 //! nanoseconds (a run of 20,000 events takes a quarter of a CPU-second, so `/proc`'s 10 ms
-//! ticks would make its figure a multiple of 4%); and a child process's, from `/proc`.
+//! ticks would make its figure a multiple of 4%), and its threads' of one name; and a child
+//! process's, from `/proc`.
 
 #![allow(unsafe_code)] // The process's CPU clock: a libc call with no Rust equivalent.
 
@@ -31,6 +32,25 @@ pub fn this_process() -> Duration {
 /// CPU time of the calling thread.
 pub fn this_thread() -> Duration {
     read(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of this process's threads whose name starts with `prefix` (as they are now: a
+/// thread that ended is not counted).
+pub fn threads_named(prefix: &str) -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.starts_with(prefix))
+        })
+        .filter_map(|task| task.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        // Linux's clock of one thread of this process (`MAKE_THREAD_CPUCLOCK(tid,
+        // CPUCLOCK_SCHED)`): nanoseconds, where `/proc`'s figures are 10 ms ticks.
+        .map(|tid| read((!tid << 3) | 6))
+        .sum()
 }
 
 /// CPU time of process `pid` (all its threads), in `/proc`'s ticks of 10 ms.

@@ -1,7 +1,7 @@
 //! The thread-safe object cache with named indexes (client-go's `Indexer`).
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -35,8 +35,9 @@ pub enum StoreError {
 #[error("more than {0} objects match")]
 pub struct MoreThan(pub usize);
 
-/// Index name to index value to the keys of the objects filed under it.
-type Indices = HashMap<String, Index>;
+/// Index name to index value to the keys of the objects filed under it (looked up for every
+/// applied event and every index query: foldhash, like the objects).
+type Indices = foldhash::HashMap<String, Index>;
 
 /// Index value to the keys of the objects filed under it.
 type Index = BTreeMap<Box<str>, KeySet>;
@@ -67,8 +68,10 @@ impl Eq for Stored {}
 #[derive(Default)]
 struct Inner {
     /// By key; each object's key allocation is shared with its index entries and its
-    /// later versions.
-    objects: HashSet<Stored>,
+    /// later versions. Hashed with foldhash, seeded at random per process: every `get`,
+    /// every object of a `by-index` answer and every applied event hashes a key, and SipHash
+    /// took a tenth of a 1,000-object `by-index` (docs/BENCHMARKS.md).
+    objects: foldhash::HashSet<Stored>,
     indexers: BTreeMap<String, IndexFunc>,
     indices: Indices,
     /// Claims on each added (not built-in) index; it is removed with its last claim.
