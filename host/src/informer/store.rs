@@ -70,7 +70,7 @@ struct Inner {
     /// By key; each object's key allocation is shared with its index entries and its
     /// later versions. Hashed with foldhash, seeded at random per process: every `get`,
     /// every object of a `by-index` answer and every applied event hashes a key, and SipHash
-    /// took a tenth of a 1,000-object `by-index` (docs/BENCHMARKS.md).
+    /// took a tenth of a 1,000-object `by-index` in a profile of `benches/queries.rs`.
     objects: foldhash::HashSet<Stored>,
     indexers: BTreeMap<String, IndexFunc>,
     indices: Indices,

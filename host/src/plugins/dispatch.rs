@@ -42,7 +42,8 @@ const BATCH: usize = 32;
 /// to wake it: under a steady stream the informer's thread, the pipeline's bottleneck, then
 /// makes no wake-up system calls for plugins, and each wake-up of the worker is spread over
 /// more events, at the price of up to this much latency. With ten plugins on two cores, 2 ms
-/// took a fifth off the plugin threads' CPU per delivery that 0.5 ms left (docs/BENCHMARKS.md).
+/// took a fifth off the plugin threads' CPU per delivery that 0.5 ms left (runs of
+/// `benches/peers.rs` side by side, which reports that figure).
 const LINGER: Duration = Duration::from_millis(2);
 /// Longest a worker keeps its counts (delivered, call durations) to itself while it works
 /// through a batch: a batch of slow calls would otherwise hold them for the whole batch.
