@@ -27,7 +27,8 @@
 //!   resyncSeconds: 0           # resync period for plugins whose manifest sets none (0: off)
 //!   limits:
 //!     deadlineMs: 1000         # longest call into a plugin
-//!     memoryMiB: 64            # linear memory per instance
+//!     memoryMiB: 64            # linear memory per instance (one that has grown by 3/4 of
+//!                              # its room after init is replaced before its next call)
 //!     queryMiB: 16             # largest list of keys or index values one query returns
 //!     maxHandles: 10000        # object handles one instance may hold at once
 //!     maxAttempts: 10          # attempts per event before it is given up

@@ -466,6 +466,26 @@ fn instances_are_recycled_after_the_configured_number_of_calls() {
 }
 
 #[test]
+fn an_instance_near_its_memory_cap_is_replaced_before_it_traps() {
+    // 3 MiB kept per event under a 16 MiB cap: the fifth event on one instance would trap.
+    let (bad, settings) = hostile("leak", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered >= 6);
+    assert_eq!((s.delivered, s.traps, s.failed), (6, 0, 0), "{s:?}");
+    assert!(s.memory_recycles >= 1, "{s:?}");
+    assert!(s.memory_bytes <= 16 << 20, "{s:?}");
+    let counts: Vec<u32> = field_values(&r.lines("bad"), "count", "calls")
+        .iter()
+        .map(|c| c.parse().expect("a count"))
+        .collect();
+    assert_eq!(counts.len(), 6, "{counts:?}");
+    assert!(
+        counts.windows(2).any(|w| w[1] == 1) && counts.iter().all(|&c| c <= 4),
+        "a fresh instance before any one holds a fifth 3 MiB: {counts:?}"
+    );
+}
+
+#[test]
 fn an_idle_instance_is_released_and_the_next_event_gets_a_fresh_one() {
     let mut settings = tight();
     settings.delivery.release_idle_after = Duration::from_millis(300);

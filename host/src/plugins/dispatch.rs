@@ -420,10 +420,16 @@ impl Worker {
     }
 
     /// Makes sure there is a live instance: a fresh one (instantiated and initialised) when
-    /// there is none or the live one has served its `recycle_after_calls`.
+    /// there is none, the live one has served its `recycle_after_calls`, or it has used most
+    /// of its memory room (a collected heap that settles above the cap would trap there).
     fn ensure_instance(&mut self) -> Result<(), String> {
         let recycle = self.delivery.recycle_after_calls;
         if recycle > 0 && self.calls >= recycle {
+            self.instance = None;
+        }
+        if let Some(worn) = self.instance.as_ref().filter(|i| i.near_memory_cap()) {
+            tracing::debug!(plugin = %self.ctx.name, calls = self.calls, memory_bytes = worn.memory_bytes(), "instance replaced before the memory cap");
+            self.stats.memory_recycles.fetch_add(1, Ordering::Relaxed);
             self.instance = None;
         }
         if self.instance.is_none() {

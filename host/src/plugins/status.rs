@@ -25,6 +25,8 @@ pub struct PluginStats {
     pub last_error: Mutex<Option<String>>,
     /// Traps (each discards the instance).
     pub traps: AtomicU64,
+    /// Instances replaced before a call because they neared the memory cap.
+    pub memory_recycles: AtomicU64,
     /// Events given up after the last attempt, or on a non-retryable error.
     pub given_up: AtomicU64,
     /// Set once every informer the plugin needs has synced and the plugin has been handed
@@ -78,6 +80,7 @@ impl PluginStats {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
             traps: self.traps.load(Ordering::Relaxed),
+            memory_recycles: self.memory_recycles.load(Ordering::Relaxed),
             given_up: self.given_up.load(Ordering::Relaxed),
             synced: self.synced.load(Ordering::Relaxed),
             durations: self.durations.snapshot(),
@@ -129,6 +132,9 @@ pub struct PluginStatus {
     pub last_error: Option<String>,
     /// Traps.
     pub traps: u64,
+    /// Instances replaced before a call because they had used most of their memory room.
+    #[serde(default)]
+    pub memory_recycles: u64,
     /// Events given up.
     pub given_up: u64,
     /// True once every informer the plugin needs has synced and the plugin has been handed

@@ -144,7 +144,7 @@ pub fn render(status: &Status) -> String {
     );
 
     let plugins = &status.plugins;
-    let counters: [(&str, &str, PluginValue); 14] = [
+    let counters: [(&str, &str, PluginValue); 15] = [
         ("delivered", "Events handled successfully", |p| {
             p.delivered as f64
         }),
@@ -165,6 +165,11 @@ pub fn render(status: &Status) -> String {
         ("traps", "Traps (each discards the instance)", |p| {
             p.traps as f64
         }),
+        (
+            "memory_recycles",
+            "Instances replaced before a call because they neared the memory cap",
+            |p| p.memory_recycles as f64,
+        ),
         (
             "reloads",
             "New versions that replaced the running one",

@@ -97,6 +97,8 @@ pub struct Limiter {
     granted: usize,
     /// The bytes granted by the last growth, taken back if wasmtime then fails it.
     last_growth: usize,
+    /// Bytes granted when the instance was ready (after `init`).
+    settled: usize,
 }
 
 impl Limiter {
@@ -106,7 +108,21 @@ impl Limiter {
             cap,
             granted: 0,
             last_growth: 0,
+            settled: 0,
         }
+    }
+
+    /// Marks the memory granted so far as the instance's starting size.
+    pub fn settle(&mut self) {
+        self.settled = self.granted;
+    }
+
+    /// Whether the instance has grown by three quarters of the room it had left under the
+    /// cap when it settled: the next call may trap on the cap, a fresh instance will not.
+    pub fn near_cap(&self) -> bool {
+        let grown = self.granted.saturating_sub(self.settled);
+        let room = self.cap.saturating_sub(self.settled);
+        grown > room / 4 * 3
     }
 
     /// Bytes granted so far: linear memories and tables, initial sizes included.
@@ -212,6 +228,33 @@ mod tests {
         let (store, instance) = instantiate(&wat, 100 << 20);
         instance.expect("80 MiB fit under 100 MiB");
         assert_eq!(store.data().memory_bytes(), 80 << 20);
+    }
+
+    #[test]
+    fn near_cap_counts_growth_after_settling_against_the_room_left() {
+        // 16 MiB at the start under a 64 MiB cap: 48 MiB of room, near the cap past 36 MiB
+        // of growth.
+        let wat = r#"(module
+            (memory 256)
+            (func (export "grow") (param i32) (result i32)
+                (memory.grow (local.get 0))))"#;
+        let (mut store, instance) = instantiate(wat, 64 << 20);
+        let instance = instance.expect("16 MiB fit");
+        store.data_mut().settle();
+        assert!(!store.data().near_cap(), "nothing grown yet");
+        let grow = instance
+            .get_typed_func::<i32, i32>(&mut store, "grow")
+            .expect("export");
+        let mib = 16;
+        assert_eq!(grow.call(&mut store, 36 * mib).expect("fits"), 256);
+        assert!(
+            !store.data().near_cap(),
+            "36 MiB of 48 is not past three quarters"
+        );
+        assert!(grow.call(&mut store, 1).expect("fits") > 0);
+        assert!(store.data().near_cap(), "one page more is");
+        store.data_mut().settle();
+        assert!(!store.data().near_cap(), "measured from the new start");
     }
 
     #[test]

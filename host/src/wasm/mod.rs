@@ -515,14 +515,23 @@ impl Instance {
     /// Calls `init`; the inner error is the plugin's own refusal.
     pub fn init(&mut self, config: &str) -> wasmtime::Result<Result<(), String>> {
         self.arm();
-        self.plugin
+        let outcome = self
+            .plugin
             .kubewasm_plugin_handler()
-            .call_init(&mut self.store, config)
+            .call_init(&mut self.store, config);
+        self.store.data_mut().limits.settle();
+        outcome
     }
 
     /// Bytes of linear memory the instance has been granted.
     pub fn memory_bytes(&self) -> usize {
         self.store.data().limits.memory_bytes()
+    }
+
+    /// Whether the instance has used most of the memory room it had after `init` (see
+    /// [`limits::Limiter::near_cap`]).
+    pub fn near_memory_cap(&self) -> bool {
+        self.store.data().limits.near_cap()
     }
 
     /// The longest of this instance's timed calls into the host (see `host_calls.rs`).

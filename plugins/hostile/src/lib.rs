@@ -12,7 +12,8 @@
 //! reads fields by 1 MiB and 900 KB JSON pointers; `write-ungranted` tries writes nobody
 //! granted; `write-huge` tries oversized and malformed writes; `write-then-fail` stages a
 //! create of `<name>-copy` and fails the first two attempts of each event; `wasi-hoard`
-//! creates WASI resources (HTTP header fields) without end and never drops them).
+//! creates WASI resources (HTTP header fields) without end and never drops them; `leak` keeps
+//! 3 MiB more each event, as a collected heap that settles high does, and logs like `count`).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -285,6 +286,11 @@ impl Plugin for Hostile {
             }
             "count" => {
                 let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+                log::info("count", &[("calls", &calls.to_string())]);
+            }
+            "leak" => {
+                let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+                std::hint::black_box(Vec::leak(vec![1u8; 3 << 20]));
                 log::info("count", &[("calls", &calls.to_string())]);
             }
             "sleep" => {
