@@ -256,7 +256,9 @@ impl Engine {
         let mut config = Config::new();
         config.epoch_interruption(true);
         // Every call is synchronous: without the machinery for component-model concurrency a
-        // call into a plugin costs about a quarter as much (docs/BENCHMARKS.md).
+        // call into a plugin costs about a quarter as much (docs/BENCHMARKS.md). wasmtime is
+        // also built without it (host/Cargo.toml), which takes its remaining checks off the
+        // call path.
         config.concurrency_support(false);
         let engine = wasmtime::Engine::new(&config)?;
         let weak = engine.weak();
