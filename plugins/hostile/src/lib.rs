@@ -284,13 +284,11 @@ impl Plugin for Hostile {
                     _ => return Err(HandleError::fatal("e".repeat(16 << 20))),
                 }
             }
-            "count" => {
+            mode @ ("count" | "leak") => {
+                if mode == "leak" {
+                    std::hint::black_box(Vec::leak(vec![1u8; 3 << 20]));
+                }
                 let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
-                log::info("count", &[("calls", &calls.to_string())]);
-            }
-            "leak" => {
-                let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
-                std::hint::black_box(Vec::leak(vec![1u8; 3 << 20]));
                 log::info("count", &[("calls", &calls.to_string())]);
             }
             "sleep" => {
