@@ -2,8 +2,9 @@
 """Writes docs/BENCHMARKS.md from the results of one `scripts/bench.sh` run.
 
 Inputs (in target/bench-results/): peers.json (the side-by-side benchmark) and the text
-output of the divan benchmarks (decode.txt, delivery.txt, queries.txt, reload.txt). Every
-number in the page comes from those files; nothing is typed in by hand.
+output of the other benchmarks: divan's (decode.txt, reload.txt) and the rounds of
+`host/benches/support/rounds.rs` (delivery.txt, queries.txt). Every number in the page comes
+from those files; nothing is typed in by hand.
 """
 
 import datetime
@@ -39,6 +40,31 @@ def divan(name):
             if len(median) == 2 and median[1] in UNITS:
                 medians["/".join(parents)] = float(median[0]) * UNITS[median[1]]
     return medians
+
+
+def rounds(name):
+    """Per case of one rounds benchmark, its per-call seconds in each round, in order."""
+    path = os.path.join(RESULTS, f"{name}.txt")
+    cases = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("ROUNDS "):
+                case = json.loads(line[len("ROUNDS "):])
+                cases[case["name"]] = [ns * 1e-9 for ns in case["rounds_ns"]]
+    return cases
+
+
+def typical(values):
+    """The median over rounds, and the quietest round's value."""
+    return statistics.median(values), min(values)
+
+
+def paired(minuend, subtrahend):
+    """`minuend - subtrahend` within each round: the median of those differences, and the
+    difference in the round where `minuend` was quietest."""
+    diffs = [a - b for a, b in zip(minuend, subtrahend)]
+    quietest = min(range(len(minuend)), key=lambda i: minuend[i])
+    return statistics.median(diffs), diffs[quietest]
 
 
 def fmt_time(seconds):
@@ -120,7 +146,7 @@ def table(header, rows):
 def main():
     with open(os.path.join(RESULTS, "peers.json"), encoding="utf-8") as f:
         peers = json.load(f)
-    delivery, queries, reload = divan("delivery"), divan("queries"), divan("reload")
+    delivery, queries, reload = rounds("delivery"), rounds("queries"), divan("reload")
     decode = divan("decode")
     today = datetime.date.today().isoformat()
     out = [
@@ -289,24 +315,29 @@ def main():
     noop = queries.get("deliver_noop")
     conv = queries.get("convert")
     lang_rows = []
+
+    def row(label, pair):
+        lang_rows.append([label, fmt_time(pair[0]), fmt_time(pair[1])])
+
     if conv is not None and noop is not None:
-        lang_rows.append(["host's own work (lending the objects as handles)", fmt_time(conv)])
-        lang_rows.append(["no-op Rust plugin, an update (host's work + call)", fmt_time(noop)])
-        lang_rows.append(["the call alone (difference)", fmt_time(noop - conv)])
+        row("host's own work (lending the objects as handles)", typical(conv))
+        row("no-op Rust plugin, an update (host's work + call)", typical(noop))
+        row("the call alone (difference)", paired(noop, conv))
         added = queries.get("deliver_noop_added")
         if added is not None:
-            lang_rows.append(["no-op Rust plugin, an add (one object instead of two)", fmt_time(added)])
+            row("no-op Rust plugin, an add (one object instead of two)", typical(added))
     for key, label in (
         ("owner_chain_rust", "owner-chain, Rust"),
         ("owner_chain_python", "owner-chain, Python"),
         ("owner_chain_javascript", "owner-chain, JavaScript"),
     ):
         if key in delivery:
-            lang_rows.append([label, fmt_time(delivery[key])])
+            row(label, typical(delivery[key]))
+    some = next(iter(delivery.values()), [])
     out += [
         "## 2. One delivery into a plugin",
         "",
-        "Median time per event handed to one live instance, as the dispatch loop calls it. The "
+        "Time per event handed to one live instance, as the dispatch loop calls it. The "
         "no-op rows use a 4 KB pod (managedFields dropped on the way in), an update carrying "
         "old and new, whose objects are lent to the plugin as handles (contract 0.2); "
         "owner-chain (same logic in every language) reads the pod's key, finds its "
@@ -316,7 +347,17 @@ def main():
         "Each language builds its resource types (`Gvk`) once, as module constants or "
         "statics. What a `by-index` answer costs is in section 3.",
         "",
-        table(["what", "median"], lang_rows),
+        f"The cases run in rounds, side by side ({len(some)} rounds here; "
+        "`host/benches/support/rounds.rs`): each round gives every case a turn of the same "
+        "length, timed in samples of many calls, and a case's figure is the median over "
+        "rounds of its turn's median sample. This machine slows everything down, by up to "
+        "twice, for spells of tens of milliseconds to seconds (a native loop shows them too), "
+        "so a case measured in one stretch reads whatever the machine was doing then; in "
+        "rounds a spell falls on every case alike. The quietest round is the fastest any "
+        "round measured: what the code costs when the machine leaves it alone. A difference "
+        "between two cases is taken within each round.",
+        "",
+        table(["what", "median of rounds", "quietest round"], lang_rows),
         "",
     ]
 
@@ -331,17 +372,23 @@ def main():
         ("query_field", "`field(\"/status/phase\")` of the event's pod (its last field)"),
     ):
         if key in queries and noop is not None:
-            q_rows.append([label, fmt_time(queries[key]), fmt_time(queries[key] - noop)])
+            latency = paired(queries[key], noop)
+            q_rows.append([
+                label,
+                fmt_time(typical(queries[key])[0]),
+                fmt_time(latency[0]),
+                fmt_time(latency[1]),
+            ])
     out += [
         "## 3. Host queries, as a plugin sees them",
         "",
         "A Rust plugin makes one query from its handler on a cache of 1,000 pods of 4 KB. The "
-        "latency is the handler's time minus the no-op handler's; it includes handing the "
-        "answer's handles to the guest and the guest dropping them (one call into the host "
+        "latency is the handler's time minus the no-op handler's, within each round (section "
+        "2 says how rounds run); it includes handing the answer's handles to the guest and the guest dropping them (one call into the host "
         "per handle). The plugin builds the Pod type (`Gvk`) it queries once, in a static: "
         "building one per call would time the plugin's own allocations as the query's.",
         "",
-        table(["query", "handler", "query latency"], q_rows),
+        table(["query", "handler, median of rounds", "query latency, median of rounds", "query latency, quietest round"], q_rows),
         "",
     ]
 

@@ -5,7 +5,8 @@
 //! reads the pod's key, finds its ReplicaSet and that one's Deployment (one `owner` call
 //! each), counts the ReplicaSet's pods with an `index-keys` query (keys: a count needs no
 //! handles), drops the handles it got, and logs one line (to a sink that drops it). Measured
-//! on one live instance, as the dispatch loop calls it.
+//! on one live instance per language, as the dispatch loop calls it, the three languages in
+//! rounds side by side (`support/rounds.rs`).
 //!
 //! Run with `cargo bench -p kubewasm --bench delivery` (after scripts/setup.sh, which installs
 //! the Python and JavaScript tool chains).
@@ -24,13 +25,52 @@ use kubewasm::wasm::Instance;
 #[path = "support/mod.rs"]
 mod support;
 
+use support::rounds::{self, Case, Plan};
+
 /// The agent's allocator, so what is measured is what the agent does.
 #[global_allocator]
 static ALLOCATOR: kubewasm::Allocator = kubewasm::Allocator;
 
 fn main() {
     support::logging::as_the_agent();
-    divan::main();
+    let plugins = [
+        (
+            "owner_chain_rust",
+            Some(kubewasm_plugin_artifacts::OWNER_CHAIN),
+            "Rust",
+        ),
+        (
+            "owner_chain_python",
+            kubewasm_plugin_artifacts::OWNER_CHAIN_PY,
+            "Python",
+        ),
+        (
+            "owner_chain_javascript",
+            kubewasm_plugin_artifacts::OWNER_CHAIN_JS,
+            "JavaScript",
+        ),
+    ];
+    let mut benches: Vec<(&'static str, Bench)> = plugins
+        .into_iter()
+        .map(|(name, path, language)| (name, setup(built(path, language))))
+        .collect();
+    let mut cases: Vec<Case<'_>> = benches
+        .iter_mut()
+        .map(|(name, b)| {
+            Case::new(name, move || {
+                b.instance
+                    .handle(&b.event)
+                    .expect("no trap")
+                    .expect("handled");
+            })
+        })
+        .collect();
+    // A JavaScript turn is about 200 calls; the run takes about 5 s.
+    rounds::run(
+        "delivery",
+        Plan::new(40, Duration::from_millis(40)),
+        &mut cases,
+    );
 }
 
 struct Bench {
@@ -78,37 +118,7 @@ fn setup(plugin: &str) -> Bench {
     }
 }
 
-fn deliver(bencher: divan::Bencher, plugin: Option<&str>, language: &str) {
-    let plugin =
-        plugin.unwrap_or_else(|| panic!("{language} plugin not built: run scripts/setup.sh"));
-    let mut b = setup(plugin);
-    bencher.bench_local(|| {
-        b.instance
-            .handle(&b.event)
-            .expect("no trap")
-            .expect("handled");
-    });
-}
-
-#[divan::bench(sample_count = 50, sample_size = 20)]
-fn owner_chain_rust(bencher: divan::Bencher) {
-    deliver(
-        bencher,
-        Some(kubewasm_plugin_artifacts::OWNER_CHAIN),
-        "Rust",
-    );
-}
-
-#[divan::bench(sample_count = 50, sample_size = 20)]
-fn owner_chain_python(bencher: divan::Bencher) {
-    deliver(bencher, kubewasm_plugin_artifacts::OWNER_CHAIN_PY, "Python");
-}
-
-#[divan::bench(sample_count = 50, sample_size = 20)]
-fn owner_chain_javascript(bencher: divan::Bencher) {
-    deliver(
-        bencher,
-        kubewasm_plugin_artifacts::OWNER_CHAIN_JS,
-        "JavaScript",
-    );
+/// The plugin at `path`, or a panic that says how to build it.
+fn built<'a>(path: Option<&'a str>, language: &str) -> &'a str {
+    path.unwrap_or_else(|| panic!("{language} plugin not built: run scripts/setup.sh"))
 }

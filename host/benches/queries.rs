@@ -11,12 +11,14 @@
 //!   `label` index; `field` reads `/status/phase` through the handle (the last field of the
 //!   pod's JSON, so the host walks all of it).
 //!
-//! Each sample times many calls in a row (`sample_size`), so a median is not at the mercy of
-//! one slow call on a shared machine.
+//! The cases run in rounds side by side (`support/rounds.rs`): each sample times many calls in
+//! a row, and a noisy spell of the shared machine falls on one round of every case. A query's
+//! latency is taken against `deliver_noop` within each round.
 //!
 //! Run with `cargo bench -p kubewasm --bench queries`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::{Informer, Notification};
@@ -30,14 +32,11 @@ use serde_json::json;
 #[path = "support/mod.rs"]
 mod support;
 
+use support::rounds::{self, Case, Plan};
+
 /// The agent's allocator, so what is measured is what the agent does.
 #[global_allocator]
 static ALLOCATOR: kubewasm::Allocator = kubewasm::Allocator;
-
-fn main() {
-    support::logging::as_the_agent();
-    divan::main();
-}
 
 const PODS: usize = 1000;
 
@@ -85,50 +84,20 @@ fn fixture(work: &str, arg: &str) -> Fixture {
     }
 }
 
-/// Times converting and handling one event; `added` picks the add, else the update.
-fn call(bencher: divan::Bencher, work: &str, arg: &str, added: bool) {
+/// A case that converts and handles one event: the add when `added`, else the update.
+fn call(name: &'static str, work: &str, arg: &str, added: bool) -> Case<'static> {
     let mut f = fixture(work, arg);
     let notification = if added {
         f.added.clone()
     } else {
         f.notification.clone()
     };
-    bencher.bench_local(|| {
+    Case::new(name, move || {
         f.instance
             .handle(&notification)
             .expect("no trap")
             .expect("handled");
-    });
-}
-
-#[divan::bench(sample_count = 100, sample_size = 100)]
-fn convert(bencher: divan::Bencher) {
-    let f = fixture("noop", "");
-    let mut handles = Handles::default();
-    bencher.bench_local(|| {
-        std::hint::black_box(convert::event(&f.notification, &mut handles));
-        handles.end_call();
-    });
-}
-
-#[divan::bench(sample_count = 100, sample_size = 100)]
-fn deliver_noop(bencher: divan::Bencher) {
-    call(bencher, "noop", "", false);
-}
-
-#[divan::bench(sample_count = 100, sample_size = 100)]
-fn deliver_noop_added(bencher: divan::Bencher) {
-    call(bencher, "noop", "", true);
-}
-
-#[divan::bench(sample_count = 100, sample_size = 100)]
-fn query_get(bencher: divan::Bencher) {
-    call(bencher, "get", "bench-5/pod-5", false);
-}
-
-#[divan::bench(sample_count = 100, sample_size = 10)]
-fn query_select_10(bencher: divan::Bencher) {
-    call(bencher, "select", "group=ten", false);
+    })
 }
 
 /// `app in (...)` with 800 values of three letters, none of them the pods' `web`: a list
@@ -142,22 +111,28 @@ fn wide_selector() -> String {
     format!("app in ({})", values.join(","))
 }
 
-#[divan::bench(sample_count = 100, sample_size = 5)]
-fn query_select_wide(bencher: divan::Bencher) {
-    call(bencher, "select", &wide_selector(), false);
-}
-
-#[divan::bench(sample_count = 100, sample_size = 100)]
-fn query_by_index_10(bencher: divan::Bencher) {
-    call(bencher, "index", "group=ten", false);
-}
-
-#[divan::bench(sample_count = 100, sample_size = 5)]
-fn query_by_index_1000(bencher: divan::Bencher) {
-    call(bencher, "index", "app=web", false);
-}
-
-#[divan::bench(sample_count = 100, sample_size = 100)]
-fn query_field(bencher: divan::Bencher) {
-    call(bencher, "field", "/status/phase", false);
+fn main() {
+    support::logging::as_the_agent();
+    let mut handles = Handles::default();
+    let converted = fixture("noop", "").notification;
+    let mut cases = vec![
+        Case::new("convert", move || {
+            std::hint::black_box(convert::event(&converted, &mut handles));
+            handles.end_call();
+        }),
+        call("deliver_noop", "noop", "", false),
+        call("deliver_noop_added", "noop", "", true),
+        call("query_get", "get", "bench-5/pod-5", false),
+        call("query_select_10", "select", "group=ten", false),
+        call("query_select_wide", "select", &wide_selector(), false),
+        call("query_by_index_10", "index", "group=ten", false),
+        call("query_by_index_1000", "index", "app=web", false),
+        call("query_field", "field", "/status/phase", false),
+    ];
+    // Nine cases of 20 ms a round: the run takes about 8 s.
+    rounds::run(
+        "queries",
+        Plan::new(40, Duration::from_millis(20)),
+        &mut cases,
+    );
 }

@@ -7,3 +7,4 @@ pub mod cpu;
 pub mod double_process;
 pub mod instance;
 pub mod logging;
+pub mod rounds;
