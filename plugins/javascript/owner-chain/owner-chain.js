@@ -13,7 +13,8 @@ const POD = { group: "", version: "v1", kind: "Pod" };
 const REPLICA_SET = { group: "apps", version: "v1", kind: "ReplicaSet" };
 const DEPLOYMENT = { group: "apps", version: "v1", kind: "Deployment" };
 
-// Owned handles go back to the host when disposed; the garbage collector is not prompt.
+// Owned handles go back to the host when disposed; the garbage collector returns them late, and
+// never one a method was called on (docs/guides/javascript.md says why).
 function release(objects) {
   for (const o of objects) o[Symbol.dispose]();
 }
