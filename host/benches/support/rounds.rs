@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 pub struct Case<'a> {
     /// The name reports use.
     pub name: &'static str,
-    /// One call; its result is dropped after the timer stops.
+    /// One call, timed with whatever it drops.
     pub call: Box<dyn FnMut() + 'a>,
 }
 
@@ -45,26 +45,8 @@ impl Plan {
     }
 }
 
-/// One case's result: its per-call time in each round, in nanoseconds.
-#[derive(Debug)]
-pub struct Measured {
-    /// The case's name.
-    pub name: &'static str,
-    /// Per round, the median per-call time of its turn's samples.
-    pub rounds_ns: Vec<f64>,
-    /// Calls in one sample (timed together).
-    pub batch: usize,
-}
-
-impl Measured {
-    /// The median over rounds.
-    pub fn median_ns(&self) -> f64 {
-        median(self.rounds_ns.clone())
-    }
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-pub fn median(mut values: Vec<f64>) -> f64 {
+/// The median of `values` (the mean of the middle two for an even count), sorting them.
+fn median(values: &mut [f64]) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }
@@ -81,9 +63,9 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 /// nanoseconds) stays under a percent of a sample.
 const SAMPLE: Duration = Duration::from_micros(20);
 
-/// Runs `cases` under `plan` and prints one line per case: a readable summary, then the same as
-/// JSON after `ROUNDS ` for `scripts/bench_report.py`.
-pub fn run(bench: &str, plan: Plan, cases: &mut [Case<'_>]) -> Vec<Measured> {
+/// Runs `cases` under `plan` and prints one line per case: a readable summary, then its figure
+/// for each round (nanoseconds per call) as JSON after `ROUNDS `, for `scripts/bench_report.py`.
+pub fn run(bench: &str, plan: Plan, cases: &mut [Case<'_>]) {
     // Warm each case for one turn and size its batch from that turn's calls.
     let batches: Vec<usize> = cases
         .iter_mut()
@@ -101,50 +83,38 @@ pub fn run(bench: &str, plan: Plan, cases: &mut [Case<'_>]) -> Vec<Measured> {
     let mut rounds: Vec<Vec<f64>> = vec![Vec::with_capacity(plan.rounds); cases.len()];
     let mut samples = Vec::new();
     for _ in 0..plan.rounds {
-        for (i, case) in cases.iter_mut().enumerate() {
+        for ((case, &batch), rounds) in cases.iter_mut().zip(&batches).zip(&mut rounds) {
             samples.clear();
             let turn = Instant::now();
             while turn.elapsed() < plan.turn {
                 let start = Instant::now();
-                for _ in 0..batches[i] {
+                for _ in 0..batch {
                     (case.call)();
                 }
-                samples.push(start.elapsed().as_nanos() as f64 / batches[i] as f64);
+                samples.push(start.elapsed().as_nanos() as f64 / batch as f64);
             }
-            rounds[i].push(median(samples.clone()));
+            rounds.push(median(&mut samples));
         }
     }
-    let measured: Vec<Measured> = cases
-        .iter()
-        .zip(rounds)
-        .zip(batches)
-        .map(|((case, rounds_ns), batch)| Measured {
-            name: case.name,
-            rounds_ns,
-            batch,
-        })
-        .collect();
     println!(
         "{bench}: {} rounds, a turn of {:?} per case each round",
         plan.rounds, plan.turn
     );
-    for m in &measured {
-        let low = m.rounds_ns.iter().copied().fold(f64::INFINITY, f64::min);
-        let high = m.rounds_ns.iter().copied().fold(0.0, f64::max);
+    for ((case, batch), rounds_ns) in cases.iter().zip(batches).zip(rounds) {
+        let mut sorted = rounds_ns.clone();
+        let median_ns = median(&mut sorted);
         println!(
-            "{:<24} median {:>12.1} ns   rounds {:.1} to {:.1} ns   ({} calls a sample)",
-            m.name,
-            m.median_ns(),
-            low,
-            high,
-            m.batch
+            "{:<24} median {:>12.1} ns   rounds {:.1} to {:.1} ns   ({batch} calls a sample)",
+            case.name,
+            median_ns,
+            sorted[0],
+            sorted[sorted.len() - 1],
         );
         let json = serde_json::json!({
             "bench": bench,
-            "name": m.name,
-            "rounds_ns": m.rounds_ns,
+            "name": case.name,
+            "rounds_ns": rounds_ns,
         });
         println!("ROUNDS {json}");
     }
-    measured
 }
