@@ -8,6 +8,7 @@ use crate::gvk::Gvk;
 use meta::Meta;
 
 mod meta;
+pub mod names;
 pub mod pointer;
 mod raw;
 pub(crate) mod scan;

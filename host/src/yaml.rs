@@ -60,6 +60,11 @@ pub fn from_str_at<T: DeserializeOwned>(text: &str, first_line: usize) -> Result
     serde_saphyr::from_str_with_options(text, options()).map_err(|e| {
         let reason = match inner(&e) {
             serde_saphyr::Error::Budget { breach, .. } => over_budget(breach),
+            // kubectl fails on these too, as JSON has no infinity or NaN.
+            serde_saphyr::Error::NonFiniteFloat { value, .. } => format!(
+                "`{value}` is not a finite number, which JSON and so Kubernetes cannot hold; \
+                 quote it if it is text"
+            ),
             _ => {
                 let message = e.to_string();
                 let message = message.lines().next().unwrap_or("").trim();
@@ -120,6 +125,23 @@ mod tests {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("a line number: {error}"));
         assert!((10..=18).contains(&line), "{error}");
+    }
+
+    #[test]
+    fn a_non_finite_number_is_refused_saying_what_to_do() {
+        for (text, value) in [("a: 1e400\n", "1e400"), ("\nb: .inf\n", ".inf")] {
+            let error = from_str_at::<Value>(text, 3).expect_err(text);
+            assert!(error.starts_with("line "), "{error}");
+            assert!(
+                error.contains(&format!("`{value}` is not a finite number"))
+                    && error.ends_with("quote it if it is text"),
+                "{error}"
+            );
+        }
+        assert_eq!(
+            from_str_at::<Value>("a: '1e400'\n", 1),
+            Ok(serde_json::json!({"a": "1e400"}))
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::gvk::Gvk;
-use crate::object::{KubeObject, Transform, object_key};
+use crate::object::{KubeObject, Transform, names, object_key};
 use crate::source::{Source, SourceEvent};
 use scope::Scopes;
 
@@ -534,6 +534,8 @@ impl Shared {
         }
         let defines = scope::Defined::from_crd(&value);
         let object = KubeObject::from_value(value, &self.transform).map_err(|e| e.to_string())?;
+        // What a file names becomes a cache key (`namespace/name`) and, for writes, a URL.
+        names::check(object.name(), object.namespace())?;
         let json = object.json();
         Ok(Doc {
             digest: digest(json.as_bytes()),

@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use wasmtime::component::Resource;
 
 use crate::gvk::Gvk;
+use crate::object::names;
 use crate::wasm::bindings::kubewasm::plugin::cluster::{
     EventType, Host, Target as WitTarget, WriteError, WriteFailure,
 };
@@ -106,6 +107,26 @@ fn name(what: &str, value: &str) -> Result<(), WriteError> {
     Ok(())
 }
 
+// An object's name and namespace become segments of the write's URL: one that is not a single
+// segment would aim the write at an object the grants were not checked for.
+
+/// An object name from a plugin: bounded, and one URL segment as the API server requires.
+fn object_name(what: &str, value: &str) -> Result<(), WriteError> {
+    name(what, value)?;
+    match names::name_problem(value) {
+        Some(problem) => Err(invalid(format!("{what} {problem}"))),
+        None => Ok(()),
+    }
+}
+
+/// A namespace from a plugin: a DNS label, as the API server requires.
+fn namespace(what: &str, value: &str) -> Result<(), WriteError> {
+    match names::namespace_problem(value) {
+        Some(problem) => Err(invalid(format!("{what} {problem}"))),
+        None => Ok(()),
+    }
+}
+
 fn gvk_of(gvk: &WitGvk) -> Result<Gvk, WriteError> {
     for (what, part) in [
         ("group", &gvk.group),
@@ -122,9 +143,9 @@ fn gvk_of(gvk: &WitGvk) -> Result<Gvk, WriteError> {
 
 fn target_of(t: WitTarget) -> Result<Target, WriteError> {
     let gvk = gvk_of(&t.gvk)?;
-    name("target name", &t.name)?;
+    object_name("target name", &t.name)?;
     if let Some(ns) = &t.namespace {
-        name("target namespace", ns)?;
+        namespace("target namespace", ns)?;
     }
     if let Some(s) = &t.subresource
         && !write::SUBRESOURCES.contains(&s.as_str())
@@ -315,7 +336,7 @@ impl Host for HostState {
         let _timed = self.host_calls.start();
         let staged = gvk_of(&gvk).and_then(|gvk| {
             if let Some(ns) = &namespace {
-                name("namespace", ns)?;
+                self::namespace("namespace", ns)?;
             }
             let body = object_body("object", &json, &gvk, namespace.as_deref(), None)?;
             let meta = body.get("metadata");
@@ -329,7 +350,7 @@ impl Host for HostState {
                     ));
                 }
             };
-            name("metadata.name", &object_name)?;
+            self::object_name("metadata.name", &object_name)?;
             self.stage(
                 &[Verb::Create],
                 Write {
@@ -427,6 +448,42 @@ impl Host for HostState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn target(namespace: Option<&str>, name: &str) -> WitTarget {
+        WitTarget {
+            gvk: WitGvk {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+            },
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+            subresource: None,
+        }
+    }
+
+    #[test]
+    fn targets_that_would_leave_their_url_segments_are_refused() {
+        let refused = |ns: Option<&str>, name: &str| match target_of(target(ns, name)) {
+            Err(WriteError::InvalidArgument(m)) => m,
+            other => panic!("{ns:?} {name:?}: {other:?}"),
+        };
+        assert_eq!(
+            refused(Some("shop"), "x/../../kube-system/secrets/y"),
+            "target name may not contain `/` or `%`"
+        );
+        assert_eq!(
+            refused(Some("shop"), "x%2F..%2Fy"),
+            "target name may not contain `/` or `%`"
+        );
+        assert_eq!(refused(None, ".."), "target name may not be `.` or `..`");
+        assert_eq!(
+            refused(Some("shop/configmaps/x/../../kube-system"), "y"),
+            "target namespace may hold only lowercase letters, digits and `-`"
+        );
+        let fine = target_of(target(Some("shop"), "system:web.1")).expect("accepted");
+        assert_eq!(fine.name, "system:web.1");
+    }
 
     #[test]
     fn apply_bodies_get_their_type_and_name_and_refuse_another() {

@@ -2,12 +2,14 @@
 //! lines (each document on its own, so one bad document costs only itself), JSON files as a
 //! stream of values, `kind: List` expanded. Scalars resolve as kubectl's YAML reader resolves
 //! them (`0644` is octal, `yes` and `on` are booleans, `<<` merges), and a key written twice
-//! in one mapping is an error naming it.
+//! in one mapping, YAML or JSON, is an error naming it (kubectl's strict field validation
+//! refuses it too; a reader that keeps one of the two would pick for the author).
 //!
 //! One known difference: in a flow sequence, a plain scalar ending in `:` just before `]` or
 //! `,` (`[fd00::]`) is read the YAML 1.2 way, as a one-entry mapping; quote such values.
 
-use serde_json::Value;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
 
 /// One object (or the reason it is not one) at a place in a file.
 #[derive(Debug)]
@@ -59,7 +61,7 @@ pub fn items(text: &str, json: bool) -> Vec<Item> {
 /// the first error (JSON has no separator to resume at).
 fn json_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
     let mut out = Vec::new();
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Strict>();
     // Lines are counted on from the previous document, not from the top each time.
     let (mut counted, mut line) = (0, 1);
     loop {
@@ -69,12 +71,81 @@ fn json_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
         counted = start;
         match stream.next() {
             None => return out,
-            Some(Ok(value)) => out.push((line, Ok(value))),
+            Some(Ok(Strict(value))) => out.push((line, Ok(value))),
             Some(Err(e)) => {
                 out.push((line, Err(e.to_string())));
                 return out;
             }
         }
+    }
+}
+
+/// A JSON value read with a key written twice in one object refused, naming the key.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate mapping key: {key}"
+                )));
+            }
+            let Strict(value) = map.next_value()?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
     }
 }
 
@@ -197,6 +268,27 @@ mod tests {
         assert!(
             e.starts_with("line 4 column ") && e.ends_with("duplicate mapping key: name"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_duplicate_json_key_is_an_error_naming_it_and_its_place() {
+        let text = "{\"a\": 1}\n{\"metadata\": {\"name\": \"a\",\n \"name\": \"b\"}}\n";
+        let read = items(text, true);
+        assert_eq!(read.len(), 2, "{read:?}");
+        assert_eq!(read[0].value, Ok(json!({"a": 1})));
+        assert_eq!(read[1].place, "document 2 (line 2)");
+        let e = read[1].value.clone().expect_err("the duplicate");
+        assert!(
+            e.starts_with("duplicate mapping key: name at line 3 column "),
+            "{e}"
+        );
+        // Every value kind still reads as serde_json reads it.
+        let all = r#"{"n": null, "b": true, "i": -3, "u": 18446744073709551615, "f": 1.5,
+            "big": 123456789012345678901234, "s": "x\u00e9", "l": [1, [2], {}]}"#;
+        assert_eq!(
+            items(all, true)[0].value,
+            Ok(serde_json::from_str::<Value>(all).expect("valid"))
         );
     }
 

@@ -145,6 +145,41 @@ fn resource_versions_grow_and_uids_are_derived_when_absent() {
 }
 
 #[test]
+fn names_and_namespaces_the_api_server_refuses_are_reported_per_document() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let doc = |name: &str, ns: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: '{name}', namespace: '{ns}'}}\n"
+        )
+    };
+    let text = [
+        doc("ok", "shop"),
+        doc("a/../b", "shop"),
+        doc("c", "Shop"),
+        doc("..", "shop"),
+    ]
+    .join("---\n");
+    fs::write(dir.path().join("a.yaml"), text).expect("write");
+    let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
+    let errors: Vec<String> = folder.errors().into_iter().map(|(_, e)| e).collect();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(
+        errors[0].starts_with("document 2 (line 5): field `metadata.name` may not contain `/`"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("document 3 (line 9): field `metadata.namespace` may hold only"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2].starts_with("document 4 (line 13): field `metadata.name` may not be `.`"),
+        "{errors:?}"
+    );
+    let mut events = folder.watch(&configmaps());
+    assert_eq!(ready(&mut events), ["list[ok]"]);
+}
+
+#[test]
 fn an_invalid_file_is_reported_and_keeps_its_last_good_objects() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("a.yaml");
