@@ -1,11 +1,23 @@
-//! Untrusted text kept to a bound: what a plugin or a server says, cut before it is stored.
+//! Untrusted text made safe to print and kept to a bound: what a plugin or a server says, cut
+//! before it is stored.
 
 /// Longest message kept from an untrusted source (a plugin's log line, error or refusal, a
 /// reason a watch event was skipped); longer ones are cut (and say so).
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
-/// `text` cut to at most `max` bytes on a character boundary, marked ` [cut]` when cut.
+/// `text` made safe to print and cut to at most `max` bytes on a character boundary, marked
+/// ` [cut]` when cut. Control characters (line breaks, terminal escapes), line separators and
+/// bidirectional overrides are written as escapes (`\n`, `\u{1b}`): untrusted text can then
+/// neither start a line of its own in the host's log nor restyle the terminal reading it. Tabs
+/// are kept.
 pub fn cut(mut text: String, max: usize) -> String {
+    // Plain printable ASCII, nearly every message: nothing to escape, no copy.
+    if !text
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) || b == b'\t')
+    {
+        text = printable(&text, max);
+    }
     if text.len() > max {
         let mut end = max;
         while !text.is_char_boundary(end) {
@@ -15,6 +27,37 @@ pub fn cut(mut text: String, max: usize) -> String {
         text.push_str(" [cut]");
     }
     text
+}
+
+/// True when `text` holds nothing [`cut`] would escape: a name that may be printed as it is.
+pub fn printable_as_is(text: &str) -> bool {
+    !text.chars().any(needs_escape)
+}
+
+/// `text` with what [`needs_escape`] written as escapes, stopping once past `max` bytes (the
+/// caller cuts there): a long text full of escapes costs no more than `max` bytes and a few.
+fn printable(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max) + 16);
+    for c in text.chars() {
+        if out.len() > max {
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Characters that could forge or hide a line where text is printed: controls but the tab
+/// (C0, DEL, C1, among them escape and the line breaks), the Unicode line and paragraph
+/// separators and the bidirectional embeddings, overrides and isolates.
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]
@@ -35,5 +78,33 @@ mod tests {
         let long = cut("ü".repeat(MAX_MESSAGE_BYTES), MAX_MESSAGE_BYTES);
         assert!(long.len() <= MAX_MESSAGE_BYTES + " [cut]".len());
         assert!(long.ends_with(" [cut]"));
+    }
+
+    #[test]
+    fn what_could_forge_or_hide_a_line_is_escaped() {
+        let forged = "ok\n2026-01-01T00:00:00Z ERROR kubewasm::agent: leader lost\r\x1b[2J\u{7f}";
+        assert_eq!(
+            cut(forged.to_owned(), MAX_MESSAGE_BYTES),
+            "ok\\n2026-01-01T00:00:00Z ERROR kubewasm::agent: leader lost\\r\\u{1b}[2J\\u{7f}"
+        );
+        assert_eq!(
+            cut("a\u{85}b\u{2028}c\u{202e}d\u{2066}e".to_owned(), 100),
+            "a\\u{85}b\\u{2028}c\\u{202e}d\\u{2066}e"
+        );
+        // Tabs, accents and other scripts are text, kept as they are.
+        let kept = "tab\there, é, 日本, emoji 🦀";
+        assert_eq!(cut(kept.to_owned(), 100), kept);
+    }
+
+    #[test]
+    fn escapes_count_toward_the_bound_and_a_huge_text_is_not_copied_whole() {
+        let bells = "\u{7}".repeat(1 << 20);
+        let kept = cut(bells, 64);
+        assert!(kept.len() <= 64 + " [cut]".len(), "{}", kept.len());
+        assert!(
+            kept.starts_with("\\u{7}\\u{7}") && kept.ends_with(" [cut]"),
+            "{kept}"
+        );
+        assert_eq!(printable(&"\n".repeat(1 << 20), 64).len(), 66);
     }
 }

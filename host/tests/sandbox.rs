@@ -674,6 +674,37 @@ fn what_a_plugin_logs_or_reports_is_cut_before_it_is_kept() {
 }
 
 #[test]
+fn what_a_plugin_logs_or_reports_cannot_forge_a_line_or_restyle_a_terminal() {
+    let (bad, settings) = hostile("forge-log", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 6);
+    let forges = |text: &str| {
+        text.chars()
+            .any(|c| (c.is_control() && c != '\t') || matches!(c, '\u{2028}'..='\u{202e}'))
+    };
+    let error = s.last_error.clone().unwrap_or_default();
+    assert!(
+        error.starts_with("failed\\n2026-01-01T00:00:00Z ERROR") && !forges(&error),
+        "{error:?}"
+    );
+    let lines = r.lines("bad");
+    // Per event: the line it logs and the one it prints on stderr.
+    assert!(lines.len() >= 12, "{lines:?}");
+    for line in &lines {
+        assert!(!forges(&line.message), "{:?}", line.message);
+        for (k, v) in &line.fields {
+            assert!(!forges(k) && !forges(v), "{k:?}={v:?}");
+        }
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.message.starts_with("ok\\n2026") && l.field("field\\rkey").is_some()),
+        "{lines:?}"
+    );
+}
+
+#[test]
 fn a_plugin_that_never_syncs_stops_holding_readiness_after_the_sync_timeout() {
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");

@@ -8,6 +8,7 @@ use kubewasm_sdk::selector::Selector;
 use crate::gvk::Gvk;
 use crate::informer::Filter;
 use crate::informer::index::{IndexFunc, is_builtin};
+use crate::text;
 use crate::wasm::bindings::kubewasm::plugin::types as wit;
 use crate::wasm::{convert, limits};
 
@@ -58,11 +59,25 @@ pub struct PluginManifest {
     pub resync: Option<Duration>,
 }
 
+/// The reason may echo what the plugin sent (a selector that does not parse): made safe to
+/// print and cut.
 fn error(field: String, reason: impl Into<String>) -> ManifestError {
     ManifestError {
         field,
-        reason: reason.into(),
+        reason: text::cut(reason.into(), text::MAX_MESSAGE_BYTES),
     }
+}
+
+/// Names and types are printed in log lines and status as they are: none may hold what would
+/// have to be escaped there.
+fn check_printable(field: &str, text: &str) -> Result<(), ManifestError> {
+    if text::printable_as_is(text) {
+        return Ok(());
+    }
+    Err(error(
+        field.to_owned(),
+        "holds a control character, a line separator or a bidirectional override",
+    ))
 }
 
 fn check_gvk(field: String, g: &wit::Gvk) -> Result<Gvk, ManifestError> {
@@ -77,6 +92,9 @@ fn check_gvk(field: String, g: &wit::Gvk) -> Result<Gvk, ManifestError> {
             field,
             format!("a part is longer than {MAX_NAME_BYTES} bytes"),
         ));
+    }
+    for part in [&g.group, &g.version, &g.kind] {
+        check_printable(&field, part)?;
     }
     Ok(convert::gvk(g))
 }
@@ -98,7 +116,7 @@ fn check_name(field: String, text: &str) -> Result<(), ManifestError> {
             format!("{} bytes: at most {MAX_NAME_BYTES}", text.len()),
         ));
     }
-    Ok(())
+    check_printable(&field, text)
 }
 
 impl PluginManifest {
@@ -278,5 +296,25 @@ mod tests {
             PluginManifest::validate(&manifest(vec![subscription("Pod", None)], MAX_INDEXES + 1))
                 .expect_err("too many indexes");
         assert_eq!(e.field, "indexes");
+    }
+
+    #[test]
+    fn names_that_would_forge_a_log_line_are_refused_and_echoes_escaped() {
+        let forged = "Pod\nERROR kubewasm::agent: forged";
+        let e = PluginManifest::validate(&manifest(vec![subscription(forged, None)], 0))
+            .expect_err("a kind with a line break");
+        assert_eq!(e.field, "subscriptions[0].gvk");
+        assert!(e.reason.contains("control character"), "{e}");
+        let mut m = manifest(vec![subscription("Pod", None)], 1);
+        m.indexes[0].name = "by-node\u{202e}".into();
+        let e = PluginManifest::validate(&m).expect_err("a bidi override");
+        assert_eq!(e.field, "indexes[0].name");
+        // A selector that does not parse is echoed in the reason, escaped.
+        let e = PluginManifest::validate(&manifest(
+            vec![subscription("Pod", Some("a in (\n\u{1b}[2J"))],
+            0,
+        ))
+        .expect_err("no selector");
+        assert!(!e.to_string().contains(['\n', '\u{1b}']), "{e}");
     }
 }

@@ -13,7 +13,9 @@
 //! granted; `write-huge` tries oversized and malformed writes; `write-then-fail` stages a
 //! create of `<name>-copy` and fails the first two attempts of each event; `wasi-hoard`
 //! creates WASI resources (HTTP header fields) without end and never drops them; `leak` keeps
-//! 3 MiB more each event, as a collected heap that settles high does, and logs like `count`).
+//! 3 MiB more each event, as a collected heap that settles high does, and logs like `count`;
+//! `forge-log` logs, prints and fails with text holding line breaks, terminal escapes and a
+//! bidirectional override, to forge host log lines).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -259,6 +261,15 @@ impl Plugin for Hostile {
                 );
                 // A newcomer's guess at the namespace index's name.
                 report("unknown index", cache::by_index(&cm, "namespaces", "shop"));
+            }
+            "forge-log" => {
+                let forged = "\n2026-01-01T00:00:00Z ERROR kubewasm::agent: forged\x1b[2J";
+                log::warn(
+                    &format!("ok{forged}"),
+                    &[("field\rkey", "value\u{202e}"), ("k", forged)],
+                );
+                eprintln!("stderr\x1b[31m red\u{85}");
+                return Err(HandleError::fatal(format!("failed{forged}")));
             }
             "huge-log" => {
                 // Under the host's 2 MiB copy limit, far over its log limits.
