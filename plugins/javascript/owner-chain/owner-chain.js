@@ -13,16 +13,6 @@ const POD = { group: "", version: "v1", kind: "Pod" };
 const REPLICA_SET = { group: "apps", version: "v1", kind: "ReplicaSet" };
 const DEPLOYMENT = { group: "apps", version: "v1", kind: "Deployment" };
 
-// Owned handles go back to the host when disposed; the garbage collector returns them late, and
-// never one a method was called on (docs/guides/javascript.md says why).
-function release(objects) {
-  for (const o of objects) o[Symbol.dispose]();
-}
-
-function info(message, fields) {
-  log("info", message, Object.entries(fields));
-}
-
 export const handler = {
   init(_config) {},
 
@@ -44,18 +34,27 @@ export const handler = {
     // The controller of each type, from the cache, uid checked: one call into the host.
     const rs = pod.owner(REPLICA_SET);
     if (!rs) {
-      info("owner chain", { pod: key, replicaset: "-", deployment: "-", siblings: "0" });
+      log("info", "owner chain", [
+        ["pod", key],
+        ["replicaset", "-"],
+        ["deployment", "-"],
+        ["siblings", "0"],
+      ]);
       return;
     }
     const deployment = rs.owner(DEPLOYMENT);
     // A count needs no objects: the keys of the ReplicaSet's pods, no handles.
     const count = indexKeys(POD, "owner-uid", rs.uid()).length;
-    info("owner chain", {
-      pod: key,
-      replicaset: rs.name(),
-      deployment: deployment ? deployment.name() : "-",
-      siblings: String(count),
-    });
-    release(deployment ? [rs, deployment] : [rs]);
+    // The log's fields as key and value pairs, as the contract takes them.
+    log("info", "owner chain", [
+      ["pod", key],
+      ["replicaset", rs.name()],
+      ["deployment", deployment ? deployment.name() : "-"],
+      ["siblings", String(count)],
+    ]);
+    // Owned handles go back to the host when disposed; the garbage collector never returns
+    // them (docs/guides/javascript.md says why).
+    rs[Symbol.dispose]();
+    deployment?.[Symbol.dispose]();
   },
 };
