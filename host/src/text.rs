@@ -1,6 +1,8 @@
 //! Untrusted text made safe to print and kept to a bound: what a plugin or a server says, cut
 //! before it is stored.
 
+use std::fmt::Write as _;
+
 /// Longest message kept from an untrusted source (a plugin's log line, error or refusal, a
 /// reason a watch event was skipped); longer ones are cut (and say so).
 pub const MAX_MESSAGE_BYTES: usize = 4096;
@@ -11,11 +13,8 @@ pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// neither start a line of its own in the host's log nor restyle the terminal reading it. Tabs
 /// are kept.
 pub fn cut(mut text: String, max: usize) -> String {
-    // Plain printable ASCII, nearly every message: nothing to escape, no copy.
-    if !text
-        .bytes()
-        .all(|b| (0x20..0x7f).contains(&b) || b == b'\t')
-    {
+    // Nearly every message has nothing to escape: no copy then.
+    if !printable_as_is(&text) {
         text = printable(&text, max);
     }
     if text.len() > max {
@@ -45,7 +44,8 @@ fn printable(text: &str, max: usize) -> String {
         match c {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
-            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            // Writing into a String cannot fail.
+            c if needs_escape(c) => drop(write!(out, "\\u{{{:x}}}", u32::from(c))),
             c => out.push(c),
         }
     }
