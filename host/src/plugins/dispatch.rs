@@ -19,6 +19,7 @@ use crate::histogram;
 use crate::informer::factory::Lease;
 use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
+use crate::plugins::priority;
 use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::{Delivery, PluginStats};
@@ -200,6 +201,14 @@ impl Worker {
     }
 
     fn run(mut self) {
+        match priority::lower_this_thread() {
+            Ok(nice) => {
+                tracing::debug!(plugin = %self.ctx.name, nice, "dispatch thread below the host")
+            }
+            Err(e) => {
+                tracing::debug!(plugin = %self.ctx.name, "dispatch thread keeps the host's priority: {e}")
+            }
+        }
         self.deliver();
         self.publish(Instant::now());
     }

@@ -8,6 +8,7 @@ pub mod folder;
 mod host;
 pub mod inspect;
 pub mod manifest;
+mod priority;
 pub mod registry;
 mod retry;
 mod settings;
