@@ -22,6 +22,7 @@ pub mod leader;
 pub mod object;
 pub mod oci;
 pub mod plugins;
+pub mod priority;
 pub mod rbac;
 pub mod serve;
 pub mod source;

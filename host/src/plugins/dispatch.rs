@@ -19,7 +19,6 @@ use crate::histogram;
 use crate::informer::factory::Lease;
 use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
-use crate::plugins::priority;
 use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::{Delivery, PluginStats};
@@ -190,9 +189,8 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         stats: setup.stats,
         stop: setup.stop,
     };
-    std::thread::Builder::new()
-        .name(format!("plugin-{name}"))
-        .spawn(move || worker.run())
+    // Below the host: the informers every plugin waits on go first (`priority.rs`).
+    crate::priority::spawn_below_host(format!("plugin-{name}"), move || worker.run())
 }
 
 impl Worker {
@@ -201,14 +199,6 @@ impl Worker {
     }
 
     fn run(mut self) {
-        match priority::lower_this_thread() {
-            Ok(nice) => {
-                tracing::debug!(plugin = %self.ctx.name, nice, "dispatch thread below the host")
-            }
-            Err(e) => {
-                tracing::debug!(plugin = %self.ctx.name, "dispatch thread keeps the host's priority: {e}")
-            }
-        }
         self.deliver();
         self.publish(Instant::now());
     }

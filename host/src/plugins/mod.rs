@@ -8,7 +8,6 @@ pub mod folder;
 mod host;
 pub mod inspect;
 pub mod manifest;
-mod priority;
 pub mod registry;
 mod retry;
 mod settings;

@@ -330,14 +330,14 @@ impl Engine {
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let (engine, bytes, sha256) = (self.clone(), bytes.to_vec(), sha256.to_owned());
-        let spawned = std::thread::Builder::new()
-            .name("compile".into())
-            .spawn(move || {
-                let code = engine.compile(&bytes, &sha256);
-                engine.compiling.fetch_sub(1, Ordering::SeqCst);
-                // The receiver is gone when the caller gave up; the code is cached anyway.
-                let _ = tx.send(code);
-            });
+        // Below the host, with the compiler threads it starts: a file made to compile
+        // slowly cannot take the informers' CPU, even past its timeout (`priority.rs`).
+        let spawned = crate::priority::spawn_below_host("compile".into(), move || {
+            let code = engine.compile(&bytes, &sha256);
+            engine.compiling.fetch_sub(1, Ordering::SeqCst);
+            // The receiver is gone when the caller gave up; the code is cached anyway.
+            let _ = tx.send(code);
+        });
         if let Err(e) = spawned {
             self.compiling.fetch_sub(1, Ordering::SeqCst);
             return Err(LoadError::NotAComponent(format!(
