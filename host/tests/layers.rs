@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 22] = [
+const LAYERS: [&str; 23] = [
     "text",
+    "priority",
     "captured_log",
     "whole_file",
     "gvk",
