@@ -3,7 +3,7 @@
 //! (events.k8s.io/v1) whose repeats are folded into a series.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
@@ -27,8 +27,13 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sends plugin writes to an API server.
 pub struct KubeWriter {
-    client: Client,
+    sender: Arc<Sender>,
     tasks: Handle,
+}
+
+/// What sends the writes, on the runtime's threads.
+struct Sender {
+    client: Client,
     resources: Mutex<HashMap<Gvk, (ApiResource, bool)>>,
     series: Mutex<EventSeries>,
 }
@@ -62,16 +67,20 @@ fn refused(error: kube::Error) -> Refusal {
 }
 
 impl KubeWriter {
-    /// Writes through `client`, blocking on `tasks` (call [`Writer::send`] off the runtime).
+    /// Writes through `client`, on `tasks` (call [`Writer::send`] off the runtime).
     pub fn new(client: Client, tasks: Handle) -> Self {
         Self {
-            client,
+            sender: Arc::new(Sender {
+                client,
+                resources: Mutex::default(),
+                series: Mutex::default(),
+            }),
             tasks,
-            resources: Mutex::default(),
-            series: Mutex::default(),
         }
     }
+}
 
+impl Sender {
     /// The API for `gvk` in `namespace`, found through discovery once per type.
     async fn api(&self, gvk: &Gvk, namespace: Option<&str>) -> Result<Api<DynamicObject>, Refusal> {
         let known = self
@@ -242,16 +251,25 @@ impl KubeWriter {
 
 impl Writer for KubeWriter {
     fn send(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
-        // The timer is made inside the runtime: it needs its clock.
-        let sent = self.tasks.block_on(async {
-            tokio::time::timeout(WRITE_TIMEOUT, self.send_async(plugin, write)).await
+        // Sent from the runtime's own threads, not polled on this (plugin) thread: a thread
+        // the request starts there, such as the blocking pool's for a name lookup, would
+        // inherit this thread's lowered priority and go on serving the host with it.
+        let (sender, plugin, write) = (self.sender.clone(), plugin.to_owned(), write.clone());
+        let sending = self.tasks.spawn(async move {
+            tokio::time::timeout(WRITE_TIMEOUT, sender.send_async(&plugin, &write)).await
         });
-        sent.unwrap_or_else(|_| {
-            Err(refusal(
+        match self.tasks.block_on(sending) {
+            Ok(Ok(sent)) => sent,
+            Ok(Err(_)) => Err(refusal(
                 "Timeout",
                 format!("no answer from the API server within {WRITE_TIMEOUT:?}"),
                 true,
-            ))
-        })
+            )),
+            Err(e) => Err(refusal(
+                "Unavailable",
+                format!("the write's task ended: {e}"),
+                true,
+            )),
+        }
     }
 }
