@@ -189,48 +189,46 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
     }
 }
 
-/// Every plugin dispatch thread of this process (this test's and its neighbours') runs ten
-/// nice steps below the process's main thread, so a spinning plugin cannot take the
-/// informers' share of the CPU. Waits out a thread started a moment ago.
+/// Every plugin dispatch thread of this process (this test's and its neighbours') runs
+/// [`BELOW_HOST`] nice steps below the process's main thread, so a spinning plugin cannot
+/// take the informers' share of the CPU. Waits out a thread started a moment ago.
 #[cfg(target_os = "linux")]
 fn plugin_threads_run_below_the_host() {
-    /// (command, nice) of each of this process's threads, from `/proc`.
-    fn threads() -> Vec<(String, i32)> {
+    use kubewasm::priority::BELOW_HOST;
+    /// (id, command, nice) of each of this process's threads, from `/proc`.
+    fn threads() -> Vec<(String, String, i32)> {
         let Ok(tasks) = fs::read_dir("/proc/self/task") else {
             return Vec::new();
         };
         tasks
-            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("stat")).ok())
-            .filter_map(|stat| {
+            .filter_map(|t| {
+                let t = t.ok()?;
+                let stat = fs::read_to_string(t.path().join("stat")).ok()?;
                 let (head, tail) = stat.rsplit_once(')')?;
                 let command = head.split_once('(')?.1.to_owned();
                 // After the command: state is field 3, nice field 19.
                 let nice = tail.split_whitespace().nth(16)?.parse().ok()?;
-                Some((command, nice))
+                Some((t.file_name().to_string_lossy().into_owned(), command, nice))
             })
             .collect()
     }
-    let main = fs::read_to_string(format!("/proc/self/task/{}/stat", std::process::id()))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(16)?
-                .parse::<i32>()
-                .ok()
-        })
-        .expect("the main thread's nice value");
-    let below = (main + 10).min(19);
     let end = Instant::now() + WAIT;
     loop {
         let seen = threads();
+        let process = std::process::id().to_string();
+        let main = seen
+            .iter()
+            .find(|(id, _, _)| *id == process)
+            .map(|(_, _, nice)| *nice)
+            .expect("the main thread's nice value");
+        let below = (main + BELOW_HOST).min(19);
         let plugins: Vec<_> = seen
             .iter()
-            .filter(|(c, _)| c.starts_with("plugin-"))
+            .filter(|(_, c, _)| c.starts_with("plugin-"))
+            .map(|(_, c, nice)| (c, nice))
             .collect();
-        let ok = plugins.iter().any(|(c, _)| c == "plugin-bad")
-            && plugins.iter().all(|(_, nice)| *nice == below);
+        let ok = plugins.iter().any(|(c, _)| *c == "plugin-bad")
+            && plugins.iter().all(|(_, nice)| **nice == below);
         if ok {
             return;
         }
