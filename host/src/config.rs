@@ -26,7 +26,7 @@
 //! defaults:                    # every plugin; each field optional
 //!   resyncSeconds: 0           # resync period for plugins whose manifest sets none (0: off)
 //!   limits:
-//!     deadlineMs: 1000         # longest call into a plugin
+//!     deadlineMs: 1000         # CPU time a call may use (ten times that by the wall clock)
 //!     memoryMiB: 64            # linear memory per instance (one that has grown by 3/4 of
 //!                              # its room after init is replaced before its next call)
 //!     queryMiB: 16             # largest list of keys or index values one query returns

@@ -43,7 +43,7 @@ pub enum Outcome {
     Unchanged,
 }
 
-/// How long past its call deadline a stopping worker may take before it is abandoned.
+/// Time a stopping worker gets beyond the longest a call may take before it is abandoned.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// A plugin version that delivers, on its own dispatch thread.
@@ -53,7 +53,7 @@ struct Running {
     settings: PluginSettings,
     /// When this version was prepared.
     loaded: Instant,
-    /// Its call deadline: a stopping worker's call in flight ends within it.
+    /// Its call deadline: a stopping worker's call in flight ends within its wall cap.
     deadline: Duration,
     logger: Arc<PluginLogger>,
     stats: Arc<PluginStats>,
@@ -74,17 +74,18 @@ impl Running {
         drop(self.take_subscriptions());
     }
 
-    /// Halts, then waits for the worker at most its call deadline and a grace period.
+    /// Halts, then waits for the worker at most as long as a call may take by the wall clock
+    /// and a grace period.
     /// Returns false when it had to be abandoned (its thread ends on its own, if ever).
     fn stop(&mut self) -> bool {
         self.halt();
         let Some(thread) = self.thread.take() else {
             return true;
         };
-        let until = Instant::now() + self.deadline + STOP_GRACE;
+        let until = Instant::now() + crate::wasm::deadline::wall_cap(self.deadline) + STOP_GRACE;
         while !thread.is_finished() {
             if Instant::now() >= until {
-                tracing::error!(plugin = %self.file.name, "a call did not return within {:?} of its deadline; its worker is abandoned", STOP_GRACE);
+                tracing::error!(plugin = %self.file.name, "a call did not return within {:?} of its longest time; its worker is abandoned", STOP_GRACE);
                 return false;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -185,7 +186,7 @@ impl PluginHost {
         }
     }
 
-    /// Workers abandoned because a call outlived its deadline while they stopped.
+    /// Workers abandoned because a call outlived its wall cap while they stopped.
     pub fn abandoned(&self) -> u64 {
         self.abandoned.load(Ordering::Relaxed)
     }

@@ -1,7 +1,7 @@
 //! WASI's monotonic clock with waits bounded by the call deadline. Epoch interruption stops
 //! guest code, not a host call blocked in `wasi:io/poll`; so a wait the plugin asks for
-//! (`subscribe-duration`, `subscribe-instant`) ends at the latest one call deadline after it
-//! began, and the guest is then interrupted like any code past its deadline.
+//! (`subscribe-duration`, `subscribe-instant`) ends at the latest one deadline after the call
+//! began, by the wall clock, and the call is then stopped (`deadline.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -38,13 +38,18 @@ impl Pollable for Wait {
     }
 }
 
-/// A pollable ready after `nanos`, or after the plugin's call deadline if that is sooner.
+/// A pollable ready after `nanos`, or at the call's deadline if that is sooner.
 fn wait(
     state: &mut HostState,
     nanos: u64,
 ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
-    let wait = Duration::from_nanos(nanos).min(state.ctx.limits.deadline);
-    let resource = state.table.push(Wait(tokio::time::Instant::now() + wait))?;
+    let wanted = Instant::now()
+        .checked_add(Duration::from_nanos(nanos))
+        .unwrap_or_else(|| Instant::now() + state.ctx.limits.deadline);
+    let until = state.clock.wait_until(wanted);
+    let resource = state
+        .table
+        .push(Wait(tokio::time::Instant::from_std(until)))?;
     subscribe(&mut state.table, resource)
 }
 

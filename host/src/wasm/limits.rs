@@ -10,7 +10,7 @@ use crate::wasm::logging::LogRate;
 /// Per-plugin sandbox limits: what one instance may spend per call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Longest time one call into the plugin may run.
+    /// CPU time one call into the plugin may use (see `deadline.rs` for the wall-clock bound).
     pub deadline: Duration,
     /// Largest total of one instance's linear memories and tables, in bytes.
     pub memory_bytes: usize,

@@ -8,6 +8,7 @@ mod clocks;
 pub mod cluster;
 mod compiled;
 pub mod convert;
+pub mod deadline;
 pub mod handles;
 mod host_calls;
 pub mod http;
@@ -191,6 +192,8 @@ pub struct HostState {
     handles: handles::Handles,
     limits: limits::Limiter,
     host_calls: host_calls::HostCalls,
+    /// The deadline of the call in progress.
+    clock: deadline::CallClock,
     staging: cluster::Staging,
     http: wasmtime_wasi_http::WasiHttpCtx,
     http_hooks: http::HttpHooks,
@@ -268,6 +271,7 @@ impl Engine {
                 while let Some(engine) = weak.upgrade() {
                     engine.increment_epoch();
                     drop(engine);
+                    deadline::tick();
                     std::thread::sleep(EPOCH_TICK);
                 }
             })?;
@@ -429,7 +433,6 @@ impl Engine {
             .limits
             .handles
             .saturating_add(MAX_WASI_RESOURCES + SPARE_HANDLES);
-        let deadline_ticks = ticks(ctx.limits.deadline);
         // No preopened folders, network, environment or arguments: only clocks, random, and
         // stdout/stderr into the plugin's log.
         let clock_origin = std::time::Instant::now();
@@ -460,6 +463,7 @@ impl Engine {
             handles: handles::Handles::default(),
             limits,
             host_calls,
+            clock: deadline::CallClock::new(ctx.limits.deadline),
             staging: cluster::Staging::default(),
             http,
             http_hooks: http::HttpHooks::new(&ctx.name, ctx.http_hosts.clone()),
@@ -469,27 +473,23 @@ impl Engine {
         store.limiter(|s| &mut s.limits);
         store.set_hostcall_fuel(limits::MAX_CALL_BYTES);
         store.set_max_component_handles(max_handles);
-        store.set_epoch_deadline(deadline_ticks);
+        store.epoch_deadline_callback(|store| Ok(store.data().clock.checkpoint()));
+        let first = store.data_mut().clock.start();
+        store.set_epoch_deadline(first);
         let plugin = code.pre.instantiate(&mut store)?;
         Ok(Instance {
             store,
             plugin,
-            deadline_ticks,
             previous_failures: Vec::new(),
             staged: cluster::Staged::default(),
         })
     }
 }
 
-fn ticks(d: Duration) -> u64 {
-    (d.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
-}
-
 /// One live instance of a plugin. After any error from a call (a trap), throw it away.
 pub struct Instance {
     store: Store<HostState>,
     plugin: bindings::Plugin,
-    deadline_ticks: u64,
     /// Handed to the next `handle` call's `previous-failures`.
     previous_failures: Vec<bindings::kubewasm::plugin::cluster::WriteFailure>,
     /// What the last `handle` call staged.
@@ -498,7 +498,8 @@ pub struct Instance {
 
 impl Instance {
     fn arm(&mut self) {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        let first = self.store.data_mut().clock.start();
+        self.store.set_epoch_deadline(first);
         // Only a plugin granted hosts can send a request that needs the call's deadline.
         let state = self.store.data_mut();
         if !state.http_hooks.allowed.is_empty() {
