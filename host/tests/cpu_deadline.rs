@@ -31,18 +31,6 @@ fn pin_to_cpu_0(tid: i32) {
     assert_eq!(ok, 0, "sched_setaffinity({tid})");
 }
 
-/// The id of this process's thread named `name`.
-#[cfg(target_os = "linux")]
-fn thread_named(name: &str) -> Option<i32> {
-    fs::read_dir("/proc/self/task").ok()?.find_map(|t| {
-        let t = t.ok()?;
-        let comm = fs::read_to_string(t.path().join("comm")).ok()?;
-        (comm.trim_end() == name)
-            .then(|| t.file_name().to_str()?.parse().ok())
-            .flatten()
-    })
-}
-
 #[cfg(target_os = "linux")]
 #[test]
 fn a_call_waiting_for_a_core_is_not_charged_for_the_wait() {
@@ -84,7 +72,11 @@ fn a_call_waiting_for_a_core_is_not_charged_for_the_wait() {
     let before = until(&|s| s.delivered >= 1);
     assert_eq!(before.delivered, 1, "{before:?}");
 
-    let worker = thread_named("plugin-starved").expect("the plugin's thread");
+    let worker = support::threads()
+        .into_iter()
+        .find(|(_, command, _)| command == "plugin-starved")
+        .and_then(|(id, _, _)| id.parse().ok())
+        .expect("the plugin's thread");
     pin_to_cpu_0(worker);
     // Two busy rivals: a thread just woken may run ahead of its share for a while.
     let (stop, spinning) = (Arc::new(AtomicBool::new(false)), Arc::new(Barrier::new(3)));

@@ -195,26 +195,9 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
 #[cfg(target_os = "linux")]
 fn plugin_threads_run_below_the_host() {
     use kubewasm::priority::BELOW_HOST;
-    /// (id, command, nice) of each of this process's threads, from `/proc`.
-    fn threads() -> Vec<(String, String, i32)> {
-        let Ok(tasks) = fs::read_dir("/proc/self/task") else {
-            return Vec::new();
-        };
-        tasks
-            .filter_map(|t| {
-                let t = t.ok()?;
-                let stat = fs::read_to_string(t.path().join("stat")).ok()?;
-                let (head, tail) = stat.rsplit_once(')')?;
-                let command = head.split_once('(')?.1.to_owned();
-                // After the command: state is field 3, nice field 19.
-                let nice = tail.split_whitespace().nth(16)?.parse().ok()?;
-                Some((t.file_name().to_string_lossy().into_owned(), command, nice))
-            })
-            .collect()
-    }
     let end = Instant::now() + WAIT;
     loop {
-        let seen = threads();
+        let seen = support::threads();
         let process = std::process::id().to_string();
         let main = seen
             .iter()

@@ -43,10 +43,7 @@ fn wait(
     state: &mut HostState,
     nanos: u64,
 ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
-    let wanted = Instant::now()
-        .checked_add(Duration::from_nanos(nanos))
-        .unwrap_or_else(|| Instant::now() + state.ctx.limits.deadline);
-    let until = state.clock.wait_until(wanted);
+    let until = state.clock.wait_for(Duration::from_nanos(nanos));
     let resource = state
         .table
         .push(Wait(tokio::time::Instant::from_std(until)))?;

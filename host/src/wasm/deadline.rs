@@ -30,7 +30,7 @@ pub fn wall_cap(deadline: Duration) -> Duration {
 }
 
 /// Epoch ticks in `d`, at least one.
-pub fn ticks(d: Duration) -> u64 {
+fn ticks(d: Duration) -> u64 {
     u64::try_from(d.as_millis() / EPOCH_TICK.as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
@@ -46,11 +46,11 @@ pub(super) fn tick() {
 
 /// A thread's clocks at one moment.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Reading {
+struct Reading {
     /// The wall clock.
-    pub at: Instant,
+    at: Instant,
     /// The thread's CPU clock, where there is one.
-    pub cpu: Option<Duration>,
+    cpu: Option<Duration>,
 }
 
 thread_local! {
@@ -80,7 +80,7 @@ fn cpu_time() -> Option<Duration> {
 }
 
 /// The current thread's clocks now.
-pub fn now() -> Reading {
+fn now() -> Reading {
     Reading {
         at: Instant::now(),
         cpu: cpu_time(),
@@ -129,15 +129,20 @@ impl CallClock {
         self.deadline_ticks
     }
 
-    /// When a wait the call asks to end at `wanted` ends: at its deadline by the wall clock at
+    /// When a wait of `wait` the call asks for now ends: at its deadline by the wall clock at
     /// the latest, after which the call is stopped.
-    pub fn wait_until(&mut self, wanted: Instant) -> Instant {
-        let latest = self.started.map_or_else(Instant::now, |s| s.at) + self.deadline;
-        if wanted >= latest {
+    pub fn wait_for(&mut self, wait: Duration) -> Instant {
+        self.wait_from(Instant::now(), wait)
+    }
+
+    /// [`Self::wait_for`], asked at `now`.
+    fn wait_from(&mut self, now: Instant, wait: Duration) -> Instant {
+        let latest = self.started.map_or(now, |s| s.at) + self.deadline;
+        if wait >= latest.saturating_duration_since(now) {
             self.overslept = true;
             latest
         } else {
-            wanted
+            now + wait
         }
     }
 
@@ -225,10 +230,10 @@ mod tests {
         let ms = |n| t0 + Duration::from_millis(n);
         let mut c = clock(200, reading(t0, Some(0)));
         // A wait within the deadline is left alone and stops nothing.
-        assert_eq!(c.wait_until(ms(150)), ms(150));
+        assert_eq!(c.wait_from(t0, Duration::from_millis(150)), ms(150));
         assert_eq!(continues(c.decide(reading(ms(200), Some(10)))), Some(19));
         // An hour's wait ends at the deadline, and so does the call, though it used no CPU.
-        assert_eq!(c.wait_until(ms(3_600_000)), ms(200));
+        assert_eq!(c.wait_from(t0, Duration::from_secs(3_600)), ms(200));
         assert!(continues(c.decide(reading(ms(200), Some(10)))).is_none());
         // The next call starts afresh.
         c.start();

@@ -498,13 +498,13 @@ pub struct Instance {
 
 impl Instance {
     fn arm(&mut self) {
-        let first = self.store.data_mut().clock.start();
-        self.store.set_epoch_deadline(first);
-        // Only a plugin granted hosts can send a request that needs the call's deadline.
         let state = self.store.data_mut();
+        let first = state.clock.start();
+        // Only a plugin granted hosts can send a request that needs the call's deadline.
         if !state.http_hooks.allowed.is_empty() {
             state.http_hooks.deadline = std::time::Instant::now() + state.ctx.limits.deadline;
         }
+        self.store.set_epoch_deadline(first);
     }
 
     /// Calls `describe`.
