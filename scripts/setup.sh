@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building kubewasm needs beyond Rust, Python 3 and Node.js: the wasm32-wasip2 target for
-# guest plugins, rustfmt and clippy, and the Python and JavaScript component tool chains (weval, which
-# compiles JavaScript ahead of time, included). Idempotent.
+# guest plugins, rustfmt and clippy, and the Python and JavaScript component tool chains. Idempotent.
+#
+#   scripts/setup.sh             what the tests need
+#   scripts/setup.sh --weval     also weval, which compiles the JavaScript plugins ahead of time
+#                                (about a fifth off each call): what the benchmarks measure
 set -euo pipefail
 if ! command -v rustup >/dev/null 2>&1; then
   echo "setup: rustup is required (https://rustup.rs); it installs the wasm32-wasip2 target" >&2
@@ -24,8 +27,9 @@ if [[ ! -d plugins/javascript/node_modules/@bytecodealliance/componentize-js ]];
   (cd plugins/javascript && npm install --no-save --no-audit --no-fund --loglevel=error)
 fi
 # weval, which compiles the JavaScript plugins' code ahead of time (about a fifth off each
-# call). componentize-js's npm package would download it from GitHub; crates.io has the same
-# version, built here once (about 8 minutes on 2 cores) into target/weval.
-if [[ ! -x target/weval/bin/weval ]]; then
+# call), for the benchmarks only: the tests build the same plugins without it. componentize-js's
+# npm package would download it from GitHub; crates.io has the same version, built here once
+# (about 7 minutes on 2 cores) into target/weval.
+if [[ ${1:-} == --weval && ! -x target/weval/bin/weval ]]; then
   cargo install --quiet --locked --version 0.5.0 --root target/weval weval
 fi

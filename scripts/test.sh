@@ -2,20 +2,28 @@
 # The whole test suite: formatting, lints (host and guests), unit, integration, end-to-end (a
 # real etcd and kube-apiserver on loopback) and doc tests.
 # Guest plugins are built for wasm32-wasip2 by plugins/artifacts' build script during the test
-# build; nothing is downloaded but crates.
+# build; nothing is downloaded but crates and Go modules. Each stage's time is printed at the
+# end, whether the suite passed or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+source scripts/stages.sh
+
+stage "tool chains (rustup, Python, npm, weval)" bash scripts/setup.sh
 # The real etcd and kube-apiserver for the end-to-end tests, built once per version and cached.
+stage_start
 KUBEWASM_SERVERS=$(bash scripts/k8s-servers.sh)
+stage_end "Go: etcd and kube-apiserver"
 export KUBEWASM_SERVERS
 # A real OCI registry, cosign and helm for the registry and chart tests, built once per
 # version and cached.
+stage_start
 KUBEWASM_TEST_TOOLS=$(bash scripts/test-tools.sh)
+stage_end "Go: registry, cosign, helm, otelcol"
 export KUBEWASM_TEST_TOOLS
 
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+stage "cargo fmt" cargo fmt --all -- --check
+stage "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+stage "build the tests" cargo test --workspace --locked --no-run
+stage "run the tests" cargo test --workspace --locked
 # The SDK's optional k8s-openapi types compile and their doc example builds.
-cargo test --locked -p kubewasm-sdk --features k8s --doc
+stage "SDK doc test (k8s feature)" cargo test --locked -p kubewasm-sdk --features k8s --doc

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kubewasm::agent::Agent;
@@ -18,6 +19,8 @@ mod support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const OBJECTS: usize = 40;
+/// Most updates a stream sends while it waits for a hot swap to take over (minutes of them).
+const MAX_UPDATES: usize = 100_000;
 
 fn cm(i: usize, value: usize) -> String {
     format!(
@@ -105,6 +108,15 @@ impl Env {
     }
 }
 
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 fn by_version(lines: &[PluginLogRecord]) -> BTreeMap<String, Vec<&PluginLogRecord>> {
     let mut out: BTreeMap<String, Vec<&PluginLogRecord>> = BTreeMap::new();
     for l in lines.iter().filter(|l| l.plugin == "audit") {
@@ -122,27 +134,42 @@ fn replacing_while_events_flow_delivers_each_event_to_exactly_one_version() {
     let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
     assert_eq!(report.loaded, ["audit"]);
 
-    // A stream of updates; the new version lands in the middle of it.
-    let updates = 240;
-    let progress = std::sync::atomic::AtomicUsize::new(0);
+    // A stream of updates that goes on until the new version has received some of it: the
+    // swap lands mid-stream however long the new version takes to compile (the test used to
+    // end the stream at a fixed count, which a slow compile on a busy machine outlasted).
+    let first_quarter = 60;
+    let progress = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
-            for n in 1..=updates {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) && n < MAX_UPDATES {
+                n += 1;
                 e.update(n, n);
-                progress.store(n, std::sync::atomic::Ordering::Relaxed);
-                // Slow down once past the quarter mark so the swap lands mid-stream.
-                if n > updates / 4 {
+                progress.store(n, Ordering::SeqCst);
+                // Slow down once past the first quarter so the stream outlasts the swap.
+                if n > first_quarter {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
         });
-        while progress.load(std::sync::atomic::Ordering::Relaxed) < updates / 4 {
+        // Ends the stream however this thread leaves the scope, failed assertions included.
+        let _end_stream = StopOnDrop(&stop);
+        while progress.load(Ordering::SeqCst) < first_quarter {
             std::thread::sleep(Duration::from_millis(1));
         }
         write_atomically(&e.audit(), &v2);
         let report = sync_dir(&e.host, e.plugins.path()).expect("sync");
         assert_eq!(report.replaced, ["audit"], "{report:?}");
+        e.wait_until("the new version handling updates of the stream", |rs| {
+            rs.iter()
+                .filter(|l| l.digest == h2 && l.message == "updated")
+                .count()
+                >= 5
+        });
     });
+    let updates = progress.load(Ordering::SeqCst);
+    assert!(updates < MAX_UPDATES, "the stream ran out before the swap");
 
     let lines = e.wait_until("every update, and v2's initial state", |rs| {
         let updated = rs.iter().filter(|l| l.message == "updated").count();

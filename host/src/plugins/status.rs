@@ -38,7 +38,8 @@ pub struct PluginStats {
     pub memory_bytes: AtomicU64,
     /// Object handles the current instance holds after its last call.
     pub handles: AtomicU64,
-    /// The longest call any of its instances made into the host, in microseconds.
+    /// The most CPU time one call of any of its instances into the host used, in
+    /// microseconds (`wasm/host_calls.rs`).
     pub slowest_host_call_us: AtomicU64,
     /// Writes the cluster accepted.
     pub writes_sent: AtomicU64,
@@ -156,7 +157,8 @@ pub struct PluginStatus {
     /// Object handles its current instance holds after its last call (query answers it has
     /// not dropped).
     pub handles: u64,
-    /// The longest call it made into the host, in microseconds (waits it asked for left out).
+    /// The most CPU time one of its calls into the host used, in microseconds (waits it asked
+    /// for left out).
     pub slowest_host_call_us: u64,
     /// Writes the cluster accepted.
     pub writes_sent: u64,

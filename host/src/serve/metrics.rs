@@ -240,7 +240,7 @@ pub fn render(status: &Status) -> String {
     w.family(
         "kubewasm_plugin_slowest_host_call_seconds",
         "gauge",
-        "The longest call the plugin made into the host, waits it asked for left out",
+        "The most CPU time one call of the plugin into the host used, waits it asked for left out",
         plugins,
         |p| (plugin(p), p.slowest_host_call_us as f64 / 1e6),
     );

@@ -100,6 +100,17 @@ fn recent() -> Reading {
     })
 }
 
+/// The current thread's CPU clock at most one epoch tick ago (see [`recent`]); none where
+/// threads have no CPU clock.
+pub(super) fn recent_cpu() -> Option<Duration> {
+    recent().cpu
+}
+
+/// The current thread's CPU clock now (a system call); none where threads have no CPU clock.
+pub(super) fn cpu_now() -> Option<Duration> {
+    cpu_time()
+}
+
 /// One instance's call deadline.
 #[derive(Debug)]
 pub struct CallClock {
@@ -133,6 +144,12 @@ impl CallClock {
     /// the latest, after which the call is stopped.
     pub fn wait_for(&mut self, wait: Duration) -> Instant {
         self.wait_from(Instant::now(), wait)
+    }
+
+    /// The latest instant a wait of the current call may end: its deadline by the wall clock
+    /// from the call's start (now, for a call not started).
+    pub fn latest_wait_end(&self) -> Instant {
+        self.started.map_or_else(Instant::now, |s| s.at) + self.deadline
     }
 
     /// [`Self::wait_for`], asked at `now`.
