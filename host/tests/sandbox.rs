@@ -808,3 +808,55 @@ fn a_plugin_that_sleeps_in_a_host_call_wakes_at_its_deadline() {
         "every call ended within 0.5 s: {s:?}"
     );
 }
+
+#[test]
+fn a_wait_only_the_plugin_could_end_stops_at_the_deadline() {
+    // A request body written and never sent: its writer waits for a reader that never
+    // comes. The wait ends at the call's deadline, the call traps naming the function, and
+    // the event is retried, then given up, like any trap; the neighbour is not held.
+    let (bad, settings) = hostile("unsent-body", tight());
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.given_up >= 6);
+    assert_eq!(s.given_up, 6, "every event given up: {s:?}");
+    assert!(s.traps >= 6, "{s:?}");
+    let error = s.last_error.unwrap_or_default();
+    assert!(
+        error.contains("blocking-write-and-flush") && error.contains("deadline"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_wait_that_never_ends_in_init_fails_the_load_and_nothing_else() {
+    // The same wait in `init`: the load fails with an error naming it, within the deadline's
+    // wall-clock cap, and the host goes on loading other plugins.
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    fs::write(cluster.path().join("cm-1.yaml"), cm("cm-1", "1")).expect("write");
+    let mut config = support::configs(&[]);
+    let (_, settings) = hostile("init-unsent-body", tight());
+    config.plugins.named.insert("bad".into(), settings);
+    let sink = Arc::new(MemorySink::default());
+    let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let bad = plugins.path().join("bad.wasm");
+    fs::copy(kubewasm_plugin_artifacts::HOSTILE, &bad).expect("copy");
+    let started = Instant::now();
+    let error = agent.plugins().load(&bad).expect_err("init never returns");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("blocking-write-and-flush") && message.contains("deadline"),
+        "{message}"
+    );
+    // Ten deadlines of 100 ms by the wall clock at most, with room for a busy machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let good = plugins.path().join("good.wasm");
+    fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &good).expect("copy");
+    agent.plugins().load(&good).expect("the next plugin loads");
+    sink.wait_until(WAIT, |rs| !good_sequence(rs).is_empty());
+}
+

@@ -18,6 +18,7 @@ mod objects;
 pub mod shape;
 mod stdio;
 mod version;
+mod waits;
 
 pub use cache::is_secret;
 use compiled::CompiledCache;
@@ -280,6 +281,8 @@ impl Engine {
         clocks::add_to_linker(&mut linker)?;
         // Outbound HTTP, for the hosts each plugin is granted (`http.rs`).
         wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
+        // After everything that links WASI's I/O: every blocking wait ends at the deadline.
+        waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Self {
             engine,

@@ -15,7 +15,9 @@
 //! creates WASI resources (HTTP header fields) without end and never drops them; `leak` keeps
 //! 3 MiB more each event, as a collected heap that settles high does, and logs like `count`;
 //! `forge-log` logs, prints and fails with text holding line breaks, terminal escapes and a
-//! bidirectional override, to forge host log lines).
+//! bidirectional override, to forge host log lines; `unsent-body` writes into the body of an
+//! HTTP request it never sends until the write blocks, in every call, and `init-unsent-body`
+//! does the same in `init`).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -84,6 +86,9 @@ struct Hostile;
 impl Plugin for Hostile {
     fn init(config: &str) -> Result<(), String> {
         let config: Config = serde_json::from_str(config).map_err(|e| e.to_string())?;
+        if config.mode == "init-unsent-body" {
+            write_unsent_body();
+        }
         let _ = CONFIG.set(config);
         Ok(())
     }
@@ -146,6 +151,7 @@ impl Plugin for Hostile {
                 let answer = cache::list(&Gvk::config_map(), None, None);
                 report("hoard", answer.map(std::mem::forget));
             }
+            "unsent-body" => write_unsent_body(),
             "wasi-hoard" => loop {
                 let fields = wasip2::http::types::Fields::new();
                 std::mem::forget(fields);
@@ -320,6 +326,17 @@ impl Plugin for Hostile {
         );
         Ok(())
     }
+}
+
+/// Writes into the body of an HTTP request that is never sent: once the body's buffer is
+/// full, the write waits for a reader that will never come.
+fn write_unsent_body() {
+    use wasip2::http::types::{Fields, OutgoingRequest};
+    let request = OutgoingRequest::new(Fields::new());
+    let Ok(body) = request.body() else { return };
+    let Ok(stream) = body.write() else { return };
+    let chunk = [7u8; 4096];
+    while stream.blocking_write_and_flush(&chunk).is_ok() {}
 }
 
 export_plugin!(Hostile);
