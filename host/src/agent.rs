@@ -25,8 +25,8 @@ use crate::source::Source;
 use crate::source::kube::KubeSource;
 use crate::source::kube::write::KubeWriter;
 use crate::source::manifests::ManifestFolder;
-use crate::wasm::Engine;
 use crate::wasm::logging::LogSink;
+use crate::wasm::{Compiler, Engine};
 use crate::write::Writer;
 
 /// The log filter of `kubewasm run` when `RUST_LOG` is unset: info, less kube's per-request
@@ -61,6 +61,8 @@ pub struct AgentOptions {
     pub metrics_address: Option<SocketAddr>,
     /// Leader election (API server only): only the leader delivers.
     pub election: Option<ElectionConfig>,
+    /// Where plugins are compiled: `kubewasm run` uses child processes of its own binary.
+    pub compiler: Compiler,
 }
 
 impl AgentOptions {
@@ -75,6 +77,7 @@ impl AgentOptions {
             log,
             metrics_address: None,
             election: None,
+            compiler: Compiler::InProcess,
         }
     }
 }
@@ -202,10 +205,13 @@ impl Agent {
         let config = options.config.clone();
         let client_for_status = client.clone();
         let factory = InformerFactory::new(source, tasks);
-        let engine = Arc::new(Engine::with_cache(
-            options.compiled_cache.as_deref(),
-            options.config.compiled_cache_bytes,
-        )?);
+        let engine = Arc::new(
+            Engine::with_cache(
+                options.compiled_cache.as_deref(),
+                options.config.compiled_cache_bytes,
+            )?
+            .compile_in(options.compiler),
+        );
         let role = match options.election {
             Some(_) => Role::Follower,
             None => Role::Leader,
@@ -353,6 +359,8 @@ impl Agent {
                 self.shutdown_timeout
             );
         }
+        // A compile in progress is stopped, not waited for.
+        self.shared.plugins.engine().stop_compiling();
         self.watcher = None;
         self.resources = None;
         self.registry = None;

@@ -8,7 +8,9 @@
 //! syncTimeoutSeconds: 300      # a plugin or informer not synced this long after it started
 //!                              # stops holding /readyz at 503 (listed in /status sync_overdue)
 //! maxPluginMiB: 64             # larger plugin files fail to load without being read
-//! compileTimeoutSeconds: 300   # a plugin compiling longer fails to load (off the folder thread)
+//! compileTimeoutSeconds: 300   # a plugin compiling longer fails to load (its compiling
+//!                              # process is stopped)
+//! compileMemoryMiB: 1024       # data memory a plugin's compiling process may use
 //! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
 //! defaultNamespace: default    # with --cluster DIR: where namespaced objects written without
 //!                              # a namespace land (as kubectl's context namespace)
@@ -423,6 +425,8 @@ struct FileConfig {
     #[serde(rename = "maxPluginMiB")]
     max_plugin_mib: Option<u64>,
     compile_timeout_seconds: Option<u64>,
+    #[serde(rename = "compileMemoryMiB")]
+    compile_memory_mib: Option<u64>,
     #[serde(rename = "compiledCacheMiB")]
     compiled_cache_mib: Option<u64>,
     default_namespace: Option<String>,
@@ -448,6 +452,8 @@ pub struct HostConfig {
     pub shutdown_timeout: Duration,
     /// Bound on the compiled-code cache folder, in bytes.
     pub compiled_cache_bytes: u64,
+    /// Cap on the data memory of a process compiling a plugin, in bytes.
+    pub compile_memory_bytes: u64,
     /// How long a plugin or informer may take to sync before it stops counting for
     /// readiness.
     pub sync_timeout: Duration,
@@ -487,6 +493,7 @@ impl Default for HostConfig {
             metrics_address: None,
             shutdown_timeout: Duration::from_secs(10),
             compiled_cache_bytes: crate::wasm::DEFAULT_CACHE_BYTES,
+            compile_memory_bytes: crate::wasm::compiler::DEFAULT_COMPILE_MEMORY_BYTES,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             default_namespace: DEFAULT_NAMESPACE.to_owned(),
             leader_election: LeaderElectionConfig::default(),
@@ -577,6 +584,15 @@ impl HostConfig {
             compiled_cache_bytes: file
                 .compiled_cache_mib
                 .map_or(crate::wasm::DEFAULT_CACHE_BYTES, |mib| mib << 20),
+            compile_memory_bytes: match file.compile_memory_mib {
+                Some(mib) if !(64..=1 << 20).contains(&mib) => {
+                    return Err(format!(
+                        "compileMemoryMiB: {mib} is not between 64 and 1048576"
+                    ));
+                }
+                Some(mib) => mib << 20,
+                None => crate::wasm::compiler::DEFAULT_COMPILE_MEMORY_BYTES,
+            },
             plugins: PluginsConfig {
                 compile_timeout: file
                     .compile_timeout_seconds

@@ -12,6 +12,18 @@ static ALLOCATOR: kubewasm::Allocator = kubewasm::Allocator;
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn main() -> std::process::ExitCode {
+    // A compiling child of the agent (`wasm/compiler.rs`): no logging, no runtime.
+    let mut raw = std::env::args_os().skip(1);
+    if raw
+        .next()
+        .is_some_and(|a| a == kubewasm::wasm::compiler::WORKER_COMMAND)
+    {
+        let memory = raw
+            .next()
+            .and_then(|m| m.into_string().ok())
+            .unwrap_or_default();
+        return kubewasm::wasm::compiler::worker_main(&memory);
+    }
     let args = cli::Cli::parse();
     // Without RUST_LOG, the subcommand's own filter (`agent::LOG_FILTER` for a run).
     let filter = EnvFilter::try_from_default_env()

@@ -197,6 +197,18 @@ fn run_until_ready(
     Vec<String>,
     std::sync::mpsc::Receiver<String>,
 ) {
+    run_until_line(args, "plugins ready")
+}
+
+/// `kubewasm run` with `args`, once it has printed a line holding `marker`.
+fn run_until_line(
+    args: &[&std::ffi::OsStr],
+    marker: &str,
+) -> (
+    std::process::Child,
+    Vec<String>,
+    std::sync::mpsc::Receiver<String>,
+) {
     let mut child = Command::new(KUBEWASM)
         .arg("run")
         .args(args)
@@ -216,8 +228,8 @@ fn run_until_ready(
     });
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut lines = Vec::new();
-    while !lines.iter().any(|l: &String| l.contains("plugins ready")) {
-        assert!(Instant::now() < deadline, "never ready: {lines:#?}");
+    while !lines.iter().any(|l: &String| l.contains(marker)) {
+        assert!(Instant::now() < deadline, "never {marker:?}: {lines:#?}");
         if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
             lines.push(line);
         }
@@ -414,4 +426,50 @@ fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
         bound >> 20
     );
     eprintln!("peak RSS {} MiB (bound {} MiB)", peak >> 20, bound >> 20);
+}
+
+#[test]
+fn sigterm_while_a_plugin_compiles_exits_at_once() {
+    // Eight functions of 140,000 constant additions each: about a minute of compiling on two
+    // cores, within every shape limit. SIGTERM stops the compiling process, not waits for it.
+    let function = "i32.const 100000\ni32.add\n".repeat(140_000);
+    let functions: String = (0..8)
+        .map(|i| {
+            format!("(func (export \"f{i}\") (param i32) (result i32) local.get 0 {function})")
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        dir.path().join("bomb.wasm"),
+        format!("(component (core module {functions}))"),
+    )
+    .expect("write");
+    let config = dir.path().join("config.yaml");
+    fs::write(
+        &config,
+        "shutdownTimeoutSeconds: 2\ncompileMemoryMiB: 8192\n",
+    )
+    .expect("write");
+    let cluster = tempfile::tempdir().expect("temp dir");
+    let cache = dir.path().join("cache");
+    let (mut child, _, rx) = run_until_line(
+        &[
+            "--plugins".as_ref(),
+            dir.path().as_os_str(),
+            "--cluster".as_ref(),
+            cluster.path().as_os_str(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--cache-dir".as_ref(),
+            cache.as_os_str(),
+        ],
+        "compiling to machine code",
+    );
+    let (exit, took) = terminate(&mut child, Duration::from_secs(10));
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert!(exit.success(), "exit {exit:?}: {rest:#?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "took {took:?} to stop: {rest:#?}"
+    );
 }

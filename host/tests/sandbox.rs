@@ -860,3 +860,79 @@ fn a_wait_that_never_ends_in_init_fails_the_load_and_nothing_else() {
     sink.wait_until(WAIT, |rs| !good_sequence(rs).is_empty());
 }
 
+/// A component made to cost far more to compile than its size: one function of 140,000
+/// constant additions (0.8 MB, under the function-size limit) took 12 s and 1.1 GB here.
+fn compile_bomb(tag: &str) -> Vec<u8> {
+    let body = "i32.const 100000\ni32.add\n".repeat(140_000);
+    wat::parse_str(format!(
+        "(component (core module (func (export \"{tag}\") (param i32) (result i32) local.get 0 {body})))"
+    ))
+    .expect("a valid component")
+}
+
+/// Compiling processes this test process started with a memory cap of `memory_bytes` (no
+/// other test uses it) that are still running.
+#[cfg(target_os = "linux")]
+fn compiling_children(memory_bytes: u64) -> usize {
+    let cap = memory_bytes.to_string();
+    fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| {
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            args.get(1) == Some(&b"compile-worker".as_slice())
+                && args.get(2) == Some(&cap.as_bytes())
+        })
+        .count()
+}
+
+#[test]
+fn a_component_made_to_compile_hugely_is_stopped_at_its_memory_cap_and_at_its_time() {
+    use kubewasm::wasm::{Compiler, Engine};
+    let child = |memory_bytes| {
+        Arc::new(Engine::new().expect("engine").compile_in(Compiler::Child {
+            exe: env!("CARGO_BIN_EXE_kubewasm").into(),
+            memory_bytes,
+        }))
+    };
+    let engine = child(256 << 20);
+    let error = engine
+        .compile_within(&compile_bomb("a"), "bomb-a", Duration::from_secs(600))
+        .err()
+        .expect("over its memory");
+    assert!(
+        matches!(error, LoadError::TooComplex(_)) && error.to_string().contains("compileMemoryMiB"),
+        "{error}"
+    );
+
+    // With the memory to finish, it is stopped at its time instead, and the process is gone.
+    let roomy = 8 << 30;
+    let engine = child(roomy);
+    let started = Instant::now();
+    let error = engine
+        .compile_within(&compile_bomb("b"), "bomb-b", Duration::from_millis(500))
+        .err()
+        .expect("over its time");
+    assert!(
+        error.to_string().contains("compileTimeoutSeconds"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    #[cfg(target_os = "linux")]
+    assert_eq!(
+        compiling_children(roomy),
+        0,
+        "no compiling process left behind"
+    );
+
+    // A well-formed plugin compiles the same way.
+    let good = fs::read(kubewasm_plugin_artifacts::AUDIT_LOG).expect("built");
+    engine
+        .compile_within(&good, "audit", Duration::from_secs(120))
+        .expect("compiles in a child");
+}

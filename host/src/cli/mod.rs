@@ -17,8 +17,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kubewasm::config::HostConfig;
 use kubewasm::plugins::PluginFile;
 use kubewasm::plugins::inspect::{Inspection, inspect};
-use kubewasm::wasm::Engine;
 use kubewasm::wasm::logging::TracingSink;
+use kubewasm::wasm::{Compiler, Engine};
 
 /// The command line.
 #[derive(Parser)]
@@ -112,7 +112,8 @@ fn engine(cache_dir: Option<&Path>, config: &HostConfig) -> anyhow::Result<Arc<E
         .or_else(Engine::default_cache_dir);
     Ok(Arc::new(
         Engine::with_cache(dir.as_deref(), config.compiled_cache_bytes)
-            .map_err(|e| anyhow::anyhow!("{e:#}"))?,
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?
+            .compile_in(Compiler::child_of_this_binary(config.compile_memory_bytes)?),
     ))
 }
 

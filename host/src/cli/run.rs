@@ -7,8 +7,8 @@ use std::sync::Arc;
 use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit, identity, kube_client};
 use kubewasm::object::Transform;
 use kubewasm::traces::Traces;
-use kubewasm::wasm::Engine;
 use kubewasm::wasm::logging::TracingSink;
+use kubewasm::wasm::{Compiler, Engine};
 
 use super::{load_config, plugins_dir};
 
@@ -67,25 +67,44 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         compiled_cache: args.cache_dir.or_else(Engine::default_cache_dir),
         metrics_address: args.metrics_address.or(config.metrics_address),
         election,
+        compiler: Compiler::child_of_this_binary(config.compile_memory_bytes)?,
         ..AgentOptions::new(cluster, config, Arc::new(TracingSink))
     };
-    let shutdown = shutdown_signal()?;
+    let mut shutdown = std::pin::pin!(shutdown_signal()?);
     let traces = match &options.config.traces {
         Some(config) => Some(Traces::start(config)?),
         None => None,
     };
-    let mut agent = Agent::start(options).await?;
-    let first = agent.follow_plugins(&plugins).await?;
-    tracing::info!(
-        loaded = first.loaded.len(),
-        failed = first.failed.len(),
-        folder = %plugins.display(),
-        "plugins ready; following the folder for changes"
-    );
-    if first.loaded.is_empty() {
-        tracing::warn!(folder = %plugins.display(), "no plugin loaded yet: drop a .wasm into the folder");
-    }
-    let exit = agent.run_until(shutdown).await;
+    // SIGTERM is honoured while starting too: reading a large manifests folder or compiling
+    // a plugin is given up, not waited for.
+    let mut agent = tokio::select! {
+        agent = Agent::start(options) => agent?,
+        () = &mut shutdown => {
+            tracing::info!("stopped while starting");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let exit = tokio::select! {
+        first = agent.follow_plugins(&plugins) => {
+            let first = first?;
+            tracing::info!(
+                loaded = first.loaded.len(),
+                failed = first.failed.len(),
+                folder = %plugins.display(),
+                "plugins ready; following the folder for changes"
+            );
+            if first.loaded.is_empty() {
+                tracing::warn!(folder = %plugins.display(), "no plugin loaded yet: drop a .wasm into the folder");
+            }
+            None
+        }
+        () = &mut shutdown => Some(()),
+    };
+    let exit = match exit {
+        // Stopped while loading the plugins: stop what did start (compiles are killed).
+        Some(()) => agent.run_until(async {}).await,
+        None => agent.run_until(shutdown).await,
+    };
     if let Some(traces) = traces {
         // The last spans, sent within the export timeout.
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;

@@ -186,6 +186,11 @@ impl PluginHost {
         }
     }
 
+    /// The wasm engine plugins are compiled and run in.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// Workers abandoned because a call outlived its wall cap while they stopped.
     pub fn abandoned(&self) -> u64 {
         self.abandoned.load(Ordering::Relaxed)

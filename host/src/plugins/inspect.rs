@@ -52,8 +52,8 @@ pub fn inspect(
         }
         .of(file)
     };
-    let code = engine
-        .compile_within(&file.bytes, &file.sha256, compile_timeout)
+    let code = tracing::info_span!("load", plugin = %file.name)
+        .in_scope(|| engine.compile_within(&file.bytes, &file.sha256, compile_timeout))
         .map_err(|e| fail(Reason::Load(e)))?;
     let name = &file.name;
     let logger = Arc::new(PluginLogger::new(

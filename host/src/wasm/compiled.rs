@@ -66,20 +66,32 @@ impl CompiledCache {
         bytes: &[u8],
         sha256: &str,
     ) -> wasmtime::Result<Component> {
-        let path = self.path(sha256);
         let compiled = engine.precompile_component(bytes)?;
-        match crate::whole_file::write(&path, &compiled) {
+        self.store(engine, sha256, &compiled)
+    }
+
+    /// Keeps machine code this host compiled for content `sha256` (in a child process, or
+    /// just now) and loads it; evicts what no longer fits. A folder that cannot take it is
+    /// logged and the code used from memory.
+    pub fn store(
+        &self,
+        engine: &wasmtime::Engine,
+        sha256: &str,
+        compiled: &[u8],
+    ) -> wasmtime::Result<Component> {
+        let path = self.path(sha256);
+        match crate::whole_file::write(&path, compiled) {
             Ok(()) => {
                 self.evict(&path);
                 // Another host sharing the folder may have evicted the file already.
                 load_precompiled(engine, &path).or_else(|e| {
                     tracing::warn!(file = %path.display(), "cached code unusable, using it from memory: {e:#}");
-                    from_memory(engine, &compiled)
+                    from_memory(engine, compiled)
                 })
             }
             Err(e) => {
                 tracing::warn!(file = %path.display(), "compiled code not cached: {e}");
-                from_memory(engine, &compiled)
+                from_memory(engine, compiled)
             }
         }
     }
@@ -118,11 +130,14 @@ impl CompiledCache {
     }
 }
 
-/// Loads machine code this process has just produced with `Engine::precompile_component`.
+/// Loads machine code this host has just produced with `Engine::precompile_component`, in
+/// this process or in a compiling child of its own binary (`compiler.rs`).
 #[allow(unsafe_code)]
-fn from_memory(engine: &wasmtime::Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
-    // SAFETY: the bytes come from this engine's own `precompile_component` a moment ago and
-    // never left the process.
+pub fn from_memory(engine: &wasmtime::Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: the bytes come from `precompile_component` of an engine with this engine's
+    // settings a moment ago: this process's, or a child process of this host's own binary
+    // that handed them over a pipe and nothing else; wasmtime also checks their header,
+    // version and settings.
     unsafe { Component::deserialize(engine, compiled) }
 }
 

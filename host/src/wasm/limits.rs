@@ -112,6 +112,21 @@ impl Limiter {
         }
     }
 
+    /// Counts `bytes` the instance keeps outside linear memories and tables (`what`), before
+    /// it is created: an error when they alone are over the cap.
+    pub fn reserve(&mut self, bytes: u64, what: &str) -> wasmtime::Result<()> {
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let total = self.granted.saturating_add(bytes);
+        if total > self.cap {
+            return Err(wasmtime::Error::msg(format!(
+                "memory cap: {bytes} bytes of {what} would take the instance to {total} bytes, over its cap of {} bytes",
+                self.cap
+            )));
+        }
+        self.granted = total;
+        Ok(())
+    }
+
     /// Marks the memory granted so far as the instance's starting size.
     pub fn settle(&mut self) {
         self.settled = self.granted;

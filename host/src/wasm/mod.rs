@@ -7,6 +7,7 @@ mod cache;
 mod clocks;
 pub mod cluster;
 mod compiled;
+pub mod compiler;
 pub mod convert;
 pub mod deadline;
 pub mod handles;
@@ -23,6 +24,7 @@ mod waits;
 pub use cache::is_secret;
 use compiled::CompiledCache;
 pub use compiled::DEFAULT_CACHE_BYTES;
+pub use compiler::Compiler;
 pub use limits::Limits;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -231,6 +233,23 @@ pub struct Engine {
     /// under two names, a reload of the same bytes) share one copy of the code and its
     /// metadata, freed when the last one goes.
     live: Mutex<HashMap<String, Weak<bindings::PluginPre<HostState>>>>,
+    /// Where components are compiled.
+    compiler: Compiler,
+    /// Compiling children now running.
+    children: compiler::Children,
+}
+
+/// The settings of every engine, a compiling child's included (machine code is only valid for
+/// an engine with the settings it was compiled under).
+fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    // Every call is synchronous: without the machinery for component-model concurrency a
+    // call into a plugin costs about a quarter as much (docs/BENCHMARKS.md). wasmtime is
+    // also built without it (host/Cargo.toml), which takes its remaining checks off the
+    // call path.
+    config.concurrency_support(false);
+    config
 }
 
 /// Compilations that may run at once, abandoned ones included (a plugin whose compile ran
@@ -243,6 +262,9 @@ pub struct PluginCode {
     pre: Arc<bindings::PluginPre<HostState>>,
     /// True when the machine code came from the precompiled cache.
     pub cached: bool,
+    /// Bytes each instance keeps outside its linear memories and tables (`shape.rs`),
+    /// counted against its memory cap.
+    pub instance_bytes: u64,
 }
 
 impl PluginCode {
@@ -255,16 +277,10 @@ impl PluginCode {
 }
 
 impl Engine {
-    /// An engine with epoch deadlines, and a linker with WASI and the kubewasm imports.
+    /// An engine with epoch deadlines, and a linker with WASI and the kubewasm imports;
+    /// components are compiled in this process (see [`Self::compile_in`]).
     pub fn new() -> wasmtime::Result<Self> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        // Every call is synchronous: without the machinery for component-model concurrency a
-        // call into a plugin costs about a quarter as much (docs/BENCHMARKS.md). wasmtime is
-        // also built without it (host/Cargo.toml), which takes its remaining checks off the
-        // call path.
-        config.concurrency_support(false);
-        let engine = wasmtime::Engine::new(&config)?;
+        let engine = wasmtime::Engine::new(&engine_config())?;
         let weak = engine.weak();
         std::thread::Builder::new()
             .name("epoch-ticker".into())
@@ -290,7 +306,22 @@ impl Engine {
             cache: None,
             compiling: std::sync::atomic::AtomicUsize::new(0),
             live: Mutex::default(),
+            compiler: Compiler::InProcess,
+            children: compiler::Children::default(),
         })
+    }
+
+    /// Compiles components with `compiler` from now on: in child processes for plugins from
+    /// anyone (the agent), in-process for trusted ones.
+    pub fn compile_in(mut self, compiler: Compiler) -> Self {
+        self.compiler = compiler;
+        self
+    }
+
+    /// Stops every compilation running in a child process: their loads fail at once
+    /// (shutdown never waits for a compile).
+    pub fn stop_compiling(&self) {
+        self.children.kill_all();
     }
 
     /// [`Self::new`], keeping compiled machine code in `dir` when given (at most
@@ -319,9 +350,11 @@ impl Engine {
             .map(|c| c.join("kubewasm/compiled"))
     }
 
-    /// [`Self::compile`] on a thread of its own, given up after `timeout`: the caller gets an
-    /// error and goes on, the compilation ends on its own (its code is cached for next
-    /// time). At most [`MAX_COMPILES`] run at once; past that, compiling is refused.
+    /// [`Self::compile`] within `timeout`. With a child-process compiler the child is killed
+    /// then. In-process, the compilation runs on a thread of its own that cannot be stopped:
+    /// the caller gets an error and goes on, the compilation ends on its own (its code is
+    /// cached for next time); at most [`MAX_COMPILES`] run at once, past that compiling is
+    /// refused.
     pub fn compile_within(
         self: &Arc<Self>,
         bytes: &[u8],
@@ -329,6 +362,17 @@ impl Engine {
         timeout: Duration,
     ) -> Result<PluginCode, LoadError> {
         use std::sync::atomic::Ordering;
+        if let Compiler::Child { exe, memory_bytes } = &self.compiler {
+            return self.compile_with(bytes, sha256, |engine, binary| {
+                let code =
+                    compiler::in_child(exe, *memory_bytes, binary, timeout, &engine.children)?;
+                let loaded = match &engine.cache {
+                    Some(cache) => cache.store(&engine.engine, sha256, &code),
+                    None => compiled::from_memory(&engine.engine, &code),
+                };
+                loaded.map_err(|e| LoadError::NotAComponent(format!("{e:#}")))
+            });
+        }
         if self.compiling.fetch_add(1, Ordering::SeqCst) >= MAX_COMPILES {
             self.compiling.fetch_sub(1, Ordering::SeqCst);
             return Err(LoadError::TooComplex(format!(
@@ -358,10 +402,27 @@ impl Engine {
         })
     }
 
-    /// Compiles component bytes (whose SHA-256 in hex is `sha256`) and checks them against
-    /// the plugin world. Blocking: seconds for large components, so call it off the async
-    /// runtime.
+    /// Compiles component bytes (whose SHA-256 in hex is `sha256`) in this process and checks
+    /// them against the plugin world. Blocking: seconds for large components, so call it off
+    /// the async runtime.
     pub fn compile(&self, bytes: &[u8], sha256: &str) -> Result<PluginCode, LoadError> {
+        self.compile_with(bytes, sha256, |engine, binary| {
+            match &engine.cache {
+                Some(cache) => cache.compile(&engine.engine, binary, sha256),
+                None => Component::new(&engine.engine, binary),
+            }
+            .map_err(|e| LoadError::NotAComponent(format!("{e:#}")))
+        })
+    }
+
+    /// [`Self::compile`] with `machine_code` turning checked component bytes into code when
+    /// neither the loaded plugins nor the cache have it.
+    fn compile_with(
+        &self,
+        bytes: &[u8],
+        sha256: &str,
+        machine_code: impl FnOnce(&Self, &[u8]) -> Result<Component, LoadError>,
+    ) -> Result<PluginCode, LoadError> {
         // Text (WAT) is accepted too, turned into binary first so the same checks apply; a
         // file that is neither says so plainly.
         let binary = if bytes.starts_with(b"\0asm") {
@@ -377,10 +438,18 @@ impl Engine {
                 "no WebAssembly header (\\0asm) at the start of the file".into(),
             ));
         };
-        if let Some(pre) = self.live().get(sha256).and_then(Weak::upgrade) {
-            return Ok(PluginCode { pre, cached: true });
+        let shape = shape::shape(&binary);
+        if let Some(refused) = shape::refusal(shape) {
+            return Err(LoadError::TooComplex(refused));
         }
-        // Code in the cache passed the checks below when it was compiled.
+        let instance_bytes = shape.instance_bytes;
+        if let Some(pre) = self.live().get(sha256).and_then(Weak::upgrade) {
+            return Ok(PluginCode {
+                pre,
+                cached: true,
+                instance_bytes,
+            });
+        }
         let cached = self
             .cache
             .as_ref()
@@ -388,17 +457,17 @@ impl Engine {
         let (component, cached) = match cached {
             Some(component) => (component, true),
             None => {
-                if let Some(refused) = shape::refusal(shape::shape(&binary)) {
-                    return Err(LoadError::TooComplex(refused));
-                }
-                let compiled = match &self.cache {
-                    Some(cache) => cache.compile(&self.engine, &binary, sha256),
-                    None => Component::new(&self.engine, &*binary),
-                };
-                (
-                    compiled.map_err(|e| LoadError::NotAComponent(format!("{e:#}")))?,
-                    false,
-                )
+                // Seconds for a large component: say so, once (later loads hit the cache).
+                let digest = sha256.get(..12).unwrap_or(sha256);
+                tracing::info!(digest, bytes = binary.len(), "compiling to machine code");
+                let started = std::time::Instant::now();
+                let component = machine_code(self, &binary)?;
+                tracing::info!(
+                    digest,
+                    seconds = format!("{:.1}", started.elapsed().as_secs_f64()),
+                    "compiled; the machine code is cached"
+                );
+                (component, false)
             }
         };
         if let Some(found) = version::foreign(&component, &self.engine) {
@@ -413,7 +482,11 @@ impl Engine {
         let mut live = self.live();
         live.retain(|_, code| code.strong_count() > 0);
         live.insert(sha256.to_owned(), Arc::downgrade(&pre));
-        Ok(PluginCode { pre, cached })
+        Ok(PluginCode {
+            pre,
+            cached,
+            instance_bytes,
+        })
     }
 
     /// The code of loaded plugins, by content.
@@ -431,7 +504,11 @@ impl Engine {
         code: &PluginCode,
         ctx: Arc<PluginContext>,
     ) -> wasmtime::Result<Instance> {
-        let limits = limits::Limiter::new(ctx.limits.memory_bytes);
+        let mut limits = limits::Limiter::new(ctx.limits.memory_bytes);
+        limits.reserve(
+            code.instance_bytes,
+            "globals and function references of its core instances",
+        )?;
         let max_handles = ctx
             .limits
             .handles
@@ -602,6 +679,34 @@ impl Instance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_an_instance_keeps_outside_its_memories_counts_against_its_cap() {
+        let engine = Engine::new().expect("engine");
+        let bytes = std::fs::read(kubewasm_plugin_artifacts::POD_PHASE).expect("built");
+        let mut code = engine
+            .compile(&bytes, "pod-phase-globals")
+            .expect("compiles");
+        assert!(
+            code.instance_bytes > 0,
+            "its functions and globals are counted"
+        );
+        let log = Arc::new(PluginLogger::new(
+            "p",
+            "digest",
+            Arc::new(logging::MemorySink::default()),
+            logging::LogRate::default(),
+        ));
+        let ctx = Arc::new(PluginContext::new("p", log, Limits::default()));
+        let fits = engine.instantiate(&code, ctx.clone()).expect("fits");
+        assert!(
+            fits.memory_bytes() as u64 >= code.instance_bytes,
+            "counted in its memory"
+        );
+        code.instance_bytes = Limits::default().memory_bytes as u64 + 1;
+        let error = engine.instantiate(&code, ctx).err().expect("over the cap");
+        assert!(format!("{error:#}").contains("globals"), "{error:#}");
+    }
 
     #[test]
     fn identical_files_share_their_code_until_the_last_goes() {

@@ -119,9 +119,21 @@ fn agent(
     sink: std::sync::Arc<kubewasm::wasm::logging::MemorySink>,
 ) -> kubewasm::agent::Agent {
     use kubewasm::agent::{Agent, AgentOptions};
+    let options = AgentOptions {
+        compiler: compiler(),
+        ..AgentOptions::new(cluster, config, sink)
+    };
     tokio
-        .block_on(Agent::start(AgentOptions::new(cluster, config, sink)))
+        .block_on(Agent::start(options))
         .expect("the agent starts")
+}
+
+/// Compiling as `kubewasm run` does: in child processes of the kubewasm binary.
+pub fn compiler() -> kubewasm::wasm::Compiler {
+    kubewasm::wasm::Compiler::Child {
+        exe: env!("CARGO_BIN_EXE_kubewasm").into(),
+        memory_bytes: kubewasm::wasm::compiler::DEFAULT_COMPILE_MEMORY_BYTES,
+    }
 }
 
 /// Creates every object of a multi-document YAML text (RBAC from `kubewasm rbac`) as `admin`.
