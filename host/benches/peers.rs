@@ -264,7 +264,7 @@ impl Peer {
                 let claim = indexed.then(|| IndexClaim::builtins(&informer));
                 let handled = Arc::new(AtomicU64::new(0));
                 let sub = subscriber.then(|| {
-                    let (tx, rx) = queue(usize::MAX);
+                    let (tx, rx) = queue(usize::MAX, usize::MAX);
                     let counter = handled.clone();
                     std::thread::spawn(move || {
                         while let Ok(d) = rx.recv_timeout(Duration::from_secs(3600)) {

@@ -108,6 +108,7 @@ impl Report for Shared {
             started: self.started.load(Ordering::SeqCst),
             leader: self.plugins.leading(),
             abandoned_workers: self.plugins.abandoned(),
+            abandoned_memory_bytes: self.plugins.abandoned_memory_bytes(),
             plugins: self.plugins.status(),
             failed_plugins: self.plugins.failed(),
             informers: self.factory.stats(),

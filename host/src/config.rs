@@ -42,6 +42,13 @@
 //!     releaseIdleSeconds: 60   # an instance idle this long is released; the next event
 //!                              # gets a fresh one (0: never)
 //!     backlog: 10000           # queued events past which an object's events fold into one
+//!     backlogMiB: 64           # the same for the bytes of the objects queued events hold
+//!     writesPerSecond: 10      # writes to the cluster (0: no limit); the plugin waits
+//!     writeBurst: 20
+//!     eventsPerSecond: 5       # Events it records, likewise
+//!     eventBurst: 25
+//!     httpRequestsPerSecond: 10  # HTTP requests (refused past it; 16 open at once)
+//!     httpBurst: 20
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
 //!     config: {namespaces: [shop]}   # handed to its init as JSON
@@ -130,6 +137,14 @@ struct LimitsConfig {
     recycle_after_calls: Option<u64>,
     release_idle_seconds: Option<u64>,
     backlog: Option<usize>,
+    #[serde(rename = "backlogMiB")]
+    backlog_mib: Option<usize>,
+    writes_per_second: Option<u32>,
+    write_burst: Option<u32>,
+    events_per_second: Option<u32>,
+    event_burst: Option<u32>,
+    http_requests_per_second: Option<u32>,
+    http_burst: Option<u32>,
 }
 
 impl LimitsConfig {
@@ -183,6 +198,24 @@ impl LimitsConfig {
         }
         if let Some(n) = self.backlog {
             delivery.backlog = n;
+        }
+        if let Some(mib) = self.backlog_mib {
+            delivery.backlog_bytes = mib.saturating_mul(1 << 20);
+        }
+        for (value, into) in [
+            (self.writes_per_second, &mut delivery.write_rate.per_second),
+            (self.write_burst, &mut delivery.write_rate.burst),
+            (self.events_per_second, &mut delivery.event_rate.per_second),
+            (self.event_burst, &mut delivery.event_rate.burst),
+            (
+                self.http_requests_per_second,
+                &mut limits.http_rate.per_second,
+            ),
+            (self.http_burst, &mut limits.http_rate.burst),
+        ] {
+            if let Some(n) = value {
+                *into = n;
+            }
         }
         Ok(base)
     }

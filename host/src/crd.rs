@@ -79,7 +79,7 @@ impl PluginResources {
         client: Option<kube::Client>,
     ) -> std::io::Result<Self> {
         let lease = factory.acquire(&gvk());
-        let (tx, rx) = queue(10_000);
+        let (tx, rx) = queue(10_000, 64 << 20);
         let subscription = lease.informer().subscribe(Filter::default(), tx);
         let tracked: Arc<Mutex<BTreeMap<String, Tracked>>> = Arc::default();
         let controller = Controller {

@@ -7,7 +7,7 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `captured_log` (tests only), `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source` ·
+//! `tests/layers.rs`): `captured_log` (tests only), `text`, `priority`, `rate`, `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source` ·
 //! `informer` · `wasm` · `plugins` · `config` · `crd`, `serve` · `agent` · `testing`.
 
 pub mod agent;
@@ -23,6 +23,7 @@ pub mod object;
 pub mod oci;
 pub mod plugins;
 pub mod priority;
+pub mod rate;
 pub mod rbac;
 pub mod serve;
 pub mod source;

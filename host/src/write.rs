@@ -238,6 +238,31 @@ impl Write {
     }
 }
 
+/// Whether `action` would leave `current` (the object as cached) as it is: an apply or merge
+/// patch whose every field already has its value, a JSON patch that changes nothing. Such a
+/// write is not sent. Creates, deletes and Events always change something.
+pub fn changes_nothing(current: &serde_json::Value, action: &Action) -> bool {
+    let mut after = current.clone();
+    match action {
+        Action::Apply(body) | Action::MergePatch(body) => {
+            let Ok(patch) = serde_json::from_str::<serde_json::Value>(body) else {
+                return false;
+            };
+            json_patch::merge(&mut after, &patch);
+        }
+        Action::JsonPatch(body) => {
+            let Ok(ops) = serde_json::from_str::<json_patch::Patch>(body) else {
+                return false;
+            };
+            if json_patch::patch(&mut after, &ops).is_err() {
+                return false;
+            }
+        }
+        Action::Create(_) | Action::Delete(_) | Action::RecordEvent { .. } => return false,
+    }
+    after == *current
+}
+
 /// Why the cluster refused a write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -410,6 +435,39 @@ impl EventSeries {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_that_changes_nothing_is_told_apart() {
+        let current = serde_json::json!({"metadata": {"name": "a", "labels": {"x": "1"}},
+            "spec": {"n": 1}});
+        let apply = |b: &str| Action::Apply(b.to_owned());
+        let merge = |b: &str| Action::MergePatch(b.to_owned());
+        let json = |b: &str| Action::JsonPatch(b.to_owned());
+        assert!(changes_nothing(
+            &current,
+            &apply(r#"{"metadata":{"labels":{"x":"1"}}}"#)
+        ));
+        assert!(!changes_nothing(
+            &current,
+            &apply(r#"{"metadata":{"labels":{"x":"2"}}}"#)
+        ));
+        assert!(changes_nothing(&current, &merge(r#"{"spec":{"n":1}}"#)));
+        assert!(!changes_nothing(&current, &merge(r#"{"spec":{"n":null}}"#)));
+        assert!(changes_nothing(
+            &current,
+            &json(r#"[{"op":"replace","path":"/spec/n","value":1}]"#)
+        ));
+        assert!(!changes_nothing(
+            &current,
+            &json(r#"[{"op":"add","path":"/spec/m","value":1}]"#)
+        ));
+        assert!(!changes_nothing(
+            &current,
+            &json(r#"[{"op":"remove","path":"/nowhere"}]"#)
+        ));
+        assert!(!changes_nothing(&current, &Action::Create("{}".into())));
+        assert!(!changes_nothing(&current, &Action::Delete(None)));
+    }
 
     fn grant(namespaces: Option<&[&str]>) -> WriteGrant {
         WriteGrant {

@@ -211,3 +211,44 @@ fn the_notifier_reaches_its_granted_webhook_and_nothing_else_within_its_deadline
     );
     assert!(s.http_sent >= 2, "{s:?}");
 }
+
+#[test]
+fn a_granted_name_that_resolves_inward_is_refused_after_resolution() {
+    // `localhost` is granted by name, but it resolves to loopback: a name may not reach the
+    // host's own endpoints, cloud metadata or the pod's own addresses (only a grant of the
+    // address itself does).
+    let rt = support::tokio();
+    let hook = rt.block_on(webhook(false));
+    let cluster = tempfile::tempdir().expect("tempdir");
+    std::fs::write(cluster.path().join("checkout.yaml"), STALLED).expect("write");
+    let port = hook.address.port();
+    let url = format!(r#"{{"url": "http://localhost:{port}/rollouts"}}"#);
+    let mut config = support::configs(&[("notify", &url)]);
+    let settings = config.plugins.named.get_mut("notify").expect("configured");
+    settings.grants.http = vec![AllowedHost::parse(&format!("localhost:{port}")).expect("host")];
+    let plugins = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        kubewasm_plugin_artifacts::ROLLOUT_NOTIFIER,
+        plugins.path().join("notify.wasm"),
+    )
+    .expect("copy");
+    let mut agent =
+        support::folder_agent(&rt, cluster.path(), config, Arc::new(MemorySink::default()));
+    rt.block_on(agent.follow_plugins(plugins.path()))
+        .expect("plugins load");
+    wait_for("the refusal", || status(&agent, "notify").http_denied >= 1);
+    let notify = status(&agent, "notify");
+    assert_eq!(notify.delivered, 0, "{notify:?}");
+    assert!(
+        notify
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.to_ascii_lowercase().contains("prohibited")),
+        "{notify:?}"
+    );
+    assert_eq!(
+        *hook.connections.lock().expect("lock"),
+        0,
+        "never connected"
+    );
+}

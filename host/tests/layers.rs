@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 23] = [
+const LAYERS: [&str; 24] = [
     "text",
     "priority",
+    "rate",
     "captured_log",
     "whole_file",
     "gvk",

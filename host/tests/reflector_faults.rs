@@ -34,7 +34,7 @@ fn feed(double: &ApiDouble) -> anyhow::Result<Feed> {
     ));
     let factory = InformerFactory::new(source.clone(), handle);
     let lease = factory.acquire(&Gvk::new("", "v1", "ConfigMap"));
-    let (tx, rx) = queue(usize::MAX);
+    let (tx, rx) = queue(usize::MAX, usize::MAX);
     let sub = lease.informer().subscribe(Filter::default(), tx);
     Ok(Feed {
         source,

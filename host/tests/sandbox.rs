@@ -102,6 +102,7 @@ fn tight() -> PluginSettings {
                 per_second: 50,
                 burst: 100,
             },
+            ..Limits::default()
         },
         delivery: Delivery {
             max_attempts: 3,
@@ -541,6 +542,29 @@ fn an_idle_instance_is_released_and_the_next_event_gets_a_fresh_one() {
         counts,
         ["1", "2", "3", "4", "5", "6", "1"],
         "one instance for the initial state, a fresh one after the idle period"
+    );
+}
+
+#[test]
+fn an_instance_whose_init_is_expensive_stays_warm_longer() {
+    // Its init burns about 40 ms of CPU: released after 300 ms of quiet, re-initialising
+    // would cost a tenth of a core. It is kept for a hundred times its init's cost instead.
+    let mut settings = tight();
+    settings.delivery.release_idle_after = Duration::from_millis(300);
+    let (bad, settings) = hostile("slow-init", settings);
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 6 && s.memory_bytes > 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = r.status("bad");
+    assert!(s.memory_bytes > 0, "released after 1.5 s: {s:?}");
+    fs::write(r.cluster.path().join("cm-2.yaml"), cm("cm-2", "changed")).expect("write");
+    r.folder.rescan();
+    r.bad_status_until(|s| s.delivered >= 7);
+    let counts = field_values(&r.lines("bad"), "count", "calls");
+    assert_eq!(
+        counts,
+        ["1", "2", "3", "4", "5", "6", "7"],
+        "one warm instance"
     );
 }
 

@@ -2,10 +2,12 @@
 //! not.
 //!
 //! Below the backlog threshold every notification is kept, in order (client-go's RealFIFO).
-//! Once the backlog reaches the threshold, a notification for an object that already has one
-//! waiting is folded into it, so the plugin gets the newest state instead of every step on the
-//! way (client-go's DeltaFIFO compresses the same way): at most about one entry per object is
-//! held, whatever the event rate. Every folded notification is counted.
+//! Once the backlog reaches the threshold, in events or in the bytes of the objects they hold
+//! (a stream of large updates holds superseded states the cache no longer has), a
+//! notification for an object that already has one waiting is folded into it, so the plugin
+//! gets the newest state instead of every step on the way (client-go's DeltaFIFO compresses
+//! the same way): at most about one entry per object is held, whatever the event rate. Every
+//! folded notification is counted.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -36,6 +38,7 @@ pub struct Closed;
 #[derive(Debug, Default)]
 pub struct QueueStats {
     depth: AtomicUsize,
+    bytes: AtomicUsize,
     coalesced: AtomicU64,
     wakes: AtomicU64,
 }
@@ -44,6 +47,11 @@ impl QueueStats {
     /// Entries waiting to be received.
     pub fn depth(&self) -> usize {
         self.depth.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the objects the waiting entries hold (shared with the cache or not).
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// Notifications folded into a newer state (or cancelled with it) instead of delivered.
@@ -66,6 +74,8 @@ enum Slot {
 
 struct Inner {
     slots: VecDeque<Slot>,
+    /// Bytes of the objects the waiting events hold.
+    bytes: usize,
     /// Sequence number of `slots[0]`.
     head: u64,
     /// Per object, the sequence number of its newest waiting event: built when the backlog
@@ -84,6 +94,7 @@ struct Shared {
     inner: Mutex<Inner>,
     ready: Condvar,
     threshold: usize,
+    byte_threshold: usize,
     stats: Arc<QueueStats>,
 }
 
@@ -93,11 +104,21 @@ impl Shared {
     }
 }
 
-/// A new queue that coalesces once `threshold` entries wait (0 means at once).
-pub fn queue(threshold: usize) -> (QueueSender, QueueReceiver) {
+/// Bytes of the objects `n` holds.
+fn bytes_of(n: &Notification) -> usize {
+    match n {
+        Notification::Updated { old, new } => old.size_bytes() + new.size_bytes(),
+        other => other.object().size_bytes(),
+    }
+}
+
+/// A new queue that coalesces once `threshold` entries wait (0 means at once), or once the
+/// objects they hold reach `byte_threshold` bytes.
+pub fn queue(threshold: usize, byte_threshold: usize) -> (QueueSender, QueueReceiver) {
     let shared = Arc::new(Shared {
         inner: Mutex::new(Inner {
             slots: VecDeque::new(),
+            bytes: 0,
             head: 0,
             newest: None,
             senders: 1,
@@ -106,6 +127,7 @@ pub fn queue(threshold: usize) -> (QueueSender, QueueReceiver) {
         }),
         ready: Condvar::new(),
         threshold,
+        byte_threshold,
         stats: Arc::new(QueueStats::default()),
     });
     (
@@ -161,6 +183,7 @@ impl Inner {
             self.head += 1;
             match slot {
                 Slot::Event(n) => {
+                    self.bytes = self.bytes.saturating_sub(bytes_of(&n));
                     if self.slots.is_empty() {
                         self.newest = None;
                     } else if let Some(newest) = self.newest.as_mut() {
@@ -210,20 +233,25 @@ impl QueueSender {
             return Err(Closed);
         }
         let seq = inner.head + inner.slots.len() as u64;
-        if inner.slots.len() >= self.shared.threshold {
+        if inner.slots.len() >= self.shared.threshold || inner.bytes >= self.shared.byte_threshold {
             let key = n.id();
             if let Some(&waiting) = inner.newest().get(&key) {
                 let at = usize::try_from(waiting - inner.head).unwrap_or(usize::MAX);
                 if let Some(Slot::Event(waiting)) = inner.slots.get(at) {
+                    let held = bytes_of(waiting);
                     let folded = match merge(waiting, &n) {
-                        Merge::Into(merged) => Some((Slot::Event(merged), 1)),
-                        Merge::Cancel => Some((Slot::Empty, 2)),
+                        Merge::Into(merged) => {
+                            let now = bytes_of(&merged);
+                            Some((Slot::Event(merged), 1, now))
+                        }
+                        Merge::Cancel => Some((Slot::Empty, 2, 0)),
                         Merge::Keep => None,
                     };
-                    if let Some((slot, count)) = folded {
+                    if let Some((slot, count, now)) = folded {
                         if matches!(slot, Slot::Empty) {
                             inner.newest().remove(&key);
                         }
+                        inner.bytes = inner.bytes.saturating_sub(held) + now;
                         inner.slots[at] = slot;
                         self.shared
                             .stats
@@ -237,6 +265,7 @@ impl QueueSender {
         } else if let Some(newest) = inner.newest.as_mut() {
             newest.insert(n.id(), seq);
         }
+        inner.bytes += bytes_of(&n);
         inner.slots.push_back(Slot::Event(n));
         self.pushed(&inner);
         Ok(())
@@ -255,10 +284,9 @@ impl QueueSender {
     }
 
     fn pushed(&self, inner: &Inner) {
-        self.shared
-            .stats
-            .depth
-            .store(inner.slots.len(), Ordering::Relaxed);
+        let stats = &self.shared.stats;
+        stats.depth.store(inner.slots.len(), Ordering::Relaxed);
+        stats.bytes.store(inner.bytes, Ordering::Relaxed);
     }
 
     /// Wakes the receiver if it waits for entries that are there: one system call per
@@ -352,10 +380,9 @@ impl QueueReceiver {
         let mut inner = self.shared.lock();
         loop {
             let taken = take(&mut inner);
-            self.shared
-                .stats
-                .depth
-                .store(inner.slots.len(), Ordering::Relaxed);
+            let stats = &self.shared.stats;
+            stats.depth.store(inner.slots.len(), Ordering::Relaxed);
+            stats.bytes.store(inner.bytes, Ordering::Relaxed);
             if let Some(taken) = taken {
                 self.busy.store(true, Ordering::Relaxed);
                 return Ok(taken);
@@ -406,8 +433,10 @@ impl Drop for QueueReceiver {
         let mut inner = self.shared.lock();
         inner.receiver = false;
         inner.slots.clear();
+        inner.bytes = 0;
         inner.newest = None;
         self.shared.stats.depth.store(0, Ordering::Relaxed);
+        self.shared.stats.bytes.store(0, Ordering::Relaxed);
     }
 }
 
@@ -476,7 +505,7 @@ mod tests {
 
     #[test]
     fn below_the_threshold_every_event_is_kept_in_order() -> Result<(), Closed> {
-        let (tx, rx) = queue(100);
+        let (tx, rx) = queue(100, usize::MAX);
         tx.send(add("a", "1"))?;
         tx.send(update("a", "1", "2"))?;
         tx.push_initial_list_sent()?;
@@ -489,7 +518,7 @@ mod tests {
 
     #[test]
     fn past_the_threshold_events_fold_into_the_newest_state() -> Result<(), Closed> {
-        let (tx, rx) = queue(2);
+        let (tx, rx) = queue(2, usize::MAX);
         tx.send(add("a", "1"))?;
         tx.send(add("b", "1"))?;
         // At the threshold: a's updates fold into its waiting add, b's update into its add.
@@ -509,7 +538,7 @@ mod tests {
     #[test]
     fn coalescing_keeps_old_state_cancels_unseen_objects_and_never_merges_a_recreation()
     -> Result<(), Closed> {
-        let (tx, rx) = queue(0);
+        let (tx, rx) = queue(0, usize::MAX);
         tx.send(update("a", "1", "2"))?;
         tx.send(update("a", "2", "3"))?;
         tx.send(Notification::Sync(obj("a", "3")))?;
@@ -528,7 +557,7 @@ mod tests {
 
     #[test]
     fn the_index_built_at_the_threshold_follows_every_later_event() -> Result<(), Closed> {
-        let (tx, rx) = queue(3);
+        let (tx, rx) = queue(3, usize::MAX);
         tx.send(add("a", "1"))?;
         tx.send(add("b", "1"))?;
         tx.send(add("c", "1"))?;
@@ -545,8 +574,25 @@ mod tests {
     }
 
     #[test]
+    fn large_objects_fold_once_their_bytes_reach_the_threshold() -> Result<(), Closed> {
+        // Far below the event threshold, but the objects held reach the byte threshold.
+        let one = update("a", "1", "2");
+        let (tx, rx) = queue(1_000, bytes_of(&one) * 2);
+        tx.send(one)?;
+        tx.send(update("b", "1", "2"))?;
+        assert_eq!(rx.stats().bytes(), bytes_of(&update("a", "1", "2")) * 2);
+        // At the byte threshold: a's next update folds into its waiting one.
+        tx.send(update("a", "2", "3"))?;
+        tx.send(update("a", "3", "4"))?;
+        assert_eq!(rx.stats().coalesced(), 2);
+        assert_eq!(drained(&rx), ["~a@1>4", "~b@1>2"]);
+        assert_eq!(rx.stats().bytes(), 0, "what is taken no longer counts");
+        Ok(())
+    }
+
+    #[test]
     fn a_waiting_receiver_is_woken_by_a_wake_after_pushes() -> Result<(), Closed> {
-        let (tx, rx) = queue(10);
+        let (tx, rx) = queue(10, usize::MAX);
         let waiter = std::thread::spawn(move || {
             let started = Instant::now();
             let got = rx.recv_timeout(Duration::from_secs(10)).map(|d| short(&d));
@@ -568,7 +614,7 @@ mod tests {
 
     #[test]
     fn a_batch_takes_up_to_its_size_in_order_and_what_stays_still_folds() -> Result<(), Closed> {
-        let (tx, rx) = queue(0);
+        let (tx, rx) = queue(0, usize::MAX);
         tx.send(add("a", "1"))?;
         tx.send(add("b", "1"))?;
         tx.send(Notification::Deleted {
@@ -607,7 +653,7 @@ mod tests {
 
     #[test]
     fn a_busy_receiver_lingers_without_being_woken_and_an_idle_one_is_woken() {
-        let (tx, mut rx) = queue(0);
+        let (tx, mut rx) = queue(0, usize::MAX);
         rx.set_linger(Duration::from_millis(200));
         let stats = rx.stats();
         let (took, taken) = std::sync::mpsc::channel();
@@ -652,7 +698,7 @@ mod tests {
 
     #[test]
     fn an_empty_queue_waits_out_its_timeout() {
-        let (_tx, rx) = queue(10);
+        let (_tx, rx) = queue(10, usize::MAX);
         let started = Instant::now();
         assert_eq!(
             rx.recv_timeout(Duration::from_millis(60)),
@@ -663,7 +709,7 @@ mod tests {
 
     #[test]
     fn closes_when_senders_go_and_refuses_when_the_receiver_goes() -> Result<(), Closed> {
-        let (tx, rx) = queue(10);
+        let (tx, rx) = queue(10, usize::MAX);
         let tx2 = tx.clone();
         tx.send(add("a", "1"))?;
         drop(tx);
@@ -678,7 +724,7 @@ mod tests {
             rx.recv_timeout(Duration::from_secs(5)),
             Err(RecvTimeoutError::Disconnected)
         );
-        let (tx, rx) = queue(10);
+        let (tx, rx) = queue(10, usize::MAX);
         drop(rx);
         assert_eq!(tx.send(add("a", "1")), Err(Closed));
         Ok(())

@@ -57,7 +57,7 @@ fn drain(rx: &QueueReceiver) -> Vec<String> {
 
 /// A queue that never coalesces.
 fn channel() -> (QueueSender, QueueReceiver) {
-    queue::queue(usize::MAX)
+    queue::queue(usize::MAX, usize::MAX)
 }
 
 /// Feeds a complete list, object by object.

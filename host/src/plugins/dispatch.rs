@@ -19,8 +19,10 @@ use crate::histogram;
 use crate::informer::factory::Lease;
 use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
+use crate::object::KubeObject;
 use crate::plugins::retry::RetryQueue;
 use crate::plugins::status::DEGRADED_AFTER;
+use crate::plugins::throttle::{Bucket, Loops};
 use crate::plugins::{Delivery, PluginStats};
 use crate::text::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
@@ -28,6 +30,7 @@ use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
 use crate::wasm::cluster::{Staged, failure};
 use crate::wasm::logging::Handling;
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
+use crate::write::{self, Action, Refusal};
 /// Pause before each attempt of a degraded plugin: doubles from this...
 const PENALTY_BASE: Duration = Duration::from_millis(50);
 /// ...up to this.
@@ -48,6 +51,25 @@ const LINGER: Duration = Duration::from_millis(2);
 /// Longest a worker keeps its counts (delivered, call durations) to itself while it works
 /// through a batch: a batch of slow calls would otherwise hold them for the whole batch.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// How many times its `init`'s cost an idle instance is kept before it is released.
+const KEEP_WARM: u32 = 100;
+
+/// Objects whose last write is remembered as still on its way into the cache.
+const MAX_IN_FLIGHT: usize = 4096;
+
+/// The identity of a write's object, as [`Notification::id`] names an event's.
+fn target_id(t: &write::Target) -> String {
+    match &t.namespace {
+        Some(ns) => format!("{}/{ns}/{}", t.gvk, t.name),
+        None => format!("{}/{}", t.gvk, t.name),
+    }
+}
+
+/// An object's JSON as a tree, to compare a write against.
+fn current_json(object: &KubeObject) -> serde_json::Value {
+    serde_json::from_str(&object.json()).unwrap_or(serde_json::Value::Null)
+}
 
 /// Everything a worker needs, prepared by the loader.
 pub struct Setup {
@@ -118,6 +140,15 @@ struct Worker {
     retries: RetryQueue<Notification>,
     /// Per object key: why the writes of its last failed attempt were refused.
     write_failures: HashMap<String, Vec<WriteFailure>>,
+    /// The rate of its writes, and of its Events.
+    write_bucket: Bucket,
+    event_bucket: Bucket,
+    /// Objects changed while handling their own events, recently.
+    loops: Loops,
+    /// Objects written, by id, with the resource version the cache held when the write was
+    /// sent: until the cache moves past it, the cache cannot tell that a write changes
+    /// nothing.
+    in_flight: HashMap<String, String>,
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
 }
@@ -162,6 +193,7 @@ fn timed(
 /// Starts a plugin's dispatch thread.
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let name = setup.ctx.name.clone();
+    let rates = (setup.delivery.write_rate, setup.delivery.event_rate);
     let worker = Worker {
         engine: setup.engine,
         code: setup.code,
@@ -186,6 +218,10 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         initial_lists: setup.initial_lists,
         retries: RetryQueue::default(),
         write_failures: HashMap::new(),
+        write_bucket: Bucket::new(rates.0, Instant::now()),
+        event_bucket: Bucket::new(rates.1, Instant::now()),
+        loops: Loops::default(),
+        in_flight: HashMap::new(),
         stats: setup.stats,
         stop: setup.stop,
     };
@@ -378,6 +414,60 @@ impl Worker {
         }
     }
 
+    /// The cached object a write is aimed at, when the plugin reads its type.
+    fn cached(&self, target: &write::Target) -> Option<Arc<KubeObject>> {
+        let informer = self.ctx.grants.get(&target.gvk)?;
+        let key = match &target.namespace {
+            Some(ns) => format!("{ns}/{}", target.name),
+            None => target.name.clone(),
+        };
+        informer.store().get(&key)
+    }
+
+    /// True when no write of this plugin to `target` is still on its way into the cache (the
+    /// cache has moved past the version it held when the last one was sent).
+    fn settled(&mut self, target: &str, current: &KubeObject) -> bool {
+        match self.in_flight.get(target) {
+            Some(version) if version == current.resource_version() => false,
+            Some(_) => {
+                self.in_flight.remove(target);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Notes a write to `target` sent while the cache held `cached`.
+    fn note_in_flight(&mut self, target: String, cached: Option<&KubeObject>) {
+        if self.in_flight.len() >= MAX_IN_FLIGHT {
+            self.in_flight.clear();
+        }
+        let version = cached.map_or(String::new(), |o| o.resource_version().to_owned());
+        self.in_flight.insert(target, version);
+    }
+
+    /// Waits until the plugin's write (or Event) rate allows one more, or it is stopped.
+    fn wait_for_rate(&mut self, event: bool) {
+        let now = Instant::now();
+        let bucket = if event {
+            &mut self.event_bucket
+        } else {
+            &mut self.write_bucket
+        };
+        let wait = bucket.take(now);
+        if wait.is_zero() {
+            return;
+        }
+        let until = now + wait;
+        while !self.stopped() && Instant::now() < until {
+            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+        }
+        let waited = u64::try_from(now.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.stats
+            .write_wait_ms
+            .fetch_add(waited, Ordering::Relaxed);
+    }
+
     /// Why the writes of `n`'s object's last failed attempt were refused, forgotten here.
     fn take_write_failures(&mut self, n: &Notification) -> Vec<WriteFailure> {
         // Nearly always empty: no id to build for the lookup then.
@@ -405,9 +495,14 @@ impl Worker {
 
     /// When the live instance is due for release if no work comes; none without one, or
     /// when instances are kept.
+    /// An instance whose `init` was expensive stays warm longer: at least [`KEEP_WARM`] times
+    /// its `init`'s cost, so re-initialising costs at most a hundredth of a core over the
+    /// idle time it saved memory for.
     fn release_at(&self) -> Option<Instant> {
         let after = self.delivery.release_idle_after;
-        (self.instance.is_some() && !after.is_zero()).then(|| self.last_call + after)
+        let instance = self.instance.as_ref().filter(|_| !after.is_zero())?;
+        let warm = instance.init_cost().saturating_mul(KEEP_WARM);
+        Some(self.last_call + after.max(warm))
     }
 
     /// Drops the idle instance: a quiet plugin holds its compiled code, not a live store.
@@ -551,6 +646,7 @@ impl Worker {
             });
         };
         let total = staged.writes.len();
+        let handling = n.id();
         for (i, write) in staged.writes.iter().enumerate() {
             // Leadership lost between staging and sending: nothing more goes out.
             if self.stopped() || !access.leading() {
@@ -561,6 +657,39 @@ impl Worker {
                     ),
                     retry: true,
                 });
+            }
+            let event = matches!(write.action, Action::RecordEvent { .. });
+            let target = target_id(&write.target);
+            if !event {
+                let cached = self.cached(&write.target);
+                if let Some(current) = &cached
+                    && self.settled(&target, current)
+                    && write::changes_nothing(&current_json(current), &write.action)
+                {
+                    self.stats.writes_skipped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if target == handling
+                    && let Err(why) = self.loops.note(&target, Instant::now())
+                {
+                    let refusal = Refusal {
+                        reason: "FeedbackLoop".into(),
+                        message: why,
+                        retry: false,
+                    };
+                    self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
+                    self.write_failures
+                        .insert(n.id(), vec![failure(write, &refusal)]);
+                    return Err(AttemptFailure {
+                        reason: format!("write {} of {total} refused: {refusal}", i + 1),
+                        retry: false,
+                    });
+                }
+                self.note_in_flight(target, cached.as_deref());
+            }
+            self.wait_for_rate(event);
+            if self.stopped() {
+                continue;
             }
             match access.writer.send(&self.ctx.name, write) {
                 Ok(()) => {

@@ -46,6 +46,12 @@ pub enum Outcome {
 /// Time a stopping worker gets beyond the longest a call may take before it is abandoned.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
+/// A worker that did not stop in time: its thread, with the memory its instance holds.
+struct Abandoned {
+    thread: JoinHandle<()>,
+    stats: Arc<PluginStats>,
+}
+
 /// A plugin version that delivers, on its own dispatch thread.
 struct Running {
     file: Version,
@@ -76,24 +82,25 @@ impl Running {
 
     /// Halts, then waits for the worker at most as long as a call may take by the wall clock
     /// and a grace period.
-    /// Returns false when it had to be abandoned (its thread ends on its own, if ever).
-    fn stop(&mut self) -> bool {
+    /// Returns the worker when it had to be abandoned (its thread ends on its own, if ever).
+    fn stop(&mut self) -> Option<Abandoned> {
         self.halt();
-        let Some(thread) = self.thread.take() else {
-            return true;
-        };
+        let thread = self.thread.take()?;
         let until = Instant::now() + crate::wasm::deadline::wall_cap(self.deadline) + STOP_GRACE;
         while !thread.is_finished() {
             if Instant::now() >= until {
                 tracing::error!(plugin = %self.file.name, "a call did not return within {:?} of its longest time; its worker is abandoned", STOP_GRACE);
-                return false;
+                return Some(Abandoned {
+                    thread,
+                    stats: self.stats.clone(),
+                });
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         if thread.join().is_err() {
             tracing::error!(plugin = %self.file.name, "plugin dispatch thread panicked");
         }
-        true
+        None
     }
 
     fn take_subscriptions(&self) -> Vec<Subscription> {
@@ -152,6 +159,8 @@ pub struct PluginHost {
     failures: Mutex<BTreeMap<String, LoadFailure>>,
     /// Workers that did not stop in time and were left behind.
     abandoned: AtomicU64,
+    /// Abandoned workers whose threads may still run.
+    left_behind: Mutex<Vec<Abandoned>>,
     /// The cluster plugins write to; `None` when it takes no writes.
     writer: Option<Arc<dyn Writer>>,
     /// Set while this replica leads, read by writes as they are staged and sent.
@@ -183,6 +192,7 @@ impl PluginHost {
             }),
             failures: Mutex::new(BTreeMap::new()),
             abandoned: AtomicU64::new(0),
+            left_behind: Mutex::default(),
         }
     }
 
@@ -197,9 +207,27 @@ impl PluginHost {
     }
 
     fn stop(&self, running: &mut Running) {
-        if !running.stop() {
+        if let Some(abandoned) = running.stop() {
             self.abandoned.fetch_add(1, Ordering::Relaxed);
+            let mut left = self
+                .left_behind
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            left.retain(|a| !a.thread.is_finished());
+            left.push(abandoned);
         }
+    }
+
+    /// Linear memory still held by abandoned workers whose threads have not ended.
+    pub fn abandoned_memory_bytes(&self) -> u64 {
+        let mut left = self
+            .left_behind
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        left.retain(|a| !a.thread.is_finished());
+        left.iter()
+            .map(|a| a.stats.memory_bytes.load(Ordering::Relaxed))
+            .sum()
     }
 
     fn plugins(&self) -> MutexGuard<'_, Plugins> {
@@ -505,6 +533,7 @@ impl PluginHost {
                     reloads: r.reloads,
                     running_seconds: r.loaded.elapsed().as_secs(),
                     queued: r.queue.depth(),
+                    queued_bytes: r.queue.bytes(),
                     coalesced: r.queue.coalesced(),
                     log_dropped: r.logger.dropped(),
                     ..r.stats.status()
@@ -580,7 +609,8 @@ impl PluginHost {
 /// before the swap finish on the old version (its worker drains, then exits), events after go
 /// to the new one, which starts from the current state as initial adds.
 fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<Outcome, Reason> {
-    let (tx, rx) = queue(p.settings.delivery.backlog);
+    let delivery = &p.settings.delivery;
+    let (tx, rx) = queue(delivery.backlog, delivery.backlog_bytes);
     let settings = p.settings.clone();
     let deadline = p.ctx.limits.deadline;
     let old = plugins.running.remove(&p.file.name);

@@ -12,6 +12,7 @@ pub mod registry;
 mod retry;
 mod settings;
 mod status;
+pub mod throttle;
 
 pub use error::{PluginError, Reason};
 pub use file::{PluginFile, Version, digest, plugin_name};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::gvk::Gvk;
 use crate::oci::Source;
 use crate::plugins::retry::Backoff;
+use crate::rate::Rate;
 use crate::wasm::http::AllowedHost;
 use crate::wasm::{Limits, is_secret};
 use crate::write::WriteGrant;
@@ -51,6 +52,12 @@ pub struct Delivery {
     pub release_idle_after: Duration,
     /// Queued events past which new ones fold into the waiting state of their object.
     pub backlog: usize,
+    /// The same, in bytes of the objects the queued events hold.
+    pub backlog_bytes: usize,
+    /// The rate of its writes to the cluster (Events aside).
+    pub write_rate: Rate,
+    /// The rate of the Events it records.
+    pub event_rate: Rate,
 }
 
 impl Default for Delivery {
@@ -61,6 +68,17 @@ impl Default for Delivery {
             recycle_after_calls: 100_000,
             release_idle_after: DEFAULT_RELEASE_IDLE_AFTER,
             backlog: 10_000,
+            backlog_bytes: 64 << 20,
+            // client-go's client defaults to 5 a second, burst 10; a plugin is a small
+            // controller, and many run in one host.
+            write_rate: Rate {
+                per_second: 10,
+                burst: 20,
+            },
+            event_rate: Rate {
+                per_second: 5,
+                burst: 25,
+            },
         }
     }
 }

@@ -47,6 +47,10 @@ pub struct PluginStats {
     pub writes_failed: AtomicU64,
     /// Writes refused at once because they were not granted.
     pub writes_denied: AtomicU64,
+    /// Writes not sent because they would not change the cached object.
+    pub writes_skipped: AtomicU64,
+    /// Milliseconds its writes and Events waited for their rate.
+    pub write_wait_ms: AtomicU64,
     /// HTTP requests sent to granted hosts.
     pub http_sent: AtomicU64,
     /// HTTP requests refused (host not granted).
@@ -91,6 +95,8 @@ impl PluginStats {
             writes_sent: self.writes_sent.load(Ordering::Relaxed),
             writes_failed: self.writes_failed.load(Ordering::Relaxed),
             writes_denied: self.writes_denied.load(Ordering::Relaxed),
+            writes_skipped: self.writes_skipped.load(Ordering::Relaxed),
+            write_wait_ms: self.write_wait_ms.load(Ordering::Relaxed),
             http_sent: self.http_sent.load(Ordering::Relaxed),
             http_denied: self.http_denied.load(Ordering::Relaxed),
             idle: self.idle.load(Ordering::Relaxed),
@@ -148,6 +154,9 @@ pub struct PluginStatus {
     pub running_seconds: u64,
     /// Events waiting in its queue.
     pub queued: usize,
+    /// Bytes of the objects its waiting events hold (most shared with the cache).
+    #[serde(default)]
+    pub queued_bytes: usize,
     /// Events folded into a newer state of their object because the queue was backed up.
     pub coalesced: u64,
     /// Time of each call into the handler.
@@ -166,6 +175,13 @@ pub struct PluginStatus {
     pub writes_failed: u64,
     /// Writes refused because they were not granted.
     pub writes_denied: u64,
+    /// Writes not sent because they would not change the cached object.
+    #[serde(default)]
+    pub writes_skipped: u64,
+    /// Milliseconds its writes and Events waited for their rate (`writesPerSecond`,
+    /// `eventsPerSecond`).
+    #[serde(default)]
+    pub write_wait_ms: u64,
     /// HTTP requests sent to granted hosts.
     pub http_sent: u64,
     /// HTTP requests refused (host not granted).

@@ -90,6 +90,16 @@ pub fn render(status: &Status) -> String {
         &[],
         status.abandoned_workers,
     );
+    w.header(
+        "kubewasm_abandoned_memory_bytes",
+        "gauge",
+        "Linear memory still held by abandoned plugin workers whose threads have not ended",
+    );
+    w.sample(
+        "kubewasm_abandoned_memory_bytes",
+        &[],
+        status.abandoned_memory_bytes,
+    );
 
     let informers = &status.informers;
     w.family(
@@ -222,6 +232,13 @@ pub fn render(status: &Status) -> String {
         "Events waiting in the plugin's queue",
         plugins,
         |p| (plugin(p), p.queued as f64),
+    );
+    w.family(
+        "kubewasm_plugin_queue_bytes",
+        "gauge",
+        "Bytes of the objects the events in the plugin's queue hold",
+        plugins,
+        |p| (plugin(p), p.queued_bytes as f64),
     );
     w.family(
         "kubewasm_plugin_memory_bytes",

@@ -35,6 +35,8 @@ pub struct Parts {
     pub leader: bool,
     /// Plugin workers left behind.
     pub abandoned_workers: u64,
+    /// Linear memory the abandoned workers still running hold.
+    pub abandoned_memory_bytes: u64,
     /// Loaded plugins.
     pub plugins: Vec<PluginStatus>,
     /// Plugins that failed and have no version loaded.
@@ -58,6 +60,9 @@ pub struct Status {
     pub leader: bool,
     /// Plugin workers left behind because a call outlived its deadline while they stopped.
     pub abandoned_workers: u64,
+    /// Linear memory the abandoned workers still running hold.
+    #[serde(default)]
+    pub abandoned_memory_bytes: u64,
     /// Loaded plugins.
     pub plugins: Vec<PluginStatus>,
     /// Plugins that failed (file or artifact) and have no version loaded.
@@ -81,6 +86,7 @@ impl Status {
             started,
             leader,
             abandoned_workers,
+            abandoned_memory_bytes,
             plugins,
             failed_plugins,
             informers,
@@ -116,6 +122,7 @@ impl Status {
             sync_overdue,
             leader,
             abandoned_workers,
+            abandoned_memory_bytes,
             plugins,
             failed_plugins,
             informers,
@@ -212,6 +219,7 @@ mod tests {
             started: true,
             leader: true,
             abandoned_workers: 0,
+            abandoned_memory_bytes: 0,
             plugins: vec![PluginStatus {
                 name: "stuck".into(),
                 running_seconds: plugin_age,

@@ -174,6 +174,42 @@ fn json(what: &str, text: &str) -> Result<Value, WriteError> {
     serde_json::from_str(text).map_err(|e| invalid(format!("{what} is not JSON: {e}")))
 }
 
+/// Why a merge patch (an object) or a JSON patch (an array) would change the name or the
+/// namespace of `target`, if it would: the grants were checked for the object it names.
+fn moves(patch: &Value, target: &Target) -> Option<String> {
+    const GUARDED: [&str; 4] = ["", "/metadata", "/metadata/name", "/metadata/namespace"];
+    match patch {
+        Value::Array(ops) => ops.iter().find_map(|op| {
+            ["path", "from"]
+                .into_iter()
+                .filter_map(|field| op.get(field).and_then(Value::as_str))
+                .find(|path| GUARDED.contains(path))
+                .map(|path| format!("writes {path:?}"))
+        }),
+        Value::Object(object) => match object.get("metadata") {
+            None => None,
+            Some(Value::Object(meta)) => [
+                ("name", Some(target.name.as_str())),
+                ("namespace", target.namespace.as_deref()),
+            ]
+            .into_iter()
+            .find_map(|(field, want)| match (meta.get(field), want) {
+                (None, _) => None,
+                (Some(Value::String(s)), Some(want)) if s == want => None,
+                (Some(other), _) => Some(format!(
+                    "sets metadata.{field} to {}",
+                    crate::text::cut(other.to_string(), 80)
+                )),
+            }),
+            Some(other) => Some(format!(
+                "sets metadata to {}",
+                crate::text::cut(other.to_string(), 80)
+            )),
+        },
+        _ => None,
+    }
+}
+
 /// Fills `field` of `object` with `want`, or refuses a different value.
 fn fill(object: &mut Map<String, Value>, field: &str, want: &str) -> Result<(), WriteError> {
     match object.get(field) {
@@ -287,6 +323,11 @@ impl HostState {
         if value.is_array() != array || !(value.is_array() || value.is_object()) {
             let want = if array { "array" } else { "object" };
             return Err(invalid(format!("{what} must be a JSON {want}")));
+        }
+        if let Some(why) = moves(&value, &target) {
+            return Err(invalid(format!(
+                "{what} {why}: a patch cannot move an object"
+            )));
         }
         self.stage(
             &[Verb::Patch],
@@ -483,6 +524,30 @@ mod tests {
         );
         let fine = target_of(target(Some("shop"), "system:web.1")).expect("accepted");
         assert_eq!(fine.name, "system:web.1");
+    }
+
+    #[test]
+    fn patches_that_would_move_their_object_are_refused() {
+        let t = target_of(target(Some("shop"), "web")).expect("a target");
+        let moves = |patch: &str| moves(&serde_json::from_str(patch).expect("JSON"), &t);
+        assert_eq!(moves(r#"{"metadata":{"labels":{"a":"b"}}}"#), None);
+        assert_eq!(
+            moves(r#"{"metadata":{"name":"web","namespace":"shop"}}"#),
+            None
+        );
+        assert!(moves(r#"{"metadata":{"name":"other"}}"#).is_some_and(|m| m.contains("name")));
+        assert!(moves(r#"{"metadata":{"namespace":"kube-system"}}"#).is_some());
+        assert!(moves(r#"{"metadata":{"namespace":null}}"#).is_some());
+        assert!(moves(r#"{"metadata":null}"#).is_some());
+        assert_eq!(
+            moves(r#"[{"op":"add","path":"/metadata/labels/a","value":"b"}]"#),
+            None
+        );
+        for path in ["/metadata/namespace", "/metadata/name", "/metadata", ""] {
+            let op = format!(r#"[{{"op":"replace","path":"{path}","value":"x"}}]"#);
+            assert!(moves(&op).is_some(), "{path}");
+        }
+        assert!(moves(r#"[{"op":"move","from":"/metadata/name","path":"/spec/x"}]"#).is_some());
     }
 
     #[test]

@@ -1,12 +1,18 @@
 //! Outbound HTTP (`wasi:http/outgoing-handler`) for notifications: only to the hosts the
-//! operator lists for the plugin (`grants.http`), every request ended by the call's
-//! deadline (connecting, waiting and reading the body alike), request and response bodies
-//! capped, requests counted. Anything else answers `HTTP-request-denied` as an error value.
+//! operator lists for the plugin (`grants.http`), and a listed name only where it resolves
+//! outward (`http_send.rs`); every request ended by the call's deadline (resolving,
+//! connecting, waiting and reading the body alike), at most [`MAX_IN_FLIGHT`] at once per
+//! instance and the plugin's `httpRequestsPerSecond`, request and response bodies capped,
+//! requests counted. Anything else answers an error value (`HTTP-request-denied`,
+//! `destination-IP-prohibited`, `connection-limit-reached`).
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
+
+use crate::rate::Bucket;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -17,6 +23,9 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
 /// Largest response body a plugin may read.
 pub const MAX_RESPONSE_BYTES: u64 = 1 << 20;
+/// Requests one instance may have open at once (sent, and their response not yet read).
+pub const MAX_IN_FLIGHT: usize = 16;
+
 /// Largest write into a request body (wasmtime's default is 1 MiB): what one unsent request
 /// body may buffer in the host.
 const BODY_CHUNK_BYTES: usize = 64 << 10;
@@ -78,18 +87,32 @@ pub struct HttpHooks {
     pub sent: u64,
     /// Requests refused since the counters were last taken.
     pub denied: u64,
+    /// Requests refused after they were handed over (a name resolving inward).
+    refused_late: Arc<AtomicU64>,
+    /// Requests open now.
+    in_flight: Arc<AtomicUsize>,
+    /// The plugin's request rate, shared by its instances.
+    rate: Arc<Mutex<Bucket>>,
 }
 
 impl HttpHooks {
-    /// Hooks allowing `allowed` for plugin `plugin`.
-    pub fn new(plugin: &str, allowed: Arc<Vec<AllowedHost>>) -> Self {
+    /// Hooks allowing `allowed` for plugin `plugin`, at the plugin's `rate`.
+    pub fn new(plugin: &str, allowed: Arc<Vec<AllowedHost>>, rate: Arc<Mutex<Bucket>>) -> Self {
         Self {
             plugin: plugin.to_owned(),
             allowed,
             deadline: Instant::now(),
             sent: 0,
             denied: 0,
+            refused_late: Arc::default(),
+            in_flight: Arc::default(),
+            rate,
         }
+    }
+
+    /// Requests refused since the counters were last taken, late refusals included.
+    pub fn take_denied(&mut self) -> u64 {
+        std::mem::take(&mut self.denied) + self.refused_late.swap(0, Ordering::Relaxed)
     }
 }
 
@@ -131,18 +154,28 @@ impl WasiHttpHooks for HttpHooks {
             tracing::warn!(plugin = %self.plugin, host = %crate::text::cut(host.to_owned(), 256), port, "HTTP request denied: the host is not in this plugin's grants.http");
             return refuse(Error::HttpRequestDenied);
         }
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let now = Instant::now();
+        if self.deadline.saturating_duration_since(now).is_zero() {
             return refuse(Error::ConnectionTimeout);
         }
+        if self.in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+            self.denied += 1;
+            return refuse(Error::ConnectionLimitReached);
+        }
+        let within_rate = self
+            .rate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .try_take(now);
+        if !within_rate {
+            self.denied += 1;
+            return refuse(Error::ConnectionLimitReached);
+        }
         self.sent += 1;
+        let held = InFlight::hold(&self.in_flight);
         let deadline = tokio::time::Instant::from_std(self.deadline);
-        // Each phase is bounded by what is left of the call; the body by the same instant.
-        let options = RequestOptions {
-            connect_timeout: Some(left),
-            first_byte_timeout: Some(left),
-            between_bytes_timeout: Some(left),
-        };
+        let (host, tls) = (host.to_owned(), uri.scheme_str() == Some("https"));
+        let (plugin, refused_late) = (self.plugin.clone(), self.refused_late.clone());
         let request = request.map(|body| {
             Bounded::new(
                 body,
@@ -153,25 +186,46 @@ impl WasiHttpHooks for HttpHooks {
             .boxed_unsync()
         });
         Box::new(async move {
-            let sent = tokio::time::timeout_at(
-                deadline,
-                wasmtime_wasi_http::default_send_request(request, Some(options)),
-            )
+            let sent = tokio::time::timeout_at(deadline, async {
+                let addresses = super::http_send::addresses(&host, port).await.map_err(|why| {
+                    refused_late.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(plugin = %plugin, "HTTP request refused: {}", crate::text::cut(why, 512));
+                    Error::DestinationIpProhibited
+                })?;
+                super::http_send::send(request, addresses, host, tls).await
+            })
             .await
             .map_err(|_| Error::ConnectionTimeout)??;
             let (response, io) = sent;
             let response = response.map(|body| {
-                Bounded::new(
+                let mut bounded = Bounded::new(
                     body,
                     MAX_RESPONSE_BYTES,
                     Some(deadline),
                     Error::HttpResponseBodySize(Some(MAX_RESPONSE_BYTES)),
-                )
-                .boxed_unsync()
+                );
+                // Open until its body is read or dropped.
+                bounded.held = Some(held);
+                bounded.boxed_unsync()
             });
-            let io: Box<dyn Future<Output = Result<(), Error>> + Send> = Box::new(io);
             Ok((response, io))
         })
+    }
+}
+
+/// One open request of an instance, counted while it lives.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn hold(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -181,6 +235,8 @@ struct Bounded<B> {
     left: u64,
     over: Option<Error>,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The request this body answers, counted open until the body goes.
+    held: Option<InFlight>,
 }
 
 impl<B> Bounded<B> {
@@ -190,6 +246,7 @@ impl<B> Bounded<B> {
             left: max,
             over: Some(over),
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            held: None,
         }
     }
 }

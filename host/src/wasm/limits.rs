@@ -20,6 +20,8 @@ pub struct Limits {
     pub handles: usize,
     /// How much the plugin may log (its `logging` calls, stdout and stderr together).
     pub log_rate: LogRate,
+    /// How many HTTP requests the plugin may send (all its instances together).
+    pub http_rate: crate::rate::Rate,
 }
 
 impl Default for Limits {
@@ -30,6 +32,10 @@ impl Default for Limits {
             query_bytes: 16 << 20,
             handles: crate::wasm::handles::DEFAULT_MAX_HANDLES,
             log_rate: LogRate::default(),
+            http_rate: crate::rate::Rate {
+                per_second: 10,
+                burst: 20,
+            },
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod deadline;
 pub mod handles;
 mod host_calls;
 pub mod http;
+mod http_send;
 pub mod limits;
 pub mod logging;
 mod objects;
@@ -121,6 +122,8 @@ pub struct PluginContext {
     pub writes: Option<Arc<WriteAccess>>,
     /// The hosts it may send HTTP requests to.
     pub http_hosts: Arc<Vec<http::AllowedHost>>,
+    /// Its HTTP request rate, shared by its instances.
+    pub http_rate: Arc<Mutex<crate::rate::Bucket>>,
 }
 
 /// Distinct write denials logged per plugin; later ones are only counted.
@@ -178,10 +181,14 @@ impl PluginContext {
             indexes: HashMap::new(),
             secrets: BTreeSet::new(),
             log,
-            limits,
             denial_logged: Arc::default(),
             writes: None,
             http_hosts: Arc::default(),
+            http_rate: Arc::new(Mutex::new(crate::rate::Bucket::new(
+                limits.http_rate,
+                std::time::Instant::now(),
+            ))),
+            limits,
         }
     }
 }
@@ -546,7 +553,11 @@ impl Engine {
             clock: deadline::CallClock::new(ctx.limits.deadline),
             staging: cluster::Staging::default(),
             http,
-            http_hooks: http::HttpHooks::new(&ctx.name, ctx.http_hosts.clone()),
+            http_hooks: http::HttpHooks::new(
+                &ctx.name,
+                ctx.http_hosts.clone(),
+                ctx.http_rate.clone(),
+            ),
             ctx,
         };
         let mut store = Store::new(&self.engine, state);
@@ -562,6 +573,7 @@ impl Engine {
             plugin,
             previous_failures: Vec::new(),
             staged: cluster::Staged::default(),
+            init_cost: Duration::ZERO,
         })
     }
 }
@@ -574,6 +586,8 @@ pub struct Instance {
     previous_failures: Vec<bindings::kubewasm::plugin::cluster::WriteFailure>,
     /// What the last `handle` call staged.
     staged: cluster::Staged,
+    /// What `init` cost (see [`Instance::init_cost`]).
+    init_cost: Duration,
 }
 
 impl Instance {
@@ -597,13 +611,24 @@ impl Instance {
 
     /// Calls `init`; the inner error is the plugin's own refusal.
     pub fn init(&mut self, config: &str) -> wasmtime::Result<Result<(), String>> {
+        let (wall, cpu) = (std::time::Instant::now(), deadline::cpu_now());
         self.arm();
         let outcome = self
             .plugin
             .kubewasm_plugin_handler()
             .call_init(&mut self.store, config);
         self.store.data_mut().limits.settle();
+        self.init_cost = match (cpu, deadline::cpu_now()) {
+            (Some(before), Some(after)) => after.saturating_sub(before),
+            _ => wall.elapsed(),
+        };
         outcome
+    }
+
+    /// What its `init` cost: the CPU time it used (the wall time where threads have no CPU
+    /// clock); zero before `init`.
+    pub fn init_cost(&self) -> Duration {
+        self.init_cost
     }
 
     /// Bytes of linear memory the instance has been granted.
@@ -669,10 +694,7 @@ impl Instance {
     /// HTTP requests sent and refused since the last time these were taken.
     pub fn take_http_counts(&mut self) -> (u64, u64) {
         let hooks = &mut self.store.data_mut().http_hooks;
-        (
-            std::mem::take(&mut hooks.sent),
-            std::mem::take(&mut hooks.denied),
-        )
+        (std::mem::take(&mut hooks.sent), hooks.take_denied())
     }
 }
 

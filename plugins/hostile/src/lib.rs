@@ -17,7 +17,11 @@
 //! `forge-log` logs, prints and fails with text holding line breaks, terminal escapes and a
 //! bidirectional override, to forge host log lines; `unsent-body` writes into the body of an
 //! HTTP request it never sends until the write blocks, in every call, and `init-unsent-body`
-//! does the same in `init`).
+//! does the same in `init`; `write-loop` patches the object it handles with a new value every
+//! time, each write an event of its own; `write-same` patches it with the same label every
+//! time; `write-storm` applies 64 ConfigMaps of 64 KiB with new contents for every event, each
+//! of them an event again; `write-move` tries patches that move the object to another name or
+//! namespace; `slow-init` burns about 40 ms of CPU in `init`, then counts like `count`).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -88,6 +92,9 @@ impl Plugin for Hostile {
         let config: Config = serde_json::from_str(config).map_err(|e| e.to_string())?;
         if config.mode == "init-unsent-body" {
             write_unsent_body();
+        }
+        if config.mode == "slow-init" {
+            burn(40_000_000);
         }
         let _ = CONFIG.set(config);
         Ok(())
@@ -247,6 +254,56 @@ impl Plugin for Hostile {
                     }
                 }
             }
+            "write-loop" => {
+                let o = event.object();
+                let rv = o.resource_version();
+                let patch = format!(r#"{{"metadata":{{"annotations":{{"loop":"{rv}"}}}}}}"#);
+                cluster::merge_patch(&Target::of(o), &patch)?;
+            }
+            "write-same" => {
+                let o = event.object();
+                cluster::merge_patch(&Target::of(o), r#"{"metadata":{"labels":{"same":"yes"}}}"#)?;
+            }
+            "write-storm" => {
+                let o = event.object();
+                let value = o.resource_version().repeat(64 << 10 >> 4);
+                for i in 0..64 {
+                    let target = Target {
+                        gvk: Gvk::config_map(),
+                        namespace: o.namespace(),
+                        name: format!("storm-{i}"),
+                        subresource: None,
+                    };
+                    let body = format!(r#"{{"data":{{"v":"{value}"}}}}"#);
+                    cluster::apply(&target, &body)?;
+                }
+            }
+            "write-move" => {
+                let target = Target::of(event.object());
+                report_write(
+                    "merge rename",
+                    cluster::merge_patch(&target, r#"{"metadata":{"name":"elsewhere"}}"#),
+                );
+                report_write(
+                    "merge move",
+                    cluster::merge_patch(&target, r#"{"metadata":{"namespace":"kube-system"}}"#),
+                );
+                report_write(
+                    "json move",
+                    cluster::json_patch(
+                        &target,
+                        r#"[{"op":"replace","path":"/metadata/namespace","value":"kube-system"}]"#,
+                    ),
+                );
+                report_write(
+                    "json metadata",
+                    cluster::json_patch(
+                        &target,
+                        r#"[{"op":"replace","path":"/metadata","value":{"name":"x"}}]"#,
+                    ),
+                );
+                return Err(HandleError::fatal("hostile: write-move done"));
+            }
             "huge-pointer" => {
                 let o = event.object();
                 report("huge pointer", o.field(&"/a".repeat(1 << 19)));
@@ -301,7 +358,7 @@ impl Plugin for Hostile {
                     _ => return Err(HandleError::fatal("e".repeat(16 << 20))),
                 }
             }
-            mode @ ("count" | "leak") => {
+            mode @ ("count" | "leak" | "slow-init") => {
                 if mode == "leak" {
                     std::hint::black_box(Vec::leak(vec![1u8; 3 << 20]));
                 }
@@ -312,12 +369,7 @@ impl Plugin for Hostile {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
                 log::info("woke", &[("key", &key)]);
             }
-            "slow" => {
-                let mut n: u64 = 0;
-                for i in 0..20_000_000_u64 {
-                    n = std::hint::black_box(n.wrapping_add(i));
-                }
-            }
+            "slow" => burn(20_000_000),
             _ => {}
         }
         log::info(
@@ -325,6 +377,14 @@ impl Plugin for Hostile {
             &[("key", &key), ("rv", &event.object().resource_version())],
         );
         Ok(())
+    }
+}
+
+/// Burns CPU: about 20 ms per 20 million rounds.
+fn burn(rounds: u64) {
+    let mut n: u64 = 0;
+    for i in 0..rounds {
+        n = std::hint::black_box(n.wrapping_add(i));
     }
 }
 
