@@ -91,6 +91,24 @@ pub enum Exit {
     LostLeadership,
 }
 
+/// What the endpoints report: the agent's status once it has started, a starting one while
+/// the cluster (a large manifests folder can take seconds) is read: `/healthz` answers from
+/// the first moment, `/readyz` says why not yet.
+#[derive(Default)]
+struct Endpoints {
+    shared: std::sync::OnceLock<Arc<Shared>>,
+    sync_timeout: Duration,
+}
+
+impl Report for Endpoints {
+    fn status(&self) -> Status {
+        match self.shared.get() {
+            Some(shared) => shared.status(),
+            None => Status::new(Parts::starting(), self.sync_timeout),
+        }
+    }
+}
+
 /// What the endpoints and the election callbacks share.
 struct Shared {
     plugins: Arc<PluginHost>,
@@ -100,6 +118,8 @@ struct Shared {
     started: AtomicBool,
     /// How long a plugin or informer may take to sync before it stops counting for readiness.
     sync_timeout: Duration,
+    /// Whether an API server that does not answer makes the host unready.
+    readiness_follows_api_server: bool,
 }
 
 impl Report for Shared {
@@ -113,6 +133,8 @@ impl Report for Shared {
             failed_plugins: self.plugins.failed(),
             informers: self.factory.stats(),
             reflectors: self.kube.as_ref().map(|k| k.stats()).unwrap_or_default(),
+            api_server_reachable: self.kube.as_ref().map(|k| k.reachable()),
+            readiness_follows_api_server: self.readiness_follows_api_server,
         };
         Status::new(parts, self.sync_timeout)
     }
@@ -167,6 +189,21 @@ impl Agent {
             ),
             None => None,
         };
+        // Served from now on: a liveness probe gets its answer while the cluster is read.
+        let endpoints = Arc::new(Endpoints {
+            shared: std::sync::OnceLock::new(),
+            sync_timeout: options.config.sync_timeout,
+        });
+        let server = match listener {
+            Some(listener) => {
+                let address = listener.local_addr()?;
+                tracing::info!(%address, "serving /metrics, /healthz, /readyz and /status");
+                Some((address, tokio::spawn(serve(listener, endpoints.clone()))))
+            }
+            None => None,
+        };
+        // Stopped if the start fails or is given up.
+        let server = ServerGuard(server);
         let tasks = tokio::runtime::Handle::current();
         // Plugins write to the cluster they read: the API server, or the folder's memory.
         let (source, manifests, kube, client, writer): (Arc<dyn Source>, _, _, _, _) =
@@ -231,15 +268,9 @@ impl Agent {
             kube,
             started: AtomicBool::new(false),
             sync_timeout: options.config.sync_timeout,
+            readiness_follows_api_server: options.config.readiness_follows_api_server,
         });
-        let server = match listener {
-            Some(listener) => {
-                let address = listener.local_addr()?;
-                tracing::info!(%address, "serving /metrics, /healthz, /readyz and /status");
-                Some((address, tokio::spawn(serve(listener, shared.clone()))))
-            }
-            None => None,
-        };
+        let _ = endpoints.shared.set(shared.clone());
         let election = match (options.election, client) {
             (Some(config), Some(client)) => {
                 tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "leader election on: waiting on standby");
@@ -265,7 +296,7 @@ impl Agent {
         Ok(Self {
             shared,
             manifests,
-            server,
+            server: server.take(),
             watcher: None,
             registry: None,
             artifacts,
@@ -395,6 +426,23 @@ impl Drop for Agent {
         }
         if let Some(election) = &self.election {
             election.task.abort();
+        }
+    }
+}
+
+/// The endpoints' task while the agent starts: aborted if the start fails or is given up.
+struct ServerGuard(Option<(SocketAddr, JoinHandle<()>)>);
+
+impl ServerGuard {
+    fn take(mut self) -> Option<(SocketAddr, JoinHandle<()>)> {
+        self.0.take()
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Some((_, task)) = &self.0 {
+            task.abort();
         }
     }
 }

@@ -16,6 +16,8 @@
 //!                              # a namespace land (as kubectl's context namespace)
 //! pluginResources: false       # also load the plugins of KubewasmPlugin objects
 //!                              # (examples/deploy/kubewasmplugin-crd.yaml), live
+//! readinessFollowsApiServer: false  # /readyz 503 while the API server does not answer
+//!                              # (a hang is noticed within 90 s); /healthz is not affected
 //! traces:                      # OpenTelemetry traces of event handling; off when absent
 //!   endpoint: http://otel-collector:4318  # OTLP over HTTP (protobuf); /v1/traces is added
 //!   sampleRatio: 1.0           # the fraction of event traces kept
@@ -26,14 +28,18 @@
 //!   name: kubewasm             # of the Lease
 //!   leaseDurationSeconds: 15   # a follower takes over this long after the leader vanished
 //! defaults:                    # every plugin; each field optional
-//!   resyncSeconds: 0           # resync period for plugins whose manifest sets none (0: off)
+//!   resyncSeconds: 36000       # resync period for plugins whose manifest sets none (0: off);
+//!                              # controller-runtime's 10 h: an event given up is made good
 //!   limits:
 //!     deadlineMs: 1000         # CPU time a call may use (ten times that by the wall clock)
 //!     memoryMiB: 64            # linear memory per instance (one that has grown by 3/4 of
 //!                              # its room after init is replaced before its next call)
 //!     queryMiB: 16             # largest list of keys or index values one query returns
 //!     maxHandles: 10000        # object handles one instance may hold at once
-//!     maxAttempts: 10          # attempts per event before it is given up
+//!     retryForSeconds: 900     # a failing event is retried with backoff this long after its
+//!                              # first failure, then given up (a refusal that cannot pass,
+//!                              # such as Forbidden or Invalid, or retry false: at once)
+//!     maxAttempts: 0           # also give up after this many attempts (0: no count)
 //!     backoffBaseMs: 5         # first retry delay, doubling per attempt...
 //!     backoffCapMs: 60000      # ...up to this
 //!     logLinesPerSecond: 100   # logging calls, stdout and stderr together
@@ -130,6 +136,7 @@ struct LimitsConfig {
     query_mib: Option<usize>,
     max_handles: Option<usize>,
     max_attempts: Option<u32>,
+    retry_for_seconds: Option<u64>,
     backoff_base_ms: Option<u64>,
     backoff_cap_ms: Option<u64>,
     log_lines_per_second: Option<u32>,
@@ -179,10 +186,13 @@ impl LimitsConfig {
             limits.log_rate.burst = n;
         }
         if let Some(n) = self.max_attempts {
-            if n == 0 {
-                return Err(format!("{field}.maxAttempts: must be at least 1"));
-            }
             delivery.max_attempts = n;
+        }
+        if let Some(seconds) = self.retry_for_seconds {
+            if seconds == 0 {
+                return Err(format!("{field}.retryForSeconds: must be positive"));
+            }
+            delivery.give_up_after = Duration::from_secs(seconds);
         }
         if let Some(ms) = self.backoff_base_ms {
             delivery.backoff.base = Duration::from_millis(ms);
@@ -465,6 +475,8 @@ struct FileConfig {
     default_namespace: Option<String>,
     #[serde(default)]
     plugin_resources: bool,
+    #[serde(default)]
+    readiness_follows_api_server: bool,
     traces: Option<TracesFile>,
     #[serde(default)]
     leader_election: LeaderElectionConfig,
@@ -497,6 +509,8 @@ pub struct HostConfig {
     pub leader_election: LeaderElectionConfig,
     /// Whether plugins are also declared by `KubewasmPlugin` objects.
     pub plugin_resources: bool,
+    /// Whether `/readyz` answers 503 while the API server does not answer.
+    pub readiness_follows_api_server: bool,
     /// Where traces of event handling go; `None`: off.
     pub traces: Option<TracesConfig>,
     /// Every plugin's settings.
@@ -531,6 +545,7 @@ impl Default for HostConfig {
             default_namespace: DEFAULT_NAMESPACE.to_owned(),
             leader_election: LeaderElectionConfig::default(),
             plugin_resources: false,
+            readiness_follows_api_server: false,
             traces: None,
             plugins: PluginsConfig::default(),
         }
@@ -575,11 +590,9 @@ impl HostConfig {
             .defaults
             .limits
             .apply(PluginSettings::default(), "defaults.limits")?;
-        defaults.resync = file
-            .defaults
-            .resync_seconds
-            .filter(|s| *s > 0)
-            .map(Duration::from_secs);
+        if let Some(seconds) = file.defaults.resync_seconds {
+            defaults.resync = (seconds > 0).then(|| Duration::from_secs(seconds));
+        }
         let mut named = BTreeMap::new();
         for (name, plugin) in file.plugins {
             let settings = plugin.settings(&defaults, &format!("plugins.{name}"))?;
@@ -610,6 +623,7 @@ impl HostConfig {
             shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
             leader_election: file.leader_election,
             plugin_resources: file.plugin_resources,
+            readiness_follows_api_server: file.readiness_follows_api_server,
             traces: file.traces.map(TracesFile::parse).transpose()?,
             sync_timeout: file
                 .sync_timeout_seconds
@@ -818,9 +832,9 @@ plugins:
             bad_secret.contains("plugins.v.grants.secrets[0]"),
             "{bad_secret}"
         );
-        let zero = HostConfig::parse("plugins:\n  v:\n    limits: {maxAttempts: 0}\n")
-            .expect_err("zero attempts");
-        assert!(zero.contains("plugins.v.limits.maxAttempts"), "{zero}");
+        let zero = HostConfig::parse("plugins:\n  v:\n    limits: {retryForSeconds: 0}\n")
+            .expect_err("zero retry time");
+        assert!(zero.contains("plugins.v.limits.retryForSeconds"), "{zero}");
         let zero = HostConfig::parse("plugins:\n  v:\n    limits: {maxHandles: 0}\n")
             .expect_err("zero handles");
         assert!(zero.contains("plugins.v.limits.maxHandles"), "{zero}");

@@ -473,3 +473,48 @@ fn sigterm_while_a_plugin_compiles_exits_at_once() {
         "took {took:?} to stop: {rest:#?}"
     );
 }
+
+#[test]
+fn healthz_answers_from_the_start_while_a_large_folder_is_read() {
+    // 20,000 manifests take seconds to read: a liveness probe must get its answer meanwhile.
+    let cluster = tempfile::tempdir().expect("temp dir");
+    let data = "x".repeat(400);
+    for i in 0..20_000 {
+        fs::write(
+            cluster.path().join(format!("cm-{i}.yaml")),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}, namespace: t}}\ndata: {{v: {data}}}\n"),
+        )
+        .expect("write");
+    }
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let address = support::free_address();
+    let started = Instant::now();
+    let mut child = Command::new(KUBEWASM)
+        .args(["run", "--plugins"])
+        .arg(plugins.path())
+        .arg("--cluster")
+        .arg(cluster.path())
+        .arg("--metrics-address")
+        .arg(address.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubewasm runs");
+    let healthy = loop {
+        let (code, _) = support::http_get(address, "/healthz");
+        if code == 200 {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no /healthz");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let (code, body) = support::http_get(address, "/readyz");
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("/healthz answered {healthy:?} after the start");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("starting"),
+        "still reading the folder: {body}"
+    );
+}

@@ -24,7 +24,6 @@ use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 use support::{audit, render};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
 
@@ -93,19 +92,8 @@ impl Host {
 
     /// `GET path`: status code and body.
     async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        let mut stream = tokio::net::TcpStream::connect(self.address).await?;
-        stream
-            .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
-            .await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        Ok((code, body.to_owned()))
+        let (address, path) = (self.address, path.to_owned());
+        Ok(tokio::task::spawn_blocking(move || support::http_get(address, &path)).await?)
     }
 
     /// The value of one sample of `/metrics` (`name{labels}` exactly as exposed).

@@ -362,12 +362,38 @@ async fn backoff_spaces_out_retries() -> anyhow::Result<()> {
     let started = Instant::now();
     let feed = feed(&double)?;
     assert_eq!(feed.next(1).await?, ["|"]);
-    // kube-runtime's default backoff: 800 ms then 1.6 s, each with up to as much jitter.
+    // client-go's backoff: 800 ms then 1.6 s, each jittered down by at most half.
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(2400),
+        took >= Duration::from_millis(1200),
         "retried after {took:?}"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_back_from_an_outage_is_reconnected_to_at_once() -> anyhow::Result<()> {
+    let double = ApiDouble::start().await?;
+    double.create("ns", "a", json!({}));
+    let feed = feed(&double)?;
+    assert_eq!(feed.next(2).await?, ["+a*", "|"]);
+    // Down long enough for the backoff to grow: after five failures the next attempt waits
+    // 6.4 to 12.8 s.
+    double.set_down(true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while feed.source.stats()[0].1.errors < 5 {
+        anyhow::ensure!(Instant::now() < deadline, "{:?}", feed.source.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::ensure!(!feed.source.reachable(), "the probe sees it down");
+    double.set_down(false);
+    let back = Instant::now();
+    double.create("ns", "b", json!({}));
+    assert_eq!(feed.next(1).await?, ["+b"]);
+    // The probe asks once a second, and every waiting reflector tries when it answers.
+    let took = back.elapsed();
+    assert!(took < Duration::from_secs(5), "reconnected {took:?} after");
+    assert!(feed.source.reachable());
     Ok(())
 }
 

@@ -20,7 +20,7 @@ use crate::informer::factory::Lease;
 use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::object::KubeObject;
-use crate::plugins::retry::RetryQueue;
+use crate::plugins::retry::{Failures, RetryQueue};
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::throttle::{Bucket, Loops};
 use crate::plugins::{Delivery, PluginStats};
@@ -274,7 +274,7 @@ impl Worker {
             if let Some((_, mut events, failures)) = self.retries.take_due(now) {
                 self.stats.idle.store(false, Ordering::Relaxed);
                 if let Some(first) = events.pop_front() {
-                    self.run_key(first, events, failures);
+                    self.run_key(first, events, Some(failures));
                 }
                 continue;
             }
@@ -306,7 +306,7 @@ impl Worker {
                         self.retries.enqueue(&n.id(), n)
                     };
                     if let Some(n) = ready {
-                        self.run_key(n, VecDeque::new(), 0);
+                        self.run_key(n, VecDeque::new(), None);
                     }
                 }
                 Ok(queue::Delivery::InitialListSent) => {
@@ -355,61 +355,81 @@ impl Worker {
 
     /// Delivers `first`, then `rest` (later events of the same object), in order until one
     /// fails; that one and those behind it then wait for their retry, under the object's id.
+    /// `failures`: `first`'s failed attempts so far, if any.
     fn run_key(
         &mut self,
         first: Notification,
         mut rest: VecDeque<Notification>,
-        mut failures: u32,
+        mut failures: Option<Failures>,
     ) {
-        let max_attempts = self.delivery.max_attempts.max(1);
+        let max_attempts = self.delivery.max_attempts;
+        let give_up_after = self.delivery.give_up_after;
         let mut next = Some(first);
         while let Some(n) = next.take() {
             if self.stopped() {
                 return;
             }
             self.pause_if_degraded();
-            self.ctx.log.set_retrying(failures > 0);
+            self.ctx.log.set_retrying(failures.is_some());
             let attempt = self.attempt(&n);
             self.ctx.log.set_retrying(false);
             let Err(failure) = attempt else {
                 self.take_write_failures(&n);
                 next = rest.pop_front();
-                failures = 0;
+                failures = None;
                 continue;
             };
-            failures += 1;
+            let now = Instant::now();
+            let failed = match failures {
+                Some(f) => Failures {
+                    count: f.count.saturating_add(1),
+                    since: f.since,
+                },
+                None => Failures {
+                    count: 1,
+                    since: now,
+                },
+            };
             let name = &self.ctx.name;
             let object = &n.object().key();
-            if !failure.retry || failures >= max_attempts {
+            let counted_out = max_attempts > 0 && failed.count >= max_attempts;
+            let timed_out = now.saturating_duration_since(failed.since) >= give_up_after;
+            if !failure.retry || counted_out || timed_out {
                 self.stats.given_up.fetch_add(1, Ordering::Relaxed);
+                let why = if !failure.retry {
+                    "it cannot pass on a retry"
+                } else if counted_out {
+                    "out of attempts, maxAttempts"
+                } else {
+                    "failing for longer than retryForSeconds"
+                };
                 tracing::error!(
-                    plugin = %name, key = %object, attempts = failures,
-                    "event given up: {}", failure.reason
+                    plugin = %name, key = %object, attempts = failed.count,
+                    "event given up ({why}; the next resync delivers the object again): {}", failure.reason
                 );
                 self.take_write_failures(&n);
                 next = rest.pop_front();
-                failures = 0;
+                failures = None;
                 continue;
             }
-            let delay = self.delivery.backoff.delay(failures);
+            let delay = self.delivery.backoff.delay(failed.count);
             self.stats.retried.fetch_add(1, Ordering::Relaxed);
             // One warning per failing event; later attempts are debug lines, and the give-up
             // line carries the count.
-            if failures == 1 {
+            if failed.count == 1 {
                 tracing::warn!(
                     plugin = %name, key = %object,
-                    "handler failed, retrying (up to {max_attempts} attempts): {}", failure.reason
+                    "handler failed, retrying with backoff for up to {give_up_after:?}: {}", failure.reason
                 );
             } else {
                 tracing::debug!(
-                    plugin = %name, key = %object, attempt = failures,
+                    plugin = %name, key = %object, attempt = failed.count,
                     "handler failed again, retrying in {delay:?}: {}", failure.reason
                 );
             }
             let id = n.id();
             rest.push_front(n);
-            self.retries
-                .block(id, rest, failures, Instant::now() + delay);
+            self.retries.block(id, rest, failed, now + delay);
             return;
         }
     }

@@ -33,9 +33,18 @@ impl Backoff {
     }
 }
 
+/// An event's failed attempts so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failures {
+    /// How many.
+    pub count: u32,
+    /// When the first one ended.
+    pub since: Instant,
+}
+
 struct Blocked<T> {
     events: VecDeque<T>,
-    failures: u32,
+    failures: Failures,
     due: Instant,
 }
 
@@ -65,7 +74,7 @@ impl<T> RetryQueue<T> {
     }
 
     /// Blocks `key` until `due`, with `events` (head first) after `failures` failures.
-    pub fn block(&mut self, key: String, events: VecDeque<T>, failures: u32, due: Instant) {
+    pub fn block(&mut self, key: String, events: VecDeque<T>, failures: Failures, due: Instant) {
         self.blocked.insert(
             key,
             Blocked {
@@ -87,7 +96,7 @@ impl<T> RetryQueue<T> {
     }
 
     /// Unblocks the key due earliest if it is due by `now`: its events and failure count.
-    pub fn take_due(&mut self, now: Instant) -> Option<(String, VecDeque<T>, u32)> {
+    pub fn take_due(&mut self, now: Instant) -> Option<(String, VecDeque<T>, Failures)> {
         let key = self
             .blocked
             .iter()
@@ -118,16 +127,17 @@ mod tests {
         let mut q = RetryQueue::default();
         let t0 = Instant::now();
         assert_eq!(q.enqueue("a", 1), Some(1), "a is not blocked");
+        let failed = |count| Failures { count, since: t0 };
         q.block(
             "a".into(),
             VecDeque::from([1]),
-            1,
+            failed(1),
             t0 + Duration::from_millis(10),
         );
         q.block(
             "b".into(),
             VecDeque::from([7]),
-            2,
+            failed(2),
             t0 + Duration::from_millis(5),
         );
         assert_eq!(q.enqueue("a", 2), None);
@@ -137,7 +147,7 @@ mod tests {
 
         assert!(q.take_due(t0).is_none(), "nothing due yet");
         let (key, events, failures) = q.take_due(t0 + Duration::from_millis(20)).expect("due");
-        assert_eq!((key.as_str(), failures), ("b", 2), "earliest first");
+        assert_eq!((key.as_str(), failures.count), ("b", 2), "earliest first");
         assert_eq!(events, [7]);
         let (key, events, _) = q.take_due(t0 + Duration::from_millis(20)).expect("due");
         assert_eq!(key, "a");

@@ -40,8 +40,11 @@ impl Grants {
 /// How events reach one plugin: retries, instance recycling and the queue's bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
-    /// Attempts per event before it is given up.
+    /// Attempts per event before it is given up; 0: no count, only `give_up_after`.
     pub max_attempts: u32,
+    /// How long after its first failure an event that keeps failing in a way that may pass
+    /// (an outage, a conflict, a trap) is given up.
+    pub give_up_after: Duration,
     /// Backoff between attempts of one event.
     pub backoff: Backoff,
     /// Calls after which an instance is replaced by a fresh one (bounds the memory a
@@ -63,7 +66,8 @@ pub struct Delivery {
 impl Default for Delivery {
     fn default() -> Self {
         Self {
-            max_attempts: 10,
+            max_attempts: 0,
+            give_up_after: DEFAULT_GIVE_UP_AFTER,
             backoff: Backoff::default(),
             recycle_after_calls: 100_000,
             release_idle_after: DEFAULT_RELEASE_IDLE_AFTER,
@@ -82,6 +86,11 @@ impl Default for Delivery {
         }
     }
 }
+
+/// How long a failing event is retried by default: past an API server restart (about 10 s)
+/// and a rolling upgrade of three control-plane nodes (minutes), as client-go's workqueue and
+/// controller-runtime retry without a count.
+pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// How long an instance may be idle by default: long enough that a steady trickle of events
 /// reuses it, short enough that a quiet plugin costs its compiled code and little else.
@@ -111,11 +120,15 @@ impl Default for PluginSettings {
             delivery: Delivery::default(),
             config: "{}".to_owned(),
             grants: Grants::default(),
-            resync: None,
+            resync: Some(DEFAULT_RESYNC),
             source: None,
         }
     }
 }
+
+/// The default resync period, controller-runtime's: a write given up after an outage, or a
+/// change a plugin missed, is made good within it.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 3600);
 
 /// The default bound on compiling one plugin (an 18 MB Python component takes about 45 s in
 /// a debug build on 2 cores, a few in release).

@@ -45,6 +45,28 @@ pub struct Parts {
     pub informers: Vec<InformerStats>,
     /// Reflector counters per resource type.
     pub reflectors: Vec<(Gvk, ReflectorSnapshot)>,
+    /// Whether the API server answers (`None`: the cluster is a manifests folder).
+    pub api_server_reachable: Option<bool>,
+    /// Whether an API server that does not answer makes the host unready.
+    pub readiness_follows_api_server: bool,
+}
+
+impl Parts {
+    /// A host still starting: nothing read, nothing loaded.
+    pub fn starting() -> Self {
+        Self {
+            started: false,
+            leader: false,
+            abandoned_workers: 0,
+            abandoned_memory_bytes: 0,
+            plugins: Vec::new(),
+            failed_plugins: Vec::new(),
+            informers: Vec::new(),
+            reflectors: Vec::new(),
+            api_server_reachable: None,
+            readiness_follows_api_server: false,
+        }
+    }
 }
 
 /// The `/status` document.
@@ -72,6 +94,9 @@ pub struct Status {
     pub informers: Vec<InformerStats>,
     /// Reflector counters per resource type (API server source only).
     pub reflectors: Vec<(Gvk, ReflectorSnapshot)>,
+    /// Whether the API server answers (absent for a manifests folder).
+    #[serde(default)]
+    pub api_server_reachable: Option<bool>,
 }
 
 impl Status {
@@ -91,12 +116,16 @@ impl Status {
             failed_plugins,
             informers,
             reflectors,
+            api_server_reachable,
+            readiness_follows_api_server,
         } = parts;
         let timeout = sync_timeout.as_secs();
         let mut not_ready = Vec::new();
         let mut sync_overdue = Vec::new();
         if !started {
-            not_ready.push("the plugins folder has not been read yet".to_owned());
+            not_ready.push(
+                "starting: the cluster and the plugins folder have not been read yet".to_owned(),
+            );
         } else if plugins.is_empty() {
             // A host with nothing to deliver to is not doing its job, whatever its cache.
             not_ready.push("no plugin is loaded".to_owned());
@@ -109,6 +138,9 @@ impl Status {
             let reason = format!("plugin {} has not been handed its initial state", p.name);
             (reason, p.running_seconds)
         });
+        if readiness_follows_api_server && api_server_reachable == Some(false) {
+            not_ready.push("the API server does not answer (readinessFollowsApiServer)".to_owned());
+        }
         for (reason, age) in unsynced_informers.chain(unsynced_plugins) {
             if age >= timeout {
                 sync_overdue.push(format!("{reason} within {timeout} s"));
@@ -127,6 +159,7 @@ impl Status {
             failed_plugins,
             informers,
             reflectors,
+            api_server_reachable,
         }
     }
 
@@ -220,6 +253,8 @@ mod tests {
             leader: true,
             abandoned_workers: 0,
             abandoned_memory_bytes: 0,
+            api_server_reachable: None,
+            readiness_follows_api_server: false,
             plugins: vec![PluginStatus {
                 name: "stuck".into(),
                 running_seconds: plugin_age,

@@ -61,6 +61,8 @@ struct SpecFile {
     host: Option<Value>,
     config: Option<Value>,
     cluster: Option<PathBuf>,
+    #[serde(default)]
+    retries: u32,
     steps: Vec<StepFile>,
 }
 
@@ -243,14 +245,17 @@ impl Spec {
             }
             Some(_) => return Err("host: a file name or a host configuration".into()),
         };
+        let plugins = &mut host.plugins;
+        let settings = plugins
+            .named
+            .entry(name.clone())
+            .or_insert_with(|| plugins.defaults.clone());
         if let Some(config) = file.config {
-            let plugins = &mut host.plugins;
-            let settings = plugins
-                .named
-                .entry(name.clone())
-                .or_insert_with(|| plugins.defaults.clone());
             settings.config = config.to_string();
         }
+        // A failing event is given up at its first failure (a typo would otherwise be retried
+        // for retryForSeconds while the step waits), unless the file asks for retries.
+        settings.delivery.max_attempts = file.retries.saturating_add(1);
         if file.steps.is_empty() {
             return Err("steps: give at least one (the state the plugin starts on)".into());
         }

@@ -138,6 +138,8 @@ struct State {
     held: bool,
     /// Set when the double is dropped: open watches end.
     closed: bool,
+    /// Every request is dropped unanswered, as by a server that went away.
+    down: bool,
 }
 
 struct Shared {
@@ -203,6 +205,7 @@ impl ApiDouble {
                 cuts: 0,
                 held: false,
                 closed: false,
+                down: false,
             }),
             gate: Mutex::new(()),
             changed: watch::channel(()).0,
@@ -355,6 +358,18 @@ impl ApiDouble {
         self.shared.changed.send_replace(());
     }
 
+    /// Takes the double down (every open watch cut, every request dropped unanswered) or
+    /// brings it back: an API server that went away and returned.
+    pub fn set_down(&self, down: bool) {
+        let mut state = self.shared.state();
+        state.down = down;
+        if down {
+            state.cuts += 1;
+        }
+        drop(state);
+        self.shared.changed.send_replace(());
+    }
+
     /// Queues a fault.
     pub fn fault(&self, fault: Fault) {
         self.shared.state().faults.push_back(fault);
@@ -463,6 +478,9 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
     }
     // Requests wait while a test changes things atomically.
     drop(shared.gate.lock().unwrap_or_else(PoisonError::into_inner));
+    if shared.state().down {
+        return Ok(());
+    }
     let target = request_line.split_whitespace().nth(1).unwrap_or("/");
     let (path, query) = parse_target(target);
     let served = shared.state().served.clone();
@@ -493,6 +511,7 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
         return respond(&mut conn, code, &body).await;
     }
     match verb {
+        None if path == "/readyz" => respond(&mut conn, 200, "ok").await,
         None if path == "/api/v1" => {
             let body = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
                 "resources": [{"name": served.plural, "singularName": served.kind.to_lowercase(),

@@ -1,6 +1,7 @@
 //! A TCP proxy in front of a server that can hang: it forwards bytes both ways until frozen,
 //! then holds them (connections stay open, nothing passes), which is what a partitioned
-//! network or a stopped server looks like to one client while others still reach it.
+//! network or a stopped server looks like to one client while others still reach it. Taken
+//! down, it closes every connection and every new one at once: a server that went away.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,12 +11,14 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// A running proxy; it stops when dropped.
 pub struct FreezableProxy {
     addr: SocketAddr,
     frozen: Arc<AtomicBool>,
+    down: Arc<watch::Sender<bool>>,
     accept: JoinHandle<()>,
 }
 
@@ -25,21 +28,36 @@ impl FreezableProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let frozen = Arc::new(AtomicBool::new(false));
-        let held = frozen.clone();
+        let down = Arc::new(watch::channel(false).0);
+        let (held, gone) = (frozen.clone(), down.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if *gone.borrow() {
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(target).await else {
                     continue;
                 };
                 let (client_read, client_write) = client.into_split();
                 let (server_read, server_write) = server.into_split();
-                tokio::spawn(pump(client_read, server_write, held.clone()));
-                tokio::spawn(pump(server_read, client_write, held.clone()));
+                tokio::spawn(pump(
+                    client_read,
+                    server_write,
+                    held.clone(),
+                    gone.subscribe(),
+                ));
+                tokio::spawn(pump(
+                    server_read,
+                    client_write,
+                    held.clone(),
+                    gone.subscribe(),
+                ));
             }
         });
         Ok(Self {
             addr,
             frozen,
+            down,
             accept,
         })
     }
@@ -53,6 +71,11 @@ impl FreezableProxy {
     pub fn freeze(&self, frozen: bool) {
         self.frozen.store(frozen, Ordering::SeqCst);
     }
+
+    /// Closes every connection and refuses new ones (`true`), or forwards again.
+    pub fn set_down(&self, down: bool) {
+        self.down.send_replace(down);
+    }
 }
 
 impl Drop for FreezableProxy {
@@ -61,10 +84,19 @@ impl Drop for FreezableProxy {
     }
 }
 
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, frozen: Arc<AtomicBool>) {
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+    mut down: watch::Receiver<bool>,
+) {
     let mut buf = vec![0; 16 << 10];
     loop {
-        let n = match from.read(&mut buf).await {
+        let read = tokio::select! {
+            read = from.read(&mut buf) => read,
+            _ = down.wait_for(|d| *d) => return,
+        };
+        let n = match read {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };

@@ -3,10 +3,12 @@
 //! A resource type the server does not serve yet (a CRD installed later) is reported as empty,
 //! so it does not hold back readiness, and discovery is retried until it appears; its objects
 //! then arrive as adds. Every failed discovery is counted in the type's reflector stats (the
-//! watch error counter and `last_error`), bounded in time, and retried on kube-runtime's
-//! backoff (800 ms doubling to 30 s).
+//! watch error counter and `last_error`), bounded in time, and retried on the reflectors'
+//! backoff (800 ms doubling to 30 s, cut short when the API server is seen back:
+//! `reconnect.rs`).
 
 mod lines;
+pub mod reconnect;
 pub mod reflector;
 pub mod stats;
 pub mod wire;
@@ -19,7 +21,6 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use kube::api::{ApiResource, GroupVersionKind};
-use kube::runtime::watcher::DefaultBackoff;
 use kube::{Client, discovery};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::{Sender, channel};
@@ -27,6 +28,7 @@ use tokio::sync::mpsc::{Sender, channel};
 use crate::gvk::Gvk;
 use crate::object::Transform;
 use crate::source::{Source, SourceEvent};
+use reconnect::{Backoff, Health};
 use reflector::Reflector;
 use stats::{ReflectorSnapshot, ReflectorStats};
 
@@ -44,17 +46,25 @@ pub struct KubeSource {
     transform: Transform,
     tasks: Handle,
     stats: Mutex<BTreeMap<Gvk, Arc<ReflectorStats>>>,
+    health: Arc<Health>,
 }
 
 impl KubeSource {
     /// A source using `client`, running its watches on `tasks`.
     pub fn new(client: Client, transform: Transform, tasks: Handle) -> Self {
         Self {
+            health: Health::new(client.clone()),
             client,
             transform,
             tasks,
             stats: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// False while the API server does not answer (as far as the reflectors' probe knows: it
+    /// runs while one of them waits out a failure).
+    pub fn reachable(&self) -> bool {
+        self.health.reachable()
     }
 
     /// Counters of every resource type watched so far, by type.
@@ -79,11 +89,12 @@ impl Source for KubeSource {
             .or_default()
             .clone();
         let (client, gvk, transform) = (self.client.clone(), gvk.clone(), self.transform.clone());
+        let health = self.health.clone();
         self.tasks.spawn(async move {
-            let Some(resource) = resolve(&client, &gvk, &tx, &stats).await else {
+            let Some(resource) = resolve(&client, &gvk, &tx, &stats, &health).await else {
                 return;
             };
-            Reflector::new(client, gvk, &resource, transform, tx, stats)
+            Reflector::new(client, gvk, &resource, transform, tx, stats, health)
                 .run()
                 .await;
         });
@@ -109,10 +120,11 @@ async fn resolve(
     gvk: &Gvk,
     tx: &Sender<Vec<SourceEvent>>,
     stats: &ReflectorStats,
+    health: &Arc<Health>,
 ) -> Option<ApiResource> {
     let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
     let mut reported_absent = false;
-    let mut backoff = DefaultBackoff::default();
+    let mut backoff = Backoff::default();
     loop {
         let found =
             tokio::time::timeout(DISCOVERY_TIMEOUT, discovery::pinned_kind(client, &wanted));
@@ -127,7 +139,7 @@ async fn resolve(
             ),
             Err(_) => (false, format!("no answer within {DISCOVERY_TIMEOUT:?}")),
         };
-        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+        let delay = backoff.delay();
         stats.note_error(&format!("discovery: {e}"));
         if absent && !reported_absent {
             reported_absent = true;
@@ -141,6 +153,7 @@ async fn resolve(
         if tx.is_closed() {
             return None;
         }
-        tokio::time::sleep(delay).await;
+        // A type not served (yet) is no outage: only a server that went away cuts this short.
+        health.wait(delay).await;
     }
 }

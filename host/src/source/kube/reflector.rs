@@ -10,15 +10,17 @@
 //!   server is noticed and retried instead of waited on.
 //! - 410 Gone relists: first from the last version seen, then, if that is gone too, with a
 //!   consistent read.
-//! - Every failure waits on kube-runtime's default backoff (800 ms doubling to 30 s, with
-//!   jitter, reset after 2 minutes without failures). 429, 503 and 504 answers are first
+//! - Every failure waits on client-go's backoff (800 ms doubling to 30 s, jittered within the
+//!   cap), reset once the server answered a list or a watch delivered something, and cut
+//!   short when the API server's health probe sees it back (`reconnect.rs`); a relist after
+//!   410 Gone that follows a healthy watch starts at once. 429, 503 and 504 answers are first
 //!   retried inside kube's client (its default retry policy).
 //!
 //! kube-runtime's watcher does most of this, but not all: it always relists with the same
 //! semantics as its first list (so never from the last version after a 410), its watch timeout
 //! is fixed, a server that refuses a streaming list is retried forever instead of falling back
 //! to list, and a watch request answered with HTTP 410 is retried without a relist. So the
-//! state machine is ours; requests, TLS, auth and the backoff are kube's.
+//! state machine is ours; requests, TLS and auth are kube's.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -26,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use kube::api::{ApiResource, DynamicObject, ListParams, VersionMatch, WatchParams};
 use kube::core::Request;
-use kube::runtime::watcher::DefaultBackoff;
 use kube::{Client, Resource};
 use tokio::sync::mpsc::Sender;
 
@@ -34,6 +35,7 @@ use crate::gvk::Gvk;
 use crate::object::Transform;
 use crate::source::SourceEvent;
 use crate::source::kube::lines::Lines;
+use crate::source::kube::reconnect::{Backoff, Health};
 use crate::source::kube::stats::ReflectorStats;
 use crate::source::kube::wire::{self, Page, Status, WatchEvent};
 use crate::text::{MAX_MESSAGE_BYTES, cut};
@@ -193,6 +195,10 @@ pub struct Reflector {
     /// Events decoded and not yet handed over: they go as one batch, so the informer is woken
     /// once per batch rather than once per event.
     pending: Vec<SourceEvent>,
+    /// Whether the API server answers, shared by the source's reflectors.
+    health: Arc<Health>,
+    /// The server answered a list or a watch delivered since the last failure.
+    answered: bool,
 }
 
 impl Reflector {
@@ -204,6 +210,7 @@ impl Reflector {
         transform: Transform,
         tx: Sender<Vec<SourceEvent>>,
         stats: Arc<ReflectorStats>,
+        health: Arc<Health>,
     ) -> Self {
         Self {
             client,
@@ -214,17 +221,23 @@ impl Reflector {
             stats,
             state: State::default(),
             pending: Vec::new(),
+            health,
+            answered: false,
         }
     }
 
     /// Moves the state machine on.
     fn on(&mut self, input: Input) {
+        if matches!(input, Input::Synced(_) | Input::Seen(_)) {
+            self.answered = true;
+        }
         self.state = std::mem::take(&mut self.state).next(input);
     }
 
     /// Runs until the receiving informer goes away.
     pub async fn run(mut self) {
-        let mut backoff = DefaultBackoff::default();
+        let mut backoff = Backoff::default();
+        let mut expired_in_a_row = 0u32;
         loop {
             let step = match (self.state.phase.clone(), self.state.method) {
                 (Phase::List(from), ListMethod::Streaming) => self.watch(Some(from), "").await,
@@ -233,7 +246,11 @@ impl Reflector {
             };
             // Whatever the step ended with, what it decoded is handed over first.
             let step = self.flush().await.and(step);
-            let reason = match step {
+            // A server that answered since the last failure starts the backoff over.
+            if std::mem::take(&mut self.answered) {
+                backoff.reset();
+            }
+            let (reason, delay) = match step {
                 Ok(()) => continue,
                 Err(Stop::Closed) => return,
                 Err(Stop::Expired(reason)) => {
@@ -241,14 +258,26 @@ impl Reflector {
                         self.stats.note_relist();
                     }
                     self.on(Input::Expired);
-                    format!("{reason}; relisting")
+                    self.answered = false;
+                    // The server is fine: relist at once, unless relisting keeps expiring.
+                    let delay = if expired_in_a_row == 0 {
+                        Duration::ZERO
+                    } else {
+                        backoff.delay()
+                    };
+                    expired_in_a_row += 1;
+                    (format!("{reason}; relisting"), delay)
                 }
-                Err(Stop::Failed(reason)) => reason,
+                Err(Stop::Failed(reason)) => {
+                    expired_in_a_row = 0;
+                    (reason, backoff.delay())
+                }
             };
-            let delay = backoff.next().unwrap_or(Duration::from_secs(30));
             self.stats.note_error(&reason);
             tracing::warn!(resource = %self.gvk, "{reason}; retrying in {delay:.1?}");
-            tokio::time::sleep(delay).await;
+            if !delay.is_zero() {
+                self.health.wait(delay).await;
+            }
             if self.tx.is_closed() {
                 return;
             }
