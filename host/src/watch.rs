@@ -1,6 +1,7 @@
 //! Following a folder: one action after each burst of file-system changes.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,23 @@ fn completes(kind: &EventKind) -> bool {
     )
 }
 
+/// What changed in one burst.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// The paths the file system named.
+    pub paths: BTreeSet<PathBuf>,
+    /// Changes may have been missed (the watcher's queue overflowed, or it failed): read
+    /// everything.
+    pub all: bool,
+}
+
+/// One notification from the watcher.
+struct Note {
+    complete: bool,
+    paths: Vec<PathBuf>,
+    all: bool,
+}
+
 /// Watches `path` and calls `act` on a thread of its own once after each burst of changes:
 /// [`SETTLE`] after a change that completes a file, [`DEBOUNCE`] after any other, with no
 /// change since; at the latest [`MAX_WAIT`] after the burst began. Stops when the returned
@@ -38,24 +56,45 @@ pub fn debounced(
     path: &Path,
     mode: RecursiveMode,
     thread_name: &str,
-    mut act: impl FnMut() + Send + 'static,
+    mut act: impl FnMut(Changes) + Send + 'static,
 ) -> std::io::Result<notify::RecommendedWatcher> {
-    let (tx, rx) = channel::<bool>();
+    let (tx, rx) = channel::<Note>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        let complete = completes(&event.kind);
-        if complete || !event.kind.is_access() {
-            // The receiver only goes away after the watcher that owns this sender.
-            let _ = tx.send(complete);
-        }
+        // The receiver only goes away after the watcher that owns this sender.
+        let note = match event {
+            Err(_) => Note {
+                complete: true,
+                paths: Vec::new(),
+                all: true,
+            },
+            Ok(event) => {
+                let complete = completes(&event.kind);
+                if !complete && event.kind.is_access() {
+                    return;
+                }
+                Note {
+                    complete,
+                    all: event.need_rescan(),
+                    paths: event.paths,
+                }
+            }
+        };
+        let _ = tx.send(note);
     })
     .map_err(std::io::Error::other)?;
     watcher.watch(path, mode).map_err(std::io::Error::other)?;
     std::thread::Builder::new()
         .name(thread_name.into())
         .spawn(move || {
-            while let Ok(mut complete) = rx.recv() {
+            while let Ok(first) = rx.recv() {
                 let began = Instant::now();
+                let mut changes = Changes::default();
+                let mut complete = first.complete;
+                let add = |note: Note, changes: &mut Changes| {
+                    changes.all |= note.all;
+                    changes.paths.extend(note.paths);
+                };
+                add(first, &mut changes);
                 loop {
                     let quiet = if complete { SETTLE } else { DEBOUNCE };
                     let left = MAX_WAIT.saturating_sub(began.elapsed());
@@ -63,12 +102,15 @@ pub fn debounced(
                         break;
                     }
                     match rx.recv_timeout(quiet.min(left)) {
-                        Ok(next) => complete = next,
+                        Ok(next) => {
+                            complete = next.complete;
+                            add(next, &mut changes);
+                        }
                         Err(RecvTimeoutError::Timeout) => break,
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
-                act();
+                act(changes);
             }
         })?;
     Ok(watcher)
@@ -84,7 +126,7 @@ mod tests {
     fn counting(dir: &Path) -> (notify::RecommendedWatcher, Arc<AtomicUsize>) {
         let readings = Arc::new(AtomicUsize::new(0));
         let counted = readings.clone();
-        let watcher = debounced(dir, RecursiveMode::NonRecursive, "test-watch", move || {
+        let watcher = debounced(dir, RecursiveMode::NonRecursive, "test-watch", move |_| {
             counted.fetch_add(1, Ordering::SeqCst);
         })
         .expect("watch");
@@ -120,6 +162,38 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         None
+    }
+
+    #[test]
+    fn a_burst_names_the_paths_it_changed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (tx, rx) = channel();
+        let _watcher = debounced(
+            dir.path(),
+            RecursiveMode::NonRecursive,
+            "test-watch",
+            move |c| {
+                let _ = tx.send(c);
+            },
+        )
+        .expect("watch");
+        std::fs::write(dir.path().join("a.yaml"), "a").expect("write");
+        std::fs::write(dir.path().join("b.yaml"), "b").expect("write");
+        let mut seen = BTreeSet::new();
+        while seen.len() < 2 {
+            let changes = rx.recv_timeout(Duration::from_secs(5)).expect("a burst");
+            assert!(!changes.all);
+            seen.extend(
+                changes
+                    .paths
+                    .into_iter()
+                    .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
+            );
+        }
+        assert_eq!(
+            seen,
+            BTreeSet::from(["a.yaml".to_owned(), "b.yaml".to_owned()])
+        );
     }
 
     #[test]

@@ -44,6 +44,98 @@ fn over_budget(breach: &BudgetBreach) -> String {
     }
 }
 
+/// What the reader says of a quoted value's continuation line that is not indented enough.
+const QUOTED_INDENT: &str = "invalid indentation in multiline quoted scalar";
+
+/// `text` with every continuation line of a quoted value in block context indented one column
+/// past the value's opening quote; `None` when none needed it.
+fn indent_quoted_continuations(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut changed = false;
+    // The open quote and the least indentation its continuation lines need.
+    let mut open: Option<(u8, usize)> = None;
+    let mut flow = 0usize;
+    // The last byte that is not a space, on this line, outside quotes (None: line start).
+    let mut previous: Option<u8> = None;
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'\n' {
+            i += 1;
+            // A new line: its indentation, and, inside a quote, whether it needs more.
+            let spaces = bytes[i..].iter().take_while(|&&c| c == b' ').count();
+            let blank = matches!(bytes.get(i + spaces), None | Some(b'\n' | b'\r'));
+            if let Some((_, need)) = open
+                && flow == 0
+                && !blank
+                && spaces < need
+            {
+                out.push_str(&text[copied..i]);
+                out.extend(std::iter::repeat_n(' ', need - spaces));
+                copied = i;
+                changed = true;
+            }
+            if open.is_none() {
+                previous = None;
+            }
+            continue;
+        }
+        match open {
+            Some((quote, _)) => {
+                if quote == b'"' && b == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if b == quote {
+                    if quote == b'\'' && bytes.get(i + 1) == Some(&b'\'') {
+                        i += 2;
+                        continue;
+                    }
+                    open = None;
+                    previous = Some(b);
+                }
+            }
+            None => match b {
+                b' ' | b'\t' => {}
+                b'#' if previous.is_none()
+                    || matches!(bytes.get(i.wrapping_sub(1)), Some(b' ' | b'\t')) =>
+                {
+                    // A comment, to the end of the line.
+                    while i < bytes.len() && bytes[i] != b'\n' {
+                        i += 1;
+                    }
+                    continue;
+                }
+                b'"' | b'\''
+                    if matches!(
+                        previous,
+                        None | Some(b':' | b'-' | b'?' | b',' | b'[' | b'{')
+                    ) =>
+                {
+                    // Past the quote's own column is past the block it sits in, whatever
+                    // the key or list item before it.
+                    let column = i - text[..i].rfind('\n').map_or(0, |n| n + 1);
+                    open = Some((b, column + 1));
+                }
+                b'[' | b'{' => {
+                    flow += 1;
+                    previous = Some(b);
+                }
+                b']' | b'}' => {
+                    flow = flow.saturating_sub(1);
+                    previous = Some(b);
+                }
+                other => previous = Some(other),
+            },
+        }
+        i += 1;
+    }
+    out.push_str(&text[copied..]);
+    changed.then_some(out)
+}
+
 /// The error `e` wraps, if it only adds context (a snippet, the alias it came through).
 fn inner(mut e: &serde_saphyr::Error) -> &serde_saphyr::Error {
     while let serde_saphyr::Error::WithSnippet { error, .. }
@@ -57,7 +149,23 @@ fn inner(mut e: &serde_saphyr::Error) -> &serde_saphyr::Error {
 /// Reads one YAML document into `T`; the error is one line, `line L column C: reason`, with
 /// the line counted from `first_line` (the document's first line in its file).
 pub fn from_str_at<T: DeserializeOwned>(text: &str, first_line: usize) -> Result<T, String> {
-    serde_saphyr::from_str_with_options(text, options()).map_err(|e| {
+    let parsed = serde_saphyr::from_str_with_options(text, options());
+    // go-yaml writes a long quoted value's continuation lines at its key's indentation, and
+    // kubectl reads them; this reader holds them to YAML 1.2's rule (one column more). The
+    // leading spaces of a continuation line are folded away, so indenting them changes no
+    // value: such a document is read again with them indented.
+    let parsed = match parsed {
+        Err(e) if e.to_string().contains(QUOTED_INDENT) => {
+            match indent_quoted_continuations(text) {
+                Some(indented) => {
+                    serde_saphyr::from_str_with_options(&indented, options()).or(Err(e))
+                }
+                None => Err(e),
+            }
+        }
+        other => other,
+    };
+    parsed.map_err(|e| {
         let reason = match inner(&e) {
             serde_saphyr::Error::Budget { breach, .. } => over_budget(breach),
             // kubectl fails on these too, as JSON has no infinity or NaN.
@@ -142,6 +250,22 @@ mod tests {
             from_str_at::<Value>("a: '1e400'\n", 1),
             Ok(serde_json::json!({"a": "1e400"}))
         );
+    }
+
+    #[test]
+    fn quoted_values_continued_at_their_keys_indentation_read_as_go_yaml_reads_them() {
+        let go_yaml = "spec:\n  description: \"a long text\n  that go-yaml wrote\"\n  list:\n  - name: 'it''s\n    fine'\n    note: \"a \\\" quote\n    and more\"\n  after: 1 # \"not a quote\n";
+        let value: Value = from_str_at(go_yaml, 1).expect("read as kubectl reads it");
+        assert_eq!(
+            value["spec"]["description"],
+            "a long text that go-yaml wrote"
+        );
+        assert_eq!(value["spec"]["list"][0]["name"], "it's fine");
+        assert_eq!(value["spec"]["list"][0]["note"], "a \" quote and more");
+        assert_eq!(value["spec"]["after"], 1);
+        // What is wrong for go-yaml too stays an error.
+        let unclosed = from_str_at::<Value>("a: \"open\nb: 1\n", 1).expect_err("unclosed");
+        assert!(!unclosed.is_empty());
     }
 
     #[test]

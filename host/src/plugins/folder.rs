@@ -118,7 +118,8 @@ impl FolderWatcher {
             dir,
             RecursiveMode::NonRecursive,
             "plugins-folder",
-            move || match sync_dir(&watched, &folder) {
+            // The folder is small: every burst reads it whole.
+            move |_| match sync_dir(&watched, &folder) {
                 Ok(report) if !report.unstable.is_empty() => {
                     // Still being written: look again once it has settled.
                     std::thread::sleep(DEBOUNCE);

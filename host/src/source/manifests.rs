@@ -94,6 +94,9 @@ struct FileEntry {
     errors: Vec<String>,
     /// Why it could not be read at the last scan.
     unreadable: Option<String>,
+    /// What each of its bad documents names (kind and name), when that could be read from
+    /// it; `None` for one that names nothing readable.
+    bad: Vec<Option<(String, String)>>,
     /// Every object it stood for at the last scan: its docs and, while it has errors, the
     /// objects it defined before (kept unchanged, so a half-saved edit deletes nothing).
     owned: Vec<Id>,
@@ -102,6 +105,21 @@ struct FileEntry {
 impl FileEntry {
     fn broken(&self) -> bool {
         !self.errors.is_empty() || self.unreadable.is_some()
+    }
+
+    /// Whether object `id`, which a valid document of this file defined before, may be what
+    /// one of its bad documents stands for now: kept then, since a half-saved edit deletes
+    /// nothing. An object no bad document can be (they all name other objects) was removed
+    /// from the file, and goes.
+    fn may_stand_for(&self, id: &Id) -> bool {
+        if self.unreadable.is_some() {
+            return true;
+        }
+        let name = id.1.rsplit('/').next().unwrap_or(&id.1);
+        self.bad.iter().any(|named| match named {
+            None => true,
+            Some((kind, named)) => *kind == id.0.kind && named == name,
+        })
     }
 }
 
@@ -133,8 +151,8 @@ struct State {
     objects: BTreeMap<Id, Reported>,
     watchers: Vec<(Gvk, UnboundedSender<SourceEvent>)>,
     version: u64,
-    /// Manifest-named entries that are not regular files, already reported.
-    skipped: BTreeSet<PathBuf>,
+    /// Entries passed over, already reported.
+    skipped: BTreeMap<PathBuf, Skipped>,
     /// Objects defined twice (the file whose definition lost), already reported.
     duplicates: BTreeSet<(Id, PathBuf)>,
     /// Objects plugins created that no file defines (`write.rs`).
@@ -144,6 +162,8 @@ struct State {
     deleted: BTreeMap<Id, Digest32>,
     /// Events plugins recorded, for folding repeats.
     series: crate::write::EventSeries,
+    /// Kinds the folder's CustomResourceDefinitions defined, defined now or not.
+    remembered: scope::Remembered,
 }
 
 struct Shared {
@@ -152,6 +172,8 @@ struct Shared {
     /// Where namespaced objects written without a namespace land.
     default_namespace: String,
     state: Mutex<State>,
+    /// Files read so far (what a change costs, for tests and benchmarks).
+    files_read: std::sync::atomic::AtomicU64,
 }
 
 /// A source that reads objects from a folder of manifests and follows its changes.
@@ -174,12 +196,13 @@ impl ManifestFolder {
     ) -> Result<Self, FolderError> {
         let folder = Self::snapshot_in(root, transform, namespace)?;
         let shared = folder.shared.clone();
-        // Each burst of changes ends with one rescan once the folder is quiet.
+        // Each burst of changes ends with one reading, of the files it changed, once the
+        // folder is quiet.
         let watcher = crate::watch::debounced(
             root,
             RecursiveMode::Recursive,
             "manifest-folder",
-            move || shared.rescan(),
+            move |changes| shared.changed(changes),
         )
         .map_err(|source| FolderError::Watch {
             path: root.to_owned(),
@@ -211,6 +234,7 @@ impl ManifestFolder {
             transform,
             default_namespace: namespace.to_owned(),
             state: Mutex::new(State::default()),
+            files_read: std::sync::atomic::AtomicU64::new(0),
         });
         shared.rescan();
         Ok(Self {
@@ -222,6 +246,18 @@ impl ManifestFolder {
     /// Re-reads the folder now and reports what changed.
     pub fn rescan(&self) {
         self.shared.rescan();
+    }
+
+    /// Reads what `changes` touched (as the folder's watcher does) and reports what changed.
+    pub fn apply_changes(&self, changes: crate::watch::Changes) {
+        self.shared.changed(changes);
+    }
+
+    /// Files read so far: a change costs the files it touched.
+    pub fn files_read(&self) -> u64 {
+        self.shared
+            .files_read
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every current problem, with its file: documents that are not valid objects
@@ -277,11 +313,14 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Reads every file again (each is parsed only if its bytes changed).
     fn rescan(&self) {
         let (paths, skipped) = manifest_files(&self.root);
         let mut state = self.state();
-        for path in skipped.difference(&state.skipped) {
-            tracing::warn!(file = %path.display(), "skipping: not a regular file (a FIFO, device or socket is never read)");
+        for (path, why) in &skipped {
+            if !state.skipped.contains_key(path) {
+                tracing::warn!(file = %path.display(), "{}", why.say());
+            }
         }
         state.skipped = skipped;
         let mut files = BTreeMap::new();
@@ -290,12 +329,74 @@ impl Shared {
             let entry = self.read_file(&path, previous);
             files.insert(path, entry);
         }
+        self.reconcile(&mut state, files);
+    }
+
+    /// Reads what a burst of changes touched: the changed files alone when the changes name
+    /// them, so a change costs its file rather than the folder; the whole folder when they
+    /// touch anything else (a folder, a symlink, a special file) or may have been missed.
+    fn changed(&self, changes: crate::watch::Changes) {
+        let mut state = self.state();
+        let Some(paths) = self.files_changed(&state, changes) else {
+            drop(state);
+            return self.rescan();
+        };
+        if paths.is_empty() {
+            return;
+        }
+        let mut files = std::mem::take(&mut state.files);
+        for path in paths {
+            let previous = files.remove(&path);
+            let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+            if regular {
+                let entry = self.read_file(&path, previous);
+                files.insert(path, entry);
+            }
+        }
+        self.reconcile(&mut state, files);
+    }
+
+    /// The manifest files `changes` touched; `None` when the folder must be read whole.
+    fn files_changed(
+        &self,
+        state: &State,
+        changes: crate::watch::Changes,
+    ) -> Option<BTreeSet<PathBuf>> {
+        if changes.all {
+            return None;
+        }
+        let mut files = BTreeSet::new();
+        for path in changes.paths {
+            let known = state.files.contains_key(&path);
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.is_file() => {
+                    if known || manifest_name(&self.root, &path) {
+                        files.insert(path);
+                    }
+                    // Any other regular file (an editor's swap file) is no manifest.
+                }
+                // A folder, a symlink (a ConfigMap volume's swap), a FIFO: read it all.
+                Ok(_) => return None,
+                Err(_) if known => {
+                    files.insert(path);
+                }
+                // Gone: a folder that held manifests takes them with it.
+                Err(_) if state.files.keys().any(|f| f.starts_with(&path)) => return None,
+                Err(_) => {}
+            }
+        }
+        Some(files)
+    }
+
+    /// Reports what the files' objects now are against what was reported.
+    fn reconcile(&self, state: &mut State, mut files: BTreeMap<PathBuf, FileEntry>) {
         let mut scopes = Scopes::new(&self.default_namespace);
         for doc in files.values().flat_map(|f| &f.docs) {
             if let Some(defined) = &doc.defines {
                 scopes.define(defined);
             }
         }
+        scopes.remember(&mut state.remembered);
 
         // The folder's desired state: the union of every file's objects. The first file (in
         // path order) that defines an object wins.
@@ -308,7 +409,7 @@ impl Shared {
                 entry
                     .owned
                     .iter()
-                    .filter(|id| !now.contains(id))
+                    .filter(|id| !now.contains(id) && entry.may_stand_for(id))
                     .cloned()
                     .collect()
             } else {
@@ -455,6 +556,8 @@ impl Shared {
     /// Reads `path` and, when its content changed, parses it into its objects. A problem
     /// is logged when it appears and when it clears, not at every scan.
     fn read_file(&self, path: &Path, previous: Option<FileEntry>) -> FileEntry {
+        self.files_read
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let read = std::fs::read(path)
             .map_err(|e| e.to_string())
             .and_then(|bytes| {
@@ -486,15 +589,26 @@ impl Shared {
             }
             other => other,
         };
-        let json = path.extension().is_some_and(|e| e == "json");
+        let json = parse::is_json(path, &text);
         let mut docs = Vec::new();
         let mut errors = Vec::new();
+        let mut bad = Vec::new();
         for (item, parsed) in parse::items(&text, json).into_iter().enumerate() {
-            match parsed.value.and_then(|v| self.doc(v, item)) {
+            let (checked, named) = match parsed.value {
+                Ok(value) => {
+                    let text =
+                        |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_owned);
+                    let named = text("/kind").zip(text("/metadata/name"));
+                    (self.doc(value, item), named)
+                }
+                Err(e) => (Err(e), parsed.names),
+            };
+            match checked {
                 Ok(doc) => docs.push(doc),
                 Err(e) => {
                     tracing::error!(file = %path.display(), "{}: {e}", parsed.place);
                     errors.push(format!("{}: {e}", parsed.place));
+                    bad.push(named);
                 }
             }
         }
@@ -506,6 +620,7 @@ impl Shared {
             docs,
             errors,
             unreadable: None,
+            bad,
             owned: previous.map(|p| p.owned).unwrap_or_default(),
         }
     }
@@ -517,25 +632,38 @@ impl Shared {
             return None;
         }
         let text = String::from_utf8(bytes).ok()?;
-        Some(parse::items(
-            &text,
-            path.extension().is_some_and(|e| e == "json"),
-        ))
+        Some(parse::items(&text, parse::is_json(path, &text)))
     }
 
     /// Checks one item is an object the folder can hold, and remembers it by digest.
     fn doc(&self, mut value: Value, item: usize) -> Result<Doc, String> {
+        if let Some(api_version) = value.get("apiVersion").and_then(Value::as_str) {
+            parse::check_api_version(api_version)?;
+        }
         if let Some(Value::Object(meta)) = value.get_mut("metadata") {
             // The folder plays the API server: it sets resource versions itself.
             meta.remove("resourceVersion");
             if !meta.contains_key("name") && meta.contains_key("generateName") {
                 return Err("metadata.generateName without metadata.name: the folder cannot generate names (kubectl apply cannot either); give the object a name".into());
             }
+            // The API server reads a null label or annotation value as empty.
+            for field in ["labels", "annotations"] {
+                if let Some(Value::Object(map)) = meta.get_mut(field) {
+                    for v in map.values_mut().filter(|v| v.is_null()) {
+                        *v = Value::String(String::new());
+                    }
+                }
+            }
         }
         let defines = scope::Defined::from_crd(&value);
         let object = KubeObject::from_value(value, &self.transform).map_err(|e| e.to_string())?;
-        // What a file names becomes a cache key (`namespace/name`) and, for writes, a URL.
-        names::check(object.name(), object.namespace())?;
+        if let Some(why) = scope::removed(object.gvk()) {
+            return Err(why);
+        }
+        // What a file names becomes a cache key (`namespace/name`) and, for writes, a URL. A
+        // built-in cluster-scoped kind's namespace is dropped, so it is not checked.
+        let cluster = Scopes::default().of(object.gvk()) == scope::Scope::Cluster;
+        names::check(object.name(), object.namespace().filter(|_| !cluster))?;
         let json = object.json();
         Ok(Doc {
             digest: digest(json.as_bytes()),
@@ -614,12 +742,51 @@ fn derived_uid(identity: &str) -> String {
     )
 }
 
+/// True for a path under `root` that the folder reads as a manifest: a `.yaml`, `.yml` or
+/// `.json` file, with no hidden name (nor a backup `~`) on the way.
+fn manifest_name(root: &Path, path: &Path) -> bool {
+    let Ok(relative) = path.strip_prefix(root) else {
+        return false;
+    };
+    let visible = relative.components().all(|c| {
+        let name = c.as_os_str().to_string_lossy();
+        !name.starts_with('.') && !name.ends_with('~')
+    });
+    visible
+        && matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        )
+}
+
+/// Why an entry of the folder is not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skipped {
+    /// Named like a manifest, but a FIFO, device or socket (reading a FIFO would block).
+    NotRegular,
+    /// A folder reached again through a symlink (a loop, or a second way to one folder).
+    ReadAlready,
+}
+
+impl Skipped {
+    fn say(self) -> &'static str {
+        match self {
+            Skipped::NotRegular => {
+                "skipping: not a regular file (a FIFO, device or socket is never read)"
+            }
+            Skipped::ReadAlready => {
+                "skipping: a symlink leads to a folder already read (each folder is read once)"
+            }
+        }
+    }
+}
+
 /// The manifest files under `root` (sorted, hidden files and folders skipped), and the
-/// manifest-named entries that are not regular files (never opened: reading a FIFO would
-/// block for good). Each directory is read once, however many symlinks lead to it.
-pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
+/// entries passed over, with why: manifest-named entries that are not regular files (never
+/// opened), and folders reached again through a symlink (each directory is read once).
+pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeMap<PathBuf, Skipped>) {
     let mut out = Vec::new();
-    let mut skipped = BTreeSet::new();
+    let mut skipped = BTreeMap::new();
     let mut seen = BTreeSet::new();
     let mut dirs = vec![root.to_owned()];
     while let Some(dir) = dirs.pop() {
@@ -627,6 +794,7 @@ pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
             continue;
         };
         if !seen.insert(real) {
+            skipped.insert(dir, Skipped::ReadAlready);
             continue;
         }
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -652,7 +820,7 @@ pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
                 if meta.is_file() {
                     out.push(path);
                 } else {
-                    skipped.insert(path);
+                    skipped.insert(path, Skipped::NotRegular);
                 }
             }
         }

@@ -18,6 +18,71 @@ pub struct Item {
     pub place: String,
     /// The object, or why the document or item could not be read.
     pub value: Result<Value, String>,
+    /// For a YAML document that could not be read: the kind and name it names, read from its
+    /// top-level `kind:` and `metadata:` `name:` lines, when it has them.
+    pub names: Option<(String, String)>,
+}
+
+/// Whether `path`'s `text` is read as JSON: a `.json` file whose content starts as JSON does
+/// (kubectl decides by content, so a `.json` file holding YAML is read as YAML).
+pub fn is_json(path: &std::path::Path, text: &str) -> bool {
+    path.extension().is_some_and(|e| e == "json")
+        && text
+            .trim_start_matches('\u{feff}')
+            .trim_start()
+            .starts_with(['{', '['])
+}
+
+/// An `apiVersion` as the API server takes it: `version`, or `group/version` with both parts.
+pub fn check_api_version(api_version: &str) -> Result<(), String> {
+    let parts: Vec<&str> = api_version.split('/').collect();
+    let well_formed = match parts.as_slice() {
+        [version] => !version.is_empty(),
+        [group, version] => !group.is_empty() && !version.is_empty(),
+        _ => false,
+    };
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!(
+            "apiVersion {:?} is not `version` or `group/version` (for example v1 or apps/v1)",
+            crate::text::cut(api_version.to_owned(), 80)
+        ))
+    }
+}
+
+/// One document: its first line, its value or why not, and (when it could not be read) the
+/// kind and name its text names.
+type Document = (usize, Result<Value, String>, Option<(String, String)>);
+
+/// The kind and name a YAML document's text names at its top level, read line by line
+/// without parsing it (it may not parse).
+fn names(chunk: &str) -> Option<(String, String)> {
+    let scalar = |v: &str| {
+        let v = v.split(" #").next().unwrap_or("").trim();
+        let v = v.trim_matches(['"', '\'']);
+        (!v.is_empty()).then(|| v.to_owned())
+    };
+    let (mut kind, mut name, mut in_metadata) = (None, None, false);
+    for line in chunk.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let content = line.trim();
+        if content.is_empty() || content.starts_with('#') {
+            continue;
+        }
+        if indent == 0 {
+            in_metadata = content.starts_with("metadata:");
+            if let Some(v) = content.strip_prefix("kind:") {
+                kind = scalar(v);
+            }
+        } else if in_metadata
+            && name.is_none()
+            && let Some(v) = content.strip_prefix("name:")
+        {
+            name = scalar(v);
+        }
+    }
+    Some((kind?, name?))
 }
 
 /// Every item of a manifest file's text, in order; `json` picks the JSON reader.
@@ -29,7 +94,7 @@ pub fn items(text: &str, json: bool) -> Vec<Item> {
         yaml_documents(text)
     };
     let mut out = Vec::new();
-    for (n, (line, parsed)) in documents.into_iter().enumerate() {
+    for (n, (line, parsed, named)) in documents.into_iter().enumerate() {
         let place = format!("document {} (line {line})", n + 1);
         match parsed {
             Ok(Value::Null) => {}
@@ -41,16 +106,19 @@ pub fn items(text: &str, json: bool) -> Vec<Item> {
                     out.push(Item {
                         place: format!("{place} item {}", m + 1),
                         value: Ok(item),
+                        names: None,
                     });
                 }
             }
             Ok(value) => out.push(Item {
                 place,
                 value: Ok(value),
+                names: None,
             }),
             Err(e) => out.push(Item {
                 place,
                 value: Err(e),
+                names: named,
             }),
         }
     }
@@ -59,7 +127,7 @@ pub fn items(text: &str, json: bool) -> Vec<Item> {
 
 /// The JSON values of `text` one after another, each with its first line; reading stops at
 /// the first error (JSON has no separator to resume at).
-fn json_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
+fn json_documents(text: &str) -> Vec<Document> {
     let mut out = Vec::new();
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Strict>();
     // Lines are counted on from the previous document, not from the top each time.
@@ -71,9 +139,9 @@ fn json_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
         counted = start;
         match stream.next() {
             None => return out,
-            Some(Ok(Strict(value))) => out.push((line, Ok(value))),
+            Some(Ok(Strict(value))) => out.push((line, Ok(value), None)),
             Some(Err(e)) => {
-                out.push((line, Err(e.to_string())));
+                out.push((line, Err(e.to_string()), None));
                 return out;
             }
         }
@@ -151,7 +219,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
 /// The YAML documents of `text`, split on separator lines as kubectl's reader does, each
 /// parsed on its own. Documents holding only comments or blanks are left out.
-fn yaml_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
+fn yaml_documents(text: &str) -> Vec<Document> {
     let mut out = Vec::new();
     for (line, chunk) in split_documents(text) {
         if chunk
@@ -169,7 +237,8 @@ fn yaml_documents(text: &str) -> Vec<(usize, Result<Value, String>)> {
         } else {
             crate::yaml::from_str_at::<Value>(chunk, line)
         };
-        out.push((line, parsed));
+        let named = parsed.is_err().then(|| names(chunk)).flatten();
+        out.push((line, parsed, named));
     }
     out
 }

@@ -95,6 +95,78 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
     ("storagemigration.k8s.io", "StorageVersionMigration"),
 ];
 
+/// API versions of built-in groups that no current API server serves, and the release that
+/// removed them: kubectl answers "no matches for kind" for them, and so does the folder, rather
+/// than guess where their objects would land. `None` for the kind: every kind of that version.
+const REMOVED: &[(&str, &str, Option<&str>, &str)] = &[
+    ("extensions", "v1beta1", None, "1.22"),
+    ("apps", "v1beta1", None, "1.16"),
+    ("apps", "v1beta2", None, "1.16"),
+    ("policy", "v1beta1", None, "1.25"),
+    ("batch", "v1beta1", None, "1.25"),
+    ("batch", "v2alpha1", None, "1.21"),
+    ("autoscaling", "v2beta1", None, "1.25"),
+    ("autoscaling", "v2beta2", None, "1.26"),
+    ("networking.k8s.io", "v1beta1", Some("Ingress"), "1.22"),
+    ("networking.k8s.io", "v1beta1", Some("IngressClass"), "1.22"),
+    ("rbac.authorization.k8s.io", "v1beta1", None, "1.22"),
+    ("rbac.authorization.k8s.io", "v1alpha1", None, "1.22"),
+    ("apiextensions.k8s.io", "v1beta1", None, "1.22"),
+    ("apiregistration.k8s.io", "v1beta1", None, "1.22"),
+    (
+        "admissionregistration.k8s.io",
+        "v1beta1",
+        Some("MutatingWebhookConfiguration"),
+        "1.22",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1beta1",
+        Some("ValidatingWebhookConfiguration"),
+        "1.22",
+    ),
+    ("certificates.k8s.io", "v1beta1", None, "1.22"),
+    ("coordination.k8s.io", "v1beta1", Some("Lease"), "1.22"),
+    ("scheduling.k8s.io", "v1beta1", None, "1.22"),
+    ("scheduling.k8s.io", "v1alpha1", None, "1.22"),
+    ("storage.k8s.io", "v1beta1", Some("CSIDriver"), "1.22"),
+    ("storage.k8s.io", "v1beta1", Some("CSINode"), "1.22"),
+    ("storage.k8s.io", "v1beta1", Some("StorageClass"), "1.22"),
+    (
+        "storage.k8s.io",
+        "v1beta1",
+        Some("VolumeAttachment"),
+        "1.22",
+    ),
+    (
+        "storage.k8s.io",
+        "v1beta1",
+        Some("CSIStorageCapacity"),
+        "1.27",
+    ),
+    ("events.k8s.io", "v1beta1", None, "1.25"),
+    ("discovery.k8s.io", "v1beta1", None, "1.25"),
+    ("node.k8s.io", "v1beta1", None, "1.25"),
+    ("flowcontrol.apiserver.k8s.io", "v1beta1", None, "1.26"),
+    ("flowcontrol.apiserver.k8s.io", "v1beta2", None, "1.29"),
+];
+
+/// Why no API server serves `gvk` any more, if none does.
+pub fn removed(gvk: &Gvk) -> Option<String> {
+    REMOVED
+        .iter()
+        .find(|(group, version, kind, _)| {
+            *group == gvk.group && *version == gvk.version && kind.is_none_or(|k| k == gvk.kind)
+        })
+        .map(|(_, _, _, release)| {
+            format!(
+                "no matches for kind {:?} in version {:?}: that version was removed in Kubernetes {release} (kubectl refuses it too); write a version served today",
+                gvk.kind,
+                gvk.api_version()
+            )
+        })
+}
+
 /// Whether a kind's objects live in a namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -143,6 +215,11 @@ pub struct Scopes {
     default_namespace: String,
 }
 
+/// Kinds a CustomResourceDefinition of the folder defined at some point, with their scope: a
+/// removed definition leaves its objects where they were rather than moving them to another
+/// key (a delete and an add) under a guessed scope.
+pub type Remembered = HashMap<(String, String), bool>;
+
 impl Default for Scopes {
     /// The built-in kinds only, with [`DEFAULT_NAMESPACE`].
     fn default() -> Self {
@@ -163,6 +240,17 @@ impl Scopes {
     pub fn define(&mut self, d: &Defined) {
         self.defined
             .insert((d.group.clone(), d.kind.clone()), d.cluster);
+    }
+
+    /// Remembers every kind defined now in `remembered`, and takes the scope of those it
+    /// remembers but no definition gives any more.
+    pub fn remember(&mut self, remembered: &mut Remembered) {
+        for (kind, cluster) in &self.defined {
+            remembered.insert(kind.clone(), *cluster);
+        }
+        for (kind, cluster) in remembered.iter() {
+            self.defined.entry(kind.clone()).or_insert(*cluster);
+        }
     }
 
     /// The scope of `gvk`.
@@ -265,6 +353,44 @@ mod tests {
         agrees::<storage::StorageClass>();
         agrees::<storage::VolumeAttachment>();
         agrees::<storage::VolumeAttributesClass>();
+    }
+
+    #[test]
+    fn versions_no_server_serves_are_named_with_their_release() {
+        let psp = Gvk::new("policy", "v1beta1", "PodSecurityPolicy");
+        let refused = removed(&psp).expect("removed");
+        assert!(
+            refused.contains("1.25") && refused.contains("no matches"),
+            "{refused}"
+        );
+        assert!(removed(&Gvk::new("extensions", "v1beta1", "Deployment")).is_some());
+        assert!(removed(&Gvk::new("networking.k8s.io", "v1beta1", "Ingress")).is_some());
+        assert!(removed(&Gvk::new("networking.k8s.io", "v1beta1", "IPAddress")).is_none());
+        assert!(removed(&Gvk::new("policy", "v1", "PodDisruptionBudget")).is_none());
+        assert!(removed(&Gvk::new("example.com", "v1beta1", "Widget")).is_none());
+    }
+
+    #[test]
+    fn a_kind_whose_definition_went_keeps_its_scope() {
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                     "names": {"kind": "Widget", "plural": "widgets"}},
+        });
+        let widget = Gvk::new("example.com", "v1", "Widget");
+        let mut remembered = Remembered::new();
+        let mut with = Scopes::default();
+        with.define(&Defined::from_crd(&crd).expect("a definition"));
+        with.remember(&mut remembered);
+        let mut without = Scopes::default();
+        assert_eq!(
+            without.namespace(&widget, None),
+            None,
+            "a guess without memory"
+        );
+        without.remember(&mut remembered);
+        assert_eq!(without.namespace(&widget, None), Some("default"));
     }
 
     #[test]

@@ -287,7 +287,12 @@ fn special_files_are_never_opened_and_symlink_loops_are_read_once() {
         })
         .collect();
     assert_eq!(names, ["a.yaml", "sub/b.yaml"], "each file once");
-    assert_eq!(skipped.len(), 1);
+    let reasons: Vec<Skipped> = skipped.values().copied().collect();
+    assert_eq!(
+        reasons,
+        [Skipped::NotRegular, Skipped::ReadAlready],
+        "{skipped:?}"
+    );
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("reads");
     assert_eq!(folder.len(), 2);
 }
@@ -470,4 +475,180 @@ fn a_configured_namespace_takes_the_place_of_default() {
     let folder =
         ManifestFolder::snapshot_in(dir.path(), Transform::default(), "team").expect("open");
     assert_eq!(keys(&folder, &configmaps()), ["team/no-ns", "x/has-ns"]);
+}
+
+/// Changes naming `paths` under `dir`.
+fn changes(dir: &Path, paths: &[&str]) -> crate::watch::Changes {
+    crate::watch::Changes {
+        paths: paths.iter().map(|p| dir.join(p)).collect(),
+        all: false,
+    }
+}
+
+#[test]
+fn a_change_costs_the_files_it_names_not_the_folder() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for i in 0..100 {
+        fs::write(
+            dir.path().join(format!("cm-{i}.yaml")),
+            cm(&format!("c{i}"), "1"),
+        )
+        .expect("write");
+    }
+    let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
+    let mut stream = folder.watch(&configmaps());
+    assert_eq!(ready(&mut stream).len(), 1, "the list");
+    let read = folder.files_read();
+
+    // One file edited, one removed, one added: three files read, three events.
+    fs::write(dir.path().join("cm-7.yaml"), cm("c7", "2")).expect("write");
+    fs::remove_file(dir.path().join("cm-8.yaml")).expect("remove");
+    fs::write(dir.path().join("new.yaml"), cm("fresh", "1")).expect("write");
+    // An editor's swap file is no manifest and costs nothing.
+    fs::write(dir.path().join(".cm-7.yaml.swp"), "x").expect("write");
+    folder.apply_changes(changes(
+        dir.path(),
+        &["cm-7.yaml", "cm-8.yaml", "new.yaml", ".cm-7.yaml.swp"],
+    ));
+    assert_eq!(folder.files_read() - read, 2, "the edited and the new file");
+    let mut events = ready(&mut stream);
+    events.sort();
+    assert_eq!(events, ["apply c7", "apply fresh", "delete c8"]);
+
+    // A folder changing (or changes that may have been missed) reads everything again.
+    fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    fs::write(dir.path().join("sub/s.yaml"), cm("s", "1")).expect("write");
+    let read = folder.files_read();
+    folder.apply_changes(changes(dir.path(), &["sub"]));
+    assert_eq!(folder.files_read() - read, 101);
+    assert_eq!(ready(&mut stream), ["apply s"]);
+    let read = folder.files_read();
+    folder.apply_changes(crate::watch::Changes {
+        all: true,
+        ..Default::default()
+    });
+    assert_eq!(folder.files_read() - read, 101);
+    assert!(ready(&mut stream).is_empty(), "nothing changed");
+
+    // A removed folder takes its manifests with it.
+    fs::remove_dir_all(dir.path().join("sub")).expect("remove");
+    folder.apply_changes(changes(dir.path(), &["sub"]));
+    assert_eq!(ready(&mut stream), ["delete s"]);
+}
+
+#[test]
+fn the_folder_reads_what_kubectl_reads_case_by_case() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).expect("write");
+    // go-yaml's layout: a quoted value continued at its key's indentation.
+    write(
+        "quoted.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: quoted\n  namespace: ns\ndata:\n  text: \"a long\n  value\"\n",
+    );
+    // A cluster-scoped object's namespace is dropped, so it is not checked.
+    write(
+        "binding.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: b\n  namespace: \"${NAMESPACE:-default}\"\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\n",
+    );
+    // A .json file holding YAML: kubectl decides by content.
+    write("yaml-in.json", &cm("in-json", "1"));
+    // A null label or annotation value reads as empty, as the API server reads it.
+    write(
+        "nulls.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nulls\n  namespace: ns\n  labels: {a: null}\n  annotations: {b: ~}\n",
+    );
+    // Versions no API server serves any more, and an apiVersion without a version.
+    write(
+        "psp.yaml",
+        "apiVersion: policy/v1beta1\nkind: PodSecurityPolicy\nmetadata: {name: old}\n",
+    );
+    write(
+        "old-deployment.yaml",
+        "apiVersion: extensions/v1beta1\nkind: Deployment\nmetadata: {name: old, namespace: ns}\n",
+    );
+    write(
+        "no-version.yaml",
+        "apiVersion: apps/\nkind: Deployment\nmetadata: {name: x, namespace: ns}\n",
+    );
+    let folder = open(dir.path());
+    let cms = keys(&folder, &configmaps());
+    assert_eq!(cms, ["ns/in-json", "ns/nulls", "ns/quoted"]);
+    let mut events = folder.watch(&configmaps());
+    while let Some(Some(e)) = events.next().now_or_never() {
+        if let SourceEvent::Listed(o) = e {
+            let json: Value = serde_json::from_str(&o.json()).expect("JSON");
+            match o.name() {
+                "quoted" => assert_eq!(json["data"]["text"], "a long value"),
+                "nulls" => {
+                    assert_eq!(json["metadata"]["labels"]["a"], "");
+                    assert_eq!(o.label("a"), Some(""));
+                }
+                _ => {}
+            }
+        }
+    }
+    let binding = Gvk::new("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding");
+    assert_eq!(
+        keys(&folder, &binding),
+        ["b"],
+        "cluster-scoped, namespace dropped"
+    );
+    let errors = folder.errors();
+    let error_of = |file: &str| {
+        errors
+            .iter()
+            .find(|(p, _)| p.ends_with(file))
+            .map(|(_, e)| e.clone())
+            .unwrap_or_else(|| panic!("no error for {file}: {errors:?}"))
+    };
+    assert!(error_of("psp.yaml").contains("removed in Kubernetes 1.25"));
+    assert!(error_of("old-deployment.yaml").contains("no matches for kind \"Deployment\""));
+    assert!(error_of("no-version.yaml").contains("group/version"));
+    assert_eq!(errors.len(), 3, "{errors:?}");
+}
+
+#[test]
+fn a_document_removed_beside_a_bad_one_is_deleted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("two.yaml");
+    fs::write(&path, format!("{}---\n{}", cm("a", "1"), cm("b", "1"))).expect("write");
+    let folder = open(dir.path());
+    let mut stream = folder.watch(&configmaps());
+    assert_eq!(ready(&mut stream), ["list[a,b]"]);
+    // b half-saved (broken): a half-saved edit deletes nothing.
+    fs::write(
+        &path,
+        format!("{}---\n{}  bad: [\n", cm("a", "1"), cm("b", "1")),
+    )
+    .expect("write");
+    folder.rescan();
+    assert!(ready(&mut stream).is_empty(), "b kept while broken");
+    // a removed, b still broken: b stays, a goes.
+    fs::write(&path, format!("{}  bad: [\n", cm("b", "1"))).expect("write");
+    folder.rescan();
+    assert_eq!(ready(&mut stream), ["delete a"]);
+}
+
+#[test]
+fn removing_a_definition_leaves_its_objects_where_they_were() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        dir.path().join("crd.yaml"),
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Namespaced, names: {kind: Widget, plural: widgets}}\n",
+    )
+    .expect("write");
+    fs::write(
+        dir.path().join("w.yaml"),
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n",
+    )
+    .expect("write");
+    let folder = open(dir.path());
+    let widget = Gvk::new("example.com", "v1", "Widget");
+    assert_eq!(keys(&folder, &widget), ["default/w"]);
+    let mut stream = folder.watch(&widget);
+    assert_eq!(ready(&mut stream), ["list[w]"]);
+    fs::remove_file(dir.path().join("crd.yaml")).expect("remove");
+    folder.rescan();
+    assert!(ready(&mut stream).is_empty(), "not moved to another key");
+    assert_eq!(keys(&folder, &widget), ["default/w"]);
 }
