@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # before weval was installed is made again with it.
 [[ -x target/weval/bin/weval ]] || new_weval=yes
 scripts/setup.sh --weval
-if [[ ${new_weval:-} == yes ]]; then touch plugins/javascript/owner-chain/build.mjs; fi
+if [[ ${new_weval:-} == yes ]]; then touch plugins/javascript/build.mjs; fi
 results=target/bench-results
 mkdir -p "$results"
 rm -f "$results"/*.txt "$results"/peers.json

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use crate::config::HostConfig;
 use crate::crd::PluginResources;
 use crate::informer::factory::InformerFactory;
+use crate::keeper::{self, Keeper};
 use crate::leader::{ElectionConfig, Elector, LeaderCallbacks};
 use crate::object::Transform;
 use crate::oci::ArtifactCache;
@@ -120,6 +121,8 @@ struct Shared {
     sync_timeout: Duration,
     /// Whether an API server that does not answer makes the host unready.
     readiness_follows_api_server: bool,
+    /// Keeps plugin state on the API server, when the cluster is one.
+    keeper: Option<Arc<Keeper>>,
 }
 
 impl Report for Shared {
@@ -142,6 +145,18 @@ impl Report for Shared {
 
 impl LeaderCallbacks for Shared {
     fn started_leading(&self) {
+        // The state an earlier leader kept comes first: plugins go on from it.
+        if let Some(keeper) = &self.keeper {
+            let read = tokio::runtime::Handle::current()
+                .block_on(tokio::time::timeout(STATE_READ_WAIT, keeper.load()));
+            match read {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!("{e}: leading with the state held here"),
+                Err(_) => tracing::error!(
+                    "plugin state not read within {STATE_READ_WAIT:?}: leading with the state held here"
+                ),
+            }
+        }
         self.plugins.lead();
     }
 
@@ -150,6 +165,10 @@ impl LeaderCallbacks for Shared {
         self.plugins.stop_leading();
     }
 }
+
+/// How long a replica that starts leading waits for the kept plugin state before it leads
+/// without it (it is read again later).
+const STATE_READ_WAIT: Duration = Duration::from_secs(10);
 
 struct Election {
     elector: Arc<tokio::sync::Mutex<Elector>>,
@@ -173,6 +192,10 @@ pub struct Agent {
     /// The API server, when the cluster is one.
     client: Option<kube::Client>,
     election: Option<Election>,
+    /// Writes plugin state through to the API server while this replica leads.
+    keeper_task: Option<JoinHandle<()>>,
+    /// The admission webhooks' server, when configured.
+    webhooks: Option<(SocketAddr, JoinHandle<()>)>,
     shutdown_timeout: Duration,
 }
 
@@ -254,6 +277,12 @@ impl Agent {
             Some(_) => Role::Follower,
             None => Role::Leader,
         };
+        let state_namespace = options
+            .election
+            .as_ref()
+            .map(|e| e.namespace.clone())
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".to_owned());
         let plugins = Arc::new(PluginHost::new(
             engine,
             factory.clone(),
@@ -262,6 +291,40 @@ impl Agent {
             role,
             writer,
         ));
+        let webhooks = match &options.config.admission {
+            Some(serve) => {
+                let tls = crate::admission::tls::Reloading::new(&serve.cert_file, &serve.key_file)
+                    .context("admission webhooks")?;
+                let listener = tokio::net::TcpListener::bind(serve.address)
+                    .await
+                    .with_context(|| format!("admission address {}", serve.address))?;
+                let address = listener.local_addr()?;
+                tracing::info!(%address, "serving admission webhooks at /admit/<plugin>");
+                let task = tokio::spawn(crate::admission::serve(
+                    listener,
+                    Arc::new(tls),
+                    plugins.clone(),
+                ));
+                Some((address, task))
+            }
+            None => None,
+        };
+        let keeper = client
+            .as_ref()
+            .map(|c| Arc::new(Keeper::new(c.clone(), &state_namespace, plugins.clone())));
+        if let (Some(keeper), Role::Leader) = (&keeper, role) {
+            // Without an election this replica leads from the start: read the state first.
+            match tokio::time::timeout(STATE_READ_WAIT, keeper.load()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!("{e}: starting with empty plugin state"),
+                Err(_) => tracing::error!(
+                    "plugin state not read within {STATE_READ_WAIT:?}: starting with empty plugin state"
+                ),
+            }
+        }
+        let keeper_task = keeper
+            .clone()
+            .map(|keeper| tokio::spawn(async move { keeper.run(keeper::DEFAULT_INTERVAL).await }));
         let shared = Arc::new(Shared {
             plugins,
             factory,
@@ -269,6 +332,7 @@ impl Agent {
             started: AtomicBool::new(false),
             sync_timeout: options.config.sync_timeout,
             readiness_follows_api_server: options.config.readiness_follows_api_server,
+            keeper,
         });
         let _ = endpoints.shared.set(shared.clone());
         let election = match (options.election, client) {
@@ -304,6 +368,8 @@ impl Agent {
             config,
             client: client_for_status,
             election,
+            keeper_task,
+            webhooks,
             shutdown_timeout: options.config.shutdown_timeout,
         })
     }
@@ -355,6 +421,11 @@ impl Agent {
     /// The API server source, when the cluster is one.
     pub fn kube(&self) -> Option<&Arc<KubeSource>> {
         self.shared.kube.as_ref()
+    }
+
+    /// Where the admission webhooks are served, when they are.
+    pub fn webhooks_address(&self) -> Option<SocketAddr> {
+        self.webhooks.as_ref().map(|(a, _)| *a)
     }
 
     /// Where the endpoints are served, when they are.
@@ -411,6 +482,13 @@ impl Agent {
                 self.shutdown_timeout
             );
         }
+        // The last changes are kept before another replica may take over.
+        if let Some(task) = self.keeper_task.take() {
+            task.abort();
+        }
+        if let (Some(keeper), Exit::Stopped) = (&self.shared.keeper, exit) {
+            keeper.write_changed().await;
+        }
         // Only now, with delivery stopped, may another replica take over.
         if let Some(election) = &self.election {
             election.elector.lock().await.release().await;
@@ -426,6 +504,12 @@ impl Drop for Agent {
         }
         if let Some(election) = &self.election {
             election.task.abort();
+        }
+        if let Some(task) = &self.keeper_task {
+            task.abort();
+        }
+        if let Some((_, task)) = &self.webhooks {
+            task.abort();
         }
     }
 }

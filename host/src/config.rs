@@ -18,6 +18,10 @@
 //!                              # (examples/deploy/kubewasmplugin-crd.yaml), live
 //! readinessFollowsApiServer: false  # /readyz 503 while the API server does not answer
 //!                              # (a hang is noticed within 90 s); /healthz is not affected
+//! admission:                   # admission webhooks of plugins that declare them; off when
+//!   address: 0.0.0.0:8443      # absent (HTTPS, POST /admit/<plugin>, every replica serves)
+//!   certFile: /etc/kubewasm/tls/tls.crt  # PEM chain and key, read again when they change
+//!   keyFile: /etc/kubewasm/tls/tls.key
 //! traces:                      # OpenTelemetry traces of event handling; off when absent
 //!   endpoint: http://otel-collector:4318  # OTLP over HTTP (protobuf); /v1/traces is added
 //!   sampleRatio: 1.0           # the fraction of event traces kept
@@ -55,6 +59,9 @@
 //!     eventBurst: 25
 //!     httpRequestsPerSecond: 10  # HTTP requests (refused past it; 16 open at once)
 //!     httpBurst: 20
+//!     stateKiB: 64             # the plugin's state map: keys and values together...
+//!     stateEntries: 1024       # ...entries...
+//!     stateValueKiB: 16        # ...and one value (a change past them is refused)
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
 //!     config: {namespaces: [shop]}   # handed to its init as JSON
@@ -91,6 +98,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::admission::ServeConfig;
 use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
 use crate::oci;
@@ -152,6 +160,11 @@ struct LimitsConfig {
     event_burst: Option<u32>,
     http_requests_per_second: Option<u32>,
     http_burst: Option<u32>,
+    #[serde(rename = "stateKiB")]
+    state_kib: Option<usize>,
+    state_entries: Option<usize>,
+    #[serde(rename = "stateValueKiB")]
+    state_value_kib: Option<usize>,
 }
 
 impl LimitsConfig {
@@ -211,6 +224,26 @@ impl LimitsConfig {
         }
         if let Some(mib) = self.backlog_mib {
             delivery.backlog_bytes = mib.saturating_mul(1 << 20);
+        }
+        for (value, into, name) in [
+            (self.state_kib, &mut limits.state.bytes, "stateKiB"),
+            (
+                self.state_entries,
+                &mut limits.state.entries,
+                "stateEntries",
+            ),
+            (
+                self.state_value_kib,
+                &mut limits.state.value_bytes,
+                "stateValueKiB",
+            ),
+        ] {
+            match value {
+                Some(0) => return Err(format!("{field}.{name}: must be positive")),
+                Some(n) if name == "stateEntries" => *into = n,
+                Some(n) => *into = n.saturating_mul(1 << 10),
+                None => {}
+            }
         }
         for (value, into) in [
             (self.writes_per_second, &mut delivery.write_rate.per_second),
@@ -427,6 +460,30 @@ impl SourceConfig {
     }
 }
 
+/// The admission webhook server as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AdmissionFile {
+    address: String,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+}
+
+impl AdmissionFile {
+    fn parse(self) -> Result<ServeConfig, String> {
+        Ok(ServeConfig {
+            address: self.address.parse().map_err(|_| {
+                format!(
+                    "admission.address: {:?} is not host:port with an IP address (for example 0.0.0.0:8443)",
+                    crate::text::cut(self.address.clone(), 80)
+                )
+            })?,
+            cert_file: self.cert_file,
+            key_file: self.key_file,
+        })
+    }
+}
+
 /// The traces settings as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -478,6 +535,7 @@ struct FileConfig {
     #[serde(default)]
     readiness_follows_api_server: bool,
     traces: Option<TracesFile>,
+    admission: Option<AdmissionFile>,
     #[serde(default)]
     leader_election: LeaderElectionConfig,
     #[serde(default)]
@@ -513,6 +571,8 @@ pub struct HostConfig {
     pub readiness_follows_api_server: bool,
     /// Where traces of event handling go; `None`: off.
     pub traces: Option<TracesConfig>,
+    /// Where admission webhooks are served; `None`: off.
+    pub admission: Option<ServeConfig>,
     /// Every plugin's settings.
     pub plugins: PluginsConfig,
 }
@@ -547,6 +607,7 @@ impl Default for HostConfig {
             plugin_resources: false,
             readiness_follows_api_server: false,
             traces: None,
+            admission: None,
             plugins: PluginsConfig::default(),
         }
     }
@@ -625,6 +686,7 @@ impl HostConfig {
             plugin_resources: file.plugin_resources,
             readiness_follows_api_server: file.readiness_follows_api_server,
             traces: file.traces.map(TracesFile::parse).transpose()?,
+            admission: file.admission.map(AdmissionFile::parse).transpose()?,
             sync_timeout: file
                 .sync_timeout_seconds
                 .map_or(DEFAULT_SYNC_TIMEOUT, Duration::from_secs),
@@ -871,6 +933,24 @@ plugins:
                 .handles,
             crate::wasm::handles::DEFAULT_MAX_HANDLES
         );
+    }
+
+    #[test]
+    fn state_bounds_are_configurable_per_plugin() {
+        let config = HostConfig::parse(
+            "defaults:\n  limits: {stateKiB: 8}\nplugins:\n  a:\n    limits: {stateEntries: 3, stateValueKiB: 1}\n",
+        )
+        .expect("valid");
+        let a = config.plugins.settings("a").limits.state;
+        assert_eq!((a.bytes, a.entries, a.value_bytes), (8 << 10, 3, 1 << 10));
+        let other = config.plugins.settings("b").limits.state;
+        assert_eq!(
+            other.entries,
+            crate::wasm::state::StateLimits::default().entries
+        );
+        let zero = HostConfig::parse("defaults:\n  limits: {stateEntries: 0}\n")
+            .expect_err("no entries at all");
+        assert!(zero.contains("defaults.limits.stateEntries"), "{zero}");
     }
 
     #[test]

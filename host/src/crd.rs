@@ -96,7 +96,7 @@ impl PluginResources {
                 loop {
                     match rx.recv_timeout(Duration::from_secs(3600)) {
                         Ok(Delivery::Event(notification)) => controller.apply(&notification),
-                        Ok(Delivery::InitialListSent) => {}
+                        Ok(Delivery::InitialListSent | Delivery::Relisted) => {}
                         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                         Err(_) => return,
                     }

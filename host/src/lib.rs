@@ -7,9 +7,13 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `captured_log` (tests only), `text`, `priority`, `rate`, `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source` ·
-//! `informer` · `wasm` · `plugins` · `config` · `crd`, `serve` · `agent` · `testing`.
+//! `tests/layers.rs`): `captured_log` (tests only), `text`, `priority`, `rate`, `schedule`,
+//! `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source`
+//! · `informer` · `wasm` · `plugins` · `keeper`, `admission` · `config` · `crd`, `serve` · `agent` ·
+//! `testing`. [`keeper`] writes plugin state through to the cluster while this replica leads;
+//! [`admission`] serves plugins' admission webhooks.
 
+pub mod admission;
 pub mod agent;
 #[cfg(test)]
 pub mod captured_log;
@@ -18,6 +22,7 @@ pub mod crd;
 pub mod gvk;
 pub mod histogram;
 pub mod informer;
+pub mod keeper;
 pub mod leader;
 pub mod object;
 pub mod oci;
@@ -25,6 +30,7 @@ pub mod plugins;
 pub mod priority;
 pub mod rate;
 pub mod rbac;
+pub mod schedule;
 pub mod serve;
 pub mod source;
 pub mod testing;

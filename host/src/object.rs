@@ -498,6 +498,12 @@ impl KubeObject {
         }
     }
 
+    /// The JSON text of the value at `tokens` as the object holds it; none when nothing is
+    /// there (`apiVersion` and `kind` are not in the text: ask [`Self::gvk`]).
+    pub fn raw_field(&self, tokens: &[std::borrow::Cow<'_, str>]) -> Option<&str> {
+        pointer::raw(&self.body, tokens)
+    }
+
     /// True when `other` has the same type and JSON text.
     pub fn same_json(&self, other: &Self) -> bool {
         self.gvk == other.gvk && self.body == other.body

@@ -27,6 +27,9 @@ pub struct Identity {
     /// Whether the host follows `KubewasmPlugin` objects (adds reading them and writing
     /// their status).
     pub plugin_resources: bool,
+    /// Whether a plugin keeps state or has schedules (adds a Role on the ConfigMaps that
+    /// keep them in `namespace`).
+    pub plugin_state: bool,
 }
 
 /// The plural resource name of `gvk` (`Pod` → `pods`, `Ingress` → `ingresses`).
@@ -87,6 +90,7 @@ pub fn render(
         service_account,
         leader_election,
         plugin_resources,
+        plugin_state,
     } = identity;
     let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
         name: Some(name.to_owned()),
@@ -184,6 +188,29 @@ pub fn render(
             }),
         ));
     }
+    if *plugin_state {
+        let state = format!("{name}-plugin-state");
+        documents.push((
+            "Plugin state and schedules, kept by the leader in ConfigMaps of the host's namespace."
+                .into(),
+            yaml(&Role {
+                metadata: meta(&state, Some(namespace)),
+                rules: Some(vec![rule(
+                    "",
+                    vec!["configmaps".into()],
+                    &["get", "list", "create", "patch"],
+                )]),
+            }),
+        ));
+        documents.push((
+            String::new(),
+            yaml(&RoleBinding {
+                metadata: meta(&state, Some(namespace)),
+                role_ref: role_ref("Role", &state),
+                subjects: subjects.clone(),
+            }),
+        ));
+    }
     let role_name = format!("{name}-writes");
     for (ns, rules) in writes {
         let Some(ns) = ns else { continue };
@@ -235,6 +262,7 @@ mod tests {
             service_account: "agent".into(),
             leader_election: false,
             plugin_resources: false,
+            plugin_state: false,
         }
     }
 

@@ -225,6 +225,7 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
         service_account: name.into(),
         leader_election: false,
         plugin_resources: false,
+        plugin_state: false,
     };
     support::apply_yaml(
         &admin,

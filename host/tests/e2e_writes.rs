@@ -111,6 +111,7 @@ async fn install_rbac(
         service_account: name.into(),
         leader_election,
         plugin_resources: false,
+        plugin_state: false,
     };
     support::apply_yaml(admin, &rbac::render(&types, &writes, &identity, "test")).await
 }

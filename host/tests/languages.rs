@@ -278,3 +278,24 @@ fn the_python_sdk_passes_its_own_tests() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_javascript_sdk_passes_its_own_tests() {
+    let root = support::root();
+    let out = std::process::Command::new("node")
+        .current_dir(root.join("plugin-sdk/javascript"))
+        .args(["--test", "test/"])
+        .output()
+        .expect("run node --test (node is needed to build the JavaScript plugins too)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // node --test passes when it finds no test file at all; make sure the cases ran.
+    assert!(
+        text.contains("# pass") && !text.contains("# pass 0"),
+        "{text}"
+    );
+}

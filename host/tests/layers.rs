@@ -5,10 +5,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 24] = [
+const LAYERS: [&str; 27] = [
     "text",
     "priority",
     "rate",
+    "schedule",
     "captured_log",
     "whole_file",
     "gvk",
@@ -25,6 +26,8 @@ const LAYERS: [&str; 24] = [
     "informer",
     "wasm",
     "plugins",
+    "keeper",
+    "admission",
     "config",
     "crd",
     "serve",

@@ -45,10 +45,11 @@ fn feed(double: &ApiDouble) -> anyhow::Result<Feed> {
 }
 
 /// `+a` add, `+a*` initial add, `~a` update, `-a` delete, `-a?` stale delete, `|` end of the
-/// initial state.
+/// initial state, `relisted` the end of a later list.
 fn describe(d: &Delivery) -> String {
     match d {
         Delivery::InitialListSent => "|".into(),
+        Delivery::Relisted => "relisted".into(),
         Delivery::Event(Notification::Added { object, initial }) => {
             format!("+{}{}", object.name(), if *initial { "*" } else { "" })
         }
@@ -56,7 +57,9 @@ fn describe(d: &Delivery) -> String {
         Delivery::Event(Notification::Deleted { object, stale }) => {
             format!("-{}{}", object.name(), if *stale { "?" } else { "" })
         }
-        Delivery::Event(Notification::Sync(o)) => format!("={}", o.name()),
+        Delivery::Event(Notification::Sync(o) | Notification::Requeue(o)) => {
+            format!("={}", o.name())
+        }
     }
 }
 
@@ -265,7 +268,7 @@ async fn gone_relists_from_the_last_version_then_consistently_with_tombstones() 
         d.create("ns", "d", json!({}));
         d.compact();
     });
-    assert_eq!(feed.next(3).await?, ["~c", "+d", "-b?"]);
+    assert_eq!(feed.next(4).await?, ["~c", "+d", "-b?", "relisted"]);
     feed.nothing_more(Duration::from_millis(300)).await?;
 
     let lists = of(&double.requests(), Verb::List)[lists_before..].to_vec();

@@ -1,4 +1,4 @@
-// Helpers for kubewasm plugins in JavaScript (contract kubewasm:plugin@0.2.0).
+// Helpers for kubewasm plugins in JavaScript (contract kubewasm:plugin@0.3.0).
 //
 // componentize-js bundles what a plugin imports by relative path only (a package name fails
 // with "Error loading module") and only inside the project folder: install it as a copy
@@ -10,7 +10,11 @@
 // and retry false (given up at once); a thrown string or other value traps, which discards the
 // instance and is retried. `fail` and `handleErrors` make this explicit.
 
-import { log as hostLog } from "kubewasm:plugin/logging@0.2.0";
+import { log as hostLog } from "kubewasm:plugin/logging@0.3.0";
+import * as hostState from "kubewasm:plugin/state@0.3.0";
+import { requeueAfter as hostRequeueAfter } from "kubewasm:plugin/triggers@0.3.0";
+
+export { Selector } from "./selector.js";
 
 /** A resource type from an object's apiVersion (`apps/v1` or `v1`) and kind. */
 export function gvk(apiVersion, kind) {
@@ -49,7 +53,116 @@ export function key(namespace, name) {
   return namespace ? `${namespace}/${name}` : name;
 }
 
-/** The event's kind (`added`, `updated`, `deleted`, `sync`) and its current object. */
+/**
+ * A subscription: every object of `gvk`, or only those in `namespaces` matching the label
+ * `selector`; with `changes` (JSON pointers such as `/spec`), an update is delivered only when
+ * a value there changed (`/metadata/generation`: the spec).
+ */
+export function subscribe(gvk, { namespaces = [], selector = undefined, changes = [] } = {}) {
+  return { gvk, namespaces, labelSelector: selector, changes };
+}
+
+/** A named schedule for `manifest`: `tick(name)` on it (cron in UTC, or `@every 30s`). */
+export function schedule(name, cron, { timeZone = undefined, jitterSeconds = 0 } = {}) {
+  return { name, cron, timeZone, jitterSeconds };
+}
+
+/** What `describe` returns, every field defaulted. */
+export function manifest({
+  subscriptions = [],
+  queries = [],
+  indexes = [],
+  resyncSeconds = 0,
+  schedules = [],
+  state = false,
+  admission = undefined,
+} = {}) {
+  return { subscriptions, queries, indexes, resyncSeconds, schedules, state, admission };
+}
+
+/** An admission rule: `operations` (`"create"`, `"update"`, ...) on objects of `gvk`. */
+export function rule(gvk, operations, { subresources = [] } = {}) {
+  return { gvk, operations, subresources };
+}
+
+/**
+ * A validating webhook for `manifest({ admission })`: `admit` allows or denies. When the
+ * plugin cannot answer, the request is refused (let through with `ignoreFailures`).
+ */
+export function validating(
+  rules,
+  { ignoreFailures = false, timeoutSeconds = 0, namespaceSelector = undefined, matchConditions = [] } = {},
+) {
+  return {
+    mutating: false,
+    rules,
+    failurePolicy: ignoreFailures ? "ignore" : "fail",
+    timeoutSeconds,
+    namespaceSelector,
+    matchConditions,
+  };
+}
+
+/** A mutating webhook (`admit` may answer `patchTo(object)`); options as `validating`. */
+export function mutating(rules, options = {}) {
+  return { ...validating(rules, options), mutating: true };
+}
+
+/** An admission answer that lets the request through. */
+export function allow(...warnings) {
+  return { allowed: true, message: "", code: 0, mutation: undefined, warnings };
+}
+
+/** An admission answer that refuses the request with `message` (code 0: 403). */
+export function deny(message, { code = 0, warnings = [] } = {}) {
+  return { allowed: false, message, code, mutation: undefined, warnings };
+}
+
+/** An admission answer that lets the request through changed into `object` (the whole object). */
+export function patchTo(object, ...warnings) {
+  return {
+    allowed: true,
+    message: "",
+    code: 0,
+    mutation: { tag: "object", val: JSON.stringify(object) },
+    warnings,
+  };
+}
+
+/**
+ * A handler with defaults for what it leaves out: `synced` and `tick` do nothing, `admit`
+ * allows. `export const handler = plugin({ init, describe, handle })`.
+ */
+export function plugin(handler) {
+  return {
+    init(_config) {},
+    synced() {},
+    tick(_schedule) {},
+    admit(_request) {
+      return allow();
+    },
+    ...handler,
+  };
+}
+
+/**
+ * The plugin's own key-value map, kept by the host across instances, versions and leaders
+ * (declare it: `manifest({ state: true })`). Changes made during a call take effect when it
+ * returns without throwing.
+ */
+export const state = Object.freeze({
+  get: (key) => hostState.get(key),
+  set: (key, value) => hostState.set(key, value),
+  remove: (key) => hostState.remove(key),
+  keys: (prefix = "") => hostState.keys(prefix),
+});
+
+/** Calls `handle` again for the event's object `seconds` from now (during `handle`). */
+export function requeueAfter(seconds) {
+  hostRequeueAfter(seconds);
+}
+
+/** The event's kind (`added`, `updated`, `deleted`, `sync`, `requeue`) and its current object. */
 export function changed(event) {
   switch (event.tag) {
     case "added":
@@ -90,6 +203,8 @@ const ERRORS = {
   "too-many-handles": ["too many handles", true],
   "not-leader": ["not leader", true],
   unsupported: ["unsupported", false],
+  "not-declared": ["not declared", false],
+  unavailable: ["unavailable", false],
 };
 
 /**

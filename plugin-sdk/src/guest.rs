@@ -17,8 +17,9 @@ pub mod bindings {
 }
 
 pub use bindings::kubewasm::plugin::types::{
-    Added, Deleted, Event, Gvk, HandleError, Index, Manifest, Object, OwnerReference, QueryError,
-    Subscription, Updated, Value,
+    Added, Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Deleted, Event,
+    FailurePolicy, Gvk, HandleError, Index, Manifest, Mutation, Object, Operation, OwnerReference,
+    QueryError, Schedule, Subscription, Updated, UserInfo, Value,
 };
 
 /// What a plugin implements. Export it with [`export_plugin!`](crate::export_plugin).
@@ -36,6 +37,26 @@ pub trait Plugin {
     /// Handles one event. Its objects are handles lent for this call: read what you need
     /// through them ([`Object::field`], [`Object::label`], [`Object::parse`], ...).
     fn handle(event: Event<'_>) -> Result<(), HandleError>;
+
+    /// Every subscription's initial state has been handed over (at start, after a hot swap,
+    /// after a relist): the moment to reconcile everything once. Does nothing unless
+    /// overridden.
+    fn synced() -> Result<(), HandleError> {
+        Ok(())
+    }
+
+    /// The schedule named `schedule` (declared with [`Manifest::schedule`]) is due.
+    fn tick(schedule: &str) -> Result<(), HandleError> {
+        let _ = schedule;
+        Ok(())
+    }
+
+    /// Reviews an admission request (for the rules declared with [`Manifest::admission`]).
+    /// Allows everything unless overridden.
+    fn admit(request: AdmissionRequest<'_>) -> AdmissionResponse {
+        let _ = request;
+        AdmissionResponse::allow()
+    }
 }
 
 /// Exports a [`Plugin`] implementation as the component's `handler`.
@@ -53,6 +74,15 @@ macro_rules! export_plugin {
                 }
                 fn handle(event: $crate::Event<'_>) -> ::std::result::Result<(), $crate::HandleError> {
                     <$plugin as $crate::Plugin>::handle(event)
+                }
+                fn synced() -> ::std::result::Result<(), $crate::HandleError> {
+                    <$plugin as $crate::Plugin>::synced()
+                }
+                fn tick(schedule: ::std::string::String) -> ::std::result::Result<(), $crate::HandleError> {
+                    <$plugin as $crate::Plugin>::tick(&schedule)
+                }
+                fn admit(request: $crate::AdmissionRequest<'_>) -> $crate::AdmissionResponse {
+                    <$plugin as $crate::Plugin>::admit(request)
                 }
             }
             $crate::bindings::__export_kubewasm_plugin!(KubewasmExport with_types_in $crate::bindings);
@@ -103,6 +133,31 @@ impl Gvk {
         Self::new("apps", "v1", "ReplicaSet")
     }
 
+    /// `v1` Service.
+    pub fn service() -> Self {
+        Self::new("", "v1", "Service")
+    }
+
+    /// `v1` Node.
+    pub fn node() -> Self {
+        Self::new("", "v1", "Node")
+    }
+
+    /// `apps/v1` StatefulSet.
+    pub fn stateful_set() -> Self {
+        Self::new("apps", "v1", "StatefulSet")
+    }
+
+    /// `apps/v1` DaemonSet.
+    pub fn daemon_set() -> Self {
+        Self::new("apps", "v1", "DaemonSet")
+    }
+
+    /// `batch/v1` Job.
+    pub fn job() -> Self {
+        Self::new("batch", "v1", "Job")
+    }
+
     /// The `apiVersion` string.
     pub fn api_version(&self) -> String {
         crate::api_version(&self.group, &self.version)
@@ -123,6 +178,9 @@ impl Manifest {
             queries: Vec::new(),
             indexes: Vec::new(),
             resync_seconds: 0,
+            schedules: Vec::new(),
+            state: false,
+            admission: None,
         }
     }
 
@@ -153,6 +211,133 @@ impl Manifest {
         self.resync_seconds = seconds;
         self
     }
+
+    /// Asks for [`Plugin::tick`] with `name` on schedule `cron` (five-field cron, in UTC, or
+    /// `@every 30s`).
+    pub fn schedule(mut self, name: &str, cron: &str) -> Self {
+        self.schedules.push(Schedule {
+            name: name.into(),
+            cron: cron.into(),
+            time_zone: None,
+            jitter_seconds: 0,
+        });
+        self
+    }
+
+    /// Declares that the plugin keeps [`state`](crate::state).
+    pub fn with_state(mut self) -> Self {
+        self.state = true;
+        self
+    }
+
+    /// Declares the admission webhook the plugin serves ([`Plugin::admit`]).
+    pub fn admission(mut self, admission: Admission) -> Self {
+        self.admission = Some(admission);
+        self
+    }
+}
+
+impl Admission {
+    /// A validating webhook (it allows or denies) for `rules`: failure policy Fail, the
+    /// API server's timeout 10 s.
+    pub fn validating(rules: Vec<AdmissionRule>) -> Self {
+        Self {
+            mutating: false,
+            rules,
+            failure_policy: FailurePolicy::Fail,
+            timeout_seconds: 0,
+            namespace_selector: None,
+            match_conditions: Vec::new(),
+        }
+    }
+
+    /// A mutating webhook (it may return a change) for `rules`.
+    pub fn mutating(rules: Vec<AdmissionRule>) -> Self {
+        Self {
+            mutating: true,
+            ..Self::validating(rules)
+        }
+    }
+
+    /// Lets requests through when the plugin cannot answer (failure policy Ignore).
+    pub fn ignore_failures(mut self) -> Self {
+        self.failure_policy = FailurePolicy::Ignore;
+        self
+    }
+
+    /// The API server's timeout for the call (1 to 30 seconds); the call's deadline never
+    /// exceeds it.
+    pub fn timeout_seconds(mut self, seconds: u32) -> Self {
+        self.timeout_seconds = seconds;
+        self
+    }
+
+    /// Only objects in namespaces whose labels match `selector` (Kubernetes syntax).
+    pub fn namespace_selector(mut self, selector: &str) -> Self {
+        self.namespace_selector = Some(selector.to_owned());
+        self
+    }
+
+    /// Only requests for which the CEL `expression` is true (a match condition named `name`).
+    pub fn match_condition(mut self, name: &str, expression: &str) -> Self {
+        self.match_conditions
+            .push((name.to_owned(), expression.to_owned()));
+        self
+    }
+}
+
+impl AdmissionRule {
+    /// `operations` on objects of `gvk`.
+    pub fn on(gvk: Gvk, operations: &[Operation]) -> Self {
+        Self {
+            gvk,
+            operations: operations.to_vec(),
+            subresources: Vec::new(),
+        }
+    }
+
+    /// Also the `subresources` (`status`, `scale`) of those objects.
+    pub fn with_subresources(mut self, subresources: &[&str]) -> Self {
+        self.subresources = subresources.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+}
+
+impl AdmissionResponse {
+    /// Allows the request.
+    pub fn allow() -> Self {
+        Self {
+            allowed: true,
+            message: String::new(),
+            code: 0,
+            mutation: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Denies the request with `message` (shown to the user with the plugin's name).
+    pub fn deny(message: impl fmt::Display) -> Self {
+        Self {
+            allowed: false,
+            message: message.to_string(),
+            ..Self::allow()
+        }
+    }
+
+    /// Allows the request, changed into `object` (its whole JSON): the host works out the
+    /// JSON patch.
+    pub fn patch_to(object: &serde_json::Value) -> Self {
+        Self {
+            mutation: Some(Mutation::Object(object.to_string())),
+            ..Self::allow()
+        }
+    }
+
+    /// Adds a warning shown to the user.
+    pub fn warn(mut self, warning: impl fmt::Display) -> Self {
+        self.warnings.push(warning.to_string());
+        self
+    }
 }
 
 impl Default for Manifest {
@@ -168,7 +353,21 @@ impl Subscription {
             gvk,
             namespaces: Vec::new(),
             label_selector: None,
+            changes: Vec::new(),
         }
+    }
+
+    /// Only updates that change a value at one of these JSON pointers (`/spec`,
+    /// `/metadata/labels`); compared in the host, so other updates cost nothing.
+    pub fn on_changes(mut self, pointers: &[&str]) -> Self {
+        self.changes = pointers.iter().map(|p| (*p).into()).collect();
+        self
+    }
+
+    /// Only updates that change `metadata.generation` (the spec), as kube-rs's generation
+    /// predicate.
+    pub fn on_generation_change(self) -> Self {
+        self.on_changes(&["/metadata/generation"])
     }
 
     /// Only objects in these namespaces.
@@ -257,7 +456,7 @@ impl<'a> Event<'a> {
             Event::Added(a) => a.object,
             Event::Updated(u) => u.new,
             Event::Deleted(d) => d.object,
-            Event::Sync(o) => o,
+            Event::Sync(o) | Event::Requeue(o) => o,
         }
     }
 
@@ -404,6 +603,68 @@ pub mod cluster {
             Self {
                 message: e.explain(),
                 retry,
+            }
+        }
+    }
+}
+
+/// Being called again: [`requeue_after`](triggers::requeue_after) during `handle`.
+pub mod triggers {
+    use crate::bindings::kubewasm::plugin::triggers as host;
+
+    /// Calls `handle` again for the event's object `seconds` from now, with its current state
+    /// (an [`Event::Requeue`](super::Event::Requeue)); a real event for it meanwhile takes
+    /// its place, a delete cancels it. Only during `handle`.
+    pub fn requeue_after(seconds: u32) -> Result<(), String> {
+        host::requeue_after(seconds)
+    }
+}
+
+/// The plugin's own key-value map, kept by the host across instances, versions and leaders
+/// (declare it with [`Manifest::with_state`](super::Manifest::with_state)). Changes made
+/// during a call take effect when it returns Ok.
+pub mod state {
+    use crate::bindings::kubewasm::plugin::state as host;
+    pub use crate::bindings::kubewasm::plugin::state::StateError;
+
+    /// The value of `key`.
+    pub fn get(key: &str) -> Option<String> {
+        host::get(key)
+    }
+
+    /// Sets `key` to `value`.
+    pub fn set(key: &str, value: &str) -> Result<(), StateError> {
+        host::set(key, value)
+    }
+
+    /// Removes `key`.
+    pub fn remove(key: &str) -> Result<(), StateError> {
+        host::remove(key)
+    }
+
+    /// The keys starting with `prefix`, sorted.
+    pub fn keys(prefix: &str) -> Vec<String> {
+        host::keys(prefix)
+    }
+
+    impl StateError {
+        /// A one-line explanation: what kind of failure, then the host's detail.
+        pub fn explain(&self) -> String {
+            let (what, detail) = match self {
+                StateError::TooLarge(d) => ("too large", d),
+                StateError::NotDeclared(d) => ("not declared", d),
+                StateError::Unavailable(d) => ("unavailable", d),
+            };
+            format!("{what}: {detail}")
+        }
+    }
+
+    impl From<StateError> for super::HandleError {
+        /// A state change refused: retrying will not make it fit.
+        fn from(e: StateError) -> Self {
+            Self {
+                message: e.explain(),
+                retry: false,
             }
         }
     }

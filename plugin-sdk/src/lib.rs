@@ -7,7 +7,12 @@
 //! objects ([`Object`]): a plugin reads the fields it needs (`pod.text("/status/phase")`,
 //! `pod.label("app")`, `pod.owner_references()`) or parses the whole object when it wants a
 //! typed view (`pod.parse::<k8s::api::core::v1::Pod>()`). Instances are disposable (after a trap, on a
-//! reload), so keep no state that the cache cannot give back.
+//! reload): what must outlive one (an alert already sent) goes in [`state`].
+//!
+//! Contract `kubewasm:plugin@0.3.0`. Besides events: change filters
+//! ([`Subscription::on_changes`]), requeues ([`triggers::requeue_after`]), [`Plugin::synced`],
+//! schedules ([`Manifest::schedule`], [`Plugin::tick`]), [`state`], and admission
+//! ([`Manifest::admission`], [`Plugin::admit`]).
 //!
 //! ```no_run
 //! use kubewasm_sdk::{Event, Gvk, HandleError, Manifest, Plugin, Subscription, export_plugin, log};

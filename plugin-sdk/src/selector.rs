@@ -315,6 +315,29 @@ impl Parser<'_> {
 mod tests {
     use super::*;
 
+    /// The cases every SDK's selector is held to (plugin-sdk/selector-cases.json): Python's
+    /// and JavaScript's tests read the same file.
+    #[test]
+    fn matches_the_cases_every_sdk_shares() {
+        let text = include_str!("../selector-cases.json");
+        let cases: Vec<serde_json::Value> = serde_json::from_str(text).expect("cases");
+        for case in cases {
+            let selector =
+                Selector::parse(case["selector"].as_str().expect("selector")).expect("parses");
+            let labels: Vec<(String, String)> = case["labels"]
+                .as_object()
+                .expect("labels")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().expect("value").to_owned()))
+                .collect();
+            assert_eq!(
+                selector.matches(&labels),
+                case["matches"].as_bool().expect("matches"),
+                "{case}"
+            );
+        }
+    }
+
     fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()

@@ -18,6 +18,10 @@ const PLUGINS: &[(&str, &str)] = &[
     ("labeler", "LABELER"),
     ("crashloop-events", "CRASHLOOP_EVENTS"),
     ("rollout-notifier", "ROLLOUT_NOTIFIER"),
+    ("image-policy", "IMAGE_POLICY"),
+    ("pod-defaults", "POD_DEFAULTS"),
+    ("service-alert", "SERVICE_ALERT"),
+    ("pod-age", "POD_AGE"),
 ];
 
 fn main() {
@@ -110,32 +114,51 @@ fn other_languages(root: &Path, target: &Path) -> String {
     };
     let py = componentize_py("plugins/python/owner-chain", "owner_chain_py.wasm");
     let labeler_py = componentize_py("plugins/python/labeler", "labeler_py.wasm");
+    let alert_py = componentize_py("plugins/python/service-alert", "service_alert_py.wasm");
     let js_tools = root.join("plugins/javascript/node_modules/@bytecodealliance/componentize-js");
-    let js_out = dir.join("owner_chain_js.wasm");
     // With weval (`scripts/setup.sh --weval`, which the benchmarks run), the JavaScript is
     // compiled ahead of time, as a user wanting speed would build it; the tests do without.
     let weval = root.join("target/weval/bin/weval");
-    let js = js_tools.exists().then(|| {
-        let mut node = Command::new("node");
-        if weval.exists() {
-            node.env("WEVAL_BIN", &weval);
-        }
-        let status = node
-            .current_dir(root.join("plugins/javascript"))
-            .arg("owner-chain/build.mjs")
-            .arg(&js_out)
-            .status()
-            .expect("run node");
-        assert!(
-            status.success(),
-            "building plugins/javascript/owner-chain failed"
-        );
-        js_out
-    });
+    // weval's pre-initialisation does not see modules outside the plugin's own folder (it fails
+    // with "Error loading module ../../../plugin-sdk/javascript/index.js"): plugins that import
+    // the SDK are built without it.
+    let componentize_js = |source: &str, name: &str, aot: bool| {
+        let out = dir.join(name);
+        js_tools.exists().then(|| {
+            let mut node = Command::new("node");
+            if aot && weval.exists() {
+                node.env("WEVAL_BIN", &weval);
+            }
+            // From the checkout's root, which componentize-js maps as the component's root:
+            // plugins import the SDK by relative path.
+            let status = node
+                .current_dir(root)
+                .arg("plugins/javascript/build.mjs")
+                .arg(source)
+                .arg(&out)
+                .status()
+                .expect("run node");
+            assert!(status.success(), "building {source} failed");
+            out
+        })
+    };
+    let js = componentize_js(
+        "plugins/javascript/owner-chain/owner-chain.js",
+        "owner_chain_js.wasm",
+        true,
+    );
+    let alert_js = componentize_js(
+        "plugins/javascript/service-alert/service-alert.js",
+        "service_alert_js.wasm",
+        false,
+    );
     for dir in [
         "plugins/python/owner-chain",
         "plugins/python/labeler",
+        "plugins/python/service-alert",
         "plugins/javascript/owner-chain",
+        "plugins/javascript/service-alert",
+        "plugins/javascript/build.mjs",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -158,4 +181,6 @@ fn other_languages(root: &Path, target: &Path) -> String {
     constant("OWNER_CHAIN_PY", "Python owner-chain", py)
         + &constant("LABELER_PY", "Python labeler", labeler_py)
         + &constant("OWNER_CHAIN_JS", "JavaScript owner-chain", js)
+        + &constant("SERVICE_ALERT_PY", "Python service-alert", alert_py)
+        + &constant("SERVICE_ALERT_JS", "JavaScript service-alert", alert_js)
 }

@@ -59,7 +59,11 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         } else {
             format!("labels {selector}")
         };
-        line(format!("  {gvk}  ({namespaces}; {selector})"));
+        let changes = match &filter.changes {
+            Some(c) => format!("; updates only when {} change", c.pointers().join(", ")),
+            None => String::new(),
+        };
+        line(format!("  {gvk}  ({namespaces}; {selector}{changes})"));
     }
     if m.subscriptions.is_empty() {
         line("  nothing".into());
@@ -92,6 +96,56 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         m.resync
             .map_or_else(|| "off".to_owned(), |d| format!("every {d:?}"))
     ));
+    for schedule in &m.schedules {
+        line(format!(
+            "schedule {:?}: {}{} (tick on the leading replica)",
+            schedule.name,
+            schedule.text,
+            if schedule.jitter.is_zero() {
+                String::new()
+            } else {
+                format!(", up to {:?} of jitter", schedule.jitter)
+            }
+        ));
+    }
+    let limits = &config.plugins.settings(name).limits.state;
+    line(format!(
+        "state: {}",
+        if m.state {
+            format!(
+                "declared (at most {} KiB, {} entries, {} KiB a value; kept by the leader)",
+                limits.bytes >> 10,
+                limits.entries,
+                limits.value_bytes >> 10
+            )
+        } else {
+            "not declared".to_owned()
+        }
+    ));
+    match &m.admission {
+        Some(a) => {
+            line(format!(
+                "admission: {} webhook at /admit/{name}, failurePolicy {}, timeout {:?}",
+                if a.mutating { "mutating" } else { "validating" },
+                if a.fail_open { "Ignore" } else { "Fail" },
+                a.timeout
+            ));
+            for rule in &a.rules {
+                let operations: Vec<&str> = rule.operations.iter().map(|o| o.as_str()).collect();
+                line(format!(
+                    "  {}  {}{}",
+                    rule.gvk,
+                    operations.join(", "),
+                    if rule.subresources.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (and {})", rule.subresources.join(", "))
+                    }
+                ));
+            }
+        }
+        None => line("admission: none".into()),
+    }
     line(format!(
         "may read ({}):",
         args.config.as_ref().map_or_else(

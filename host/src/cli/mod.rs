@@ -7,6 +7,7 @@ mod record;
 mod run;
 mod status;
 mod test;
+mod webhooks;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -55,6 +56,9 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Print the least-privilege RBAC for the host's service account.
     Rbac(rbac::RbacArgs),
+    /// Print the Validating/MutatingWebhookConfiguration for the plugins that declare
+    /// admission.
+    Webhooks(webhooks::WebhooksArgs),
     /// Print the plugins of a running host (from its `/status` endpoint).
     Status(status::StatusArgs),
     /// Record a cluster's objects and changes as a test file for `test` to replay.
@@ -82,6 +86,7 @@ impl Command {
             Command::Run(args) => run::run(args).await,
             Command::Check(args) => check::check(args).await,
             Command::Rbac(args) => rbac::rbac(args).await,
+            Command::Webhooks(args) => webhooks::webhooks(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Test(args) => test::test(args).await,
             Command::New(args) => new::new(args).await,

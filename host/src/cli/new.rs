@@ -37,6 +37,16 @@ pub struct NewArgs {
 }
 
 const TEST: &str = include_str!("../../templates/test.yaml");
+/// The checkout's own tool chain file: a new Rust project pins the same channel.
+const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
+
+/// The channel `rust-toolchain.toml` names.
+fn rust_channel() -> &'static str {
+    TOOLCHAIN
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map_or("stable", |c| c.trim_matches('"'))
+}
 const WIT: &str = include_str!("../../../wit/plugin.wit");
 
 /// The files of a project in `lang`: path and template.
@@ -59,6 +69,10 @@ fn files(lang: Lang, name: &str) -> Vec<(String, &'static str)> {
             (
                 "README.md".into(),
                 include_str!("../../templates/rust/README.md"),
+            ),
+            (
+                "rust-toolchain.toml".into(),
+                include_str!("../../templates/rust/rust-toolchain.toml"),
             ),
             (".gitignore".into(), "/target\n"),
             test,
@@ -160,6 +174,7 @@ pub async fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
         template
             .replace("{{name}}", name)
             .replace("{{crate}}", &crate_name)
+            .replace("{{rust}}", rust_channel())
             .replace("{{wasm}}", &wasm)
             .replace("{{checkout}}", &checkout.display().to_string())
             .replace("{{kubewasm}}", &kubewasm.display().to_string())
@@ -210,12 +225,21 @@ mod tests {
     }
 
     #[test]
+    fn a_rust_project_pins_the_checkouts_tool_chain_and_the_guest_target() {
+        let channel = rust_channel();
+        assert!(channel.starts_with("1."), "{channel}");
+        let pinned = include_str!("../../templates/rust/rust-toolchain.toml");
+        assert!(pinned.contains("wasm32-wasip2") && pinned.contains("{{rust}}"));
+    }
+
+    #[test]
     fn every_placeholder_of_every_template_is_filled() {
         for lang in [Lang::Rust, Lang::Python, Lang::Javascript] {
             for (path, template) in files(lang, "x") {
                 let known = [
                     "{{name}}",
                     "{{crate}}",
+                    "{{rust}}",
                     "{{wasm}}",
                     "{{checkout}}",
                     "{{kubewasm}}",

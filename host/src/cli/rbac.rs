@@ -38,6 +38,11 @@ pub struct RbacArgs {
     cache_dir: Option<PathBuf>,
 }
 
+/// Whether the leader keeps something of this plugin's in a ConfigMap.
+fn keeps_state(manifest: &kubewasm::plugins::manifest::PluginManifest) -> bool {
+    manifest.state || !manifest.schedules.is_empty()
+}
+
 /// `kubewasm rbac`.
 pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
@@ -55,10 +60,12 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let mut failed = Vec::new();
     let mut names = Vec::new();
     let mut writes = Vec::new();
+    let mut plugin_state = false;
     for path in &files {
         match inspect_file(path, &config, &engine).await {
             Ok((file, inspection)) => {
                 types.extend(inspection.manifest.cached.iter().cloned());
+                plugin_state |= keeps_state(&inspection.manifest);
                 writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
                 names.push(file.name);
             }
@@ -70,6 +77,7 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         match inspect_pulled(name, source, &config, &engine).await {
             Ok((file, inspection)) => {
                 types.extend(inspection.manifest.cached.iter().cloned());
+                plugin_state |= keeps_state(&inspection.manifest);
                 writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
                 names.push(file.name);
             }
@@ -87,6 +95,7 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         service_account: args.service_account,
         leader_election: args.leader_elect || config.leader_election.enabled,
         plugin_resources: config.plugin_resources,
+        plugin_state,
     };
     let sources = format!("the plugins {}", names.join(", "));
     print!("{}", rbac::render(&types, &writes, &identity, &sources));

@@ -47,6 +47,24 @@ pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
                 "  {verdict} {} ({} log lines, {} writes)",
                 step.name, step.lines, step.writes
             );
+            if !step.state.is_empty() {
+                println!(
+                    "         state: {}",
+                    serde_json::to_string(&step.state).unwrap_or_default()
+                );
+            }
+            if let Some(answer) = &step.answer {
+                let patch = answer
+                    .patch
+                    .as_ref()
+                    .map_or_else(String::new, |p| format!(", patch {p}"));
+                let verdict = if answer.allowed {
+                    "allowed".to_owned()
+                } else {
+                    format!("denied ({}): {}", answer.code, answer.message)
+                };
+                println!("         admission: {verdict}{patch}");
+            }
             for problem in &step.problems {
                 println!("         {problem}");
             }

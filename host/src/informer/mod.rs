@@ -45,6 +45,8 @@ pub enum Notification {
     },
     /// A periodic resync of an unchanged object.
     Sync(Arc<KubeObject>),
+    /// The current state of an object the plugin asked to see again (`requeue-after`).
+    Requeue(Arc<KubeObject>),
 }
 
 impl Notification {
@@ -58,9 +60,10 @@ impl Notification {
     /// The newest state of the object this is about.
     pub fn object(&self) -> &Arc<KubeObject> {
         match self {
-            Self::Added { object, .. } | Self::Deleted { object, .. } | Self::Sync(object) => {
-                object
-            }
+            Self::Added { object, .. }
+            | Self::Deleted { object, .. }
+            | Self::Sync(object)
+            | Self::Requeue(object) => object,
             Self::Updated { new, .. } => new,
         }
     }
@@ -75,6 +78,51 @@ pub struct Filter {
     pub selector: Selector,
     /// Only objects with these keys (`namespace/name`), when set.
     pub keys: Option<std::collections::BTreeSet<String>>,
+    /// Only updates that change a value at one of these pointers (none: every update).
+    pub changes: Option<Arc<Changes>>,
+}
+
+/// A subscription's change filter: the pointers compared, and how many updates it dropped.
+#[derive(Debug, Default)]
+pub struct Changes {
+    pointers: Vec<Vec<std::borrow::Cow<'static, str>>>,
+    /// The pointers as written.
+    texts: Vec<String>,
+    /// Updates dropped because none of the pointers' values changed.
+    pub filtered: AtomicU64,
+}
+
+impl Changes {
+    /// A filter on `pointers` (RFC 6901, already checked).
+    pub fn new(texts: &[String]) -> Result<Self, crate::object::pointer::PointerError> {
+        let pointers = texts
+            .iter()
+            .map(|p| {
+                crate::object::pointer::tokens(p).map(|t| {
+                    t.into_iter()
+                        .map(|c| std::borrow::Cow::Owned(c.into_owned()))
+                        .collect()
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            pointers,
+            texts: texts.to_vec(),
+            filtered: AtomicU64::new(0),
+        })
+    }
+
+    /// The pointers as written.
+    pub fn pointers(&self) -> &[String] {
+        &self.texts
+    }
+
+    /// True when a value at one of the pointers differs between `old` and `new`.
+    pub fn changed(&self, old: &KubeObject, new: &KubeObject) -> bool {
+        self.pointers
+            .iter()
+            .any(|p| old.raw_field(p) != new.raw_field(p))
+    }
 }
 
 impl Filter {
@@ -94,7 +142,13 @@ impl Filter {
     fn view(&self, n: &Notification) -> Option<Notification> {
         match n {
             Notification::Updated { old, new } => match (self.matches(old), self.matches(new)) {
-                (true, true) => Some(n.clone()),
+                (true, true) => match &self.changes {
+                    Some(changes) if !changes.changed(old, new) => {
+                        changes.filtered.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                    _ => Some(n.clone()),
+                },
                 (false, true) => Some(Notification::Added {
                     object: new.clone(),
                     initial: false,
@@ -244,6 +298,10 @@ impl Informer {
                         let _ = sub.tx.push_initial_list_sent();
                     }
                     self.synced.notify_all();
+                } else {
+                    for sub in &state.subscribers {
+                        let _ = sub.tx.push_relisted();
+                    }
                 }
             }
             SourceEvent::Applied(object) => {

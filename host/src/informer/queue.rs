@@ -27,6 +27,9 @@ pub enum Delivery {
     Event(Notification),
     /// One subscription's initial state has been queued in full (everything before this).
     InitialListSent,
+    /// The source listed the type again (after a 410 Gone or a reconnect): everything before
+    /// this reflects the new list.
+    Relisted,
 }
 
 /// The receiver is gone: nothing more will be delivered.
@@ -68,6 +71,7 @@ impl QueueStats {
 enum Slot {
     Event(Notification),
     InitialListSent,
+    Relisted,
     /// An event cancelled by coalescing (an add followed by its delete).
     Empty,
 }
@@ -195,6 +199,7 @@ impl Inner {
                     return Some(Delivery::Event(n));
                 }
                 Slot::InitialListSent => return Some(Delivery::InitialListSent),
+                Slot::Relisted => return Some(Delivery::Relisted),
                 Slot::Empty => {}
             }
         }
@@ -274,11 +279,20 @@ impl QueueSender {
     /// Marks that one subscription's initial state has been queued in full, without waking
     /// the receiver.
     pub fn push_initial_list_sent(&self) -> Result<(), Closed> {
+        self.push_mark(Slot::InitialListSent)
+    }
+
+    /// Marks that the source listed the type again, without waking the receiver.
+    pub fn push_relisted(&self) -> Result<(), Closed> {
+        self.push_mark(Slot::Relisted)
+    }
+
+    fn push_mark(&self, mark: Slot) -> Result<(), Closed> {
         let mut inner = self.shared.lock();
         if !inner.receiver {
             return Err(Closed);
         }
-        inner.slots.push_back(Slot::InitialListSent);
+        inner.slots.push_back(mark);
         self.pushed(&inner);
         Ok(())
     }
@@ -479,6 +493,7 @@ mod tests {
     fn short(d: &Delivery) -> String {
         match d {
             Delivery::InitialListSent => "|".to_owned(),
+            Delivery::Relisted => "relisted".to_owned(),
             Delivery::Event(Notification::Added { object, .. }) => {
                 format!("+{}@{}", object.name(), object.resource_version())
             }
@@ -495,6 +510,9 @@ mod tests {
             }
             Delivery::Event(Notification::Sync(o)) => {
                 format!("={}@{}", o.name(), o.resource_version())
+            }
+            Delivery::Event(Notification::Requeue(o)) => {
+                format!("^{}@{}", o.name(), o.resource_version())
             }
         }
     }

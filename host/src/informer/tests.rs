@@ -41,6 +41,9 @@ fn describe(n: &Notification) -> String {
             )
         }
         Notification::Sync(object) => format!("={}@{}", object.name(), object.resource_version()),
+        Notification::Requeue(object) => {
+            format!("^{}@{}", object.name(), object.resource_version())
+        }
     }
 }
 
@@ -51,6 +54,7 @@ fn drain(rx: &QueueReceiver) -> Vec<String> {
         .map(|d| match d {
             Delivery::Event(n) => describe(n),
             Delivery::InitialListSent => "|".to_owned(),
+            Delivery::Relisted => "relisted".to_owned(),
         })
         .collect()
 }
@@ -109,7 +113,11 @@ fn relist_diffs_against_the_store_with_stale_tombstones() {
             obj("d", "5", json!({})),
         ],
     );
-    assert_eq!(drain(&rx), ["~c@2>5", "+d@5", "-b@1?"]);
+    assert_eq!(
+        drain(&rx),
+        ["~c@2>5", "+d@5", "-b@1?", "relisted"],
+        "the relist's changes, then its mark"
+    );
     let mut keys: Vec<String> = inf.store().keys().iter().map(|k| k.to_string()).collect();
     keys.sort();
     assert_eq!(keys, ["ns/a", "ns/c", "ns/d"]);
@@ -141,6 +149,7 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
         namespaces: vec!["ns".into()],
         selector: Selector::parse("app=web").expect("valid selector"),
         keys: None,
+        changes: None,
     };
     let _sub = inf.subscribe(filter, tx);
     inf.apply(SourceEvent::Applied(obj("a", "1", json!({"app": "db"}))));
@@ -158,6 +167,7 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
         namespaces: vec!["elsewhere".into()],
         selector: Selector::everything(),
         keys: None,
+        changes: None,
     };
     let (tx3, rx3) = channel();
     let only_c = Filter {
@@ -254,7 +264,7 @@ fn a_relist_streams_into_the_store_and_restarts_cleanly() {
     inf.apply(SourceEvent::Listed(obj("b", "1", json!({}))));
     inf.apply(SourceEvent::Listed(obj("c", "3", json!({}))));
     inf.apply(SourceEvent::ListDone);
-    assert_eq!(drain(&rx), ["+c@3", "-a@2?"]);
+    assert_eq!(drain(&rx), ["+c@3", "-a@2?", "relisted"]);
     let mut keys: Vec<String> = inf.store().keys().iter().map(|k| k.to_string()).collect();
     keys.sort();
     assert_eq!(keys, ["ns/b", "ns/c"]);

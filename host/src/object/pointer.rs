@@ -64,6 +64,21 @@ pub fn lookup(json: &str, tokens: &[Cow<'_, str>]) -> Option<Value> {
     if tokens.is_empty() {
         return serde_json::from_str(json).ok();
     }
+    find(json, tokens)
+}
+
+/// The JSON text of the value at `tokens` in `json`, as it is written there: what a change
+/// filter compares (the API server writes an object's fields in a fixed order, so equal values
+/// are equal text).
+pub fn raw<'j>(json: &'j str, tokens: &[Cow<'_, str>]) -> Option<&'j str> {
+    if tokens.is_empty() {
+        return Some(json);
+    }
+    find::<&serde_json::value::RawValue>(json, tokens).map(serde_json::value::RawValue::get)
+}
+
+/// The value of type `T` at the non-empty `tokens` in `json`.
+fn find<'j, T: de::Deserialize<'j>>(json: &'j str, tokens: &[Cow<'_, str>]) -> Option<T> {
     let found = RefCell::new(None);
     let mut de = serde_json::Deserializer::from_str(json);
     // Finding the value ends the parse early with an error on purpose: the rest is not read.
@@ -76,15 +91,15 @@ pub fn lookup(json: &str, tokens: &[Cow<'_, str>]) -> Option<Value> {
 }
 
 /// Walks one level down `tokens`; puts the value found into `found`.
-struct At<'t, 'f> {
+struct At<'t, 'f, T> {
     tokens: &'t [Cow<'t, str>],
-    found: &'f RefCell<Option<Value>>,
+    found: &'f RefCell<Option<T>>,
 }
 
 /// The error that ends the parse once the value is found.
 const FOUND: &str = "found";
 
-impl<'de> DeserializeSeed<'de> for At<'_, '_> {
+impl<'de, T: de::Deserialize<'de>> DeserializeSeed<'de> for At<'_, '_, T> {
     type Value = ();
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -98,7 +113,7 @@ impl<'de> DeserializeSeed<'de> for At<'_, '_> {
     }
 }
 
-impl<'de> Visitor<'de> for At<'_, '_> {
+impl<'de, T: de::Deserialize<'de>> Visitor<'de> for At<'_, '_, T> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -212,6 +227,16 @@ mod tests {
                 "pointer {pointer:?}"
             );
         }
+    }
+
+    #[test]
+    fn raw_text_is_the_value_as_written() {
+        let text = r#"{"spec":{"a": [1, 2]},"status":{"phase":"Running"}}"#;
+        let raw = |p: &str| raw(text, &tokens(p).expect("valid"));
+        assert_eq!(raw("/spec"), Some(r#"{"a": [1, 2]}"#));
+        assert_eq!(raw("/status/phase"), Some(r#""Running""#));
+        assert_eq!(raw("/spec/a/1"), Some("2"));
+        assert_eq!(raw("/missing"), None);
     }
 
     #[test]

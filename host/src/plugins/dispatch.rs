@@ -23,13 +23,14 @@ use crate::object::KubeObject;
 use crate::plugins::retry::{Failures, RetryQueue};
 use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::throttle::{Bucket, Loops};
+use crate::plugins::triggers::{Requeue, Requeues, Schedules};
 use crate::plugins::{Delivery, PluginStats};
 use crate::text::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
 use crate::wasm::cluster::{Staged, failure};
 use crate::wasm::logging::Handling;
-use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
+use crate::wasm::{Call, Engine, Instance, PluginCode, PluginContext};
 use crate::write::{self, Action, Refusal};
 /// Pause before each attempt of a degraded plugin: doubles from this...
 const PENALTY_BASE: Duration = Duration::from_millis(50);
@@ -71,6 +72,44 @@ fn current_json(object: &KubeObject) -> serde_json::Value {
     serde_json::from_str(&object.json()).unwrap_or(serde_json::Value::Null)
 }
 
+/// What a worker delivers: an event, or a call that names no object.
+#[derive(Debug, Clone)]
+enum Work {
+    /// `handle` this event.
+    Event(Notification),
+    /// Call `synced`: every subscription's initial state was handed over.
+    Synced,
+    /// Call `tick` for this schedule.
+    Tick(String),
+}
+
+impl Work {
+    /// What orders it: an event's object, or the call's own name.
+    fn id(&self) -> String {
+        match self {
+            Work::Event(n) => n.id(),
+            Work::Synced => "@synced".into(),
+            Work::Tick(name) => format!("@tick/{name}"),
+        }
+    }
+
+    fn call(&self) -> Call<'_> {
+        match self {
+            Work::Event(n) => Call::Event(n),
+            Work::Synced => Call::Synced,
+            Work::Tick(name) => Call::Tick(name),
+        }
+    }
+
+    /// The object's key, for log lines.
+    fn key(&self) -> String {
+        match self {
+            Work::Event(n) => n.object().key().to_owned(),
+            other => other.id(),
+        }
+    }
+}
+
 /// Everything a worker needs, prepared by the loader.
 pub struct Setup {
     /// The shared engine.
@@ -96,6 +135,8 @@ pub struct Setup {
     pub rx: QueueReceiver,
     /// Subscriptions whose initial state must be handed over before the plugin has synced.
     pub initial_lists: usize,
+    /// Its schedules.
+    pub schedules: Vec<crate::plugins::manifest::Schedule>,
     /// Its subscriptions, shared with the host (for resync).
     pub subscriptions: Arc<Mutex<Vec<Subscription>>>,
     /// Delivery counters.
@@ -137,7 +178,11 @@ struct Worker {
     published: Instant,
     /// Subscriptions whose initial state has not been handed over in full yet.
     initial_lists: usize,
-    retries: RetryQueue<Notification>,
+    retries: RetryQueue<Work>,
+    /// Requeues the plugin asked for.
+    requeues: Requeues,
+    /// Its schedules, when each is next due.
+    schedules: Schedules,
     /// Per object key: why the writes of its last failed attempt were refused.
     write_failures: HashMap<String, Vec<WriteFailure>>,
     /// The rate of its writes, and of its Events.
@@ -165,10 +210,10 @@ fn timed(
     stats: &PluginStats,
     durations: &mut histogram::Tally,
     instance: &mut Instance,
-    event: &Notification,
+    call: Call<'_>,
 ) -> (wasmtime::Result<Result<(), HandleError>>, Instant) {
     let started = Instant::now();
-    let outcome = instance.handle(event);
+    let outcome = instance.call(call);
     let ended = Instant::now();
     durations.observe(ended - started);
     let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
@@ -194,6 +239,14 @@ fn timed(
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let name = setup.ctx.name.clone();
     let rates = (setup.delivery.write_rate, setup.delivery.event_rate);
+    // Missed ticks (from when they last ran, kept with the plugin's state) run once now.
+    let state = setup.ctx.state.clone();
+    let schedules = Schedules::new(
+        &setup.schedules,
+        |name| state.last_tick(name),
+        jiff::Timestamp::now(),
+        Instant::now(),
+    );
     let worker = Worker {
         engine: setup.engine,
         code: setup.code,
@@ -217,6 +270,8 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         published: Instant::now(),
         initial_lists: setup.initial_lists,
         retries: RetryQueue::default(),
+        requeues: Requeues::default(),
+        schedules,
         write_failures: HashMap::new(),
         write_bucket: Bucket::new(rates.0, Instant::now()),
         event_bucket: Bucket::new(rates.1, Instant::now()),
@@ -252,7 +307,9 @@ impl Worker {
         }
         tracing::debug!(plugin = %self.ctx.name, "caches synced, delivering");
         if self.initial_lists == 0 {
+            // No subscription: its queried caches are complete, the one moment to reconcile.
             self.stats.synced.store(true, Ordering::Relaxed);
+            self.start(Work::Synced);
         }
         let mut next_resync = self.resync.map(|p| Instant::now() + p);
         // After the queue closes (unload or replacement) pending retries still finish here.
@@ -278,6 +335,9 @@ impl Worker {
                 }
                 continue;
             }
+            if open && self.due_triggers(now) {
+                continue;
+            }
             if !open {
                 match self.retries.next_due() {
                     Some(due) => std::thread::sleep(due.saturating_duration_since(now).min(POLL)),
@@ -290,30 +350,35 @@ impl Worker {
             if release.is_some_and(|at| at <= now) {
                 self.release_instance();
             }
-            let wait = [self.retries.next_due(), next_resync, self.release_at()]
-                .into_iter()
-                .flatten()
-                .map(|at| at.saturating_duration_since(now))
-                .fold(POLL, Duration::min);
+            let wait = [
+                self.retries.next_due(),
+                next_resync,
+                self.release_at(),
+                self.requeues.next_due(),
+                self.schedules.next_due(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|at| at.saturating_duration_since(now))
+            .fold(POLL, Duration::min);
             self.stats.idle.store(idle, Ordering::Relaxed);
             match self.next_delivery(wait) {
                 Ok(queue::Delivery::Event(n)) => {
                     self.stats.idle.store(false, Ordering::Relaxed);
-                    // With nothing waiting for a retry no key is needed, unless this fails.
-                    let ready = if self.retries.is_empty() {
-                        Some(n)
-                    } else {
-                        self.retries.enqueue(&n.id(), n)
-                    };
-                    if let Some(n) = ready {
-                        self.run_key(n, VecDeque::new(), None);
-                    }
+                    self.start(Work::Event(n));
                 }
                 Ok(queue::Delivery::InitialListSent) => {
                     self.initial_lists = self.initial_lists.saturating_sub(1);
                     if self.initial_lists == 0 {
                         tracing::debug!(plugin = %self.ctx.name, "initial state handed over");
                         self.stats.synced.store(true, Ordering::Relaxed);
+                        self.start(Work::Synced);
+                    }
+                }
+                Ok(queue::Delivery::Relisted) => {
+                    // A relist after the initial state: reconcile everything once again.
+                    if self.initial_lists == 0 {
+                        self.start(Work::Synced);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -332,6 +397,58 @@ impl Worker {
                 next_resync = Some(at + period);
             }
         }
+    }
+
+    /// Delivers `work` now, or queues it behind a failed attempt for the same id.
+    fn start(&mut self, work: Work) {
+        // With nothing waiting for a retry no key is needed, unless this fails.
+        let ready = if self.retries.is_empty() {
+            Some(work)
+        } else {
+            self.retries.enqueue(&work.id(), work)
+        };
+        if let Some(work) = ready {
+            self.run_key(work, VecDeque::new(), None);
+        }
+    }
+
+    /// Starts a requeue or a schedule that is due by `now`, if one is; true when it did.
+    fn due_triggers(&mut self, now: Instant) -> bool {
+        if let Some((id, Requeue { gvk, key })) = self.requeues.take_due(now) {
+            // The current state: an object deleted meanwhile is not requeued.
+            let current = self.ctx.grants.get(&gvk).and_then(|i| i.store().get(&key));
+            match current {
+                Some(object) => self.start(Work::Event(Notification::Requeue(object))),
+                None => {
+                    tracing::debug!(plugin = %self.ctx.name, key = %id, "requeue dropped: the object is gone")
+                }
+            }
+            return true;
+        }
+        let asked = std::mem::take(
+            &mut *self
+                .stats
+                .asked_ticks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if !asked.is_empty() {
+            for name in asked {
+                self.ctx.state.set_tick(&name, jiff::Timestamp::now());
+                self.start(Work::Tick(name));
+            }
+            return true;
+        }
+        if self.schedules.next_due().is_some_and(|at| at <= now) {
+            let now_ts = jiff::Timestamp::now();
+            if let Some((name, due)) = self.schedules.take_due(now_ts, now) {
+                // Noted as run before it runs: a new leader does not run it again.
+                self.ctx.state.set_tick(&name, due);
+                self.start(Work::Tick(name));
+                return true;
+            }
+        }
+        false
     }
 
     /// Adds the counts held since the last publish to the shared ones, as of `now`: before
@@ -356,12 +473,7 @@ impl Worker {
     /// Delivers `first`, then `rest` (later events of the same object), in order until one
     /// fails; that one and those behind it then wait for their retry, under the object's id.
     /// `failures`: `first`'s failed attempts so far, if any.
-    fn run_key(
-        &mut self,
-        first: Notification,
-        mut rest: VecDeque<Notification>,
-        mut failures: Option<Failures>,
-    ) {
+    fn run_key(&mut self, first: Work, mut rest: VecDeque<Work>, mut failures: Option<Failures>) {
         let max_attempts = self.delivery.max_attempts;
         let give_up_after = self.delivery.give_up_after;
         let mut next = Some(first);
@@ -370,6 +482,13 @@ impl Worker {
                 return;
             }
             self.pause_if_degraded();
+            // A real event for an object takes the place of a requeue waiting for it.
+            if let Work::Event(event) = &n
+                && !matches!(event, Notification::Requeue(_))
+                && !self.requeues.is_empty()
+            {
+                self.requeues.cancel(&event.id());
+            }
             self.ctx.log.set_retrying(failures.is_some());
             let attempt = self.attempt(&n);
             self.ctx.log.set_retrying(false);
@@ -391,7 +510,7 @@ impl Worker {
                 },
             };
             let name = &self.ctx.name;
-            let object = &n.object().key();
+            let object = &n.key();
             let counted_out = max_attempts > 0 && failed.count >= max_attempts;
             let timed_out = now.saturating_duration_since(failed.since) >= give_up_after;
             if !failure.retry || counted_out || timed_out {
@@ -489,7 +608,7 @@ impl Worker {
     }
 
     /// Why the writes of `n`'s object's last failed attempt were refused, forgotten here.
-    fn take_write_failures(&mut self, n: &Notification) -> Vec<WriteFailure> {
+    fn take_write_failures(&mut self, n: &Work) -> Vec<WriteFailure> {
         // Nearly always empty: no id to build for the lookup then.
         if self.write_failures.is_empty() {
             return Vec::new();
@@ -567,13 +686,13 @@ impl Worker {
     }
 
     /// One attempt at delivering `n`, with the counters and status it implies.
-    fn attempt(&mut self, n: &Notification) -> Result<(), AttemptFailure> {
+    fn attempt(&mut self, n: &Work) -> Result<(), AttemptFailure> {
         // The plugin's own lines name the object (`logging::Handling`); at debug
         // level every line logged during the call carries both. An info span would cost
         // more than the call itself: its fields are formatted as it opens (about 1.2 us with
         // the agent's fmt subscriber, measured here, against 0.65 us for a no-op delivery).
-        let _span = tracing::debug_span!("event", plugin = %self.ctx.name, key = %n.object().key())
-            .entered();
+        let _span =
+            tracing::debug_span!("event", plugin = %self.ctx.name, key = %n.key()).entered();
         let span = crate::traces::enabled().then(|| AttemptSpan::start(&self.ctx, n));
         let previous = self.take_write_failures(n);
         let outcome = match self.ensure_instance() {
@@ -593,7 +712,15 @@ impl Worker {
         }
         match &outcome {
             Ok(()) => {
-                self.tally.delivered += 1;
+                match n {
+                    Work::Event(_) => self.tally.delivered += 1,
+                    Work::Synced => {
+                        self.stats.synced_calls.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Work::Tick(_) => {
+                        self.stats.ticks.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 self.stats.consecutive_failures.store(0, Ordering::Relaxed);
             }
             Err(failure) => {
@@ -608,11 +735,7 @@ impl Worker {
     }
 
     /// Calls the live instance's handler with `n` and sends what it staged.
-    fn call(
-        &mut self,
-        n: &Notification,
-        previous: Vec<WriteFailure>,
-    ) -> Result<(), AttemptFailure> {
+    fn call(&mut self, n: &Work, previous: Vec<WriteFailure>) -> Result<(), AttemptFailure> {
         let Some(instance) = self.instance.as_mut() else {
             return Err(AttemptFailure {
                 reason: "no instance".into(),
@@ -620,13 +743,21 @@ impl Worker {
             });
         };
         instance.set_previous_failures(previous);
-        let handling = Handling::enter(n.object());
-        let (called, ended) = timed(&self.stats, &mut self.tally.durations, instance, n);
+        let handling = match n {
+            Work::Event(event) => Handling::enter(event.object()),
+            other => Handling::enter_key(&other.id()),
+        };
+        let (called, ended) = timed(&self.stats, &mut self.tally.durations, instance, n.call());
         drop(handling);
         let staged = instance.take_staged();
+        let effects = instance.take_effects();
         self.last_call = ended;
         match called {
-            Ok(Ok(())) => self.send(n, staged),
+            Ok(Ok(())) => {
+                self.send(n, staged)?;
+                self.apply_effects(n, effects);
+                Ok(())
+            }
             Ok(Err(e)) => {
                 self.count_denied(&staged);
                 Err(AttemptFailure {
@@ -646,6 +777,34 @@ impl Worker {
         }
     }
 
+    /// Applies what a successful call asked for besides its writes: its changes to the
+    /// plugin's state, and a requeue of its event's object (bounded: requeues waiting count
+    /// against the backlog).
+    fn apply_effects(&mut self, n: &Work, effects: crate::wasm::Effects) {
+        if let Err(e) = self.ctx.state.apply(effects.state, &self.ctx.limits.state) {
+            tracing::error!(plugin = %self.ctx.name, key = %n.key(), "state changes dropped: {e}");
+        }
+        let (Some(after), Work::Event(event)) = (effects.requeue, n) else {
+            return;
+        };
+        if matches!(event, Notification::Deleted { .. }) {
+            return;
+        }
+        let waiting = self.requeues.len() + self.rx.stats().depth();
+        if waiting >= self.delivery.backlog {
+            self.stats.requeues_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(plugin = %self.ctx.name, key = %n.key(), "requeue refused: {waiting} events and requeues wait (backlog)");
+            return;
+        }
+        let object = event.object();
+        let requeue = Requeue {
+            gvk: object.gvk().clone(),
+            key: object.key().to_owned(),
+        };
+        self.requeues
+            .add(event.id(), Instant::now() + after, requeue);
+    }
+
     fn count_denied(&self, staged: &Staged) {
         self.stats
             .writes_denied
@@ -654,7 +813,7 @@ impl Worker {
 
     /// Sends what a successful call staged, in order; the first refusal fails the attempt
     /// (the writes before it stay sent: each is idempotent or answers the retry plainly).
-    fn send(&mut self, n: &Notification, staged: Staged) -> Result<(), AttemptFailure> {
+    fn send(&mut self, n: &Work, staged: Staged) -> Result<(), AttemptFailure> {
         self.count_denied(&staged);
         if staged.writes.is_empty() {
             return Ok(());
@@ -740,32 +899,46 @@ impl Worker {
 struct AttemptSpan(opentelemetry::global::BoxedSpan);
 
 impl AttemptSpan {
-    fn start(ctx: &crate::wasm::PluginContext, n: &Notification) -> Self {
+    fn start(ctx: &crate::wasm::PluginContext, work: &Work) -> Self {
         use opentelemetry::KeyValue;
         use opentelemetry::trace::{SpanKind, Tracer};
-        let object = n.object();
-        let event = match n {
-            Notification::Added { initial: true, .. } => "initial-add",
-            Notification::Added { .. } => "add",
-            Notification::Updated { .. } => "update",
-            Notification::Deleted { .. } => "delete",
-            Notification::Sync(_) => "resync",
-        };
         let tracer = opentelemetry::global::tracer("kubewasm");
+        let mut attributes = vec![
+            KeyValue::new("kubewasm.plugin", ctx.name.clone()),
+            KeyValue::new("kubewasm.plugin.digest", ctx.log.digest().to_owned()),
+        ];
+        let name = match work {
+            Work::Event(n) => {
+                let object = n.object();
+                let event = match n {
+                    Notification::Added { initial: true, .. } => "initial-add",
+                    Notification::Added { .. } => "add",
+                    Notification::Updated { .. } => "update",
+                    Notification::Deleted { .. } => "delete",
+                    Notification::Sync(_) => "resync",
+                    Notification::Requeue(_) => "requeue",
+                };
+                attributes.extend([
+                    KeyValue::new("kubewasm.event", event),
+                    KeyValue::new("k8s.resource", object.gvk().to_string()),
+                    KeyValue::new("k8s.object.key", object.key().to_owned()),
+                    KeyValue::new(
+                        "k8s.object.resource_version",
+                        object.resource_version().to_owned(),
+                    ),
+                ]);
+                "handle"
+            }
+            Work::Synced => "synced",
+            Work::Tick(schedule) => {
+                attributes.push(KeyValue::new("kubewasm.schedule", schedule.clone()));
+                "tick"
+            }
+        };
         let span = tracer
-            .span_builder("handle")
+            .span_builder(name)
             .with_kind(SpanKind::Consumer)
-            .with_attributes([
-                KeyValue::new("kubewasm.plugin", ctx.name.clone()),
-                KeyValue::new("kubewasm.plugin.digest", ctx.log.digest().to_owned()),
-                KeyValue::new("kubewasm.event", event),
-                KeyValue::new("k8s.resource", object.gvk().to_string()),
-                KeyValue::new("k8s.object.key", object.key().to_owned()),
-                KeyValue::new(
-                    "k8s.object.resource_version",
-                    object.resource_version().to_owned(),
-                ),
-            ])
+            .with_attributes(attributes)
             .start(&tracer);
         Self(span)
     }

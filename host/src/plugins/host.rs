@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::informer::factory::{InformerFactory, Lease};
 use crate::informer::queue::{QueueStats, queue};
 use crate::informer::{IndexClaim, Subscription};
+use crate::plugins::admit::Admitter;
 use crate::plugins::dispatch;
 use crate::plugins::inspect::{Inspection, inspect};
 use crate::plugins::manifest::PluginManifest;
@@ -19,6 +20,7 @@ use crate::plugins::{
 };
 use crate::plugins::{PluginsConfig, Reason};
 use crate::wasm::logging::{LogSink, PluginLogger};
+use crate::wasm::state::StateStore;
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, WriteAccess};
 use crate::write::Writer;
 
@@ -70,6 +72,16 @@ struct Running {
     subscriptions: Arc<Mutex<Vec<Subscription>>>,
     /// Versions that replaced an earlier one under this name.
     reloads: u64,
+    /// Its subscriptions' change filters (what they dropped is in its status).
+    changes: Vec<Arc<crate::informer::Changes>>,
+    /// The contract version it was built for.
+    contract: &'static str,
+    /// The names of its schedules.
+    schedules: Vec<String>,
+    /// Keeps its queue open while it runs: a plugin with no subscription (queries and
+    /// schedules, or admission only) has no other sender, and its worker would end at once,
+    /// releasing its informers.
+    _open: crate::informer::queue::QueueSender,
 }
 
 impl Running {
@@ -161,6 +173,10 @@ pub struct PluginHost {
     abandoned: AtomicU64,
     /// Abandoned workers whose threads may still run.
     left_behind: Mutex<Vec<Abandoned>>,
+    /// Every plugin's state, by name.
+    states: Mutex<BTreeMap<String, Arc<StateStore>>>,
+    /// The admission side of each loaded plugin that declares admission, by name.
+    admitters: Mutex<BTreeMap<String, Arc<Admitter>>>,
     /// The cluster plugins write to; `None` when it takes no writes.
     writer: Option<Arc<dyn Writer>>,
     /// Set while this replica leads, read by writes as they are staged and sent.
@@ -193,12 +209,82 @@ impl PluginHost {
             failures: Mutex::new(BTreeMap::new()),
             abandoned: AtomicU64::new(0),
             left_behind: Mutex::default(),
+            states: Mutex::default(),
+            admitters: Mutex::default(),
         }
+    }
+
+    /// The admission side of loaded plugin `name`, when it declares admission (on standby
+    /// too: every replica reviews).
+    pub fn admitter(&self, name: &str) -> Option<Arc<Admitter>> {
+        self.admitters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    fn set_admitter(&self, name: &str, admitter: Option<Arc<Admitter>>) {
+        let mut admitters = self
+            .admitters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match admitter {
+            Some(a) => admitters.insert(name.to_owned(), a),
+            None => admitters.remove(name),
+        };
     }
 
     /// The wasm engine plugins are compiled and run in.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// The state of plugin `name` (kept while the host runs, whatever its versions do).
+    pub fn state_of(&self, name: &str) -> Arc<StateStore> {
+        self.states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Every plugin's state, by name.
+    pub fn states(&self) -> Vec<(String, Arc<StateStore>)> {
+        self.states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Runs schedule `schedule` of running plugin `name` once, as if it were due (for
+    /// `kubewasm test`); the error says why it cannot.
+    pub fn tick(&self, name: &str, schedule: &str) -> Result<(), String> {
+        let plugins = self.plugins();
+        let running = plugins
+            .running
+            .get(name)
+            .ok_or_else(|| format!("plugin {name} is not delivering"))?;
+        if !running.schedules.iter().any(|s| s == schedule) {
+            return Err(format!(
+                "plugin {name} has no schedule {schedule:?} (it has: {})",
+                if running.schedules.is_empty() {
+                    "none".to_owned()
+                } else {
+                    running.schedules.join(", ")
+                }
+            ));
+        }
+        running
+            .stats
+            .asked_ticks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(schedule.to_owned());
+        Ok(())
     }
 
     /// Workers abandoned because a call outlived its wall cap while they stopped.
@@ -287,9 +373,12 @@ impl PluginHost {
         if self.loaded_as(file) {
             return Ok(Outcome::Unchanged);
         }
-        let outcome = self
-            .prepare(file)
-            .and_then(|p| self.activate_or_hold(p).map_err(|r| r.of(file)));
+        let outcome = self.prepare(file).and_then(|p| {
+            let admitter = self.admitter_for(&p);
+            let outcome = self.activate_or_hold(p).map_err(|r| r.of(file))?;
+            self.set_admitter(&file.name, admitter);
+            Ok(outcome)
+        });
         let mut failures = self.failures();
         match &outcome {
             Ok(loaded) => {
@@ -441,6 +530,9 @@ impl PluginHost {
             .map(|l| (l.informer().gvk().clone(), l.informer().clone()))
             .collect();
         ctx.http_hosts = Arc::new(settings.grants.http.clone());
+        // One map per plugin name: its versions and instances share it.
+        ctx.state = self.state_of(&file.name);
+        ctx.state_declared = manifest.state;
         ctx.writes = self.writer.as_ref().map(|writer| {
             Arc::new(WriteAccess::new(
                 settings.grants.writes.clone(),
@@ -464,6 +556,26 @@ impl PluginHost {
         })
     }
 
+    /// The admission side of `p`, when it declares admission.
+    fn admitter_for(&self, p: &Prepared) -> Option<Arc<Admitter>> {
+        let admission = p.manifest.admission.clone()?;
+        // Its own claims on the informers it queries: reviews read live caches whatever the
+        // delivering side does (a follower's plugins only wait on standby).
+        let leases = p
+            .leases
+            .iter()
+            .map(|l| self.factory.acquire(l.informer().gvk()))
+            .collect();
+        Some(Arc::new(Admitter::new(
+            self.engine.clone(),
+            p.code.clone(),
+            p.ctx.clone(),
+            p.settings.config.clone(),
+            admission,
+            leases,
+        )))
+    }
+
     /// Activates `p`, or holds it on standby while this replica does not lead.
     fn activate_or_hold(&self, p: Prepared) -> Result<Outcome, Reason> {
         let mut plugins = self.plugins();
@@ -482,6 +594,7 @@ impl PluginHost {
     /// Stops delivering to plugin `name` and drops its instance, queue and informer claims.
     /// Returns whether it was loaded.
     pub fn unload(&self, name: &str) -> bool {
+        self.set_admitter(name, None);
         let mut plugins = self.plugins();
         if plugins.standby.remove(name).is_some() {
             tracing::info!(plugin = %name, "plugin unloaded (it was on standby)");
@@ -518,10 +631,24 @@ impl PluginHost {
     pub fn status(&self) -> Vec<PluginStatus> {
         let failures = self.failures();
         let plugins = self.plugins();
-        let reload = |name: &str, s: PluginStatus| PluginStatus {
-            reload_error: failures.get(name).map(|f| f.error.clone()),
-            reload_failures: failures.get(name).map_or(0, |f| f.count),
-            ..s
+        let admitters = self
+            .admitters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let reload = |name: &str, s: PluginStatus| {
+            let (state_entries, state_bytes) = states
+                .get(name)
+                .map(|s| s.totals_with(&BTreeMap::new()))
+                .unwrap_or_default();
+            PluginStatus {
+                reload_error: failures.get(name).map(|f| f.error.clone()),
+                reload_failures: failures.get(name).map_or(0, |f| f.count),
+                admission: admitters.get(name).map(|a| a.status()),
+                state_entries,
+                state_bytes,
+                ..s
+            }
         };
         let running = plugins.running.iter().map(|(name, r)| {
             reload(
@@ -536,6 +663,12 @@ impl PluginHost {
                     queued_bytes: r.queue.bytes(),
                     coalesced: r.queue.coalesced(),
                     log_dropped: r.logger.dropped(),
+                    filtered: r
+                        .changes
+                        .iter()
+                        .map(|c| c.filtered.load(Ordering::Relaxed))
+                        .sum(),
+                    contract: r.contract.to_owned(),
                     ..r.stats.status()
                 },
             )
@@ -580,6 +713,10 @@ impl PluginHost {
         let mut plugins = self.plugins();
         plugins.leading = false;
         plugins.standby.clear();
+        self.admitters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         for (name, running) in std::mem::take(&mut plugins.running) {
             running.halt();
             tracing::info!(plugin = %name, "delivery stopped: no longer the leader");
@@ -633,12 +770,25 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
     }
     // Types the new version no longer subscribes to stop reaching the old one too.
     drop(old_subs);
-    drop(tx);
+    let open = tx;
     let initial_lists = subs.len();
     let subscriptions = Arc::new(Mutex::new(subs));
+    let changes = p
+        .manifest
+        .subscriptions
+        .iter()
+        .filter_map(|(_, f)| f.changes.clone())
+        .collect();
+    let contract = p.instance.contract();
     let queue = rx.stats();
     let stats = Arc::new(PluginStats::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let schedules: Vec<String> = p
+        .manifest
+        .schedules
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
     let thread = dispatch::start(dispatch::Setup {
         engine: engine.clone(),
         code: p.code,
@@ -651,6 +801,7 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
         claims: p.claims,
         rx,
         initial_lists,
+        schedules: p.manifest.schedules.clone(),
         subscriptions: subscriptions.clone(),
         stats: stats.clone(),
         stop: stop.clone(),
@@ -681,6 +832,10 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
             thread: Some(thread),
             subscriptions,
             reloads,
+            changes,
+            contract,
+            schedules,
+            _open: open,
         },
     );
     Ok(outcome)

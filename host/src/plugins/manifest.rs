@@ -24,6 +24,16 @@ pub const MAX_NAMESPACES: usize = 64;
 pub const MAX_INDEXES: usize = 16;
 /// Longest index name, JSON pointer, namespace or part of a type name.
 pub const MAX_NAME_BYTES: usize = 253;
+/// Most change-filter pointers one subscription may name.
+pub const MAX_CHANGES: usize = 16;
+/// Most schedules one plugin may declare.
+pub const MAX_SCHEDULES: usize = 16;
+/// Most admission rules, and match conditions, one plugin may declare.
+pub const MAX_ADMISSION_RULES: usize = 32;
+/// Longest CEL match condition.
+pub const MAX_CONDITION_BYTES: usize = 4096;
+/// Longest jitter a schedule may ask for.
+pub const MAX_JITTER_SECONDS: u32 = 3600;
 
 /// A manifest field that is not acceptable, and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -57,6 +67,55 @@ pub struct PluginManifest {
     pub indexes: Vec<DeclaredIndex>,
     /// Resync period, if any.
     pub resync: Option<Duration>,
+    /// Named schedules, parsed.
+    pub schedules: Vec<Schedule>,
+    /// Whether the plugin uses `state`.
+    pub state: bool,
+    /// The admission webhook it serves.
+    pub admission: Option<Admission>,
+}
+
+/// A declared schedule.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Its name (what `tick` is called with).
+    pub name: String,
+    /// When.
+    pub cron: crate::schedule::Cron,
+    /// The cron text as declared.
+    pub text: String,
+    /// Up to this much random delay per tick.
+    pub jitter: Duration,
+}
+
+pub use crate::wasm::admit::Operation;
+
+/// One admission rule: a type, its operations and subresources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionRule {
+    /// The type reviewed.
+    pub gvk: Gvk,
+    /// The operations reviewed.
+    pub operations: Vec<Operation>,
+    /// Subresources reviewed too.
+    pub subresources: Vec<String>,
+}
+
+/// The admission webhook a plugin serves, as it declared it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// Mutating (may patch) rather than validating.
+    pub mutating: bool,
+    /// What it reviews.
+    pub rules: Vec<AdmissionRule>,
+    /// Let requests through when it cannot answer (`Ignore`), rather than refuse them.
+    pub fail_open: bool,
+    /// The API server's timeout for the call.
+    pub timeout: Duration,
+    /// Only namespaces whose labels match this selector.
+    pub namespace_selector: Option<String>,
+    /// CEL match conditions, by name.
+    pub match_conditions: Vec<(String, String)>,
 }
 
 /// The reason may echo what the plugin sent (a selector that does not parse): made safe to
@@ -146,6 +205,13 @@ impl PluginManifest {
                 )?;
             }
         }
+        for (i, s) in m.subscriptions.iter().enumerate() {
+            check_count(
+                &format!("subscriptions[{i}].changes"),
+                s.changes.len(),
+                MAX_CHANGES,
+            )?;
+        }
         let mut seen = HashSet::new();
         let distinct: Vec<&wit::Subscription> = m
             .subscriptions
@@ -155,6 +221,7 @@ impl PluginManifest {
                     (&s.gvk.group, &s.gvk.version, &s.gvk.kind),
                     &s.namespaces,
                     &s.label_selector,
+                    &s.changes,
                 ))
             })
             .collect();
@@ -175,6 +242,23 @@ impl PluginManifest {
                     .map_err(|e| error(format!("subscriptions[{i}].label-selector"), e))?,
                 None => Selector::everything(),
             };
+            for (j, pointer) in s.changes.iter().enumerate() {
+                let field = format!("subscriptions[{i}].changes[{j}]");
+                check_name(field.clone(), pointer)?;
+                if !pointer.starts_with('/') {
+                    return Err(error(
+                        field,
+                        format!("{pointer:?} is not a JSON pointer (it must start with `/`)"),
+                    ));
+                }
+            }
+            let changes = if s.changes.is_empty() {
+                None
+            } else {
+                let changes = crate::informer::Changes::new(&s.changes)
+                    .map_err(|e| error(format!("subscriptions[{i}].changes"), e.to_string()))?;
+                Some(std::sync::Arc::new(changes))
+            };
             if !cached.contains(&gvk) {
                 cached.push(gvk.clone());
             }
@@ -184,6 +268,7 @@ impl PluginManifest {
                     namespaces: s.namespaces.clone(),
                     selector,
                     keys: None,
+                    changes,
                 },
             ));
         }
@@ -227,13 +312,129 @@ impl PluginManifest {
         }
         check_count("types subscribed to and queried", cached.len(), MAX_TYPES)?;
         let resync = (m.resync_seconds > 0).then(|| Duration::from_secs(m.resync_seconds.into()));
+        let schedules = schedules(&m.schedules)?;
+        let admission = m.admission.as_ref().map(admission).transpose()?;
         Ok(Self {
             subscriptions,
             cached,
             indexes,
             resync,
+            schedules,
+            state: m.state,
+            admission,
         })
     }
+}
+
+/// The declared schedules, parsed; names unique.
+fn schedules(declared: &[wit::Schedule]) -> Result<Vec<Schedule>, ManifestError> {
+    check_count("schedules", declared.len(), MAX_SCHEDULES)?;
+    let mut out: Vec<Schedule> = Vec::new();
+    for (i, s) in declared.iter().enumerate() {
+        check_name(format!("schedules[{i}].name"), &s.name)?;
+        check_name(format!("schedules[{i}].cron"), &s.cron)?;
+        if s.name.is_empty() || out.iter().any(|o| o.name == s.name) {
+            return Err(error(
+                format!("schedules[{i}].name"),
+                format!("{:?} is empty or names another schedule too", s.name),
+            ));
+        }
+        if let Some(zone) = &s.time_zone {
+            check_name(format!("schedules[{i}].time-zone"), zone)?;
+        }
+        let cron = crate::schedule::Cron::parse(&s.cron, s.time_zone.as_deref())
+            .map_err(|e| error(format!("schedules[{i}].cron"), e))?;
+        if s.jitter_seconds > MAX_JITTER_SECONDS {
+            return Err(error(
+                format!("schedules[{i}].jitter-seconds"),
+                format!("{}: at most {MAX_JITTER_SECONDS}", s.jitter_seconds),
+            ));
+        }
+        out.push(Schedule {
+            name: s.name.clone(),
+            cron,
+            text: s.cron.clone(),
+            jitter: Duration::from_secs(s.jitter_seconds.into()),
+        });
+    }
+    Ok(out)
+}
+
+/// The declared admission webhook, checked.
+fn admission(a: &wit::Admission) -> Result<Admission, ManifestError> {
+    check_count("admission.rules", a.rules.len(), MAX_ADMISSION_RULES)?;
+    check_count(
+        "admission.match-conditions",
+        a.match_conditions.len(),
+        MAX_ADMISSION_RULES,
+    )?;
+    if a.rules.is_empty() {
+        return Err(error(
+            "admission.rules".into(),
+            "no rule: name the types and operations the webhook reviews",
+        ));
+    }
+    let mut rules = Vec::new();
+    for (i, r) in a.rules.iter().enumerate() {
+        let gvk = check_gvk(format!("admission.rules[{i}].gvk"), &r.gvk)?;
+        if r.operations.is_empty() {
+            return Err(error(
+                format!("admission.rules[{i}].operations"),
+                "empty: name at least one operation",
+            ));
+        }
+        let mut operations: Vec<Operation> = r
+            .operations
+            .iter()
+            .map(|o| match o {
+                wit::Operation::Create => Operation::Create,
+                wit::Operation::Update => Operation::Update,
+                wit::Operation::Delete => Operation::Delete,
+                wit::Operation::Connect => Operation::Connect,
+            })
+            .collect();
+        operations.sort();
+        operations.dedup();
+        for (j, sub) in r.subresources.iter().enumerate() {
+            check_name(format!("admission.rules[{i}].subresources[{j}]"), sub)?;
+        }
+        rules.push(AdmissionRule {
+            gvk,
+            operations,
+            subresources: r.subresources.clone(),
+        });
+    }
+    let timeout = match a.timeout_seconds {
+        0 => 10,
+        t @ 1..=30 => t,
+        t => {
+            return Err(error(
+                "admission.timeout-seconds".into(),
+                format!("{t}: the API server takes 1 to 30"),
+            ));
+        }
+    };
+    if let Some(selector) = &a.namespace_selector {
+        limits::selector(selector).map_err(|e| error("admission.namespace-selector".into(), e))?;
+    }
+    for (i, (name, expression)) in a.match_conditions.iter().enumerate() {
+        check_name(format!("admission.match-conditions[{i}].name"), name)?;
+        if expression.len() > MAX_CONDITION_BYTES {
+            return Err(error(
+                format!("admission.match-conditions[{i}]"),
+                format!("{} bytes: at most {MAX_CONDITION_BYTES}", expression.len()),
+            ));
+        }
+        check_printable(&format!("admission.match-conditions[{i}]"), expression)?;
+    }
+    Ok(Admission {
+        mutating: a.mutating,
+        rules,
+        fail_open: a.failure_policy == wit::FailurePolicy::Ignore,
+        timeout: Duration::from_secs(timeout.into()),
+        namespace_selector: a.namespace_selector.clone(),
+        match_conditions: a.match_conditions.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -253,6 +454,7 @@ mod tests {
             gvk: gvk(kind),
             namespaces: Vec::new(),
             label_selector: selector.map(str::to_owned),
+            changes: Vec::new(),
         }
     }
 
@@ -268,6 +470,9 @@ mod tests {
                 })
                 .collect(),
             resync_seconds: 0,
+            schedules: Vec::new(),
+            state: false,
+            admission: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The loaded plugins: loading with clear errors, one dispatch thread each, the delivery
 //! policy (retries, backoff, recycling), status, the plugins folder, unloading.
 
+pub mod admit;
 mod dispatch;
 mod error;
 mod file;
@@ -13,6 +14,7 @@ mod retry;
 mod settings;
 mod status;
 pub mod throttle;
+pub mod triggers;
 
 pub use error::{PluginError, Reason};
 pub use file::{PluginFile, Version, digest, plugin_name};

@@ -49,6 +49,12 @@ pub struct PluginStats {
     pub writes_denied: AtomicU64,
     /// Writes not sent because they would not change the cached object.
     pub writes_skipped: AtomicU64,
+    /// Requeues refused because the backlog was full.
+    pub requeues_refused: AtomicU64,
+    /// `synced` calls that returned Ok.
+    pub synced_calls: AtomicU64,
+    /// Schedule ticks handled (`tick` returned Ok).
+    pub ticks: AtomicU64,
     /// Milliseconds its writes and Events waited for their rate.
     pub write_wait_ms: AtomicU64,
     /// HTTP requests sent to granted hosts.
@@ -57,6 +63,8 @@ pub struct PluginStats {
     pub http_denied: AtomicU64,
     /// Set while the worker waits for an event with no retry pending.
     pub idle: AtomicBool,
+    /// Schedules asked to run once now (`kubewasm test`'s `tick`).
+    pub asked_ticks: Mutex<Vec<String>>,
 }
 
 impl PluginStats {
@@ -96,6 +104,9 @@ impl PluginStats {
             writes_failed: self.writes_failed.load(Ordering::Relaxed),
             writes_denied: self.writes_denied.load(Ordering::Relaxed),
             writes_skipped: self.writes_skipped.load(Ordering::Relaxed),
+            requeues_refused: self.requeues_refused.load(Ordering::Relaxed),
+            synced_calls: self.synced_calls.load(Ordering::Relaxed),
+            ticks: self.ticks.load(Ordering::Relaxed),
             write_wait_ms: self.write_wait_ms.load(Ordering::Relaxed),
             http_sent: self.http_sent.load(Ordering::Relaxed),
             http_denied: self.http_denied.load(Ordering::Relaxed),
@@ -182,6 +193,30 @@ pub struct PluginStatus {
     /// `eventsPerSecond`).
     #[serde(default)]
     pub write_wait_ms: u64,
+    /// Requeues refused because the backlog was full.
+    #[serde(default)]
+    pub requeues_refused: u64,
+    /// `synced` calls that returned Ok.
+    #[serde(default)]
+    pub synced_calls: u64,
+    /// Schedule ticks handled.
+    #[serde(default)]
+    pub ticks: u64,
+    /// Updates its change filters dropped (no plugin call).
+    #[serde(default)]
+    pub filtered: u64,
+    /// The contract version it was built for.
+    #[serde(default)]
+    pub contract: String,
+    /// Entries in its state.
+    #[serde(default)]
+    pub state_entries: usize,
+    /// Bytes of its state's keys and values.
+    #[serde(default)]
+    pub state_bytes: usize,
+    /// What its admission reviews decided, when it serves admission.
+    #[serde(default)]
+    pub admission: Option<crate::plugins::admit::AdmissionStatus>,
     /// HTTP requests sent to granted hosts.
     pub http_sent: u64,
     /// HTTP requests refused (host not granted).

@@ -303,7 +303,59 @@ pub fn render(status: &Status) -> String {
         );
         w.sample(&format!("{name}_count"), &[("plugin", &p.name)], h.count);
     }
+    admission(&mut w, plugins);
     w.out
+}
+
+/// The admission reviews of the plugins that serve admission.
+fn admission(w: &mut Writer, plugins: &[PluginStatus]) {
+    let serving: Vec<(&str, &crate::plugins::admit::AdmissionStatus)> = plugins
+        .iter()
+        .filter_map(|p| p.admission.as_ref().map(|a| (p.name.as_str(), a)))
+        .collect();
+    let name = "kubewasm_admission_reviews_total";
+    w.header(name, "counter", "Admission reviews answered, per decision");
+    for (plugin, a) in &serving {
+        for (decision, count) in &a.decisions {
+            w.sample(name, &[("plugin", plugin), ("decision", decision)], count);
+        }
+    }
+    let name = "kubewasm_admission_review_duration_seconds";
+    w.header(
+        name,
+        "histogram",
+        "Time of each admission review in the host (decode, plugin call, encode), per decision",
+    );
+    for (plugin, a) in &serving {
+        for (decision, h) in &a.durations {
+            let labels = |le: &'static str| {
+                [
+                    ("plugin", *plugin),
+                    ("decision", decision.as_str()),
+                    ("le", le),
+                ]
+            };
+            for (bound, count) in BUCKETS.iter().zip(&h.cumulative) {
+                let le = bound.to_string();
+                w.sample(
+                    &format!("{name}_bucket"),
+                    &[("plugin", plugin), ("decision", decision), ("le", &le)],
+                    count,
+                );
+            }
+            w.sample(&format!("{name}_bucket"), &labels("+Inf"), h.count);
+            w.sample(
+                &format!("{name}_sum"),
+                &[("plugin", plugin), ("decision", decision)],
+                h.sum_nanos as f64 / 1e9,
+            );
+            w.sample(
+                &format!("{name}_count"),
+                &[("plugin", plugin), ("decision", decision)],
+                h.count,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

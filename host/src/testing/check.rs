@@ -218,6 +218,45 @@ pub fn writes(wanted: &[ExpectedWrite], got: &[SentWrite]) -> Vec<String> {
     )
 }
 
+/// Where an admission answer differs from what the step expects, one line each.
+pub fn answer(
+    wanted: &super::spec::ExpectedAnswer,
+    got: &crate::admission::review::Answer,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if wanted.allowed != got.allowed {
+        problems.push(format!(
+            "admission: {}, expected {} (message: {:?})",
+            if got.allowed { "allowed" } else { "denied" },
+            if wanted.allowed { "allowed" } else { "denied" },
+            got.message
+        ));
+    }
+    if let Some(part) = &wanted.message
+        && !got.message.contains(part.as_str())
+    {
+        problems.push(format!(
+            "admission message: {:?} does not contain {part:?}",
+            got.message
+        ));
+    }
+    if let Some(patch) = &wanted.patch {
+        let got_patch = got.patch.clone().unwrap_or(Value::Array(Vec::new()));
+        if *patch != got_patch {
+            problems.push(format!("admission patch: {got_patch}, expected {patch}"));
+        }
+    }
+    if let Some(warnings) = &wanted.warnings
+        && *warnings != got.warnings
+    {
+        problems.push(format!(
+            "admission warnings: {:?}, expected {warnings:?}",
+            got.warnings
+        ));
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

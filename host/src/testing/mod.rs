@@ -50,6 +50,10 @@ pub struct StepResult {
     pub lines: usize,
     /// Writes sent during it.
     pub writes: usize,
+    /// The plugin's state after it (empty when it keeps none).
+    pub state: std::collections::BTreeMap<String, String>,
+    /// The answer to its admission review, if it sent one.
+    pub answer: Option<crate::admission::review::Answer>,
     /// The differences, one readable line each; empty when it passed.
     pub problems: Vec<String>,
 }
@@ -207,6 +211,71 @@ async fn settle(
     }
 }
 
+/// Waits until the tick asked after `before` was handled or failed.
+async fn tick_settled(
+    agent: &Agent,
+    name: &str,
+    before: &PluginStatus,
+    timeout: Duration,
+) -> Result<PluginStatus, String> {
+    let start = Instant::now();
+    loop {
+        let now = status_of(agent, name).ok_or("the plugin is not loaded")?;
+        if now.ticks > before.ticks || now.failed > before.failed {
+            return Ok(now);
+        }
+        if start.elapsed() > timeout {
+            return Err(format!("the tick did not run within {timeout:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sends `review` to plugin `name` as the webhook server would, and its answer.
+async fn send_review(
+    agent: &Agent,
+    name: &str,
+    review: &spec::Review,
+) -> Result<crate::admission::review::Answer, String> {
+    let admitter = agent
+        .plugins()
+        .admitter(name)
+        .ok_or_else(|| format!("plugin {name} declares no admission"))?;
+    let object = review.object.as_ref().or(review.old_object.as_ref());
+    let text = |pointer: &str| {
+        object
+            .and_then(|o| o.pointer(pointer))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+    let gvk = crate::gvk::Gvk::from_api_version(&api_version, &kind);
+    let body = serde_json::json!({
+        "apiVersion": crate::admission::review::API_VERSION,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "kubewasm-test",
+            "operation": review.operation,
+            "kind": {"group": gvk.group, "version": gvk.version, "kind": gvk.kind},
+            "resource": {"group": gvk.group, "version": gvk.version,
+                         "resource": crate::rbac::plural(&gvk)},
+            "namespace": text("/metadata/namespace"),
+            "name": text("/metadata/name"),
+            "object": review.object,
+            "oldObject": review.old_object,
+            "userInfo": {"username": review.user.as_deref().unwrap_or("tester")},
+            "dryRun": review.dry_run,
+        },
+    });
+    let parsed =
+        crate::admission::review::parse(body.to_string().as_bytes()).map_err(|e| e.to_string())?;
+    let until = Instant::now() + crate::admission::budget(admitter.admission.timeout);
+    tokio::task::spawn_blocking(move || crate::admission::decide(&admitter, &parsed, until).0)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// Runs `spec`, handing each step's result to `report` as it ends.
 pub async fn run(
     spec: &Spec,
@@ -250,6 +319,9 @@ pub async fn run(
         ..AgentOptions::new(cluster, config, sink.clone())
     };
     let mut agent = Agent::start(agent_options).await?;
+    if let Some(seed) = &spec.state {
+        agent.plugins().state_of(&spec.name).replace(seed.clone());
+    }
     let file = plugins.0.join(format!("{}.wasm", spec.name));
     std::fs::copy(&spec.plugin, &file)
         .with_context(|| format!("plugin {}", spec.plugin.display()))?;
@@ -268,13 +340,36 @@ pub async fn run(
     let (mut lines_seen, mut writes_seen, mut given_up) = (0, 0, 0);
     let mut step = first;
     loop {
-        let settled = settle(&agent, &spec.name, &sink, &recorder, options.step_timeout).await;
+        let mut settled = settle(&agent, &spec.name, &sink, &recorder, options.step_timeout).await;
+        let mut problems = Vec::new();
+        if let (Some(schedule), Ok(before)) = (&step.tick, &settled) {
+            match agent.plugins().tick(&spec.name, schedule) {
+                Ok(()) => {
+                    settled = tick_settled(&agent, &spec.name, before, options.step_timeout)
+                        .await
+                        .and(
+                            settle(&agent, &spec.name, &sink, &recorder, options.step_timeout)
+                                .await,
+                        );
+                }
+                Err(e) => problems.push(format!("tick: {e}")),
+            }
+        }
+        let answer = match &step.review {
+            Some(review) => match send_review(&agent, &spec.name, review).await {
+                Ok(answer) => Some(answer),
+                Err(e) => {
+                    problems.push(format!("review: {e}"));
+                    None
+                }
+            },
+            None => None,
+        };
         let lines = sink.records().split_off(lines_seen);
         let writes =
             recorder.sent.lock().unwrap_or_else(PoisonError::into_inner)[writes_seen..].to_vec();
         lines_seen += lines.len();
         writes_seen += writes.len();
-        let mut problems = Vec::new();
         match settled {
             Err(e) => problems.push(e),
             Ok(status) => {
@@ -303,10 +398,25 @@ pub async fn run(
                 problems.extend(diff.into_iter().map(|l| format!("  {l}")));
             }
         }
+        let kept = agent.plugins().state_of(&spec.name).snapshot();
+        if let Some(wanted) = &step.expect.state
+            && *wanted != kept
+        {
+            problems.push(format!(
+                "state: {}, expected {}",
+                serde_json::to_string(&kept).unwrap_or_default(),
+                serde_json::to_string(wanted).unwrap_or_default()
+            ));
+        }
+        if let (Some(wanted), Some(answer)) = (&step.expect.admission, &answer) {
+            problems.extend(check::answer(wanted, answer));
+        }
         let result = StepResult {
             name: step.name.clone(),
             lines: lines.len(),
             writes: writes.len(),
+            state: kept,
+            answer,
             problems,
         };
         report(&result);

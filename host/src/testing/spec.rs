@@ -7,12 +7,21 @@
 //! host: kubewasm.yaml            # a host configuration file, or one written inline
 //! config: {namespaces: [shop]}   # handed to init; overrides the host configuration's
 //! cluster: cluster/              # manifests the first state starts from (optional)
+//! retries: 0                     # attempts after a failure (default 0: give up at once)
+//! state: {seen/shop/web: "1"}    # the plugin's state when it starts (it must declare state)
 //! steps:
 //!   - name: a web pod appears    # the first step is the state the plugin starts on
 //!     apply:                     # objects created or replaced whole
 //!       - {apiVersion: v1, kind: Pod, metadata: {name: web, namespace: shop}}
 //!     delete:                    # objects removed
 //!       - {apiVersion: v1, kind: Pod, namespace: shop, name: old}
+//!     tick: summary              # then run this schedule once (as if it were due)
+//!     review:                    # then send this admission review to the plugin
+//!       operation: CREATE        # CREATE, UPDATE, DELETE or CONNECT
+//!       object: {apiVersion: v1, kind: Pod, metadata: {name: web, namespace: shop}}
+//!       oldObject: {...}         # for UPDATE and DELETE
+//!       dryRun: false
+//!       user: alice              # the user who asks (default: tester)
 //!     expect:                    # what is not named is not checked
 //!       logs:                    # every line of this step, in any order
 //!         - {message: web pod, level: info, fields: {pod: shop/web}}  # fields: a subset
@@ -20,6 +29,12 @@
 //!         - {action: apply, target: v1/Pod shop/web, body: {metadata: {labels: {team: a}}}}
 //!         - {action: record-event, target: v1/Pod shop/web, reason: Crashing}
 //!       givenUp: 0               # events given up (default 0: any is a failure)
+//!       state: {seen/shop/web: "1"}  # the plugin's whole state after the step
+//!       admission:               # the answer to the step's review
+//!         allowed: false
+//!         message: not allowed   # a part of the refusal's message
+//!         patch: [{op: add, path: /metadata/labels/team, value: a}]  # the whole JSON patch
+//!         warnings: [careful]    # every warning, in order
 //! ```
 
 use std::collections::BTreeMap;
@@ -63,6 +78,7 @@ struct SpecFile {
     cluster: Option<PathBuf>,
     #[serde(default)]
     retries: u32,
+    state: Option<BTreeMap<String, String>>,
     steps: Vec<StepFile>,
 }
 
@@ -74,8 +90,41 @@ struct StepFile {
     apply: Vec<Value>,
     #[serde(default)]
     delete: Vec<Reference>,
+    tick: Option<String>,
+    review: Option<Review>,
     #[serde(default)]
     expect: Expect,
+}
+
+/// An admission review a step sends.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Review {
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub operation: String,
+    /// The object as it would be.
+    pub object: Option<Value>,
+    /// The object as it was.
+    pub old_object: Option<Value>,
+    /// A dry run.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// The user who asks.
+    pub user: Option<String>,
+}
+
+/// The expected answer to a step's review.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedAnswer {
+    /// Whether the request may go on.
+    pub allowed: bool,
+    /// A part of the refusal's message.
+    pub message: Option<String>,
+    /// The whole JSON patch (absent: not checked; `[]`: none).
+    pub patch: Option<Value>,
+    /// Every warning, in order.
+    pub warnings: Option<Vec<String>>,
 }
 
 /// An object named by type and key.
@@ -136,6 +185,10 @@ pub struct Expect {
     /// Events given up during the step.
     #[serde(default)]
     pub given_up: u64,
+    /// The plugin's whole state after the step.
+    pub state: Option<BTreeMap<String, String>>,
+    /// The answer to the step's review.
+    pub admission: Option<ExpectedAnswer>,
 }
 
 /// An expected log line: its message, and optionally its level and some of its fields.
@@ -178,6 +231,10 @@ pub struct Step {
     pub apply: Vec<(Reference, Value)>,
     /// Objects removed.
     pub delete: Vec<Reference>,
+    /// A schedule to run once after the changes.
+    pub tick: Option<String>,
+    /// An admission review to send after the changes.
+    pub review: Option<Review>,
     /// What it must produce.
     pub expect: Expect,
 }
@@ -193,6 +250,8 @@ pub struct Spec {
     pub host: HostConfig,
     /// Folder of manifests the first state starts from.
     pub cluster: Option<PathBuf>,
+    /// The plugin's state when it starts.
+    pub state: Option<BTreeMap<String, String>>,
     /// The states, in order.
     pub steps: Vec<Step>,
 }
@@ -267,6 +326,22 @@ impl Spec {
                 let field = format!("steps[{i}]");
                 let name = step.name.unwrap_or_else(|| format!("step {}", i + 1));
                 check_expect(&step.expect).map_err(|e| format!("{field}.expect.{e}"))?;
+                if let Some(review) = &step.review {
+                    crate::wasm::admit::Operation::parse(&review.operation).ok_or_else(|| {
+                        format!(
+                            "{field}.review.operation: {:?} is none of CREATE, UPDATE, DELETE, CONNECT",
+                            review.operation
+                        )
+                    })?;
+                    if review.object.is_none() && review.old_object.is_none() {
+                        return Err(format!("{field}.review: give object or oldObject"));
+                    }
+                }
+                if step.expect.admission.is_some() && step.review.is_none() {
+                    return Err(format!(
+                        "{field}.expect.admission: the step sends no review"
+                    ));
+                }
                 let apply = step
                     .apply
                     .into_iter()
@@ -281,6 +356,8 @@ impl Spec {
                     name,
                     apply,
                     delete: step.delete,
+                    tick: step.tick,
+                    review: step.review,
                     expect: step.expect,
                 })
             })
@@ -290,6 +367,7 @@ impl Spec {
             name,
             host,
             cluster: file.cluster.map(|c| base.join(c)),
+            state: file.state,
             steps,
         })
     }
@@ -372,6 +450,14 @@ steps:
                 "steps[0].expect.writes[0].action",
             ),
             ("plugin: a.wasm\nsteps: [{aply: []}]", "aply"),
+            (
+                "plugin: a.wasm\nsteps: [{review: {operation: PATCH, object: {}}}]",
+                "steps[0].review.operation",
+            ),
+            (
+                "plugin: a.wasm\nsteps: [{expect: {admission: {allowed: true}}}]",
+                "steps[0].expect.admission: the step sends no review",
+            ),
             (
                 "plugin: a.wasm\nhost: {plugins: {a: {limits: {deadlineMs: 0}}}}\nsteps: [{}]",
                 "host: plugins.a.limits.deadlineMs",

@@ -21,6 +21,7 @@ pub fn event(n: &Notification, handles: &mut Handles) -> wit::Event {
             stale: *stale,
         }),
         Notification::Sync(o) => wit::Event::Sync(handles.lend(o)),
+        Notification::Requeue(o) => wit::Event::Requeue(handles.lend(o)),
     }
 }
 

@@ -133,6 +133,14 @@ impl CallClock {
         }
     }
 
+    /// Calls from now on have `deadline` (an admission review's may be shorter).
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        if deadline != self.deadline {
+            self.deadline = deadline;
+            self.deadline_ticks = ticks(deadline);
+        }
+    }
+
     /// Starts a call on this thread; returns the ticks to its first checkpoint.
     pub fn start(&mut self) -> u64 {
         self.started = Some(recent());

@@ -22,6 +22,8 @@ pub struct Limits {
     pub log_rate: LogRate,
     /// How many HTTP requests the plugin may send (all its instances together).
     pub http_rate: crate::rate::Rate,
+    /// How large its state may grow.
+    pub state: crate::wasm::state::StateLimits,
 }
 
 impl Default for Limits {
@@ -36,6 +38,7 @@ impl Default for Limits {
                 per_second: 10,
                 burst: 20,
             },
+            state: crate::wasm::state::StateLimits::default(),
         }
     }
 }

@@ -210,9 +210,14 @@ pub struct Handling(());
 impl Handling {
     /// Names `object` until the guard drops.
     pub fn enter(object: &KubeObject) -> Self {
+        Self::enter_key(object.key())
+    }
+
+    /// Marks this thread as handling a call about `key` (an object's, or a trigger's name).
+    pub fn enter_key(key: &str) -> Self {
         HANDLING.with_borrow_mut(|h| {
             h.key.clear();
-            h.key.push_str(object.key());
+            h.key.push_str(key);
             h.active = true;
         });
         Self(())

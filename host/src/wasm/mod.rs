@@ -3,9 +3,11 @@
 //! `cluster.rs`, `logging.rs`, `objects.rs`; WASI's stdout and stderr in `stdio.rs`, outbound
 //! `wasi:http` in `http.rs`).
 
+pub mod admit;
 mod cache;
 mod clocks;
 pub mod cluster;
+mod compat;
 mod compiled;
 pub mod compiler;
 pub mod convert;
@@ -18,6 +20,7 @@ pub mod limits;
 pub mod logging;
 mod objects;
 pub mod shape;
+pub mod state;
 mod stdio;
 mod version;
 mod waits;
@@ -41,7 +44,8 @@ use crate::gvk::Gvk;
 use crate::informer::Informer;
 use logging::PluginLogger;
 
-/// Bindings generated from `wit/plugin.wit`.
+/// Bindings generated from `wit/plugin.wit` (the contract, 0.3), and in [`bindings::v2`] from
+/// the frozen 0.2 contract, for components built before 0.3.
 #[allow(missing_docs)]
 pub mod bindings {
     wasmtime::component::bindgen!({
@@ -51,6 +55,17 @@ pub mod bindings {
         // longer knows): those end the call as a trap.
         imports: { default: trappable },
     });
+
+    /// The 0.2 contract (`wit/compat/0.2`): its imports are answered by 0.3's (`compat.rs`).
+    pub mod v2 {
+        wasmtime::component::bindgen!({
+            path: "../wit/compat/0.2",
+            world: "kubewasm:plugin/plugin",
+            imports: { default: trappable },
+            // One host type for an object handle, whichever contract lends it.
+            with: { "kubewasm:plugin/types.object": super::kubewasm::plugin::types::Object },
+        });
+    }
 }
 
 use crate::informer::Notification;
@@ -84,12 +99,12 @@ pub enum LoadError {
     /// The component has more functions or exports than a plugin may.
     #[error("too complex to compile: {0}")]
     TooComplex(String),
-    /// The component does not fit the `kubewasm:plugin@0.2.0` world.
-    #[error("does not match the kubewasm:plugin@0.2.0 world: {0}")]
+    /// The component does not fit the `kubewasm:plugin` world of its version.
+    #[error("does not match the kubewasm:plugin world: {0}")]
     WrongWorld(String),
     /// The component was built for another version of the contract.
     #[error(
-        "built for {found}, but this host speaks kubewasm:plugin@{}: rebuild it against the current SDK or wit/plugin.wit",
+        "built for {found}, but this host speaks kubewasm:plugin@{} (and runs 0.2.0): rebuild it against the current SDK or wit/plugin.wit",
         version::CONTRACT
     )]
     WrongVersion {
@@ -124,6 +139,10 @@ pub struct PluginContext {
     pub http_hosts: Arc<Vec<http::AllowedHost>>,
     /// Its HTTP request rate, shared by its instances.
     pub http_rate: Arc<Mutex<crate::rate::Bucket>>,
+    /// Its state, shared by its instances and versions.
+    pub state: Arc<state::StateStore>,
+    /// Whether its manifest declares `state`.
+    pub state_declared: bool,
 }
 
 /// Distinct write denials logged per plugin; later ones are only counted.
@@ -188,6 +207,8 @@ impl PluginContext {
                 limits.http_rate,
                 std::time::Instant::now(),
             ))),
+            state: Arc::default(),
+            state_declared: false,
             limits,
         }
     }
@@ -205,6 +226,8 @@ pub struct HostState {
     /// The deadline of the call in progress.
     clock: deadline::CallClock,
     staging: cluster::Staging,
+    /// The call in progress: its state changes and requeue.
+    call: state::StateCall,
     http: wasmtime_wasi_http::WasiHttpCtx,
     http_hooks: http::HttpHooks,
     ctx: Arc<PluginContext>,
@@ -239,7 +262,7 @@ pub struct Engine {
     /// The pre-linked code of every loaded plugin, by content: identical files (one plugin
     /// under two names, a reload of the same bytes) share one copy of the code and its
     /// metadata, freed when the last one goes.
-    live: Mutex<HashMap<String, Weak<bindings::PluginPre<HostState>>>>,
+    live: Mutex<HashMap<String, Weak<Code>>>,
     /// Where components are compiled.
     compiler: Compiler,
     /// Compiling children now running.
@@ -263,10 +286,27 @@ fn engine_config() -> Config {
 /// past its time keeps a core busy until it ends; two of them at most).
 const MAX_COMPILES: usize = 2;
 
+/// Pre-linked code, for the contract version the component was built for.
+pub enum Code {
+    /// `kubewasm:plugin@0.3.0`.
+    V3(bindings::PluginPre<HostState>),
+    /// `kubewasm:plugin@0.2.0`: its imports answered by 0.3's (`compat.rs`).
+    V2(bindings::v2::PluginPre<HostState>),
+}
+
+impl Code {
+    fn instance_pre(&self) -> &wasmtime::component::InstancePre<HostState> {
+        match self {
+            Code::V3(pre) => pre.instance_pre(),
+            Code::V2(pre) => pre.instance_pre(),
+        }
+    }
+}
+
 /// A compiled, type-checked and pre-linked plugin, ready to instantiate cheaply.
 #[derive(Clone)]
 pub struct PluginCode {
-    pre: Arc<bindings::PluginPre<HostState>>,
+    pre: Arc<Code>,
     /// True when the machine code came from the precompiled cache.
     pub cached: bool,
     /// Bytes each instance keeps outside its linear memories and tables (`shape.rs`),
@@ -307,6 +347,8 @@ impl Engine {
         // After everything that links WASI's I/O: every blocking wait ends at the deadline.
         waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        // Components built for 0.2 keep loading: its imports, answered by 0.3's.
+        bindings::v2::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Self {
             engine,
             linker,
@@ -477,14 +519,14 @@ impl Engine {
                 (component, false)
             }
         };
-        if let Some(found) = version::foreign(&component, &self.engine) {
-            return Err(LoadError::WrongVersion { found });
+        let contract = version::of(&component, &self.engine)
+            .map_err(|found| LoadError::WrongVersion { found })?;
+        let linked = self.linker.instantiate_pre(&component);
+        let pre = match contract {
+            version::Contract::V3 => linked.and_then(bindings::PluginPre::new).map(Code::V3),
+            version::Contract::V2 => linked.and_then(bindings::v2::PluginPre::new).map(Code::V2),
         }
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .and_then(bindings::PluginPre::new)
-            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         let pre = Arc::new(pre);
         let mut live = self.live();
         live.retain(|_, code| code.strong_count() > 0);
@@ -497,9 +539,7 @@ impl Engine {
     }
 
     /// The code of loaded plugins, by content.
-    fn live(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, Weak<bindings::PluginPre<HostState>>>> {
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Code>>> {
         self.live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -552,6 +592,7 @@ impl Engine {
             host_calls,
             clock: deadline::CallClock::new(ctx.limits.deadline),
             staging: cluster::Staging::default(),
+            call: state::StateCall::default(),
             http,
             http_hooks: http::HttpHooks::new(
                 &ctx.name,
@@ -567,12 +608,16 @@ impl Engine {
         store.epoch_deadline_callback(|store| Ok(store.data().clock.checkpoint()));
         let first = store.data_mut().clock.start();
         store.set_epoch_deadline(first);
-        let plugin = code.pre.instantiate(&mut store)?;
+        let plugin = match &*code.pre {
+            Code::V3(pre) => Exports::V3(pre.instantiate(&mut store)?),
+            Code::V2(pre) => Exports::V2(pre.instantiate(&mut store)?),
+        };
         Ok(Instance {
             store,
             plugin,
             previous_failures: Vec::new(),
             staged: cluster::Staged::default(),
+            effects: Effects::default(),
             init_cost: Duration::ZERO,
         })
     }
@@ -581,13 +626,41 @@ impl Engine {
 /// One live instance of a plugin. After any error from a call (a trap), throw it away.
 pub struct Instance {
     store: Store<HostState>,
-    plugin: bindings::Plugin,
+    plugin: Exports,
     /// Handed to the next `handle` call's `previous-failures`.
     previous_failures: Vec<bindings::kubewasm::plugin::cluster::WriteFailure>,
-    /// What the last `handle` call staged.
+    /// What the last call staged.
     staged: cluster::Staged,
+    /// The last call's changes to the plugin's state, and the requeue it asked for.
+    effects: Effects,
     /// What `init` cost (see [`Instance::init_cost`]).
     init_cost: Duration,
+}
+
+/// An instance's exports, for the contract it was built for.
+enum Exports {
+    V3(bindings::Plugin),
+    V2(bindings::v2::Plugin),
+}
+
+/// What one delivery asks of a plugin.
+#[derive(Debug, Clone, Copy)]
+pub enum Call<'a> {
+    /// `handle` an event.
+    Event(&'a Notification),
+    /// Every subscription's initial state has been handed over.
+    Synced,
+    /// A schedule, by name, is due.
+    Tick(&'a str),
+}
+
+/// What a call asked for besides its writes, applied only if it succeeded.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Changes to the plugin's state (`None`: removed).
+    pub state: std::collections::BTreeMap<String, Option<String>>,
+    /// Deliver the event's object again after this long.
+    pub requeue: Option<Duration>,
 }
 
 impl Instance {
@@ -601,22 +674,38 @@ impl Instance {
         self.store.set_epoch_deadline(first);
     }
 
-    /// Calls `describe`.
+    /// Calls `describe` (a 0.2 manifest reads as 0.3's with none of its additions).
     pub fn describe(&mut self) -> wasmtime::Result<Manifest> {
         self.arm();
-        self.plugin
-            .kubewasm_plugin_handler()
-            .call_describe(&mut self.store)
+        match &self.plugin {
+            Exports::V3(p) => p.kubewasm_plugin_handler().call_describe(&mut self.store),
+            Exports::V2(p) => p
+                .kubewasm_plugin_handler()
+                .call_describe(&mut self.store)
+                .map(Into::into),
+        }
+    }
+
+    /// The contract version the component was built for (`0.3.0`, `0.2.0`).
+    pub fn contract(&self) -> &'static str {
+        match self.plugin {
+            Exports::V3(_) => version::CONTRACT,
+            Exports::V2(_) => "0.2.0",
+        }
     }
 
     /// Calls `init`; the inner error is the plugin's own refusal.
     pub fn init(&mut self, config: &str) -> wasmtime::Result<Result<(), String>> {
         let (wall, cpu) = (std::time::Instant::now(), deadline::cpu_now());
         self.arm();
-        let outcome = self
-            .plugin
-            .kubewasm_plugin_handler()
-            .call_init(&mut self.store, config);
+        let outcome = match &self.plugin {
+            Exports::V3(p) => p
+                .kubewasm_plugin_handler()
+                .call_init(&mut self.store, config),
+            Exports::V2(p) => p
+                .kubewasm_plugin_handler()
+                .call_init(&mut self.store, config),
+        };
         self.store.data_mut().limits.settle();
         self.init_cost = match (cpu, deadline::cpu_now()) {
             (Some(before), Some(after)) => after.saturating_sub(before),
@@ -651,19 +740,55 @@ impl Instance {
     /// plugin's own failure report.
     /// What it staged is kept for [`Self::take_staged`].
     pub fn handle(&mut self, n: &Notification) -> wasmtime::Result<Result<(), HandleError>> {
+        self.call(Call::Event(n))
+    }
+
+    /// Makes `call`: `handle`, `synced` or `tick` (a 0.2 component exports only `handle`: the
+    /// others answer Ok without a call). What it staged is kept for [`Self::take_staged`] and
+    /// [`Self::take_effects`].
+    pub fn call(&mut self, call: Call<'_>) -> wasmtime::Result<Result<(), HandleError>> {
+        if matches!(self.plugin, Exports::V2(_)) && !matches!(call, Call::Event(_)) {
+            return Ok(Ok(()));
+        }
         self.arm();
         let previous = std::mem::take(&mut self.previous_failures);
         let state = self.store.data_mut();
         state.staging.open(previous);
-        let event = convert::event(n, &mut state.handles);
-        let outcome = self
-            .plugin
-            .kubewasm_plugin_handler()
-            .call_handle(&mut self.store, event);
+        state.call.open(matches!(call, Call::Event(_)));
+        let outcome = match (&self.plugin, call) {
+            (Exports::V3(p), Call::Event(n)) => {
+                let event = convert::event(n, &mut state.handles);
+                p.kubewasm_plugin_handler()
+                    .call_handle(&mut self.store, event)
+            }
+            (Exports::V3(p), Call::Synced) => {
+                p.kubewasm_plugin_handler().call_synced(&mut self.store)
+            }
+            (Exports::V3(p), Call::Tick(name)) => {
+                p.kubewasm_plugin_handler().call_tick(&mut self.store, name)
+            }
+            (Exports::V2(p), Call::Event(n)) => {
+                let event = compat::event(n, &mut state.handles);
+                p.kubewasm_plugin_handler()
+                    .call_handle(&mut self.store, event)
+                    .map(|r| r.map_err(Into::into))
+            }
+            (Exports::V2(_), _) => Ok(Ok(())),
+        };
         let state = self.store.data_mut();
         state.handles.end_call();
         self.staged = state.staging.close();
+        let (changes, requeue) = state.call.close();
+        self.effects = Effects {
+            state: changes,
+            requeue,
+        };
         outcome
+    }
+
+    /// What the last call asked for besides its writes (applied only if it returned Ok).
+    pub fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.effects)
     }
 
     /// The writes the last `handle` call staged (sent only if it returned Ok).

@@ -1,23 +1,52 @@
 //! What a component's import and export names say: which version of the contract it was
-//! built for (`kubewasm:plugin/cache@0.1.0`), so an old plugin gets one clear error, and
-//! whether it can query the cache by index.
+//! built for (`kubewasm:plugin/cache@0.1.0`), so a component of a version the host does not
+//! speak gets one clear error, and whether it can query the cache by index.
 
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
-/// The contract version this host speaks.
-pub const CONTRACT: &str = "0.2.0";
+/// The contract version this host speaks and plugins are built against.
+pub const CONTRACT: &str = "0.3.0";
+
+/// The versions the host runs: the current one, and 0.2 (its imports answered by 0.3's).
+const RUNS: [&str; 2] = [CONTRACT, "0.2.0"];
 
 const PACKAGE: &str = "kubewasm:plugin/";
 
-/// The other contract version `component` was built for (`kubewasm:plugin@0.1.0`), if any.
-pub fn foreign(component: &Component, engine: &wasmtime::Engine) -> Option<String> {
+/// A contract version the host runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contract {
+    /// 0.3.
+    V3,
+    /// 0.2.
+    V2,
+}
+
+/// The contract `component` was built for; the version it names when the host runs no such
+/// version (`kubewasm:plugin@0.1.0`), or when it mixes two.
+pub fn of(component: &Component, engine: &wasmtime::Engine) -> Result<Contract, String> {
     let ty = component.component_type();
     let imports = ty.imports(engine).map(|(name, _)| name);
     let exports = ty.exports(engine).map(|(name, _)| name);
-    imports.chain(exports).find_map(|name| {
-        let (_, version) = name.strip_prefix(PACKAGE)?.split_once('@')?;
-        (version != CONTRACT).then(|| format!("kubewasm:plugin@{version}"))
+    let mut found: Option<&str> = None;
+    for name in imports.chain(exports) {
+        let Some((_, version)) = name.strip_prefix(PACKAGE).and_then(|n| n.split_once('@')) else {
+            continue;
+        };
+        if !RUNS.contains(&version) {
+            return Err(format!("kubewasm:plugin@{version}"));
+        }
+        match found {
+            Some(seen) if seen != version => {
+                return Err(format!("kubewasm:plugin@{seen} and @{version} at once"));
+            }
+            _ => found = Some(version),
+        }
+    }
+    Ok(if found == Some("0.2.0") {
+        Contract::V2
+    } else {
+        Contract::V3
     })
 }
 
@@ -29,9 +58,9 @@ const INDEX_QUERIES: [&str; 4] = ["list-objects", "by-index", "index-keys", "ind
 /// the functions they call; Python and JavaScript ones import them all.
 pub fn queries_indexes(component: &Component, engine: &wasmtime::Engine) -> bool {
     let ty = component.component_type();
-    let cache = format!("{PACKAGE}cache@{CONTRACT}");
+    let caches = RUNS.map(|v| format!("{PACKAGE}cache@{v}"));
     ty.imports(engine).any(|(name, import)| match import.ty {
-        ComponentItem::ComponentInstance(instance) if name == cache => instance
+        ComponentItem::ComponentInstance(instance) if caches.iter().any(|c| c == name) => instance
             .exports(engine)
             .any(|(function, _)| INDEX_QUERIES.contains(&function)),
         _ => false,
@@ -57,20 +86,30 @@ mod tests {
         let message = error.to_string();
         assert!(
             message.contains("built for kubewasm:plugin@0.1.0")
-                && message.contains("kubewasm:plugin@0.2.0"),
+                && message.contains("kubewasm:plugin@0.3.0"),
             "{message}"
         );
     }
 
     #[test]
-    fn the_current_version_passes_the_check() {
-        let wat = r#"(component
-            (import "kubewasm:plugin/logging@0.2.0" (instance))
-        )"#;
+    fn the_current_and_the_previous_version_are_told_apart_and_a_mix_refused() {
         let engine = Engine::new().expect("engine");
-        let component =
-            wasmtime::component::Component::new(&engine.engine, wat).expect("valid component");
-        assert_eq!(super::foreign(&component, &engine.engine), None);
+        let of = |imports: &str| {
+            let wat = format!("(component {imports})");
+            let component =
+                wasmtime::component::Component::new(&engine.engine, wat).expect("valid component");
+            super::of(&component, &engine.engine)
+        };
+        let import = |v: &str| format!(r#"(import "kubewasm:plugin/logging@{v}" (instance))"#);
+        assert_eq!(of(&import("0.3.0")), Ok(super::Contract::V3));
+        assert_eq!(of(&import("0.2.0")), Ok(super::Contract::V2));
+        assert_eq!(of(""), Ok(super::Contract::V3), "imports nothing of ours");
+        let mixed = of(&format!(
+            "{} {}",
+            import("0.2.0"),
+            import("0.3.0").replace("logging", "cache")
+        ));
+        assert!(mixed.is_err_and(|e| e.contains("at once")));
     }
 
     #[test]

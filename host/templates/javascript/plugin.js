@@ -2,19 +2,16 @@
 
 // componentize-js resolves relative paths only, and reads only files inside this folder
 // (.npmrc installs the SDK as a copy, not a link): the SDK by its path.
-import { POD, changed, handleErrors, log } from "./node_modules/kubewasm-sdk/index.js";
+import {
+  POD, changed, handleErrors, log, manifest, plugin, subscribe,
+} from "./node_modules/kubewasm-sdk/index.js";
 
-export const handler = {
-  init(_config) {},
-
+// `plugin` gives `synced`, `tick` and `admit` defaults (nothing, nothing, allow).
+export const handler = plugin({
   describe() {
-    // Only pods labelled app=web; the host filters in memory.
-    return {
-      subscriptions: [{ gvk: POD, namespaces: [], labelSelector: "app=web" }],
-      queries: [],
-      indexes: [],
-      resyncSeconds: 0,
-    };
+    // Only pods labelled app=web; the host filters in memory. More: schedules, state,
+    // admission (docs/guides/javascript.md).
+    return manifest({ subscriptions: [subscribe(POD, { selector: "app=web" })] });
   },
 
   // Whatever it throws leaves as a handle error the host retries (a failed query or write as
@@ -26,4 +23,4 @@ export const handler = {
     const phase = pod.field("/status/phase");
     log.info("web pod", { pod: pod.key(), phase: phase?.tag === "text" ? phase.val : "-" });
   }),
-};
+});

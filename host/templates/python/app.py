@@ -3,18 +3,18 @@
 from wit_world import exports
 from wit_world.imports import types
 
-from kubewasm_sdk import POD, changed, handle_errors, log
+from kubewasm_sdk import POD, Plugin, changed, handle_errors, log, manifest, subscribe
 
 
-class Handler(exports.Handler):
+# `Plugin` first: it gives `synced`, `tick` and `admit` defaults (nothing, nothing, allow).
+class Handler(Plugin, exports.Handler):
     def init(self, config: str) -> None:
         return None
 
     def describe(self) -> types.Manifest:
-        # Only pods labelled app=web; the host filters in memory.
-        return types.Manifest(
-            subscriptions=[types.Subscription(gvk=POD, namespaces=[], label_selector="app=web")],
-            queries=[], indexes=[], resync_seconds=0)
+        # Only pods labelled app=web; the host filters in memory. More: schedules=[...],
+        # state=True, admission=... (docs/guides/python.md).
+        return manifest(subscriptions=[subscribe(POD, selector="app=web")])
 
     # Any exception leaves as a handle error the host retries (a failed query or write as
     # the Rust SDK decides), instead of a trap; `kubewasm_sdk.fail` ends with one of yours.

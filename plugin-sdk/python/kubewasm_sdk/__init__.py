@@ -1,4 +1,4 @@
-"""Helpers for kubewasm plugins in Python (contract kubewasm:plugin@0.2.0).
+"""Helpers for kubewasm plugins in Python (contract kubewasm:plugin@0.3.0).
 
 Import it next to the bindings componentize-py generates; build with both folders on the path:
 ``componentize-py -d wit -w kubewasm:plugin/plugin componentize -p . -p SDK app -o plugin.wasm``
@@ -7,6 +7,14 @@ installed package's site-packages).
 
 What it gives:
 
+- ``Plugin``: a base class with ``synced``, ``tick`` and ``admit`` that do nothing (allow), so
+  a handler writes only what it uses: ``class Handler(Plugin, exports.Handler)``;
+- ``manifest(...)`` and ``subscribe(...)``: the manifest and its subscriptions with every
+  field defaulted (``changes=["/spec"]`` for a change filter);
+- ``state``: the plugin's own key-value map kept by the host (``state.get``, ``state.set``,
+  ``state.remove``, ``state.keys``); ``requeue_after(seconds)`` during ``handle``;
+- admission answers: ``allow()``, ``deny(message)``, ``patch_to(obj)``; ``Selector`` to match
+  labels as the host does;
 - resource types (``POD``, ``DEPLOYMENT``, ... and ``gvk("apps/v1", "Deployment")``);
 - the built-in index names (``Index.NAMESPACE``, ``Index.OWNER_UID``, ``Index.LABEL_KEY``,
   ``Index.LABEL``) and ``key(namespace, name)``, the cache's object key;
@@ -23,10 +31,14 @@ from __future__ import annotations
 
 import functools
 import traceback
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+from kubewasm_sdk.selector import Selector
 
 from componentize_py_types import Err
 from wit_world.imports import logging as _logging
+from wit_world.imports import state as _state
+from wit_world.imports import triggers as _triggers
 from wit_world.imports import types
 
 from kubewasm_sdk import _handles
@@ -38,7 +50,9 @@ _handles.install()
 __all__ = [
     "POD", "SERVICE", "CONFIG_MAP", "NAMESPACE", "NODE", "EVENT", "DEPLOYMENT",
     "REPLICA_SET", "STATEFUL_SET", "DAEMON_SET", "JOB", "gvk", "Index", "key", "changed",
-    "log", "fail", "to_handle_error", "handle_errors",
+    "log", "fail", "to_handle_error", "handle_errors", "Plugin", "manifest", "subscribe",
+    "schedule", "state", "requeue_after", "rule", "validating", "mutating", "allow", "deny",
+    "patch_to", "Selector",
 ]
 
 
@@ -80,15 +94,171 @@ def key(namespace: Optional[str], name: str) -> str:
 
 
 def changed(event: types.Event) -> Tuple[str, Any]:
-    """The event's kind (``added``, ``updated``, ``deleted``, ``sync``) and its object (the
-    new one for an update, the last known one for a delete)."""
+    """The event's kind (``added``, ``updated``, ``deleted``, ``sync``, ``requeue``) and its
+    object (the new one for an update, the last known one for a delete)."""
     if isinstance(event, types.Event_Added):
         return "added", event.value.object
     if isinstance(event, types.Event_Updated):
         return "updated", event.value.new
     if isinstance(event, types.Event_Deleted):
         return "deleted", event.value.object
+    if isinstance(event, types.Event_Requeue):
+        return "requeue", event.value
     return "sync", event.value
+
+
+def subscribe(
+    resource: types.Gvk,
+    namespaces: Sequence[str] = (),
+    selector: Optional[str] = None,
+    changes: Sequence[str] = (),
+) -> types.Subscription:
+    """A subscription: every object of ``resource``, or only those in ``namespaces``,
+    matching the label ``selector``; with ``changes`` (JSON pointers such as ``/spec``), an
+    update is delivered only when a value there changed (``/metadata/generation``: the spec)."""
+    return types.Subscription(
+        gvk=resource,
+        namespaces=list(namespaces),
+        label_selector=selector,
+        changes=list(changes),
+    )
+
+
+def schedule(name: str, cron: str, time_zone: Optional[str] = None, jitter_seconds: int = 0):
+    """A named schedule for ``manifest``: ``tick(name)`` is called on it (five-field cron,
+    in UTC unless ``time_zone``, or ``@every 30s``)."""
+    return types.Schedule(
+        name=name, cron=cron, time_zone=time_zone, jitter_seconds=jitter_seconds
+    )
+
+
+def manifest(
+    subscriptions: Sequence[types.Subscription] = (),
+    queries: Sequence[types.Gvk] = (),
+    indexes: Sequence[types.Index] = (),
+    resync_seconds: int = 0,
+    schedules: Sequence[types.Schedule] = (),
+    state: bool = False,
+    admission: Optional[types.Admission] = None,
+) -> types.Manifest:
+    """What ``describe`` returns, every field defaulted."""
+    return types.Manifest(
+        subscriptions=list(subscriptions),
+        queries=list(queries),
+        indexes=list(indexes),
+        resync_seconds=resync_seconds,
+        schedules=list(schedules),
+        state=state,
+        admission=admission,
+    )
+
+
+def rule(
+    resource: types.Gvk,
+    operations: Sequence[types.Operation],
+    subresources: Sequence[str] = (),
+) -> types.AdmissionRule:
+    """An admission rule: ``operations`` (``types.Operation.CREATE``, ...) on objects of
+    ``resource``, and on its ``subresources`` too."""
+    return types.AdmissionRule(
+        gvk=resource, operations=list(operations), subresources=list(subresources)
+    )
+
+
+def validating(
+    rules: Sequence[types.AdmissionRule],
+    ignore_failures: bool = False,
+    timeout_seconds: int = 0,
+    namespace_selector: Optional[str] = None,
+    match_conditions: Sequence[Tuple[str, str]] = (),
+) -> types.Admission:
+    """A validating webhook for ``manifest(admission=...)``: ``admit`` allows or denies.
+    When the plugin cannot answer, the request is refused (let through with
+    ``ignore_failures``)."""
+    return types.Admission(
+        mutating=False,
+        rules=list(rules),
+        failure_policy=types.FailurePolicy.IGNORE if ignore_failures else types.FailurePolicy.FAIL,
+        timeout_seconds=timeout_seconds,
+        namespace_selector=namespace_selector,
+        match_conditions=list(match_conditions),
+    )
+
+
+def mutating(rules: Sequence[types.AdmissionRule], **options: Any) -> types.Admission:
+    """A mutating webhook (``admit`` may answer ``patch_to(obj)``); options as ``validating``."""
+    admission = validating(rules, **options)
+    admission.mutating = True
+    return admission
+
+
+def allow(*warnings: str) -> types.AdmissionResponse:
+    """An admission answer that lets the request through."""
+    return types.AdmissionResponse(
+        allowed=True, message="", code=0, mutation=None, warnings=list(warnings)
+    )
+
+
+def deny(message: str, code: int = 0, *warnings: str) -> types.AdmissionResponse:
+    """An admission answer that refuses the request with ``message`` (code 0: 403)."""
+    return types.AdmissionResponse(
+        allowed=False, message=message, code=code, mutation=None, warnings=list(warnings)
+    )
+
+
+def patch_to(obj: Any, *warnings: str) -> types.AdmissionResponse:
+    """An admission answer that lets the request through changed into ``obj`` (a dict of the
+    whole object): the host works out the JSON patch."""
+    import json
+
+    return types.AdmissionResponse(
+        allowed=True,
+        message="",
+        code=0,
+        mutation=types.Mutation_Object(json.dumps(obj)),
+        warnings=list(warnings),
+    )
+
+
+class Plugin:
+    """Defaults for what a handler may leave out: ``synced`` and ``tick`` do nothing,
+    ``admit`` allows. Put it first: ``class Handler(Plugin, exports.Handler)``."""
+
+    def synced(self) -> None:
+        return None
+
+    def tick(self, schedule: str) -> None:
+        return None
+
+    def admit(self, request: types.AdmissionRequest) -> types.AdmissionResponse:
+        return allow()
+
+
+class _State:
+    """The plugin's own key-value map, kept by the host across instances, versions and
+    leaders (declare it: ``manifest(state=True)``). Changes made during a call take effect
+    when it returns without error."""
+
+    def get(self, key: str) -> Optional[str]:
+        return _state.get(key)
+
+    def set(self, key: str, value: str) -> None:
+        _state.set(key, value)
+
+    def remove(self, key: str) -> None:
+        _state.remove(key)
+
+    def keys(self, prefix: str = "") -> list:
+        return _state.keys(prefix)
+
+
+state = _State()
+
+
+def requeue_after(seconds: int) -> None:
+    """Calls ``handle`` again for the event's object ``seconds`` from now, with its current
+    state (a ``requeue`` event). Only during ``handle``."""
+    _triggers.requeue_after(seconds)
 
 
 class _Log:
@@ -129,6 +299,8 @@ _ERRORS = {
     "TooManyHandles": ("too many handles", True),
     "NotLeader": ("not leader", True),
     "Unsupported": ("unsupported", False),
+    "NotDeclared": ("not declared", False),
+    "Unavailable": ("unavailable", False),
 }
 
 

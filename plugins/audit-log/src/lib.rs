@@ -66,6 +66,7 @@ impl Plugin for AuditLog {
             Event::Updated(_) => ("updated", ""),
             Event::Deleted(d) => ("deleted", if d.stale { "stale" } else { "" }),
             Event::Sync(_) => ("sync", ""),
+            Event::Requeue(_) => ("requeue", ""),
         };
         let o = event.object();
         let old_rv = event

@@ -59,7 +59,7 @@ impl Plugin for CrashloopEvents {
         let (pod, before) = match &event {
             Event::Added(a) => (a.object, Vec::new()),
             Event::Updated(u) => (u.new, crash_looping(u.old)?),
-            Event::Deleted(_) | Event::Sync(_) => return Ok(()),
+            Event::Deleted(_) | Event::Sync(_) | Event::Requeue(_) => return Ok(()),
         };
         let key = pod.key();
         for (container, restarts) in crash_looping(pod)? {

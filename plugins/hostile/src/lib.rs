@@ -21,7 +21,11 @@
 //! time, each write an event of its own; `write-same` patches it with the same label every
 //! time; `write-storm` applies 64 ConfigMaps of 64 KiB with new contents for every event, each
 //! of them an event again; `write-move` tries patches that move the object to another name or
-//! namespace; `slow-init` burns about 40 ms of CPU in `init`, then counts like `count`).
+//! namespace; `slow-init` burns about 40 ms of CPU in `init`, then counts like `count`;
+//! `admit-trap` and `admit-trap-ignore` declare a validating webhook on Secrets that panics,
+//! with failure policy Fail and Ignore; `admit-loop` one that never returns; `admit-write`
+//! and `admit-bad-patch` one that tries a write and a state change, and a mutating one whose
+//! JSON patch does not apply).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -31,7 +35,9 @@ static CALLS: AtomicU32 = AtomicU32::new(0);
 
 use kubewasm_sdk::cluster::{self, Target, WriteError};
 use kubewasm_sdk::{
-    Event, Gvk, HandleError, Manifest, Plugin, QueryError, Subscription, cache, export_plugin, log,
+    Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Event, Gvk, HandleError,
+    Manifest, Mutation, Operation, Plugin, QueryError, Subscription, cache, export_plugin, log,
+    state,
 };
 use serde::Deserialize;
 
@@ -104,6 +110,18 @@ impl Plugin for Hostile {
         let manifest = Manifest::new()
             .subscribe(Subscription::to(Gvk::config_map()))
             .query(secret());
+        let mode = CONFIG.get().map(|c| c.mode.as_str()).unwrap_or_default();
+        if let Some(rest) = mode.strip_prefix("admit-") {
+            let rules = vec![AdmissionRule::on(secret(), &[Operation::Create])];
+            let admission = match rest {
+                "trap-ignore" => Admission::validating(rules).ignore_failures(),
+                "bad-patch" => Admission::mutating(rules),
+                _ => Admission::validating(rules),
+            };
+            return manifest
+                .with_state()
+                .admission(admission.timeout_seconds(5));
+        }
         if CONFIG.get().is_some_and(|c| c.mode == "squat") {
             // deployment-view's index name, on the same type, computed differently.
             return manifest.query(Gvk::event()).index(
@@ -377,6 +395,41 @@ impl Plugin for Hostile {
             &[("key", &key), ("rv", &event.object().resource_version())],
         );
         Ok(())
+    }
+
+    fn admit(request: AdmissionRequest<'_>) -> AdmissionResponse {
+        let mode = CONFIG.get().map(|c| c.mode.as_str()).unwrap_or_default();
+        match mode {
+            "admit-trap" | "admit-trap-ignore" => panic!("hostile: panic in admit"),
+            "admit-loop" => loop {
+                burn(1_000_000);
+            },
+            "admit-write" => {
+                let write = match request.object {
+                    Some(o) => cluster::record_event(
+                        o,
+                        cluster::EventType::Normal,
+                        "Admitted",
+                        "side effect",
+                    )
+                    .map_err(|e| e.explain()),
+                    None => Err("no object".into()),
+                };
+                let changed = state::set("admitted", "1").map_err(|e| e.explain());
+                AdmissionResponse::deny(format!(
+                    "write: {}; state: {}",
+                    write.err().unwrap_or_else(|| "ok".into()),
+                    changed.err().unwrap_or_else(|| "ok".into())
+                ))
+            }
+            "admit-bad-patch" => AdmissionResponse {
+                mutation: Some(Mutation::JsonPatch(
+                    r#"[{"op": "remove", "path": "/no/such/field"}]"#.into(),
+                )),
+                ..AdmissionResponse::allow()
+            },
+            _ => AdmissionResponse::allow(),
+        }
     }
 }
 

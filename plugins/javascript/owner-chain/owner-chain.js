@@ -6,8 +6,8 @@
 // pod=... replicaset=... deployment=... siblings=N`. Build: node build.mjs (componentize-js
 // against ../../../wit).
 
-import { indexKeys } from "kubewasm:plugin/cache@0.2.0";
-import { log } from "kubewasm:plugin/logging@0.2.0";
+import { indexKeys } from "kubewasm:plugin/cache@0.3.0";
+import { log } from "kubewasm:plugin/logging@0.3.0";
 
 const POD = { group: "", version: "v1", kind: "Pod" };
 const REPLICA_SET = { group: "apps", version: "v1", kind: "ReplicaSet" };
@@ -18,11 +18,21 @@ export const handler = {
 
   describe() {
     return {
-      subscriptions: [{ gvk: POD, namespaces: [], labelSelector: undefined }],
+      subscriptions: [{ gvk: POD, namespaces: [], labelSelector: undefined, changes: [] }],
       queries: [REPLICA_SET, DEPLOYMENT],
       indexes: [],
       resyncSeconds: 0,
+      schedules: [],
+      state: false,
+      admission: undefined,
     };
+  },
+
+  // Called after the initial state, on schedules and for admission: nothing to do here.
+  synced() {},
+  tick(_schedule) {},
+  admit(_request) {
+    return { allowed: true, message: "", code: 0, mutation: undefined, warnings: [] };
   },
 
   handle(event) {

@@ -48,7 +48,7 @@ impl Plugin for PodPhase {
                     &[("pod", &key), ("last-phase", &phase), ("stale", stale)],
                 );
             }
-            Event::Sync(_) => {}
+            Event::Sync(_) | Event::Requeue(_) => {}
         }
         Ok(())
     }

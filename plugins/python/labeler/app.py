@@ -16,12 +16,12 @@ from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import cluster, types
 
-from kubewasm_sdk import POD, changed, handle_errors, log
+from kubewasm_sdk import POD, Plugin, changed, handle_errors, log, manifest, subscribe
 
 CONFIG = {"key": "team", "value": "unassigned", "namespaces": []}
 
 
-class Handler(exports.Handler):
+class Handler(Plugin, exports.Handler):
     def init(self, config: str) -> None:
         try:
             given = json.loads(config)
@@ -34,14 +34,7 @@ class Handler(exports.Handler):
         return None
 
     def describe(self) -> types.Manifest:
-        return types.Manifest(
-            subscriptions=[
-                types.Subscription(gvk=POD, namespaces=CONFIG["namespaces"], label_selector=None)
-            ],
-            queries=[],
-            indexes=[],
-            resync_seconds=0,
-        )
+        return manifest(subscriptions=[subscribe(POD, namespaces=CONFIG["namespaces"])])
 
     # A refused write (or any other exception) leaves as a handle error: denied, malformed
     # or too large is given up; only a change of leader is retried.

@@ -14,24 +14,19 @@ from wit_world import exports
 from wit_world.imports import cache, logging, types
 
 # The SDK's types and index names; importing it also gives handles its lighter finalizer.
-from kubewasm_sdk import DEPLOYMENT, POD, REPLICA_SET, Index
+from kubewasm_sdk import DEPLOYMENT, POD, REPLICA_SET, Index, Plugin, manifest, subscribe
 
 
 def log(message: str, fields: list[tuple[str, str]]) -> None:
     logging.log(logging.Level.INFO, message, fields)
 
 
-class Handler(exports.Handler):
+class Handler(Plugin, exports.Handler):
     def init(self, config: str) -> None:
         return None
 
     def describe(self) -> types.Manifest:
-        return types.Manifest(
-            subscriptions=[types.Subscription(gvk=POD, namespaces=[], label_selector=None)],
-            queries=[REPLICA_SET, DEPLOYMENT],
-            indexes=[],
-            resync_seconds=0,
-        )
+        return manifest(subscriptions=[subscribe(POD)], queries=[REPLICA_SET, DEPLOYMENT])
 
     def handle(self, event: types.Event) -> None:
         if isinstance(event, types.Event_Added):

@@ -148,7 +148,7 @@ impl Plugin for RolloutNotifier {
         let (deployment, was_stalled) = match &event {
             Event::Added(a) => (a.object, false),
             Event::Updated(u) => (u.new, stalled(u.old)?.is_some()),
-            Event::Deleted(_) | Event::Sync(_) => return Ok(()),
+            Event::Deleted(_) | Event::Sync(_) | Event::Requeue(_) => return Ok(()),
         };
         let Some(message) = stalled(deployment)? else {
             return Ok(());

@@ -383,6 +383,17 @@ impl TestEnv {
         Ok(kube::Client::try_from(config)?)
     }
 
+    /// The test CA's certificate (PEM): a webhook's caBundle.
+    pub fn ca_cert(&self) -> String {
+        self.pki.ca_cert()
+    }
+
+    /// A fresh serving certificate for 127.0.0.1 and localhost signed by the test CA (a
+    /// webhook server's, which the API server trusts through [`Self::ca_cert`]).
+    pub fn serving_cert(&self) -> anyhow::Result<pki::CertAndKey> {
+        self.pki.server()
+    }
+
     /// The temporary folder holding certificates, data and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()

@@ -1,0 +1,311 @@
+//! Plugin state kept on the cluster: the leader writes each plugin's `state` map (and when its
+//! schedules last ran) through to a ConfigMap of the host's own, and a replica that starts
+//! leading reads them back first, so a new leader goes on where the old one stopped.
+//!
+//! Writes are batched: at most one per plugin per interval, holding the whole map as it is
+//! then (a map is at most `stateKiB`, 64 KiB by default, so one object holds it). Reads stay
+//! local: plugins never wait on the API server for their state.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+
+use crate::plugins::PluginHost;
+use crate::wasm::state::StateStore;
+
+/// The label every state ConfigMap carries (with value `kubewasm`), to find them again.
+pub const LABEL: &str = "kubewasm.dev/plugin-state";
+/// The ConfigMap key holding the state as JSON.
+pub const DATA_KEY: &str = "state.json";
+/// How often changed maps are written at most.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// The largest ConfigMap the API server stores, less room for metadata.
+pub const MAX_BYTES: usize = 1_000_000;
+
+/// What one ConfigMap holds.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Kept {
+    /// The plugin's name (ConfigMap names are narrower than plugin names).
+    plugin: String,
+    /// The plugin's map.
+    entries: BTreeMap<String, String>,
+    /// When each schedule last ran, RFC 3339.
+    ticks: BTreeMap<String, String>,
+}
+
+/// The ConfigMap name for `plugin`'s state: readable when the name allows, hashed otherwise.
+pub fn object_name(plugin: &str) -> String {
+    let readable = plugin.len() <= 200
+        && !plugin.is_empty()
+        && plugin
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && plugin.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && plugin.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if readable {
+        format!("kubewasm-state-{plugin}")
+    } else {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(plugin.as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("kubewasm-state-{hex}")
+    }
+}
+
+/// Why state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum KeeperError {
+    /// The API server refused or failed the request.
+    #[error("plugin state in namespace {namespace}: {source}")]
+    Api {
+        /// Where the state is kept.
+        namespace: String,
+        /// The API server's error.
+        source: kube::Error,
+    },
+    /// A ConfigMap holds something that is not kept state.
+    #[error("plugin state ConfigMap {namespace}/{name}: {message}")]
+    Invalid {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Reads and writes the plugins' state in one namespace.
+pub struct Keeper {
+    api: Api<ConfigMap>,
+    namespace: String,
+    plugins: Arc<PluginHost>,
+    /// The change count of each plugin's map when it was last written or read.
+    written: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// Set once the kept state has been read: nothing is written before (it would overwrite
+    /// what an earlier leader kept).
+    loaded: std::sync::atomic::AtomicBool,
+    writes: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Keeper {
+    /// A keeper of `plugins`' state in `namespace`.
+    pub fn new(client: kube::Client, namespace: &str, plugins: Arc<PluginHost>) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            plugins,
+            written: std::sync::Mutex::default(),
+            loaded: std::sync::atomic::AtomicBool::new(false),
+            writes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// The namespace state is kept in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// ConfigMaps written so far, and writes that failed.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.writes.load(Ordering::Relaxed),
+            self.failures.load(Ordering::Relaxed),
+        )
+    }
+
+    fn api_error(&self, source: kube::Error) -> KeeperError {
+        KeeperError::Api {
+            namespace: self.namespace.clone(),
+            source,
+        }
+    }
+
+    /// Replaces every plugin's state with what the cluster keeps (before leading); returns
+    /// the plugins read. A ConfigMap that does not parse is skipped with an error logged.
+    pub async fn load(&self) -> Result<usize, KeeperError> {
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&format!("{LABEL}=kubewasm")))
+            .await
+            .map_err(|e| self.api_error(e))?;
+        let mut read = 0;
+        for map in list.items {
+            match self.parse(&map) {
+                Ok(kept) => {
+                    let store = self.plugins.state_of(&kept.plugin);
+                    store.replace(kept.entries);
+                    store.replace_ticks(
+                        kept.ticks
+                            .iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.parse().ok()?)))
+                            .collect(),
+                    );
+                    self.written
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(kept.plugin, store.changes());
+                    read += 1;
+                }
+                Err(e) => tracing::error!("{e}: skipped"),
+            }
+        }
+        self.loaded.store(true, Ordering::SeqCst);
+        tracing::info!(plugins = read, namespace = %self.namespace, "plugin state read");
+        Ok(read)
+    }
+
+    fn parse(&self, map: &ConfigMap) -> Result<Kept, KeeperError> {
+        let name = map.metadata.name.clone().unwrap_or_default();
+        let invalid = |message: String| KeeperError::Invalid {
+            namespace: self.namespace.clone(),
+            name: name.clone(),
+            message,
+        };
+        let text = map
+            .data
+            .as_ref()
+            .and_then(|d| d.get(DATA_KEY))
+            .ok_or_else(|| invalid(format!("no {DATA_KEY}")))?;
+        let kept: Kept =
+            serde_json::from_str(text).map_err(|e| invalid(format!("{DATA_KEY}: {e}")))?;
+        if object_name(&kept.plugin) != name {
+            return Err(invalid(format!(
+                "holds the state of plugin {:?}, which is kept under another name",
+                kept.plugin
+            )));
+        }
+        Ok(kept)
+    }
+
+    /// Writes every map changed since it was last written or read; returns how many.
+    pub async fn write_changed(&self) -> usize {
+        let mut wrote = 0;
+        if !self.loaded.load(Ordering::SeqCst) {
+            return 0;
+        }
+        for (plugin, store) in self.plugins.states() {
+            let count = store.changes();
+            let last = self
+                .written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&plugin)
+                .copied();
+            if last == Some(count) || (last.is_none() && count == 0) {
+                continue;
+            }
+            match self.write(&plugin, &store).await {
+                Ok(()) => {
+                    self.written
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(plugin, count);
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                    wrote += 1;
+                }
+                Err(e) => {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(plugin = %plugin, "{e}: tried again within a second");
+                }
+            }
+        }
+        wrote
+    }
+
+    async fn write(&self, plugin: &str, store: &StateStore) -> Result<(), KeeperError> {
+        let kept = Kept {
+            plugin: plugin.to_owned(),
+            entries: store.snapshot(),
+            ticks: store
+                .ticks()
+                .into_iter()
+                .map(|(k, v)| (k, v.to_string()))
+                .collect(),
+        };
+        let text = serde_json::to_string(&kept).unwrap_or_default();
+        let name = object_name(plugin);
+        if text.len() > MAX_BYTES {
+            return Err(KeeperError::Invalid {
+                namespace: self.namespace.clone(),
+                name,
+                message: format!(
+                    "{} bytes: more than a ConfigMap holds (lower stateKiB)",
+                    text.len()
+                ),
+            });
+        }
+        let map = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (LABEL.to_owned(), "kubewasm".to_owned()),
+                    (
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "kubewasm".to_owned(),
+                    ),
+                ])),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(DATA_KEY.to_owned(), text)])),
+            ..ConfigMap::default()
+        };
+        let mut value = serde_json::to_value(&map).unwrap_or_default();
+        value["apiVersion"] = "v1".into();
+        value["kind"] = "ConfigMap".into();
+        self.api
+            .patch(
+                &name,
+                &PatchParams::apply("kubewasm").force(),
+                &Patch::Apply(value),
+            )
+            .await
+            .map_err(|e| self.api_error(e))?;
+        Ok(())
+    }
+
+    /// While this replica leads, writes changed maps every `interval` (reading the kept
+    /// state first if that has not succeeded yet). Runs until dropped.
+    pub async fn run(&self, interval: Duration) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if !self.plugins.leading() {
+                continue;
+            }
+            if !self.loaded.load(Ordering::SeqCst) {
+                if let Err(e) = self.load().await {
+                    tracing::warn!("{e}: plugin state not read yet, nothing written");
+                }
+                continue;
+            }
+            self.write_changed().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_readable_when_they_can_be_and_distinct_when_not() {
+        assert_eq!(object_name("pod-phase"), "kubewasm-state-pod-phase");
+        let odd = object_name("Pod_Phase");
+        assert!(
+            odd.starts_with("kubewasm-state-") && odd.len() == 31,
+            "{odd}"
+        );
+        assert_ne!(odd, object_name("Pod_Phase2"));
+        assert_ne!(object_name("-x"), "kubewasm-state--x");
+    }
+}

@@ -1,0 +1,359 @@
+//! The host side of the `state` and `triggers` imports: a plugin's key-value map, kept by the
+//! host across instances and versions, and the requeue a `handle` call asks for.
+//!
+//! A call's changes to the map are held beside it (reads see them) and applied when the
+//! call returns Ok, with its writes; a failed or retried call changes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::wasm::HostState;
+use crate::wasm::bindings::kubewasm::plugin::{state, triggers};
+
+use state::StateError;
+
+/// How large a plugin's map may grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateLimits {
+    /// Keys and values together, in bytes (`stateKiB`).
+    pub bytes: usize,
+    /// Entries.
+    pub entries: usize,
+    /// One value, in bytes.
+    pub value_bytes: usize,
+}
+
+impl Default for StateLimits {
+    fn default() -> Self {
+        Self {
+            bytes: 64 << 10,
+            entries: 1024,
+            value_bytes: 16 << 10,
+        }
+    }
+}
+
+/// Longest key.
+pub const MAX_KEY_BYTES: usize = 253;
+
+/// A plugin's map, shared by its instances and versions.
+#[derive(Debug, Default)]
+pub struct StateStore {
+    map: Mutex<Entries>,
+    /// When each schedule last ran (the host's, not the plugin's: not in `map`).
+    ticks: Mutex<BTreeMap<String, jiff::Timestamp>>,
+    /// Moves on every applied change (what persistence watches).
+    changes: AtomicU64,
+}
+
+/// The map and the bytes of its keys and values, kept together.
+#[derive(Debug, Default)]
+struct Entries {
+    map: BTreeMap<String, String>,
+    bytes: usize,
+}
+
+impl Entries {
+    fn totals_with(&self, changes: &BTreeMap<String, Option<String>>) -> (usize, usize) {
+        let (mut entries, mut bytes) = (self.map.len(), self.bytes);
+        for (key, value) in changes {
+            if let Some(old) = self.map.get(key) {
+                entries -= 1;
+                bytes -= key.len() + old.len();
+            }
+            if let Some(new) = value {
+                entries += 1;
+                bytes += key.len() + new.len();
+            }
+        }
+        (entries, bytes)
+    }
+}
+
+fn size(map: &BTreeMap<String, String>) -> usize {
+    map.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+impl StateStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.lock().map.get(key).cloned()
+    }
+
+    /// A copy of the whole map.
+    pub fn snapshot(&self) -> BTreeMap<String, String> {
+        self.lock().map.clone()
+    }
+
+    /// The keys starting with `prefix`, sorted.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        self.lock()
+            .map
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Replaces the whole map (a new leader's, read from where the old one kept it).
+    pub fn replace(&self, map: BTreeMap<String, String>) {
+        let bytes = size(&map);
+        *self.lock() = Entries { map, bytes };
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// When schedule `name` last ran.
+    pub fn last_tick(&self, name: &str) -> Option<jiff::Timestamp> {
+        self.ticks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .copied()
+    }
+
+    /// Notes that schedule `name` ran for its tick due at `at`.
+    pub fn set_tick(&self, name: &str, at: jiff::Timestamp) {
+        self.ticks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned(), at);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// When every schedule last ran.
+    pub fn ticks(&self) -> BTreeMap<String, jiff::Timestamp> {
+        self.ticks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces when every schedule last ran (a new leader's, read with the map).
+    pub fn replace_ticks(&self, ticks: BTreeMap<String, jiff::Timestamp>) {
+        *self.ticks.lock().unwrap_or_else(PoisonError::into_inner) = ticks;
+    }
+
+    /// Entries and bytes the map would hold with `changes` applied, without copying it.
+    pub fn totals_with(&self, changes: &BTreeMap<String, Option<String>>) -> (usize, usize) {
+        self.lock().totals_with(changes)
+    }
+
+    /// How many changes were applied so far.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// Applies a call's changes (`None`: removed), unless the result would be over `limits`.
+    pub fn apply(
+        &self,
+        changes: BTreeMap<String, Option<String>>,
+        limits: &StateLimits,
+    ) -> Result<(), String> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut held = self.lock();
+        let (entries, bytes) = held.totals_with(&changes);
+        check_counts(entries, bytes, limits)?;
+        for (key, value) in changes {
+            let old = match value {
+                Some(v) => {
+                    held.bytes += key.len() + v.len();
+                    held.map.insert(key.clone(), v)
+                }
+                None => held.map.remove(&key),
+            };
+            if let Some(old) = old {
+                held.bytes -= key.len() + old.len();
+            }
+        }
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn check_counts(entries: usize, bytes: usize, limits: &StateLimits) -> Result<(), String> {
+    if entries > limits.entries {
+        return Err(format!(
+            "{entries} entries: at most {} (stateEntries)",
+            limits.entries
+        ));
+    }
+    if bytes > limits.bytes {
+        return Err(format!(
+            "{bytes} bytes of keys and values: at most {} (stateKiB)",
+            limits.bytes
+        ));
+    }
+    Ok(())
+}
+
+/// One call's view of the map: changes held until the call returns.
+#[derive(Debug, Default)]
+pub struct StateCall {
+    /// Changes are possible (during `handle`, `synced`, `tick`).
+    open: bool,
+    /// The call is `handle` (a requeue names its event's object).
+    handling: bool,
+    changes: BTreeMap<String, Option<String>>,
+    /// What `requeue-after` asked for.
+    requeue: Option<Duration>,
+}
+
+impl StateCall {
+    /// Opens a call that may change the map and, when `handling`, ask for a requeue.
+    pub fn open(&mut self, handling: bool) {
+        *self = Self {
+            open: true,
+            handling,
+            ..Self::default()
+        };
+    }
+
+    /// Ends the call: its changes and requeue, to apply if it succeeded.
+    pub fn close(&mut self) -> (BTreeMap<String, Option<String>>, Option<Duration>) {
+        let taken = (std::mem::take(&mut self.changes), self.requeue.take());
+        self.open = false;
+        self.handling = false;
+        taken
+    }
+}
+
+impl HostState {
+    fn state_refusal(&self) -> Option<StateError> {
+        if !self.ctx.state_declared {
+            return Some(StateError::NotDeclared(
+                "the manifest does not declare `state`".into(),
+            ));
+        }
+        if !self.call.open {
+            return Some(StateError::Unavailable(
+                "state changes are possible in handle, synced and tick only".into(),
+            ));
+        }
+        None
+    }
+}
+
+impl state::Host for HostState {
+    fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        if let Some(change) = self.call.changes.get(&key) {
+            return Ok(change.clone());
+        }
+        Ok(self.ctx.state.get(&key))
+    }
+
+    fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), StateError>> {
+        if let Some(refused) = self.state_refusal() {
+            return Ok(Err(refused));
+        }
+        let limits = &self.ctx.limits.state;
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return Ok(Err(StateError::TooLarge(format!(
+                "a key of {} bytes: 1 to {MAX_KEY_BYTES}",
+                key.len()
+            ))));
+        }
+        if value.len() > limits.value_bytes {
+            return Ok(Err(StateError::TooLarge(format!(
+                "a value of {} bytes: at most {}",
+                value.len(),
+                limits.value_bytes
+            ))));
+        }
+        let previous = self.call.changes.insert(key.clone(), Some(value));
+        let (entries, bytes) = self.ctx.state.totals_with(&self.call.changes);
+        if let Err(e) = check_counts(entries, bytes, limits) {
+            match previous {
+                Some(p) => self.call.changes.insert(key, p),
+                None => self.call.changes.remove(&key),
+            };
+            return Ok(Err(StateError::TooLarge(e)));
+        }
+        Ok(Ok(()))
+    }
+
+    fn remove(&mut self, key: String) -> wasmtime::Result<Result<(), StateError>> {
+        if let Some(refused) = self.state_refusal() {
+            return Ok(Err(refused));
+        }
+        self.call.changes.insert(key, None);
+        Ok(Ok(()))
+    }
+
+    fn keys(&mut self, prefix: String) -> wasmtime::Result<Vec<String>> {
+        let mut keys: BTreeMap<String, bool> = self
+            .ctx
+            .state
+            .keys(&prefix)
+            .into_iter()
+            .map(|k| (k, true))
+            .collect();
+        for (k, v) in &self.call.changes {
+            if k.starts_with(&prefix) {
+                keys.insert(k.clone(), v.is_some());
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .filter(|(_, present)| *present)
+            .map(|(k, _)| k)
+            .collect())
+    }
+}
+
+impl triggers::Host for HostState {
+    fn requeue_after(&mut self, seconds: u32) -> wasmtime::Result<Result<(), String>> {
+        if !self.call.handling {
+            return Ok(Err(
+                "requeue-after is possible only during handle (it names the event's object)".into(),
+            ));
+        }
+        self.call.requeue = Some(Duration::from_secs(u64::from(seconds)));
+        Ok(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_apply_whole_or_not_at_all_within_the_limits() {
+        let store = StateStore::default();
+        let limits = StateLimits {
+            bytes: 20,
+            entries: 2,
+            value_bytes: 10,
+        };
+        let change = |pairs: &[(&str, Option<&str>)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+                .collect()
+        };
+        store
+            .apply(change(&[("a", Some("1")), ("b", Some("2"))]), &limits)
+            .expect("fits");
+        assert_eq!(store.changes(), 1);
+        let refused = store
+            .apply(change(&[("c", Some("3"))]), &limits)
+            .expect_err("a third entry");
+        assert!(refused.contains("stateEntries"), "{refused}");
+        assert_eq!(store.get("c"), None, "nothing of a refused change applied");
+        store
+            .apply(change(&[("a", None), ("c", Some("3"))]), &limits)
+            .expect("one out, one in");
+        assert_eq!(store.snapshot().len(), 2);
+        let too_big = store
+            .apply(change(&[("b", Some(&"x".repeat(30)))]), &limits)
+            .expect_err("over the bytes");
+        assert!(too_big.contains("stateKiB"), "{too_big}");
+    }
+}

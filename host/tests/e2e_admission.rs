@@ -1,0 +1,303 @@
+//! Admission webhooks served by plugins, end to end on a real kube-apiserver
+//! (kubewasm-testenv): the webhook configurations `kubewasm webhooks` renders point the API
+//! server at the host on loopback, trusted through the test CA.
+//!
+//! - a refused create carries the plugin's message, named after the plugin;
+//! - a context-aware policy (image-policy reads its allow list from the cache) changes its
+//!   answer when the ConfigMap changes, with no restart;
+//! - a mutation (pod-defaults: the namespace's team label, default requests) lands;
+//! - a dry-run create is reviewed and not persisted;
+//! - a plugin that traps answers as its failure policy says: Ignore lets through, Fail
+//!   refuses naming the plugin;
+//! - the certificate is read again when its files change, while serving.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubewasm::admission::ServeConfig;
+use kubewasm::admission::webhooks::{Target, render};
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::wasm::logging::MemorySink;
+use kubewasm_testenv::{TestEnv, resources};
+use serde_json::json;
+
+mod support;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn pod(name: &str, image: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": image}]}
+    }))?)
+}
+
+/// Creates `pod` until the answer satisfies `done` (webhook configurations and the host's
+/// cache take a moment to take effect); the last answer.
+async fn create_until(
+    pods: &Api<Pod>,
+    params: &PostParams,
+    make: impl Fn(u32) -> anyhow::Result<Pod>,
+    done: impl Fn(&Result<Pod, kube::Error>) -> bool,
+) -> anyhow::Result<Result<Pod, kube::Error>> {
+    let deadline = Instant::now() + WAIT;
+    for attempt in 0.. {
+        let answer = pods.create(params, &make(attempt)?).await;
+        if done(&answer) {
+            return Ok(answer);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no such answer within {WAIT:?}; last: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    unreachable!("the loop returns")
+}
+
+fn refused_with(answer: &Result<Pod, kube::Error>, words: &str) -> bool {
+    matches!(answer, Err(e) if e.to_string().contains(words))
+}
+
+/// The certificate the webhook server presents now (DER).
+async fn served_cert(address: std::net::SocketAddr, ca: &str) -> anyhow::Result<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = tokio::net::TcpStream::connect(address).await?;
+    let tls = connector.connect("127.0.0.1".try_into()?, stream).await?;
+    let certs = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .ok_or_else(|| anyhow::anyhow!("no certificate"))?;
+    Ok(certs[0].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    for ns in ["kubewasm", "shop"] {
+        resources::create_namespace(&admin, ns).await?;
+    }
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "shop"}}})),
+        )
+        .await?;
+
+    let tls = tempfile::tempdir()?;
+    let (cert_file, key_file) = (tls.path().join("tls.crt"), tls.path().join("tls.key"));
+    let first = env.serving_cert()?;
+    std::fs::write(&cert_file, &first.cert)?;
+    std::fs::write(&key_file, &first.key)?;
+    let mut config = support::configs(&[
+        ("image-policy", "{}"),
+        ("pod-defaults", "{}"),
+        ("trap-ignore", r#"{"mode": "admit-trap-ignore"}"#),
+        ("trap-fail", r#"{"mode": "admit-trap"}"#),
+    ]);
+    config.admission = Some(ServeConfig {
+        address: "127.0.0.1:0".parse()?,
+        cert_file: cert_file.clone(),
+        key_file: key_file.clone(),
+    });
+    let plugins = tempfile::tempdir()?;
+    for (name, built) in [
+        ("image-policy", kubewasm_plugin_artifacts::IMAGE_POLICY),
+        ("pod-defaults", kubewasm_plugin_artifacts::POD_DEFAULTS),
+        ("trap-ignore", kubewasm_plugin_artifacts::HOSTILE),
+        ("trap-fail", kubewasm_plugin_artifacts::HOSTILE),
+    ] {
+        std::fs::copy(built, plugins.path().join(format!("{name}.wasm")))?;
+    }
+    let options = AgentOptions::new(
+        Cluster::Kube(admin.clone()),
+        config,
+        Arc::new(MemorySink::default()),
+    );
+    let mut agent = Agent::start(options).await?;
+    let report = agent.follow_plugins(plugins.path()).await?;
+    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    let address = agent
+        .webhooks_address()
+        .ok_or_else(|| anyhow::anyhow!("webhooks served"))?;
+    let declared = |names: &[&str]| -> anyhow::Result<Vec<_>> {
+        names
+            .iter()
+            .map(|n| {
+                let a = agent
+                    .plugins()
+                    .admitter(n)
+                    .ok_or_else(|| anyhow::anyhow!("{n} serves admission"))?;
+                Ok(((*n).to_owned(), a.admission.clone()))
+            })
+            .collect()
+    };
+    let target = Target::Url(format!("https://{address}"));
+    let ca = env.ca_cert();
+    let yaml = render(
+        "kubewasm",
+        &declared(&["image-policy", "pod-defaults", "trap-ignore"])?,
+        &target,
+        Some(ca.as_bytes()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    support::apply_yaml(&admin, &yaml).await?;
+
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let create = PostParams::default();
+    // No allow list yet: every image is refused, the message naming the plugin.
+    let refused = create_until(
+        &pods,
+        &create,
+        |i| pod(&format!("early-{i}"), "nginx:1.27"),
+        |a| refused_with(a, "image-policy: no image allow list"),
+    )
+    .await?;
+    assert!(refused.is_err());
+
+    let lists: Api<ConfigMap> = Api::namespaced(admin.clone(), "kubewasm");
+    let list: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "image-allow-list"},
+        "data": {"prefixes": "registry.example.com/"}
+    }))?;
+    lists.create(&PostParams::default(), &list).await?;
+
+    let web = create_until(
+        &pods,
+        &create,
+        |i| pod(&format!("web-{i}"), "registry.example.com/web:1"),
+        Result::is_ok,
+    )
+    .await??;
+    // pod-defaults' mutation landed: the namespace's team, default requests.
+    let labels = web.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("team").map(String::as_str),
+        Some("shop"),
+        "{web:?}"
+    );
+    let requests = web
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers[0].resources.clone());
+    let cpu = requests
+        .and_then(|r| r.requests)
+        .and_then(|r| r.get("cpu").map(|q| q.0.clone()));
+    assert_eq!(cpu.as_deref(), Some("50m"), "{web:?}");
+
+    let nginx = pods.create(&create, &pod("nginx", "nginx:1.27")?).await;
+    assert!(refused_with(&nginx, "not in the allow list"), "{nginx:?}");
+    // A dry run is reviewed like any create, and not persisted.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let dry_refused = pods.create(&dry, &pod("dry-bad", "nginx:1.27")?).await;
+    assert!(
+        refused_with(&dry_refused, "image-policy"),
+        "{dry_refused:?}"
+    );
+    pods.create(&dry, &pod("dry-good", "registry.example.com/web:1")?)
+        .await?;
+    assert!(
+        pods.get_opt("dry-good").await?.is_none(),
+        "dry run persisted"
+    );
+
+    // The allow list changes: the same policy answers differently, no restart.
+    lists
+        .patch(
+            "image-allow-list",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"prefixes": "registry.example.com/\nnginx:"}})),
+        )
+        .await?;
+    create_until(
+        &pods,
+        &create,
+        |i| pod(&format!("nginx-{i}"), "nginx:1.27"),
+        Result::is_ok,
+    )
+    .await??;
+
+    // A plugin that traps under Ignore lets the request through...
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "shop");
+    let secret = |name: &str| -> anyhow::Result<Secret> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name}}))?)
+    };
+    secrets.create(&create, &secret("let-through")?).await?;
+    let ignored = support::plugin_status(&agent, "trap-ignore");
+    let decided = |s: &kubewasm::plugins::PluginStatus, decision: &str| {
+        s.admission
+            .as_ref()
+            .and_then(|a| a.decisions.iter().find(|(d, _)| d == decision))
+            .map_or(0, |(_, n)| *n)
+    };
+    assert!(decided(&ignored, "failed_open") >= 1, "{ignored:?}");
+    // ...under Fail it refuses, naming the plugin.
+    let fail_yaml = render(
+        "kubewasm-fail",
+        &declared(&["trap-fail"])?,
+        &target,
+        Some(ca.as_bytes()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    support::apply_yaml(&admin, &fail_yaml).await?;
+    let deadline = Instant::now() + WAIT;
+    let mut attempt = 0;
+    let refusal = loop {
+        attempt += 1;
+        match secrets
+            .create(&create, &secret(&format!("refused-{attempt}"))?)
+            .await
+        {
+            Err(e) if e.to_string().contains("trap-fail could not review") => break e,
+            other => {
+                anyhow::ensure!(Instant::now() < deadline, "not refused: {other:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(refusal.to_string().contains("trapped"), "{refusal}");
+    let failed = support::plugin_status(&agent, "trap-fail");
+    assert!(decided(&failed, "failed_closed") >= 1, "{failed:?}");
+
+    // The certificate is renewed on disk: served at once, and the API server still trusts it.
+    let before = served_cert(address, &ca).await?;
+    let renewed = env.serving_cert()?;
+    std::fs::write(&key_file, &renewed.key)?;
+    std::fs::write(&cert_file, &renewed.cert)?;
+    let deadline = Instant::now() + WAIT;
+    while served_cert(address, &ca).await? == before {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the renewed certificate is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    pods.create(
+        &create,
+        &pod("after-renewal", "registry.example.com/web:2")?,
+    )
+    .await?;
+    let policy = support::plugin_status(&agent, "image-policy");
+    assert!(decided(&policy, "denied") >= 3, "{policy:?}");
+    assert!(decided(&policy, "allowed") >= 3, "{policy:?}");
+    Ok(())
+}

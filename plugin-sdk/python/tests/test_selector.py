@@ -1,0 +1,27 @@
+"""The Python SDK's selector matches as the host's (the Rust SDK's) does, case by case:
+plugin-sdk/selector-cases.json is checked by all three SDKs."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "kubewasm_sdk_selector", ROOT / "python" / "kubewasm_sdk" / "selector.py"
+)
+selector = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(selector)
+
+CASES = json.loads((ROOT / "selector-cases.json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["selector"] or "(empty)" for c in CASES])
+def test_matches_as_the_host_does(case):
+    assert selector.Selector(case["selector"]).matches(case["labels"]) == case["matches"]
+
+
+def test_a_malformed_selector_says_so():
+    with pytest.raises(ValueError, match="invalid label selector"):
+        selector.Selector("app=web,,tier=a")
