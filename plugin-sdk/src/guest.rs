@@ -22,6 +22,12 @@ pub use bindings::kubewasm::plugin::types::{
     QueryError, Schedule, Subscription, Updated, UserInfo, Value,
 };
 
+/// The operator's configuration handed to [`Plugin::init`], read as `T`; the error says what
+/// is wrong with it.
+pub fn parse_config<T: serde::de::DeserializeOwned>(config: &str) -> Result<T, String> {
+    serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))
+}
+
 /// What a plugin implements. Export it with [`export_plugin!`](crate::export_plugin).
 pub trait Plugin {
     /// Prepares a fresh instance with the operator's configuration (JSON text, `{}` if none).

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use kubewasm::config::HostConfig;
-use kubewasm::plugins::PluginFile;
+use kubewasm::plugins::folder::plugin_files;
 use kubewasm::plugins::inspect::{Inspection, inspect};
+use kubewasm::plugins::{PluginFile, plugin_name};
 use kubewasm::wasm::logging::TracingSink;
 use kubewasm::wasm::{Compiler, Engine};
 
@@ -120,6 +121,37 @@ fn engine(cache_dir: Option<&Path>, config: &HostConfig) -> anyhow::Result<Arc<E
             .map_err(|e| anyhow::anyhow!("{e:#}"))?
             .compile_in(Compiler::child_of_this_binary(config.compile_memory_bytes)?),
     ))
+}
+
+/// Every plugin `run` would load with `config` from folder `dir` and from registries, inspected:
+/// those that load, and an error line for each that does not.
+async fn inspect_all(
+    dir: &Path,
+    config: &HostConfig,
+    engine: &Arc<Engine>,
+) -> anyhow::Result<(Vec<(PluginFile, Inspection)>, Vec<String>)> {
+    // Exactly the files `run` would load from the folder.
+    let files = plugin_files(dir).with_context(|| format!("plugins folder {}", dir.display()))?;
+    let mut loaded = Vec::new();
+    let mut failed = Vec::new();
+    // A file named like a plugin pulled from a registry is not loaded (`run` ignores it).
+    for path in files
+        .iter()
+        .filter(|p| !config.plugins.from_registry(&plugin_name(p)))
+    {
+        match inspect_file(path, config, engine).await {
+            Ok(inspected) => loaded.push(inspected),
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    // Plugins the configuration pulls from registries, pulled and checked as `run` does.
+    for (name, source) in config.plugins.registry_sources() {
+        match inspect_pulled(name, source, config, engine).await {
+            Ok(inspected) => loaded.push(inspected),
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    Ok((loaded, failed))
 }
 
 /// Reads and inspects one plugin file under `config` with `engine`, off the async runtime.

@@ -4,12 +4,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use kubewasm::plugins::folder::plugin_files;
-use kubewasm::plugins::plugin_name;
 use kubewasm::rbac;
 
-use super::{engine, inspect_file, inspect_pulled, load_config, plugins_dir};
+use super::{engine, inspect_all, load_config, plugins_dir};
 
 /// Arguments of `kubewasm rbac`.
 #[derive(clap::Args)]
@@ -47,42 +44,18 @@ fn keeps_state(manifest: &kubewasm::plugins::manifest::PluginManifest) -> bool {
 pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
     let dir = plugins_dir(args.plugins.as_deref(), &config)?;
-    // Exactly the files `run` would load from the folder.
-    let files = plugin_files(&dir).with_context(|| format!("plugins folder {}", dir.display()))?;
-    // A file named like a plugin pulled from a registry is not loaded (`run` ignores it).
-    let files: Vec<_> = files
-        .into_iter()
-        .filter(|p| !config.plugins.from_registry(&plugin_name(p)))
-        .collect();
     // One engine for every file (each new one would start its own epoch ticker).
     let engine = engine(args.cache_dir.as_deref(), &config)?;
+    let (loaded, failed) = inspect_all(&dir, &config, &engine).await?;
     let mut types = BTreeSet::new();
-    let mut failed = Vec::new();
     let mut names = Vec::new();
     let mut writes = Vec::new();
     let mut plugin_state = false;
-    for path in &files {
-        match inspect_file(path, &config, &engine).await {
-            Ok((file, inspection)) => {
-                types.extend(inspection.manifest.cached.iter().cloned());
-                plugin_state |= keeps_state(&inspection.manifest);
-                writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
-                names.push(file.name);
-            }
-            Err(e) => failed.push(format!("{e:#}")),
-        }
-    }
-    // Plugins the configuration pulls from registries, pulled and checked as `run` does.
-    for (name, source) in config.plugins.registry_sources() {
-        match inspect_pulled(name, source, &config, &engine).await {
-            Ok((file, inspection)) => {
-                types.extend(inspection.manifest.cached.iter().cloned());
-                plugin_state |= keeps_state(&inspection.manifest);
-                writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
-                names.push(file.name);
-            }
-            Err(e) => failed.push(format!("{e:#}")),
-        }
+    for (file, inspection) in loaded {
+        types.extend(inspection.manifest.cached.iter().cloned());
+        plugin_state |= keeps_state(&inspection.manifest);
+        writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
+        names.push(file.name);
     }
     anyhow::ensure!(
         failed.is_empty(),

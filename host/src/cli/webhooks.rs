@@ -6,10 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kubewasm::admission::webhooks::{Target, render};
-use kubewasm::plugins::folder::plugin_files;
-use kubewasm::plugins::plugin_name;
 
-use super::{engine, inspect_file, inspect_pulled, load_config, plugins_dir};
+use super::{engine, inspect_all, load_config, plugins_dir};
 
 /// Arguments of `kubewasm webhooks`.
 #[derive(clap::Args)]
@@ -49,34 +47,12 @@ pub struct WebhooksArgs {
 pub async fn webhooks(args: WebhooksArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
     let dir = plugins_dir(args.plugins.as_deref(), &config)?;
-    let files = plugin_files(&dir).with_context(|| format!("plugins folder {}", dir.display()))?;
-    let files: Vec<_> = files
-        .into_iter()
-        .filter(|p| !config.plugins.from_registry(&plugin_name(p)))
-        .collect();
     let engine = engine(args.cache_dir.as_deref(), &config)?;
-    let mut declared = Vec::new();
-    let mut failed = Vec::new();
-    for path in &files {
-        match inspect_file(path, &config, &engine).await {
-            Ok((file, inspection)) => {
-                if let Some(a) = inspection.manifest.admission {
-                    declared.push((file.name, a));
-                }
-            }
-            Err(e) => failed.push(format!("{e:#}")),
-        }
-    }
-    for (name, source) in config.plugins.registry_sources() {
-        match inspect_pulled(name, source, &config, &engine).await {
-            Ok((file, inspection)) => {
-                if let Some(a) = inspection.manifest.admission {
-                    declared.push((file.name, a));
-                }
-            }
-            Err(e) => failed.push(format!("{e:#}")),
-        }
-    }
+    let (loaded, failed) = inspect_all(&dir, &config, &engine).await?;
+    let declared: Vec<_> = loaded
+        .into_iter()
+        .filter_map(|(file, inspection)| Some((file.name, inspection.manifest.admission?)))
+        .collect();
     anyhow::ensure!(
         failed.is_empty(),
         "no webhooks printed: these plugins do not load:\n{}",

@@ -38,8 +38,7 @@ struct AuditLog;
 
 impl Plugin for AuditLog {
     fn init(config: &str) -> Result<(), String> {
-        let config: Config =
-            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        let config: Config = kubewasm_sdk::parse_config(config)?;
         let gvks = config
             .resources
             .iter()

@@ -33,8 +33,7 @@ struct Bench;
 
 impl Plugin for Bench {
     fn init(config: &str) -> Result<(), String> {
-        let config: Config =
-            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        let config: Config = kubewasm_sdk::parse_config(config)?;
         match config.work.as_str() {
             "noop" | "parse" | "get" | "select" | "index" | "field" => {}
             other => return Err(format!("unknown work {other:?}")),

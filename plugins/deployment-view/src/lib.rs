@@ -215,8 +215,7 @@ struct DeploymentView;
 
 impl Plugin for DeploymentView {
     fn init(config: &str) -> Result<(), String> {
-        let config: Config =
-            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        let config: Config = kubewasm_sdk::parse_config(config)?;
         // A second init on the same instance keeps the first configuration, which is the same.
         let _ = CONFIG.set(config);
         Ok(())

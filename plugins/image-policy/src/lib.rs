@@ -98,8 +98,7 @@ impl ImagePolicy {
 
 impl Plugin for ImagePolicy {
     fn init(config: &str) -> Result<(), String> {
-        let config: Config =
-            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        let config: Config = kubewasm_sdk::parse_config(config)?;
         let (ns, name) = config
             .allow_list
             .split_once('/')

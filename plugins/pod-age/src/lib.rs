@@ -89,8 +89,7 @@ struct PodAge;
 
 impl Plugin for PodAge {
     fn init(config: &str) -> Result<(), String> {
-        let config: Config =
-            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        let config: Config = kubewasm_sdk::parse_config(config)?;
         let _ = CONFIG.set(config);
         Ok(())
     }

@@ -102,8 +102,7 @@ impl PodDefaults {
 
 impl Plugin for PodDefaults {
     fn init(config: &str) -> Result<(), String> {
-        let config: Config =
-            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        let config: Config = kubewasm_sdk::parse_config(config)?;
         let _ = CONFIG.set(config);
         Ok(())
     }

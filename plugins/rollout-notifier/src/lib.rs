@@ -134,8 +134,7 @@ struct RolloutNotifier;
 
 impl Plugin for RolloutNotifier {
     fn init(config: &str) -> Result<(), String> {
-        let config: Config =
-            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        let config: Config = kubewasm_sdk::parse_config(config)?;
         let _ = CONFIG.set(Webhook::parse(&config.url)?);
         Ok(())
     }
