@@ -222,6 +222,71 @@ pub fn uid_of(body: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Largest mutation a plugin may answer with, and largest object its JSON patch may make: as
+/// much as a review carries.
+pub const MAX_MUTATION_BYTES: usize = MAX_BODY_BYTES;
+
+/// `patch` applied to a copy of `before`, refused before a `copy` would take the object past
+/// [`MAX_MUTATION_BYTES`] (each copy may double it: forty of them would ask for terabytes).
+fn apply_bounded(before: &Value, patch: &json_patch::Patch) -> Result<Value, String> {
+    let mut after = before.clone();
+    let mut grown = 0;
+    for (i, op) in patch.0.iter().enumerate() {
+        if let json_patch::PatchOperation::Copy(copy) = op
+            && let Some(value) = after.pointer(copy.from.as_str())
+        {
+            grown += encoded_len(value, MAX_MUTATION_BYTES - grown).ok_or_else(|| {
+                format!(
+                    "the JSON patch's operation {i} (copy from {}) makes an object of more than \
+                     {MAX_MUTATION_BYTES} bytes",
+                    copy.from
+                )
+            })?;
+        }
+        json_patch::patch(&mut after, std::slice::from_ref(op)).map_err(|e| {
+            format!("the JSON patch does not apply to the object: operation {i}: {e}")
+        })?;
+    }
+    Ok(after)
+}
+
+/// The length of `value` as JSON text, `None` when it is longer than `max`; reads no further.
+fn encoded_len(value: &Value, max: usize) -> Option<usize> {
+    /// Counts bytes and fails past its bound.
+    struct Counter {
+        len: usize,
+        max: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.len += buf.len();
+            if self.len > self.max {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { len: 0, max };
+    serde_json::to_writer(&mut counter, value).ok()?;
+    Some(counter.len)
+}
+
+/// The first field naming the object (its type, name and namespace) that differs between
+/// `before` and `after`: a mutation may not make it another object.
+fn identity_changed(before: &Value, after: &Value) -> Option<&'static str> {
+    [
+        "/apiVersion",
+        "/kind",
+        "/metadata/name",
+        "/metadata/namespace",
+    ]
+    .into_iter()
+    .find(|field| after.pointer(field) != before.pointer(field))
+}
+
 /// The JSON patch for `mutation` of `review`'s object: worked out from a whole object, or
 /// checked to apply when the plugin wrote it. `None` when it changes nothing. The error says
 /// what is wrong with the plugin's mutation.
@@ -229,37 +294,28 @@ pub fn patch_for(review: &Review, mutation: &Mutation) -> Result<Option<Value>, 
     let Some(before) = &review.object else {
         return Err("there is no object to mutate (a delete or connect)".into());
     };
+    let (Mutation::Object(text) | Mutation::JsonPatch(text)) = mutation;
+    if text.len() > MAX_MUTATION_BYTES {
+        return Err(format!(
+            "the mutation is {} bytes, more than the {MAX_MUTATION_BYTES} a review carries",
+            text.len()
+        ));
+    }
     let patch: json_patch::Patch = match mutation {
         Mutation::Object(text) => {
             let after: Value = serde_json::from_str(text)
                 .map_err(|e| format!("the changed object is not JSON: {e}"))?;
-            for field in [
-                "/apiVersion",
-                "/kind",
-                "/metadata/name",
-                "/metadata/namespace",
-            ] {
-                if after.pointer(field) != before.pointer(field) {
-                    return Err(format!("the changed object changes {field}"));
-                }
+            if let Some(field) = identity_changed(before, &after) {
+                return Err(format!("the changed object changes {field}"));
             }
             json_patch::diff(before, &after)
         }
         Mutation::JsonPatch(text) => {
             let patch: json_patch::Patch = serde_json::from_str(text)
                 .map_err(|e| format!("not an RFC 6902 JSON patch: {e}"))?;
-            let mut after = before.clone();
-            json_patch::patch(&mut after, &patch)
-                .map_err(|e| format!("the JSON patch does not apply to the object: {e}"))?;
-            for field in [
-                "/apiVersion",
-                "/kind",
-                "/metadata/name",
-                "/metadata/namespace",
-            ] {
-                if after.pointer(field) != before.pointer(field) {
-                    return Err(format!("the JSON patch changes {field}"));
-                }
+            let after = apply_bounded(before, &patch)?;
+            if let Some(field) = identity_changed(before, &after) {
+                return Err(format!("the JSON patch changes {field}"));
             }
             patch
         }
@@ -413,6 +469,32 @@ mod tests {
             patch_for(&review, &Mutation::JsonPatch(ok.into())),
             Ok(Some(_))
         ));
+    }
+
+    #[test]
+    fn a_patch_that_doubles_the_object_is_refused_before_it_grows_past_a_review() {
+        let review = parse(&body(create_pod())).expect("decodes");
+        // Each copy doubles /spec: forty would need terabytes.
+        let mut ops = vec![json!({"op": "add", "path": "/spec/pad", "value": "x".repeat(4096)})];
+        for i in 0..40 {
+            ops.push(json!({"op": "copy", "from": "/spec", "path": format!("/spec/c{i}")}));
+        }
+        let doubling = Value::Array(ops).to_string();
+        let e = patch_for(&review, &Mutation::JsonPatch(doubling)).expect_err("bounded");
+        assert!(
+            e.contains("copy from /spec") && e.contains("more than"),
+            "{e}"
+        );
+        // A few copies stay well within the bound and apply.
+        let few =
+            r#"[{"op": "copy", "from": "/metadata/labels", "path": "/metadata/annotations"}]"#;
+        assert!(matches!(
+            patch_for(&review, &Mutation::JsonPatch(few.into())),
+            Ok(Some(_))
+        ));
+        let huge = "x".repeat(MAX_MUTATION_BYTES + 1);
+        let e = patch_for(&review, &Mutation::Object(huge)).expect_err("too large");
+        assert!(e.contains("bytes, more than"), "{e}");
     }
 
     #[test]
