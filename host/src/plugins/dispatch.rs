@@ -713,7 +713,12 @@ impl Worker {
         match &outcome {
             Ok(()) => {
                 match n {
-                    Work::Event(_) => self.tally.delivered += 1,
+                    Work::Event(_) => {
+                        self.tally.delivered += 1;
+                        // Only a handled event ends a run of failures: a plugin that fails
+                        // every event but answers `synced` or a tick is still degraded.
+                        self.stats.consecutive_failures.store(0, Ordering::Relaxed);
+                    }
                     Work::Synced => {
                         self.stats.synced_calls.fetch_add(1, Ordering::Relaxed);
                     }
@@ -721,7 +726,6 @@ impl Worker {
                         self.stats.ticks.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                self.stats.consecutive_failures.store(0, Ordering::Relaxed);
             }
             Err(failure) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
