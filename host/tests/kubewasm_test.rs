@@ -1,5 +1,5 @@
-//! `kubewasm test`: the example plugins' test files pass, and a wrong expectation fails with
-//! a diff naming exactly what differs.
+//! `kubewasm test`: the example plugins' test files pass (service-alert's in all three
+//! languages), and a wrong expectation fails with a diff naming exactly what differs.
 
 use std::path::Path;
 use std::process::Command;
@@ -50,11 +50,53 @@ fn the_example_test_files_pass() {
             kubewasm_plugin_artifacts::LABELER,
             3,
         ),
+        (
+            "plugins/service-alert/tests/service-alert.test.yaml",
+            kubewasm_plugin_artifacts::SERVICE_ALERT,
+            5,
+        ),
+        (
+            "plugins/image-policy/tests/image-policy.test.yaml",
+            kubewasm_plugin_artifacts::IMAGE_POLICY,
+            4,
+        ),
+        (
+            "plugins/pod-defaults/tests/pod-defaults.test.yaml",
+            kubewasm_plugin_artifacts::POD_DEFAULTS,
+            3,
+        ),
+        (
+            "plugins/pod-age/tests/pod-age.test.yaml",
+            kubewasm_plugin_artifacts::POD_AGE,
+            4,
+        ),
     ] {
         let results = run_file(file, plugin);
         assert_eq!(results.len(), steps, "{file}");
         for step in &results {
             assert!(step.passed(), "{file}: {step:#?}");
+        }
+    }
+}
+
+/// The Python and JavaScript service-alert pass the Rust one's test file: the same edge kept
+/// in state, on a fresh instance per call, from each SDK.
+#[test]
+fn service_alert_passes_its_test_file_in_python_and_javascript() {
+    for (language, plugin) in [
+        ("python", kubewasm_plugin_artifacts::SERVICE_ALERT_PY),
+        ("javascript", kubewasm_plugin_artifacts::SERVICE_ALERT_JS),
+    ] {
+        let plugin = plugin.unwrap_or_else(|| {
+            panic!("the {language} service-alert is not built: run scripts/setup.sh")
+        });
+        let results = run_file(
+            "plugins/service-alert/tests/service-alert.test.yaml",
+            plugin,
+        );
+        assert_eq!(results.len(), 5, "{language}");
+        for step in &results {
+            assert!(step.passed(), "{language}: {step:#?}");
         }
     }
 }
