@@ -59,8 +59,8 @@
 //!     eventBurst: 25
 //!     httpRequestsPerSecond: 10  # HTTP requests (refused past it; 16 open at once)
 //!     httpBurst: 20
-//!     stateKiB: 64             # the plugin's state map: keys and values together...
-//!     stateEntries: 1024       # ...entries...
+//!     stateKiB: 64             # the plugin's state map: keys and values together (at most 140)...
+//!     stateEntries: 1024       # ...entries (at most 8192)...
 //!     stateValueKiB: 16        # ...and one value (a change past them is refused)
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
@@ -106,6 +106,7 @@ use crate::plugins::{Grants, PluginSettings, PluginsConfig};
 use crate::source::manifests::scope::DEFAULT_NAMESPACE;
 use crate::traces::TracesConfig;
 use crate::wasm::http::AllowedHost;
+use crate::wasm::state::{MAX_STATE_ENTRIES, MAX_STATE_KIB};
 use crate::write::{SUBRESOURCES, Verb, WriteGrant};
 use serde::Deserialize;
 
@@ -240,6 +241,20 @@ impl LimitsConfig {
         ] {
             match value {
                 Some(0) => return Err(format!("{field}.{name}: must be positive")),
+                Some(n)
+                    if (name == "stateKiB" && n > MAX_STATE_KIB)
+                        || (name == "stateEntries" && n > MAX_STATE_ENTRIES) =>
+                {
+                    let most = if name == "stateKiB" {
+                        MAX_STATE_KIB
+                    } else {
+                        MAX_STATE_ENTRIES
+                    };
+                    return Err(format!(
+                        "{field}.{name}: {n} is more than {most} (the state is kept in one \
+                         ConfigMap of at most 1 MB, and JSON may write a byte as six)"
+                    ));
+                }
                 Some(n) if name == "stateEntries" => *into = n,
                 Some(n) => *into = n.saturating_mul(1 << 10),
                 None => {}
@@ -951,6 +966,20 @@ plugins:
         let zero = HostConfig::parse("defaults:\n  limits: {stateEntries: 0}\n")
             .expect_err("no entries at all");
         assert!(zero.contains("defaults.limits.stateEntries"), "{zero}");
+        let huge = HostConfig::parse("plugins:\n  a:\n    limits: {stateKiB: 900}\n")
+            .expect_err("more than one ConfigMap holds");
+        assert!(
+            huge.contains("plugins.a.limits.stateKiB: 900 is more than 140"),
+            "{huge}"
+        );
+        let many = HostConfig::parse("defaults:\n  limits: {stateEntries: 100000}\n")
+            .expect_err("too many entries");
+        assert!(
+            many.contains("stateEntries: 100000 is more than 8192"),
+            "{many}"
+        );
+        HostConfig::parse("defaults:\n  limits: {stateKiB: 140, stateEntries: 8192}\n")
+            .expect("the most allowed");
     }
 
     #[test]

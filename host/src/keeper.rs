@@ -57,6 +57,20 @@ pub fn object_name(plugin: &str) -> String {
     }
 }
 
+/// The ConfigMap data for `plugin`'s `store`: its map and when its schedules last ran.
+fn encode(plugin: &str, store: &StateStore) -> String {
+    let kept = Kept {
+        plugin: plugin.to_owned(),
+        entries: store.snapshot(),
+        ticks: store
+            .ticks()
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect(),
+    };
+    serde_json::to_string(&kept).unwrap_or_default()
+}
+
 /// Why state could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum KeeperError {
@@ -221,16 +235,7 @@ impl Keeper {
     }
 
     async fn write(&self, plugin: &str, store: &StateStore) -> Result<(), KeeperError> {
-        let kept = Kept {
-            plugin: plugin.to_owned(),
-            entries: store.snapshot(),
-            ticks: store
-                .ticks()
-                .into_iter()
-                .map(|(k, v)| (k, v.to_string()))
-                .collect(),
-        };
-        let text = serde_json::to_string(&kept).unwrap_or_default();
+        let text = encode(plugin, store);
         let name = object_name(plugin);
         if text.len() > MAX_BYTES {
             return Err(KeeperError::Invalid {
@@ -296,6 +301,48 @@ impl Keeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugins::manifest::{MAX_NAME_BYTES, MAX_SCHEDULES};
+    use crate::wasm::state::{MAX_STATE_ENTRIES, MAX_STATE_KIB};
+
+    #[test]
+    fn the_largest_state_allowed_fits_one_config_map_however_it_escapes() {
+        // Every byte a control character (JSON writes each as six), as many entries as
+        // allowed, every schedule with the longest name: the worst a plugin can keep.
+        // The 26 control characters JSON has no short escape for (\b \t \n \f \r have).
+        let six: Vec<char> = (1u8..32)
+            .filter(|b| ![8, 9, 10, 12, 13].contains(b))
+            .map(char::from)
+            .collect();
+        let control = |i: usize| six[i % six.len()];
+        let budget = MAX_STATE_KIB << 10;
+        let key_len = 3;
+        let value_len = budget / MAX_STATE_ENTRIES - key_len;
+        let entries: BTreeMap<String, String> = (0..MAX_STATE_ENTRIES)
+            .map(|i| {
+                let key: String = [i, i / 26, i / 676].iter().map(|&d| control(d)).collect();
+                (key, (0..value_len).map(control).collect())
+            })
+            .collect();
+        assert_eq!(entries.len(), MAX_STATE_ENTRIES, "distinct keys");
+        let store = StateStore::default();
+        store.replace(entries);
+        for s in 0..MAX_SCHEDULES {
+            let name: String = (0..MAX_NAME_BYTES).map(|i| control(i + s)).collect();
+            store.set_tick(&name, jiff::Timestamp::MAX);
+        }
+        let plugin: String = (0..MAX_NAME_BYTES).map(control).collect();
+        let text = encode(&plugin, &store);
+        assert!(
+            text.len() <= MAX_BYTES,
+            "{} bytes of JSON for {budget} bytes of state",
+            text.len()
+        );
+        assert!(
+            text.len() > MAX_BYTES * 9 / 10,
+            "near the worst: {}",
+            text.len()
+        );
+    }
 
     #[test]
     fn names_are_readable_when_they_can_be_and_distinct_when_not() {

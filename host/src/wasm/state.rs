@@ -38,6 +38,13 @@ impl Default for StateLimits {
 /// Longest key.
 pub const MAX_KEY_BYTES: usize = 253;
 
+/// The largest `stateKiB`: with [`MAX_STATE_ENTRIES`], the keeper's JSON of a full map,
+/// every byte escaped as `\u00XX`, still fits one ConfigMap (`keeper::MAX_BYTES`).
+pub const MAX_STATE_KIB: usize = 140;
+
+/// The largest `stateEntries` (see [`MAX_STATE_KIB`]).
+pub const MAX_STATE_ENTRIES: usize = 8192;
+
 /// A plugin's map, shared by its instances and versions.
 #[derive(Debug, Default)]
 pub struct StateStore {
