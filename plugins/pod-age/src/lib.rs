@@ -8,7 +8,8 @@
 //! - a **schedule** `summary` (every five minutes, on the leading replica): the same line,
 //!   with the oldest pending pod.
 //!
-//! Configuration: `{"pendingSeconds": 300}` (the default).
+//! Configuration: `{"pendingSeconds": 300, "summary": "*/5 * * * *"}` (the defaults; `summary`
+//! is the schedule's cron, `@every 30s` also works).
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -24,6 +25,12 @@ use serde::Deserialize;
 struct Config {
     #[serde(default = "default_pending")]
     pending_seconds: u32,
+    #[serde(default = "default_summary")]
+    summary: String,
+}
+
+fn default_summary() -> String {
+    "*/5 * * * *".into()
 }
 
 fn default_pending() -> u32 {
@@ -97,7 +104,12 @@ impl Plugin for PodAge {
     fn describe() -> Manifest {
         Manifest::new()
             .subscribe(Subscription::to(Gvk::pod()).on_changes(&["/status/phase"]))
-            .schedule("summary", "*/5 * * * *")
+            .schedule(
+                "summary",
+                &CONFIG
+                    .get()
+                    .map_or_else(default_summary, |c| c.summary.clone()),
+            )
     }
 
     fn handle(event: Event<'_>) -> Result<(), HandleError> {

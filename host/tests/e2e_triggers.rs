@@ -1,0 +1,367 @@
+//! Contract 0.3's triggers and state on a real kube-apiserver and etcd: a change filter that
+//! drops status-only updates of real pods, a requeue delivered once after its delay and
+//! cancelled by a delete, `synced` again after a relist that follows 410 Gone, and a schedule
+//! and a plugin's state that follow leadership from one replica to the next.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit};
+use kubewasm::gvk::Gvk;
+use kubewasm::leader::ElectionConfig;
+use kubewasm::plugins::PluginStatus;
+use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
+use kubewasm::write::{Verb, WriteGrant};
+use kubewasm_testenv::{TestEnv, resources};
+use serde_json::json;
+
+mod support;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Polls `check` until it gives a value, for at most `WAIT`.
+async fn wait_for<T>(
+    what: &str,
+    mut check: impl AsyncFnMut() -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<T> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(found) = check().await? {
+            return Ok(found);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{what} did not happen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An agent on `client` running `plugins` (name, built file, configuration) with `election`.
+async fn agent(
+    client: kube::Client,
+    plugins: &[(&str, &str, &str)],
+    election: Option<ElectionConfig>,
+) -> anyhow::Result<(Agent, Arc<MemorySink>, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    let mut configs = Vec::new();
+    for (name, built, config) in plugins {
+        std::fs::copy(built, dir.path().join(format!("{name}.wasm")))?;
+        configs.push((*name, *config));
+    }
+    let mut config = support::configs(&configs);
+    if let Some(alert) = config.plugins.named.get_mut("service-alert") {
+        alert.grants.writes = vec![WriteGrant {
+            resources: vec![Gvk::new("events.k8s.io", "v1", "Event")],
+            subresources: vec![],
+            verbs: vec![Verb::Create, Verb::Patch],
+            namespaces: None,
+        }];
+    }
+    let sink = Arc::new(MemorySink::default());
+    let options = AgentOptions {
+        election,
+        ..AgentOptions::new(Cluster::Kube(client), config, sink.clone())
+    };
+    let mut agent = Agent::start(options).await?;
+    let report = agent.follow_plugins(dir.path()).await?;
+    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    Ok((agent, sink, dir))
+}
+
+/// `plugin`'s lines with message `message`, as their `field` values.
+fn said(sink: &MemorySink, plugin: &str, message: &str, field: &str) -> Vec<String> {
+    support::field_values(&support::of(sink.records(), plugin), message, field)
+}
+
+fn lines(sink: &MemorySink, plugin: &str) -> Vec<PluginLogRecord> {
+    support::of(sink.records(), plugin)
+}
+
+fn status(agent: &Agent, plugin: &str) -> PluginStatus {
+    support::plugin_status(agent, plugin)
+}
+
+fn pod(name: &str, labels: serde_json::Value) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "example/c:1"}]}
+    }))?)
+}
+
+/// Sets `pod`'s status through the status subresource (what a kubelet does).
+async fn set_status(pods: &Api<Pod>, pod: &str, status: serde_json::Value) -> anyhow::Result<()> {
+    pods.patch_status(
+        pod,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_requeues_and_synced_on_a_real_api_server() -> anyhow::Result<()> {
+    let mut env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "e2e").await?;
+    let pods = Api::<Pod>::namespaced(admin.clone(), "e2e");
+    let (agent, sink, _dir) = agent(
+        admin.clone(),
+        &[(
+            "pod-age",
+            kubewasm_plugin_artifacts::POD_AGE,
+            r#"{"pendingSeconds": 8, "summary": "@every 1h"}"#,
+        )],
+        None,
+    )
+    .await?;
+    wait_for("synced", async || {
+        Ok((status(&agent, "pod-age").synced_calls == 1).then_some(()))
+    })
+    .await?;
+
+    // A new pod is Pending (no scheduler runs here) and 0 s old: the plugin asks to look
+    // again in 8 s, and is called once more then, with the pod still Pending.
+    let created = Instant::now();
+    pods.create(&PostParams::default(), &pod("slow", json!({}))?)
+        .await?;
+    // A pod deleted before its requeue is due is not looked at again.
+    pods.create(&PostParams::default(), &pod("gone", json!({}))?)
+        .await?;
+    wait_for("gone requeued", async || {
+        Ok((status(&agent, "pod-age").delivered >= 2).then_some(()))
+    })
+    .await?;
+    pods.delete("gone", &DeleteParams::default().grace_period(0))
+        .await?;
+    let warned = wait_for("the requeue", async || {
+        let seen = said(&sink, "pod-age", "pod pending too long", "pod");
+        Ok((!seen.is_empty()).then_some(seen))
+    })
+    .await?;
+    // Later than asked is possible on a loaded machine; earlier is not.
+    assert!(
+        created.elapsed() >= Duration::from_secs(7),
+        "requeued after {:?}",
+        created.elapsed()
+    );
+    assert_eq!(warned, ["e2e/slow"]);
+    // Long enough for a second requeue of either pod, had one been left behind.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        said(&sink, "pod-age", "pod pending too long", "pod"),
+        ["e2e/slow"],
+        "once, and never for the deleted pod"
+    );
+
+    // Status updates that leave the phase alone never reach the plugin.
+    let before = status(&agent, "pod-age");
+    for i in 0..5 {
+        set_status(
+            &pods,
+            "slow",
+            json!({"conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": format!("attempt {i}")}]}),
+        )
+        .await?;
+    }
+    let filtered = wait_for("5 updates filtered", async || {
+        let s = status(&agent, "pod-age");
+        Ok((s.filtered >= before.filtered + 5).then_some(s))
+    })
+    .await?;
+    assert_eq!(
+        filtered.delivered, before.delivered,
+        "no status-only update was delivered"
+    );
+    // A phase change is.
+    set_status(&pods, "slow", json!({"phase": "Running"})).await?;
+    wait_for("the phase change delivered", async || {
+        Ok((status(&agent, "pod-age").delivered == before.delivered + 1).then_some(()))
+    })
+    .await?;
+
+    // Down while etcd moves on (a key deleted behind the API server's back) and its history
+    // is compacted: the watch cannot resume from the host's version (410 Gone), the host
+    // relists, and the plugin is called with `synced` once more to reconcile everything.
+    let filler: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "filler"}}))?;
+    Api::<ConfigMap>::namespaced(admin.clone(), "e2e")
+        .create(&PostParams::default(), &filler)
+        .await?;
+    env.stop_apiserver();
+    anyhow::ensure!(env.etcd_delete("/registry/configmaps/e2e/filler")?);
+    env.compact_etcd()?;
+    env.restart_apiserver().await?;
+    wait_for("synced after the relist", async || {
+        Ok((status(&agent, "pod-age").synced_calls == 2).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:#?}", agent.status()))?;
+    let relists: u64 = agent
+        .status()
+        .reflectors
+        .iter()
+        .map(|(_, r)| r.relists)
+        .sum();
+    assert_eq!(relists, 1, "{:#?}", agent.status().reflectors);
+    let summaries = said(&sink, "pod-age", "pods by phase", "phases");
+    assert_eq!(
+        summaries.last().map(String::as_str),
+        Some("Running=1"),
+        "the second summary sees the relisted cache: {summaries:?}"
+    );
+    let s = status(&agent, "pod-age");
+    assert_eq!((s.given_up, s.traps, s.ticks), (0, 0, 0), "{s:#?}");
+    Ok(())
+}
+
+fn election(identity: &str) -> Option<ElectionConfig> {
+    let mut config = ElectionConfig::new("kubewasm", "kubewasm", identity);
+    config.lease_duration = Duration::from_secs(4);
+    config.renew_deadline = Duration::from_secs(3);
+    config.retry = Duration::from_millis(300);
+    Some(config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_and_state_follow_the_leader() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    for ns in ["kubewasm", "e2e"] {
+        resources::create_namespace(&admin, ns).await?;
+    }
+    let plugins = [
+        (
+            "pod-age",
+            kubewasm_plugin_artifacts::POD_AGE,
+            r#"{"pendingSeconds": 3600, "summary": "@every 1s"}"#,
+        ),
+        (
+            "service-alert",
+            kubewasm_plugin_artifacts::SERVICE_ALERT,
+            "{}",
+        ),
+    ];
+    let (a, a_sink, _a_dir) = agent(admin.clone(), &plugins, election("a")).await?;
+    wait_for("a leading", async || {
+        Ok(a.plugins().leading().then_some(()))
+    })
+    .await?;
+    let (b, b_sink, _b_dir) = agent(admin.clone(), &plugins, election("b")).await?;
+    wait_for("b ready on standby", async || {
+        Ok(b.status().ready.then_some(()))
+    })
+    .await?;
+
+    // The schedule runs on the leader only.
+    wait_for("a's ticks", async || {
+        Ok((status(&a, "pod-age").ticks >= 2).then_some(()))
+    })
+    .await?;
+    assert_eq!(status(&b, "pod-age").ticks, 0, "the follower runs no tick");
+
+    // A Service loses its only ready pod: one alert, remembered in state, kept on the cluster.
+    let services = Api::<Service>::namespaced(admin.clone(), "e2e");
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}
+    }))?;
+    services.create(&PostParams::default(), &service).await?;
+    let pods = Api::<Pod>::namespaced(admin.clone(), "e2e");
+    pods.create(
+        &PostParams::default(),
+        &pod("web-1", json!({"app": "web"}))?,
+    )
+    .await?;
+    let ready = |s: &str| json!({"conditions": [{"type": "Ready", "status": s}]});
+    set_status(&pods, "web-1", ready("True")).await?;
+    // The Service had no ready pod until now: the plugin alerted when it first saw it, and
+    // clears once the pod is ready. Then it stops being ready: alert again.
+    wait_for("ready pods again", async || {
+        Ok((!said(
+            &a_sink,
+            "service-alert",
+            "service has ready pods again",
+            "service",
+        )
+        .is_empty())
+        .then_some(()))
+    })
+    .await?;
+    set_status(&pods, "web-1", ready("False")).await?;
+    wait_for("the second alert", async || {
+        let alerts = said(
+            &a_sink,
+            "service-alert",
+            "service has no ready pods",
+            "service",
+        );
+        Ok((alerts.len() == 2).then_some(()))
+    })
+    .await?;
+    let kept = Api::<ConfigMap>::namespaced(admin.clone(), "kubewasm");
+    wait_for("the state kept on the cluster", async || {
+        let map = kept.get_opt("kubewasm-state-service-alert").await?;
+        let text = map
+            .and_then(|m| m.data)
+            .and_then(|d| d.get("state.json").cloned())
+            .unwrap_or_default();
+        Ok(text.contains("empty/e2e/web").then_some(()))
+    })
+    .await?;
+
+    // a stops; b leads, reads the state first, and goes on from it: the Service is still
+    // empty, so no alert repeats, not in `synced` and not on another pod update.
+    let a_before = status(&a, "pod-age");
+    let stopped = tokio::spawn(a.run_until(async {}));
+    wait_for("b leading", async || {
+        Ok(b.plugins().leading().then_some(()))
+    })
+    .await?;
+    assert_eq!(stopped.await?, Exit::Stopped);
+    wait_for("b's ticks", async || {
+        Ok((status(&b, "pod-age").ticks >= 2).then_some(()))
+    })
+    .await?;
+    set_status(
+        &pods,
+        "web-1",
+        json!({"conditions": [{"type": "Ready", "status": "False", "reason": "Probe"}]}),
+    )
+    .await?;
+    set_status(&pods, "web-1", ready("True")).await?;
+    wait_for("b clears the alert it did not raise", async || {
+        Ok((said(
+            &b_sink,
+            "service-alert",
+            "service has ready pods again",
+            "service",
+        ) == ["e2e/web"])
+        .then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {}", support::render(&lines(&b_sink, "service-alert"))))?;
+    assert!(
+        said(
+            &b_sink,
+            "service-alert",
+            "service has no ready pods",
+            "service"
+        )
+        .is_empty(),
+        "b repeated an alert a raised: {}",
+        support::render(&lines(&b_sink, "service-alert"))
+    );
+    let a_summaries = said(&a_sink, "pod-age", "pods by phase", "phases").len() as u64;
+    assert!(
+        a_summaries >= a_before.ticks + a_before.synced_calls,
+        "a's summaries: its synced call and its ticks ({a_summaries}, {a_before:?})"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        said(&a_sink, "pod-age", "pods by phase", "phases").len() as u64,
+        a_summaries,
+        "none after a stopped"
+    );
+    Ok(())
+}
