@@ -18,7 +18,7 @@ mkdir -p "$results"
 rm -f "$results"/*.txt "$results"/peers.json
 
 # Release builds of the benchmarks; their plugins are built by plugins/artifacts.
-for bench in decode delivery queries reload folder; do
+for bench in decode delivery queries contract reload folder; do
   echo "bench.sh: $bench" >&2
   cargo bench --locked -p kubewasm --bench "$bench" | tee "$results/$bench.txt"
 done

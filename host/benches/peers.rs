@@ -8,7 +8,8 @@
 //! - Throughput: the client has synced; a recorded stream (every pod added, updated twice,
 //!   deleted) is queued on the double and released; timed until the client has handled every
 //!   event. kubewasm is measured up to an in-process subscriber, and up to 1 and 10 no-op Rust
-//!   plugins and a plugin that parses each pod. Reported per wall-clock second and per
+//!   plugins (10 also with a change filter on `/spec`, which drops the stream's updates: they
+//!   change an annotation, not the spec) and a plugin that parses each pod. Reported per wall-clock second and per
 //!   CPU-second of the client's process (`support/cpu.rs`; for the Rust clients, this process
 //!   less the thread that waits for them), with heap counting paused.
 //!   client-go runs twice: reading JSON, and reading protobuf through a front (the Go peer's
@@ -124,6 +125,7 @@ fn bench_plugins(
     client: kube::Client,
     count: usize,
     work: &str,
+    changes: &[&str],
     release_idle_after: Duration,
 ) -> (Agent, Lease, Vec<PathBuf>, tempfile::TempDir) {
     let mut config = HostConfig::default();
@@ -132,7 +134,7 @@ fn bench_plugins(
         .map(|i| {
             let name = format!("bench-{i}");
             let mut settings = config.plugins.defaults.clone();
-            settings.config = json!({"work": work}).to_string();
+            settings.config = json!({"work": work, "changes": changes}).to_string();
             settings.delivery.release_idle_after = release_idle_after;
             // Every event is delivered, never folded: a plugin slower than the stream (the
             // parse plugin) would otherwise see fewer events than were sent, and the
@@ -199,10 +201,12 @@ enum Kind {
         keep_managed: bool,
         indexed: bool,
     },
-    /// kubewasm with `count` copies of the bench plugin doing `work`.
+    /// kubewasm with `count` copies of the bench plugin doing `work`, each subscribed with a
+    /// change filter on `/spec` when `spec_filter`.
     Plugins {
         count: usize,
         work: &'static str,
+        spec_filter: bool,
     },
     KubeRs,
     /// client-go's informer, reading JSON or, through a front that converts the double's
@@ -220,8 +224,15 @@ impl Kind {
                 keep_managed: true, ..
             } => "kubewasm (managedFields kept)".into(),
             Kind::Kubewasm { .. } => "kubewasm".into(),
-            Kind::Plugins { count: 1, work } => format!("kubewasm + 1 {work} plugin"),
-            Kind::Plugins { count, work } => format!("kubewasm + {count} {work} plugins"),
+            Kind::Plugins {
+                count,
+                work,
+                spec_filter,
+            } => format!(
+                "kubewasm + {count} {work} plugin{}{}",
+                if count == 1 { "" } else { "s" },
+                if spec_filter { " filtering /spec" } else { "" }
+            ),
             Kind::KubeRs => "kube-rs reflector".into(),
             Kind::ClientGo { protobuf: false } => "client-go informer".into(),
             Kind::ClientGo { protobuf: true } => "client-go informer (protobuf)".into(),
@@ -284,9 +295,20 @@ impl Peer {
                     _claim: claim,
                 }
             }
-            Kind::Plugins { count, work } => {
-                let (agent, lease, paths, _dir) =
-                    bench_plugins(rig, client, count, work, DEFAULT_RELEASE_IDLE_AFTER);
+            Kind::Plugins {
+                count,
+                work,
+                spec_filter,
+            } => {
+                let changes: &[&str] = if spec_filter { &["/spec"] } else { &[] };
+                let (agent, lease, paths, _dir) = bench_plugins(
+                    rig,
+                    client,
+                    count,
+                    work,
+                    changes,
+                    DEFAULT_RELEASE_IDLE_AFTER,
+                );
                 for path in &paths {
                     agent.plugins().load(path).expect("bench plugin loads");
                 }
@@ -360,7 +382,8 @@ impl Peer {
         }
     }
 
-    /// Events handled so far (minimum over plugins).
+    /// Events handled so far (minimum over plugins; an update a plugin's change filter
+    /// dropped counts as handled).
     fn handled(&self) -> u64 {
         match self {
             Peer::Kubewasm { handled, .. } | Peer::KubeRs { handled, .. } => {
@@ -370,7 +393,7 @@ impl Peer {
                 .plugins()
                 .status()
                 .iter()
-                .map(|s| s.delivered)
+                .map(|s| s.delivered + s.filtered)
                 .min()
                 .unwrap_or(0),
             Peer::ClientGo { .. } => 0,
@@ -600,7 +623,7 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
     } else {
         DEFAULT_RELEASE_IDLE_AFTER
     };
-    let (agent, lease, paths, _dir) = bench_plugins(rig, client, count + 1, "noop", release);
+    let (agent, lease, paths, _dir) = bench_plugins(rig, client, count + 1, "noop", &[], release);
     wait_for("sync", || lease.informer().has_synced());
     // One plugin first, so the compiled code and engine are not counted per plugin.
     let host = agent.plugins();
@@ -678,14 +701,22 @@ fn main() {
         Kind::Plugins {
             count: 1,
             work: "noop",
+            spec_filter: false,
         },
         Kind::Plugins {
             count: 10,
             work: "noop",
+            spec_filter: false,
+        },
+        Kind::Plugins {
+            count: 10,
+            work: "noop",
+            spec_filter: true,
         },
         Kind::Plugins {
             count: 1,
             work: "parse",
+            spec_filter: false,
         },
     ];
     let clients: Vec<Kind> = clients

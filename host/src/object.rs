@@ -129,6 +129,48 @@ pub struct KubeObject {
     /// The JSON text after the transform, less `apiVersion` and `kind`: `gvk` says them, and
     /// [`Self::json`] writes them back in front (about 30 bytes fewer per object).
     body: Box<str>,
+    /// Where `metadata`, `spec` and `status` lie in `body`, when the decoder noted it.
+    sections: Sections,
+}
+
+/// Byte ranges of an object's `metadata`, `spec` and `status` values in its stored text, noted
+/// while decoding (no extra pass), so a lookup under them, a change filter's above all,
+/// starts there instead of parsing the text from its start. A range `0..0` is not known; an
+/// empty range elsewhere means the member is absent (no JSON value is empty, and the text
+/// starts with `{`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sections {
+    spans: [(u32, u32); 3],
+}
+
+impl Sections {
+    /// The top-level members with a section.
+    const NAMES: [&'static str; 3] = ["metadata", "spec", "status"];
+
+    /// Notes that member `name` lies at `range` of the stored text (`None`: it is absent).
+    pub(crate) fn note(&mut self, name: &str, range: Option<std::ops::Range<usize>>) {
+        let Some(i) = Self::NAMES.iter().position(|n| *n == name) else {
+            return;
+        };
+        self.spans[i] = match range {
+            Some(r) => match (u32::try_from(r.start), u32::try_from(r.end)) {
+                (Ok(start), Ok(end)) if start > 0 && end > start => (start, end),
+                _ => (0, 0),
+            },
+            None => (1, 1),
+        };
+    }
+
+    /// Where member `name` lies: `Some(None)` when it is known to be absent, `None` when not
+    /// known.
+    fn of(&self, name: &str) -> Option<Option<std::ops::Range<usize>>> {
+        let i = Self::NAMES.iter().position(|n| *n == name)?;
+        match self.spans[i] {
+            (0, 0) => None,
+            (start, end) if start == end => Some(None),
+            (start, end) => Some(Some(start as usize..end as usize)),
+        }
+    }
 }
 
 impl PartialEq for KubeObject {
@@ -347,11 +389,30 @@ impl KubeObject {
         };
         // Not kept apart from the text, but refused as Kubernetes refuses them.
         string_map(meta, "annotations", "metadata.annotations", "annotation")?;
-        let body = serde_json::to_string(&map)
-            .map_err(|_| ObjectError::NotAnObject)?
-            .into_boxed_str();
+        // Written as serde_json writes the map, member by member, noting the sections.
+        let mut body = String::from("{");
+        let mut sections = Sections::default();
+        for name in Sections::NAMES {
+            sections.note(name, None);
+        }
+        for (i, (key, value)) in map.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            let key = serde_json::to_string(key).map_err(|_| ObjectError::NotAnObject)?;
+            body.push_str(&key);
+            body.push(':');
+            let start = body.len();
+            let value = serde_json::to_string(value).map_err(|_| ObjectError::NotAnObject)?;
+            body.push_str(&value);
+            if let Some(name) = key.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
+                sections.note(name, Some(start..body.len()));
+            }
+        }
+        body.push('}');
+        let body = body.into_boxed_str();
         // Written again from the tree: the strings are copied rather than looked for.
-        Self::assemble(gvk, fields, body, |_| None)
+        Self::assemble(gvk, fields, body, |_| None, sections)
     }
 
     /// Packs decoded metadata and the stored text (without `apiVersion` and `kind`) into an
@@ -361,6 +422,7 @@ impl KubeObject {
         mut fields: Fields<'_>,
         body: Box<str>,
         locate: impl Fn(&str) -> Option<usize>,
+        sections: Sections,
     ) -> Result<Self, ObjectError> {
         let namespace = fields.namespace.filter(|ns| !ns.is_empty());
         fields.labels.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -388,6 +450,7 @@ impl KubeObject {
             namespace_len,
             meta,
             body,
+            sections,
         })
     }
 
@@ -501,7 +564,29 @@ impl KubeObject {
     /// The JSON text of the value at `tokens` as the object holds it; none when nothing is
     /// there (`apiVersion` and `kind` are not in the text: ask [`Self::gvk`]).
     pub fn raw_field(&self, tokens: &[std::borrow::Cow<'_, str>]) -> Option<&str> {
+        if let Some((first, rest)) = tokens.split_first()
+            && let Some(section) = self.sections.of(first)
+        {
+            return pointer::raw(self.body.get(section?)?, rest);
+        }
         pointer::raw(&self.body, tokens)
+    }
+
+    /// True when `other`'s `metadata` is written the same but for `resourceVersion` (as after
+    /// an update of the spec or status only); false when that is not known.
+    pub fn same_metadata_but_version(&self, other: &Self) -> bool {
+        // The text before and after the version's string, within the metadata section.
+        fn parts(o: &KubeObject) -> Option<(&str, &str)> {
+            let meta = o.sections.of("metadata")??;
+            let rv = o.resource_version();
+            let at = (rv.as_ptr() as usize).checked_sub(o.body.as_ptr() as usize)?;
+            let end = at.checked_add(rv.len())?;
+            if rv.is_empty() || at < meta.start || end > meta.end {
+                return None;
+            }
+            Some((o.body.get(meta.start..at)?, o.body.get(end..meta.end)?))
+        }
+        matches!((parts(self), parts(other)), (Some(a), Some(b)) if a == b)
     }
 
     /// True when `other` has the same type and JSON text.

@@ -18,6 +18,16 @@ impl LogSink for Discard {
 /// An initialised, described instance of the plugin at `path` with `config`, allowed to query
 /// `informers`. Compiled code is cached in the benchmarks' temporary folder.
 pub fn instance(path: &str, config: &str, informers: &[Arc<Informer>]) -> Instance {
+    instance_with(path, config, informers, |_| {})
+}
+
+/// [`instance`], with its context changed by `tweak` first (state declared, say).
+pub fn instance_with(
+    path: &str,
+    config: &str,
+    informers: &[Arc<Informer>],
+    tweak: impl FnOnce(&mut PluginContext),
+) -> Instance {
     let limits = Limits {
         log_rate: LogRate {
             per_second: u32::MAX,
@@ -36,6 +46,7 @@ pub fn instance(path: &str, config: &str, informers: &[Arc<Informer>]) -> Instan
         .iter()
         .map(|i| (i.gvk().clone(), i.clone()))
         .collect();
+    tweak(&mut ctx);
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled");
     let engine =
         Engine::with_cache(Some(&cache), kubewasm::wasm::DEFAULT_CACHE_BYTES).expect("engine");

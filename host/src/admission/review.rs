@@ -1,9 +1,11 @@
 //! AdmissionReview v1 in and out: a request body decoded into what `admit` takes, and the
 //! answer written back, with a mutating plugin's change turned into a checked JSON patch.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::Engine as _;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::gvk::Gvk;
@@ -36,13 +38,20 @@ pub enum ReviewError {
     },
 }
 
-/// A decoded review: the request, and the object JSON the plugin sees (for a patch).
+/// A decoded review: the request `admit` is called with.
 #[derive(Debug)]
 pub struct Review {
     /// What `admit` is called with.
     pub request: AdmitRequest,
-    /// `request.object` as lent to the plugin (the host's transform applied).
-    pub object: Option<Value>,
+}
+
+impl Review {
+    /// `request.object` as lent to the plugin (the host's transform applied), as a JSON tree:
+    /// what a mutation is compared with. Built only when one is.
+    pub fn object(&self) -> Option<Value> {
+        let object = self.request.object.as_ref()?;
+        serde_json::from_str(&object.json()).ok()
+    }
 }
 
 fn text(request: &Map<String, Value>, field: &'static str) -> Result<String, ReviewError> {
@@ -101,17 +110,28 @@ fn group_version_kind(request: &Map<String, Value>) -> Result<(Gvk, String), Rev
 
 /// The object at `field`, with the request's name and namespace where it has none (a create
 /// sent without a namespace; a create with `generateName` gets that prefix as its name until
-/// the API server names it), as the plugin will see it.
-fn object(
-    request: &Map<String, Value>,
+/// the API server names it), as the plugin will see it. Decoded as the reflector decodes a
+/// watch line when it names itself fully (no JSON tree); else through a tree, filled in.
+fn decode_object(
+    raw: Option<&RawValue>,
     field: &'static str,
+    gvk: &Arc<Gvk>,
     name: &str,
     namespace: Option<&str>,
-) -> Result<Option<(Arc<KubeObject>, Value)>, ReviewError> {
-    let Some(value) = request.get(field).filter(|v| !v.is_null()) else {
+) -> Result<Option<Arc<KubeObject>>, ReviewError> {
+    let Some(raw) = raw.filter(|r| r.get() != "null") else {
         return Ok(None);
     };
-    let mut value = value.clone();
+    let transform = Transform::default();
+    if let Ok(object) = KubeObject::from_server_json(raw.get(), gvk, &transform)
+        && (namespace.is_none() || object.namespace().is_some())
+    {
+        return Ok(Some(Arc::new(object)));
+    }
+    let mut value: Value = serde_json::from_str(raw.get()).map_err(|e| ReviewError::Field {
+        field,
+        problem: e.to_string(),
+    })?;
     let Some(map) = value.as_object_mut() else {
         return Err(ReviewError::Field {
             field,
@@ -132,43 +152,58 @@ fn object(
                 .or_insert_with(|| Value::String(ns.to_owned()));
         }
     }
-    let transform = Transform::default();
-    let mut seen = value.clone();
-    if let Some(map) = seen.as_object_mut() {
-        transform.apply(map);
+    for (member, text) in [
+        ("apiVersion", gvk.api_version()),
+        ("kind", gvk.kind.clone()),
+    ] {
+        map.entry(member).or_insert(Value::String(text));
     }
     let object = KubeObject::from_value(value, &transform).map_err(|e| ReviewError::Field {
         field,
         problem: e.to_string(),
     })?;
-    Ok(Some((Arc::new(object), seen)))
+    Ok(Some(Arc::new(object)))
 }
 
-/// Decodes a review body.
+/// Decodes a review body. The objects in it are read as the reflector reads them; the rest of
+/// the request, a few small members, through a JSON tree.
 pub fn parse(body: &[u8]) -> Result<Review, ReviewError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ReviewError::Shape(e.to_string()))?;
-    let version = value
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let shape = |e: serde_json::Error| ReviewError::Shape(e.to_string());
+    let top: HashMap<String, &RawValue> = serde_json::from_slice(body).map_err(shape)?;
+    let version: String = match top.get("apiVersion") {
+        Some(v) => serde_json::from_str(v.get()).unwrap_or_default(),
+        None => String::new(),
+    };
     if version != API_VERSION {
-        return Err(ReviewError::Version(version.to_owned()));
+        return Err(ReviewError::Version(version));
     }
-    let request = value
-        .get("request")
-        .and_then(Value::as_object)
-        .ok_or_else(|| ReviewError::Shape("no request".into()))?;
-    let operation_text = text(request, "operation")?;
+    let members: HashMap<String, &RawValue> = match top.get("request") {
+        Some(r) if r.get().starts_with('{') => serde_json::from_str(r.get()).map_err(shape)?,
+        _ => return Err(ReviewError::Shape("no request".into())),
+    };
+    let mut request = Map::new();
+    let (mut object_raw, mut old_raw) = (None, None);
+    for (key, raw) in members {
+        match key.as_str() {
+            "object" => object_raw = Some(raw),
+            "oldObject" => old_raw = Some(raw),
+            _ => {
+                let value: Value = serde_json::from_str(raw.get()).map_err(shape)?;
+                request.insert(key, value);
+            }
+        }
+    }
+    let operation_text = text(&request, "operation")?;
     let operation = Operation::parse(&operation_text).ok_or(ReviewError::Field {
         field: "operation",
         problem: format!("{operation_text:?} is none of CREATE, UPDATE, DELETE, CONNECT"),
     })?;
-    let (gvk, plural) = group_version_kind(request)?;
-    let name = optional_text(request, "name").unwrap_or_default();
-    let namespace = optional_text(request, "namespace");
-    let object_now = object(request, "object", &name, namespace.as_deref())?;
-    let old = object(request, "oldObject", &name, namespace.as_deref())?;
+    let (gvk, plural) = group_version_kind(&request)?;
+    let name = optional_text(&request, "name").unwrap_or_default();
+    let namespace = optional_text(&request, "namespace");
+    let typed = Arc::new(gvk.clone());
+    let now = decode_object(object_raw, "object", &typed, &name, namespace.as_deref())?;
+    let old_object = decode_object(old_raw, "oldObject", &typed, &name, namespace.as_deref())?;
     let user = request.get("userInfo").and_then(Value::as_object);
     let user_text = |f: &str| {
         user.and_then(|u| u.get(f))
@@ -186,21 +221,17 @@ pub fn parse(body: &[u8]) -> Result<Review, ReviewError> {
                 .collect()
         })
         .unwrap_or_default();
-    let (object, seen) = match object_now {
-        Some((o, v)) => (Some(o), Some(v)),
-        None => (None, None),
-    };
     Ok(Review {
         request: AdmitRequest {
-            uid: text(request, "uid")?,
+            uid: text(&request, "uid")?,
             operation,
             gvk,
             plural,
-            subresource: optional_text(request, "subResource"),
+            subresource: optional_text(&request, "subResource"),
             namespace,
             name,
-            object,
-            old_object: old.map(|(o, _)| o),
+            object: now,
+            old_object,
             username: user_text("username"),
             user_uid: user_text("uid"),
             groups,
@@ -209,7 +240,6 @@ pub fn parse(body: &[u8]) -> Result<Review, ReviewError> {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
         },
-        object: seen,
     })
 }
 
@@ -291,7 +321,7 @@ fn identity_changed(before: &Value, after: &Value) -> Option<&'static str> {
 /// checked to apply when the plugin wrote it. `None` when it changes nothing. The error says
 /// what is wrong with the plugin's mutation.
 pub fn patch_for(review: &Review, mutation: &Mutation) -> Result<Option<Value>, String> {
-    let Some(before) = &review.object else {
+    let Some(before) = &review.object() else {
         return Err("there is no object to mutate (a delete or connect)".into());
     };
     let (Mutation::Object(text) | Mutation::JsonPatch(text)) = mutation;
@@ -417,8 +447,27 @@ mod tests {
             (object.key(), object.label("app")),
             ("shop/web-", Some("web"))
         );
-        let seen = review.object.as_ref().expect("seen");
+        let seen = review.object().expect("seen");
         assert!(seen.pointer("/metadata/managedFields").is_none(), "{seen}");
+    }
+
+    #[test]
+    fn an_object_that_names_itself_decodes_as_the_tree_path_would() {
+        let pod = kubewasm_testenv::generate::pod(2, 4096, 9);
+        let mut request = create_pod();
+        request["object"] = pod.clone();
+        request["oldObject"] = pod.clone();
+        request["operation"] = "UPDATE".into();
+        request["namespace"] = pod["metadata"]["namespace"].clone();
+        let review = parse(&body(request)).expect("a review");
+        let tree = KubeObject::from_value(pod, &Transform::default()).expect("pod");
+        let tree: Value = serde_json::from_str(&tree.json()).expect("json");
+        for decoded in [&review.request.object, &review.request.old_object] {
+            let decoded = decoded.as_ref().expect("decoded");
+            let decoded: Value = serde_json::from_str(&decoded.json()).expect("json");
+            assert_eq!(decoded, tree);
+        }
+        assert_eq!(review.object(), Some(tree));
     }
 
     #[test]
@@ -442,7 +491,7 @@ mod tests {
     #[test]
     fn a_changed_object_becomes_a_patch_of_only_what_changed() {
         let review = parse(&body(create_pod())).expect("decodes");
-        let mut after = review.object.clone().expect("object");
+        let mut after = review.object().expect("object");
         after["metadata"]["labels"]["team"] = "shop".into();
         let patch = patch_for(&review, &Mutation::Object(after.to_string()))
             .expect("valid")
@@ -451,7 +500,7 @@ mod tests {
             patch,
             json!([{"op": "add", "path": "/metadata/labels/team", "value": "shop"}])
         );
-        let same = review.object.clone().expect("object").to_string();
+        let same = review.object().expect("object").to_string();
         assert_eq!(patch_for(&review, &Mutation::Object(same)), Ok(None));
     }
 

@@ -119,9 +119,17 @@ impl Changes {
 
     /// True when a value at one of the pointers differs between `old` and `new`.
     pub fn changed(&self, old: &KubeObject, new: &KubeObject) -> bool {
-        self.pointers
-            .iter()
-            .any(|p| old.raw_field(p) != new.raw_field(p))
+        // Under `metadata` but for its version, nothing changed when the rest of its text is
+        // the same (the usual update of spec or status): two comparisons, no lookup.
+        let same_metadata = std::cell::OnceCell::new();
+        self.pointers.iter().any(|p| {
+            let in_metadata = p.first().is_some_and(|t| t == "metadata")
+                && p.get(1).is_some_and(|t| t != "resourceVersion");
+            if in_metadata && *same_metadata.get_or_init(|| old.same_metadata_but_version(new)) {
+                return false;
+            }
+            old.raw_field(p) != new.raw_field(p)
+        })
     }
 }
 

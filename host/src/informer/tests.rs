@@ -269,3 +269,56 @@ fn a_relist_streams_into_the_store_and_restarts_cleanly() {
     keys.sort();
     assert_eq!(keys, ["ns/b", "ns/c"]);
 }
+
+/// A pod as the reflector decodes it, and the same pod with `change` applied and a new version.
+fn decoded_update(change: impl Fn(&mut serde_json::Value)) -> (KubeObject, KubeObject) {
+    let gvk = Arc::new(crate::gvk::Gvk::new("", "v1", "Pod"));
+    let pod = kubewasm_testenv::generate::pod(3, 4096, 10);
+    let mut changed = pod.clone();
+    changed["metadata"]["resourceVersion"] = json!("11");
+    change(&mut changed);
+    let decode = |v: &serde_json::Value| {
+        KubeObject::from_server_json(&v.to_string(), &gvk, &Transform::default()).expect("pod")
+    };
+    (decode(&pod), decode(&changed))
+}
+
+#[test]
+fn change_filters_see_what_changed_under_each_pointer() {
+    let filter = |pointers: &[&str]| {
+        let texts: Vec<String> = pointers.iter().map(|p| (*p).to_owned()).collect();
+        Changes::new(&texts).expect("pointers")
+    };
+    let labels = filter(&["/metadata/labels"]);
+    let deletion = filter(&["/metadata/deletionTimestamp"]);
+    let version = filter(&["/metadata/resourceVersion"]);
+    let spec = filter(&["/spec"]);
+    let phase = filter(&["/status/phase"]);
+
+    // Status only: metadata differs in its version alone.
+    let (old, new) = decoded_update(|p| p["status"]["phase"] = json!("Failed"));
+    assert!(old.same_metadata_but_version(&new));
+    assert!(!labels.changed(&old, &new) && !deletion.changed(&old, &new));
+    assert!(!spec.changed(&old, &new));
+    assert!(phase.changed(&old, &new) && version.changed(&old, &new));
+
+    // A label: metadata differs beyond its version, and the lookup decides.
+    let (old, new) = decoded_update(|p| p["metadata"]["labels"]["tier"] = json!("gold"));
+    assert!(!old.same_metadata_but_version(&new));
+    assert!(labels.changed(&old, &new));
+    assert!(!deletion.changed(&old, &new) && !phase.changed(&old, &new));
+
+    // An annotation: labels and deletion unchanged, though metadata is not the same.
+    let (old, new) = decoded_update(|p| p["metadata"]["annotations"] = json!({"a": "b"}));
+    assert!(!labels.changed(&old, &new) && !deletion.changed(&old, &new));
+
+    // Being deleted.
+    let (old, new) = decoded_update(|p| {
+        p["metadata"]["deletionTimestamp"] = json!("2026-11-28T10:00:00Z");
+    });
+    assert!(deletion.changed(&old, &new) && !labels.changed(&old, &new));
+
+    // The spec.
+    let (old, new) = decoded_update(|p| p["spec"]["nodeName"] = json!("node-9"));
+    assert!(spec.changed(&old, &new) && !phase.changed(&old, &new));
+}

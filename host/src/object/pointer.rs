@@ -70,10 +70,70 @@ pub fn lookup(json: &str, tokens: &[Cow<'_, str>]) -> Option<Value> {
 /// The JSON text of the value at `tokens` in `json`, as it is written there: what a change
 /// filter compares (the API server writes an object's fields in a fixed order, so equal values
 /// are equal text).
+///
+/// `json` must be valid JSON (a stored object's text): members and elements before the one
+/// sought are skipped with the decoder's block skipper (`skip.rs`), not parsed, and the walk
+/// stops at the value. A key written with escapes on the way is compared by a parse instead.
 pub fn raw<'j>(json: &'j str, tokens: &[Cow<'_, str>]) -> Option<&'j str> {
+    use crate::object::scan::{self, Refused};
+    use crate::object::skip::skip_end;
     if tokens.is_empty() {
         return Some(json);
     }
+    let b = json.as_bytes();
+    let mut at = scan::skip_ws(b, 0);
+    for token in tokens {
+        let mut found = None;
+        match b.get(at)? {
+            b'{' => {
+                let mut escaped_key = false;
+                // Ended early on purpose (found, or a key to compare by parsing).
+                let _ = scan::members_read(json, at, |key, escaped, _, value| {
+                    if escaped {
+                        escaped_key = true;
+                        return Err(Refused);
+                    }
+                    if key == token.as_ref() {
+                        found = Some(value);
+                        return Err(Refused);
+                    }
+                    skip_end(b, value)
+                });
+                if escaped_key {
+                    return raw_parsed(json, tokens);
+                }
+            }
+            b'[' => {
+                let index = array_index(token)?;
+                let mut n = 0;
+                let _ = scan::elements_read(b, at, |element| {
+                    if n == index {
+                        found = Some(element);
+                        return Err(Refused);
+                    }
+                    n += 1;
+                    skip_end(b, element)
+                });
+            }
+            _ => return None,
+        }
+        at = found?;
+    }
+    let end = skip_end(b, at).ok()?;
+    json.get(at..end)
+}
+
+/// An RFC 6901 array index: digits without a leading zero.
+fn array_index(token: &str) -> Option<usize> {
+    match token {
+        "0" => Some(0),
+        t if !t.starts_with('0') && t.bytes().all(|b| b.is_ascii_digit()) => t.parse().ok(),
+        _ => None,
+    }
+}
+
+/// [`raw`] by a parse of the text up to the value.
+fn raw_parsed<'j>(json: &'j str, tokens: &[Cow<'_, str>]) -> Option<&'j str> {
     find::<&serde_json::value::RawValue>(json, tokens).map(serde_json::value::RawValue::get)
 }
 
@@ -142,13 +202,8 @@ impl<'de, T: de::Deserialize<'de>> Visitor<'de> for At<'_, '_, T> {
             .tokens
             .split_first()
             .ok_or_else(|| de::Error::custom(""))?;
-        // RFC 6901 array indexes: digits without a leading zero.
-        let index = match first.as_ref() {
-            "0" => 0,
-            t if !t.starts_with('0') && t.bytes().all(|b| b.is_ascii_digit()) => {
-                t.parse::<usize>().map_err(de::Error::custom)?
-            }
-            _ => return Ok(()),
+        let Some(index) = array_index(first) else {
+            return Ok(());
         };
         for _ in 0..index {
             if seq.next_element::<IgnoredAny>()?.is_none() {
@@ -237,6 +292,51 @@ mod tests {
         assert_eq!(raw("/status/phase"), Some(r#""Running""#));
         assert_eq!(raw("/spec/a/1"), Some("2"));
         assert_eq!(raw("/missing"), None);
+    }
+
+    #[test]
+    fn skipping_finds_what_parsing_finds() {
+        let docs = [
+            r#"{"metadata":{"name":"web","labels":{"app/name":"x","t~":"y"}},"spec":{"containers":[{"image":"a"},{"image":"b","ports":[80,443]}]},"status":{"phase":"Running","s":"a \" } ] {","n":null}}"#,
+            "{ \"a\" : [ {\"b\" : { \"c\" : [ 1 , \"}\" , [ ] ] } } , 2 ] ,\n \"d\" : {} }",
+            r#"{"k\u0065y":1,"key":2,"x":{"\n":3}}"#,
+            r#"{"dup":1,"dup":2,"e":[],"f":{},"g":"\\"}"#,
+        ];
+        let pointers = [
+            "",
+            "/metadata",
+            "/metadata/labels/app~1name",
+            "/metadata/labels/t~0",
+            "/spec/containers/1/ports/1",
+            "/spec/containers/2",
+            "/spec/containers/01",
+            "/status/s",
+            "/status/n",
+            "/status/phase/x",
+            "/a/0/b/c/1",
+            "/a/0/b/c/2",
+            "/a/1",
+            "/a/-",
+            "/d",
+            "/key",
+            "/x/\n",
+            "/dup",
+            "/e/0",
+            "/f/x",
+            "/g",
+            "/nothing",
+        ];
+        for doc in docs {
+            for p in pointers {
+                let t = tokens(p).expect("valid");
+                let expected = if t.is_empty() {
+                    Some(doc)
+                } else {
+                    raw_parsed(doc, &t)
+                };
+                assert_eq!(raw(doc, &t), expected, "{p} in {doc}");
+            }
+        }
     }
 
     #[test]

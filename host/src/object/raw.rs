@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::gvk::{Gvk, split_api_version};
 use crate::object::scan::{self, Member, Refused, Scan};
 use crate::object::skip;
-use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Transform};
+use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Sections, Transform};
 
 /// An owner reference as the decoder reads it.
 struct Owner<'a> {
@@ -51,6 +51,8 @@ struct Meta<'a> {
     annotations: Option<Annotations>,
     /// Members read so far, one bit each, so a repeated one is refused.
     seen: u8,
+    /// Where the whole `metadata` value lies in the text.
+    span: Range<usize>,
 }
 
 /// What the decoder reads from `annotations`: where the member lies, how many there are and
@@ -257,6 +259,9 @@ pub(crate) fn decode_at(
 ) -> Option<(KubeObject, usize)> {
     let b = text.as_bytes();
     let mut top = Top::default();
+    // Where `spec` and `status` lie in `text` (metadata's span is kept with what was read).
+    let mut spec = None;
+    let mut status = None;
     // Checks the whole object, each byte once: what the decoder does not read is still JSON
     // serde_json takes.
     let end = scan::members_read(text, start, |key, escaped, at, value| {
@@ -268,8 +273,21 @@ pub(crate) fn decode_at(
             "kind" => &mut top.kind,
             "metadata" if top.metadata.is_some() => return Err(Refused),
             "metadata" => {
-                let (meta, end) = meta(text, value, transform.drop_managed_fields)?;
+                let (mut meta, end) = meta(text, value, transform.drop_managed_fields)?;
+                meta.span = value..end;
                 top.metadata = Some(meta);
+                return Ok(end);
+            }
+            "spec" | "status" => {
+                let end = scan::value_end(b, value)?;
+                let slot = if key == "spec" {
+                    &mut spec
+                } else {
+                    &mut status
+                };
+                if slot.replace(value..end).is_some() {
+                    return Err(Refused);
+                }
                 return Ok(end);
             }
             _ => return scan::value_end(b, value),
@@ -380,7 +398,35 @@ pub(crate) fn decode_at(
         }
         Some(stored)
     };
-    let object = KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate).ok()?;
+    // A span of `text` in the stored text: less the cuts before it (none falls inside a
+    // section's start, and those inside metadata are before its end).
+    let stored = |span: &Range<usize>| -> Option<Range<usize>> {
+        let before =
+            |at: usize| -> usize { cuts.iter().filter(|c| c.end <= at).map(|c| c.len()).sum() };
+        let from = span
+            .start
+            .checked_sub(start)?
+            .checked_sub(before(span.start))?;
+        let to = span.end.checked_sub(start)?.checked_sub(before(span.end))?;
+        Some(from..to)
+    };
+    let mut sections = Sections::default();
+    for (name, span) in [
+        ("metadata", Some(meta.span.clone())),
+        ("spec", spec),
+        ("status", status),
+    ] {
+        match span {
+            // A span that cannot be placed stays unknown: lookups read the whole text.
+            Some(span) => {
+                if let Some(range) = stored(&span) {
+                    sections.note(name, Some(range));
+                }
+            }
+            None => sections.note(name, None),
+        }
+    }
+    let object = KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate, sections).ok()?;
     Some((object, end))
 }
 
@@ -448,6 +494,36 @@ mod tests {
             );
         }
         assert_eq!(metadata(&fast), metadata(&tree), "{text}");
+        // Every section is noted by the fast path, and lookups that start at one find what a
+        // parse of the whole stored text finds, present or absent.
+        for o in [&fast, &tree] {
+            for name in ["metadata", "spec", "status"] {
+                assert!(o.sections.of(name).is_some(), "{name} noted: {text}");
+            }
+        }
+        for p in [
+            "/metadata",
+            "/metadata/name",
+            "/metadata/labels",
+            "/metadata/annotations",
+            "/metadata/managedFields",
+            "/spec",
+            "/spec/containers/0/image",
+            "/status",
+            "/status/phase",
+            "/status/conditions/0",
+            "/x",
+        ] {
+            let tokens = crate::object::pointer::tokens(p).expect("pointer");
+            for o in [&fast, &tree] {
+                assert_eq!(
+                    o.raw_field(&tokens),
+                    crate::object::pointer::raw(&o.body, &tokens),
+                    "{p} in {}",
+                    o.body
+                );
+            }
+        }
         if !text.contains('\\') {
             assert!(fast.meta.in_json(), "strings copied from {text}");
         }

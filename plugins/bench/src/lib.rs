@@ -1,19 +1,28 @@
 //! The benchmarks' plugin: subscribes to Pods and does as little or as much as it is told.
 //!
-//! Configuration: `{"work": "noop" | "parse" | "get" | "select" | "index" | "field", "arg": "..."}`.
+//! Configuration: `{"work": "noop" | "parse" | "get" | "select" | "index" | "field" |
+//! "state-get" | "state-set" | "admit", "arg": "...", "changes": ["/spec"]}`.
 //! - `noop`: returns at once (the cost of a delivery itself);
 //! - `parse`: parses the pod into a typed `k8s_openapi` Pod and reads its phase;
 //! - `get`: one `get` of the pod `arg` (`namespace/name`);
 //! - `select`: one list of all pods by the label selector `arg`;
 //! - `index`: one `by-index` query on the built-in `label` index for `arg` (`key=value`);
-//! - `field`: reads the field at the JSON pointer `arg` through the object's handle.
+//! - `field`: reads the field at the JSON pointer `arg` through the object's handle;
+//! - `state-get`, `state-set`: reads the state entry `arg`, or sets it to `"1"` (the plugin
+//!   declares state);
+//! - `admit`: also declares a validating webhook on Pods that allows every request.
+//!
+//! `changes` subscribes with a change filter on those pointers.
 //!
 //! Results go nowhere: it logs nothing, so logging is not what is measured.
 
 use std::sync::{LazyLock, OnceLock};
 
 use kubewasm_sdk::k8s::api::core::v1::Pod;
-use kubewasm_sdk::{Event, Gvk, HandleError, Manifest, Plugin, Subscription, cache, export_plugin};
+use kubewasm_sdk::{
+    Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Event, Gvk, HandleError,
+    Manifest, Operation, Plugin, Subscription, cache, export_plugin, state,
+};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -22,6 +31,8 @@ struct Config {
     work: String,
     #[serde(default)]
     arg: String,
+    #[serde(default)]
+    changes: Vec<String>,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -35,7 +46,8 @@ impl Plugin for Bench {
     fn init(config: &str) -> Result<(), String> {
         let config: Config = kubewasm_sdk::parse_config(config)?;
         match config.work.as_str() {
-            "noop" | "parse" | "get" | "select" | "index" | "field" => {}
+            "noop" | "parse" | "get" | "select" | "index" | "field" | "state-get" | "state-set"
+            | "admit" => {}
             other => return Err(format!("unknown work {other:?}")),
         }
         let _ = CONFIG.set(config);
@@ -43,9 +55,23 @@ impl Plugin for Bench {
     }
 
     fn describe() -> Manifest {
-        Manifest::new()
-            .subscribe(Subscription::to(Gvk::pod()))
-            .query(Gvk::pod())
+        let Some(config) = CONFIG.get() else {
+            return Manifest::new();
+        };
+        let changes: Vec<&str> = config.changes.iter().map(String::as_str).collect();
+        let mut subscription = Subscription::to(Gvk::pod());
+        if !changes.is_empty() {
+            subscription = subscription.on_changes(&changes);
+        }
+        let manifest = Manifest::new().subscribe(subscription).query(Gvk::pod());
+        match config.work.as_str() {
+            "state-get" | "state-set" => manifest.with_state(),
+            "admit" => manifest.admission(Admission::validating(vec![AdmissionRule::on(
+                Gvk::pod(),
+                &[Operation::Create],
+            )])),
+            _ => manifest,
+        }
     }
 
     fn handle(event: Event<'_>) -> Result<(), HandleError> {
@@ -76,9 +102,19 @@ impl Plugin for Bench {
             "field" => {
                 std::hint::black_box(o.field(&config.arg).map_err(failed)?);
             }
+            "state-get" => {
+                std::hint::black_box(state::get(&config.arg));
+            }
+            "state-set" => {
+                state::set(&config.arg, "1").map_err(|e| HandleError::fatal(e.explain()))?;
+            }
             _ => {}
         }
         Ok(())
+    }
+
+    fn admit(_request: AdmissionRequest<'_>) -> AdmissionResponse {
+        AdmissionResponse::allow()
     }
 }
 
