@@ -34,15 +34,22 @@ fn helm(args: &[&str]) -> std::process::Output {
 
 /// The chart rendered for release `kubewasm` in namespace `kubewasm`, CRDs included.
 fn rendered() -> Vec<Value> {
+    rendered_with(&[])
+}
+
+/// [`rendered`], with more `helm template` arguments (values files).
+fn rendered_with(extra: &[&str]) -> Vec<Value> {
     let chart = chart();
-    let out = helm(&[
+    let mut args = vec![
         "template",
         "kubewasm",
         chart.to_str().expect("utf-8 path"),
         "--namespace",
         "kubewasm",
         "--include-crds",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = helm(&args);
     assert!(
         out.status.success(),
         "{}",
@@ -148,6 +155,119 @@ fn the_charts_rbac_is_what_kubewasm_rbac_prints_for_its_configuration() {
         rendered_rbac,
         generated.len(),
         "no RBAC beyond kubewasm rbac's"
+    );
+}
+
+#[test]
+fn the_charts_webhooks_are_what_kubewasm_webhooks_prints_served_by_its_own_service() {
+    let plugins = tempfile::tempdir().expect("temp dir");
+    for (name, built) in [
+        ("image-policy", kubewasm_plugin_artifacts::IMAGE_POLICY),
+        ("pod-defaults", kubewasm_plugin_artifacts::POD_DEFAULTS),
+    ] {
+        std::fs::copy(built, plugins.path().join(format!("{name}.wasm"))).expect("copy");
+    }
+    let out = Command::new(KUBEWASM)
+        .args([
+            "webhooks",
+            "--namespace",
+            "kubewasm",
+            "--service",
+            "kubewasm-webhooks",
+        ])
+        .arg("--plugins")
+        .arg(plugins.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("kubewasm webhooks");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Vec<Value> =
+        serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+            .map(|doc| Value::deserialize(doc).expect("webhooks YAML"))
+            .filter(|doc| !doc.is_null())
+            .collect();
+    assert_eq!(
+        printed.len(),
+        2,
+        "a validating and a mutating configuration"
+    );
+    // The two lists pasted into the values, as the chart's comment says.
+    let hooks = |kind: &str| {
+        printed
+            .iter()
+            .find(|d| d["kind"] == kind)
+            .map(|d| d["webhooks"].clone())
+            .unwrap_or_else(|| panic!("{kind} printed"))
+    };
+    let values = serde_json::json!({"admission": {
+        "enabled": true,
+        "validating": hooks("ValidatingWebhookConfiguration"),
+        "mutating": hooks("MutatingWebhookConfiguration"),
+    }});
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), values.to_string()).expect("write values");
+    let path = file.path().to_str().expect("utf-8 path");
+    let lint = helm(&["lint", chart().to_str().expect("utf-8 path"), "-f", path]);
+    assert!(
+        lint.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+    let docs = rendered_with(&["-f", path]);
+
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        let ours = find(&docs, kind, "kubewasm");
+        assert_eq!(ours["webhooks"], hooks(kind), "{kind}");
+        assert_eq!(
+            ours["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "kubewasm/kubewasm-webhooks"
+        );
+    }
+    let service = find(&docs, "Service", "kubewasm-webhooks");
+    assert_eq!(service["spec"]["ports"][0]["port"], 443);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "webhooks");
+    let certificate = find(&docs, "Certificate", "kubewasm-webhooks");
+    let names = certificate["spec"]["dnsNames"]
+        .as_array()
+        .expect("dnsNames");
+    assert!(
+        names.iter().any(|n| n == "kubewasm-webhooks.kubewasm.svc"),
+        "{names:?}"
+    );
+    let secret = &certificate["spec"]["secretName"];
+    let pod = &find(&docs, "Deployment", "kubewasm")["spec"]["template"]["spec"];
+    let ports = pod["containers"][0]["ports"].as_array().expect("ports");
+    assert!(
+        ports
+            .iter()
+            .any(|p| p["name"] == "webhooks" && p["containerPort"] == 8443),
+        "{ports:?}"
+    );
+    let volumes = pod["volumes"].as_array().expect("volumes");
+    assert!(
+        volumes.iter().any(|v| v["secret"]["secretName"] == *secret),
+        "the certificate's Secret is mounted: {volumes:?}"
+    );
+    let config = find(&docs, "ConfigMap", "kubewasm-config")["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml")
+        .to_owned();
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("config.yaml"), &config).expect("write");
+    let loaded = kubewasm::config::HostConfig::load(&dir.path().join("config.yaml"))
+        .expect("the chart's configuration is valid");
+    let serve = loaded.admission.expect("admission served");
+    assert_eq!(serve.address.port(), 8443);
+    assert!(
+        serve.cert_file.starts_with("/var/run/kubewasm/tls"),
+        "{serve:?}"
     );
 }
 

@@ -22,3 +22,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: kubewasm
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{/* The Service in front of the webhook port, and the Secret with its certificate. */}}
+{{- define "kubewasm.webhookService" -}}
+{{- printf "%s-webhooks" (include "kubewasm.fullname" .) -}}
+{{- end -}}
+{{- define "kubewasm.webhookSecret" -}}
+{{- default (printf "%s-webhooks-tls" (include "kubewasm.fullname" .)) .Values.admission.secretName -}}
+{{- end -}}
