@@ -201,12 +201,7 @@ async fn the_first_event_after_each_fault_arrives_within_seconds_of_the_server()
         delivered(&admin, &sink, "relisted").await?,
     ));
 
-    let relists: u64 = agent
-        .status()
-        .reflectors
-        .iter()
-        .map(|(_, r)| r.relists)
-        .sum();
+    let relists = support::relists(&agent);
     assert!(relists >= 1, "the compaction made the host relist");
     for (fault, took) in &times {
         eprintln!("first event after {fault}: {took:.2?} after the server was ready");

@@ -197,12 +197,7 @@ async fn filters_requeues_and_synced_on_a_real_api_server() -> anyhow::Result<()
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}: {:#?}", agent.status()))?;
-    let relists: u64 = agent
-        .status()
-        .reflectors
-        .iter()
-        .map(|(_, r)| r.relists)
-        .sum();
+    let relists = support::relists(&agent);
     assert_eq!(relists, 1, "{:#?}", agent.status().reflectors);
     let summaries = said(&sink, "pod-age", "pods by phase", "phases");
     assert_eq!(

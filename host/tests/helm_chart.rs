@@ -62,6 +62,37 @@ fn rendered_with(extra: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// `kubewasm ARGS`: the YAML documents it prints, or a panic naming why it failed.
+fn kubewasm_yaml(args: &[&std::ffi::OsStr]) -> Vec<Value> {
+    let out = Command::new(KUBEWASM)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("kubewasm runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+        .map(|doc| Value::deserialize(doc).expect("kubewasm's YAML"))
+        .collect()
+}
+
+/// The rendered host configuration (`docs`' ConfigMap), written to a folder and loaded as the
+/// host loads it; the folder holds it as `config.yaml`.
+fn chart_config(docs: &[Value]) -> (tempfile::TempDir, kubewasm::config::HostConfig) {
+    let config = find(docs, "ConfigMap", "kubewasm-config")["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml")
+        .to_owned();
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("config.yaml"), &config).expect("write");
+    let loaded = kubewasm::config::HostConfig::load(&dir.path().join("config.yaml"))
+        .expect("the chart's configuration is valid");
+    (dir, loaded)
+}
+
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
@@ -102,32 +133,16 @@ fn chart_file(name: &str) -> PathBuf {
 #[test]
 fn the_charts_rbac_is_what_kubewasm_rbac_prints_for_its_configuration() {
     let docs = rendered();
-    let config = find(&docs, "ConfigMap", "kubewasm-config")["data"]["config.yaml"]
-        .as_str()
-        .expect("config.yaml")
-        .to_owned();
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("config.yaml"), &config).expect("write");
-    kubewasm::config::HostConfig::load(&dir.path().join("config.yaml"))
-        .expect("the chart's configuration is valid");
+    let (dir, _) = chart_config(&docs);
     let plugins = support::deployed_plugins();
-    let out = Command::new(KUBEWASM)
-        .args(["rbac", "--plugins"])
-        .arg(plugins.path())
-        .arg("--config")
-        .arg(dir.path().join("config.yaml"))
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("kubewasm rbac");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let generated: Vec<Value> =
-        serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
-            .map(|doc| Value::deserialize(doc).expect("rbac YAML"))
-            .collect();
+    let config = dir.path().join("config.yaml");
+    let generated = kubewasm_yaml(&[
+        "rbac".as_ref(),
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ]);
     assert!(
         generated.len() >= 4,
         "ClusterRole, binding, Lease Role, binding"
@@ -167,29 +182,15 @@ fn the_charts_webhooks_are_what_kubewasm_webhooks_prints_served_by_its_own_servi
     ] {
         std::fs::copy(built, plugins.path().join(format!("{name}.wasm"))).expect("copy");
     }
-    let out = Command::new(KUBEWASM)
-        .args([
-            "webhooks",
-            "--namespace",
-            "kubewasm",
-            "--service",
-            "kubewasm-webhooks",
-        ])
-        .arg("--plugins")
-        .arg(plugins.path())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("kubewasm webhooks");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Vec<Value> =
-        serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
-            .map(|doc| Value::deserialize(doc).expect("webhooks YAML"))
-            .filter(|doc| !doc.is_null())
-            .collect();
+    let printed = kubewasm_yaml(&[
+        "webhooks".as_ref(),
+        "--namespace".as_ref(),
+        "kubewasm".as_ref(),
+        "--service".as_ref(),
+        "kubewasm-webhooks".as_ref(),
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+    ]);
     assert_eq!(
         printed.len(),
         2,
@@ -255,14 +256,7 @@ fn the_charts_webhooks_are_what_kubewasm_webhooks_prints_served_by_its_own_servi
         volumes.iter().any(|v| v["secret"]["secretName"] == *secret),
         "the certificate's Secret is mounted: {volumes:?}"
     );
-    let config = find(&docs, "ConfigMap", "kubewasm-config")["data"]["config.yaml"]
-        .as_str()
-        .expect("config.yaml")
-        .to_owned();
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("config.yaml"), &config).expect("write");
-    let loaded = kubewasm::config::HostConfig::load(&dir.path().join("config.yaml"))
-        .expect("the chart's configuration is valid");
+    let (_dir, loaded) = chart_config(&docs);
     let serve = loaded.admission.expect("admission served");
     assert_eq!(serve.address.port(), 8443);
     assert!(

@@ -239,3 +239,13 @@ pub fn free_address() -> std::net::SocketAddr {
         .and_then(|l| l.local_addr())
         .expect("a free port")
 }
+
+/// Relists after 410 Gone, summed over `agent`'s reflectors.
+pub fn relists(agent: &kubewasm::agent::Agent) -> u64 {
+    agent
+        .status()
+        .reflectors
+        .iter()
+        .map(|(_, r)| r.relists)
+        .sum()
+}
