@@ -373,13 +373,16 @@ impl PluginHost {
         if self.loaded_as(file) {
             return Ok(Outcome::Unchanged);
         }
-        let outcome = self.prepare(file).and_then(|p| {
+        let prepared = self.prepare(file);
+        // Held while the version goes live, so that status never shows the new version with
+        // the previous version's error (status takes this lock first).
+        let mut failures = self.failures();
+        let outcome = prepared.and_then(|p| {
             let admitter = self.admitter_for(&p);
             let outcome = self.activate_or_hold(p).map_err(|r| r.of(file))?;
             self.set_admitter(&file.name, admitter);
             Ok(outcome)
         });
-        let mut failures = self.failures();
         match &outcome {
             Ok(loaded) => {
                 failures.remove(&file.name);
