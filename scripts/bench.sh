@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs every benchmark and regenerates docs/BENCHMARKS.md from this run's results.
+# Runs the benchmarks and regenerates docs/BENCHMARKS.md from their results.
 #
-#   scripts/bench.sh                          # full sizes (about 10 minutes here)
+#   scripts/bench.sh                          # every benchmark, full sizes (about 50 minutes here)
+#   scripts/bench.sh folder contract          # these again; the others' last results are kept
 #   KUBEWASM_BENCH_QUICK=1 scripts/bench.sh   # small sizes (a few minutes)
 #
+# Each result is kept with the commit it ran on (target/bench-results/NAME.commit), and the
+# page names that commit per benchmark: a partial rerun never passes old numbers off as new.
 # Needs what scripts/setup.sh installs (it is run first) and Go for the client-go peer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,16 +17,39 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --weval
 if [[ ${new_weval:-} == yes ]]; then touch plugins/javascript/build.mjs; fi
 results=target/bench-results
+all=(decode delivery queries contract reload folder peers)
+if (($#)); then
+  benches=("$@")
+  for bench in "${all[@]}"; do
+    if [[ " ${benches[*]} " != *" $bench "* && ! -e $results/$bench.commit ]]; then
+      echo "bench.sh: no earlier result of $bench: run scripts/bench.sh whole once" >&2
+      exit 2
+    fi
+  done
+else
+  benches=("${all[@]}")
+  rm -rf "$results"
+fi
 mkdir -p "$results"
-rm -f "$results"/*.txt "$results"/peers.json
 
 # Release builds of the benchmarks; their plugins are built by plugins/artifacts.
-for bench in decode delivery queries contract reload folder; do
-  echo "bench.sh: $bench" >&2
-  cargo bench --locked -p kubewasm --bench "$bench" | tee "$results/$bench.txt"
+for bench in "${benches[@]}"; do
+  case $bench in
+    peers)
+      echo "bench.sh: peers (kube-rs and client-go side by side)" >&2
+      cargo bench --locked -p kubewasm --bench peers 2> >(grep -v '^[IW][0-9]\{4\} ' >&2)
+      ;;
+    decode | delivery | queries | contract | reload | folder)
+      echo "bench.sh: $bench" >&2
+      cargo bench --locked -p kubewasm --bench "$bench" | tee "$results/$bench.txt"
+      ;;
+    *)
+      echo "bench.sh: no benchmark $bench (there are: ${all[*]})" >&2
+      exit 2
+      ;;
+  esac
+  git describe --always --dirty --exclude '*' >"$results/$bench.commit"
 done
-echo "bench.sh: peers (kube-rs and client-go side by side)" >&2
-cargo bench --locked -p kubewasm --bench peers 2> >(grep -v '^[IW][0-9]\{4\} ' >&2)
 
 python3 scripts/bench_report.py > docs/BENCHMARKS.md.partial
 mv docs/BENCHMARKS.md.partial docs/BENCHMARKS.md

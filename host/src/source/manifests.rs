@@ -6,9 +6,12 @@
 //! file, number and line, and the file's other documents load. The folder's state is the union
 //! of its files; the first file (in path order) to define an object wins.
 //!
-//! After each change the folder is rescanned and diffed against what was last reported, by the
-//! content of each object (not its written `resourceVersion`): a new or changed object is an
-//! `Applied`, a vanished one a `Deleted`; renaming a file produces no event. While a file has
+//! After each change the files it touched are read again and their objects diffed against
+//! what was last reported, by the content of each object (not its written `resourceVersion`):
+//! a new or changed object is an `Applied`, a vanished one a `Deleted`; renaming a file
+//! produces no event. An index of which files stand for each object makes a change cost its
+//! files, not the folder; a change to a CustomResourceDefinition (which may move objects of
+//! any file) or to a folder decides everything again. While a file has
 //! errors, the objects it defined before stay as they were, so a half-saved edit deletes
 //! nothing. Namespaces follow kubectl (`scope.rs`): a namespaced object without one lands in
 //! `default` (or the namespace the folder was opened in), a cluster-scoped object's namespace
@@ -107,6 +110,11 @@ impl FileEntry {
         !self.errors.is_empty() || self.unreadable.is_some()
     }
 
+    /// Whether one of its documents is a CustomResourceDefinition.
+    fn defines(&self) -> bool {
+        self.docs.iter().any(|d| d.defines.is_some())
+    }
+
     /// Whether object `id`, which a valid document of this file defined before, may be what
     /// one of its bad documents stands for now: kept then, since a half-saved edit deletes
     /// nothing. An object no bad document can be (they all name other objects) was removed
@@ -129,20 +137,21 @@ struct Reported {
     object: Arc<KubeObject>,
 }
 
-/// Where the folder's desired state takes an object from.
+/// What a file gives for an object it defines.
+#[derive(Clone, Copy)]
 enum Want {
-    /// A valid document: file and index into its `docs`.
-    Doc(PathBuf, usize),
+    /// A valid document: its index into the file's `docs`.
+    Doc(usize),
     /// A broken file's earlier object: whatever was reported stays.
-    Keep(PathBuf),
+    Keep,
 }
 
-impl Want {
-    fn path(&self) -> &PathBuf {
-        match self {
-            Want::Doc(p, _) | Want::Keep(p) => p,
-        }
-    }
+/// What a reading touched, for [`Shared::reconcile`].
+enum Touched {
+    /// Every file, perhaps the scope rules: everything is decided again.
+    All,
+    /// These files, with the objects each stood for before; the scope rules are unchanged.
+    Files(Vec<(PathBuf, Vec<Id>)>),
 }
 
 #[derive(Default)]
@@ -164,6 +173,11 @@ struct State {
     series: crate::write::EventSeries,
     /// Kinds the folder's CustomResourceDefinitions defined, defined now or not.
     remembered: scope::Remembered,
+    /// The scope rules the folder's definitions give now.
+    scopes: Scopes,
+    /// Every object some file stands for, with those files in path order (the first wins)
+    /// and what each gives: the index of a change, so a change costs its files.
+    claims: BTreeMap<Id, Vec<(PathBuf, Want)>>,
 }
 
 struct Shared {
@@ -329,7 +343,7 @@ impl Shared {
             let entry = self.read_file(&path, previous);
             files.insert(path, entry);
         }
-        self.reconcile(&mut state, files);
+        self.reconcile(&mut state, files, Touched::All);
     }
 
     /// Reads what a burst of changes touched: the changed files alone when the changes name
@@ -345,15 +359,30 @@ impl Shared {
             return;
         }
         let mut files = std::mem::take(&mut state.files);
+        let mut touched = Vec::new();
+        // A definition that appears, changes or goes may move objects of every file.
+        let mut defines = false;
         for path in paths {
             let previous = files.remove(&path);
+            let owned = previous
+                .as_ref()
+                .map(|p| p.owned.clone())
+                .unwrap_or_default();
+            defines |= previous.as_ref().is_some_and(FileEntry::defines);
             let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
             if regular {
                 let entry = self.read_file(&path, previous);
-                files.insert(path, entry);
+                defines |= entry.defines();
+                files.insert(path.clone(), entry);
             }
+            touched.push((path, owned));
         }
-        self.reconcile(&mut state, files);
+        let touched = if defines {
+            Touched::All
+        } else {
+            Touched::Files(touched)
+        };
+        self.reconcile(&mut state, files, touched);
     }
 
     /// The manifest files `changes` touched; `None` when the folder must be read whole.
@@ -388,101 +417,92 @@ impl Shared {
         Some(files)
     }
 
-    /// Reports what the files' objects now are against what was reported.
-    fn reconcile(&self, state: &mut State, mut files: BTreeMap<PathBuf, FileEntry>) {
-        let mut scopes = Scopes::new(&self.default_namespace);
-        for doc in files.values().flat_map(|f| &f.docs) {
-            if let Some(defined) = &doc.defines {
-                scopes.define(defined);
-            }
-        }
-        scopes.remember(&mut state.remembered);
-
-        // The folder's desired state: the union of every file's objects. The first file (in
-        // path order) that defines an object wins.
-        let mut desired: BTreeMap<Id, Want> = BTreeMap::new();
-        let mut duplicates = BTreeSet::new();
-        for (path, entry) in &mut files {
-            let ids: Vec<Id> = entry.docs.iter().map(|d| id(&scopes, d)).collect();
-            let kept: Vec<Id> = if entry.broken() {
-                let now: BTreeSet<&Id> = ids.iter().collect();
-                entry
-                    .owned
-                    .iter()
-                    .filter(|id| !now.contains(id) && entry.may_stand_for(id))
-                    .cloned()
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            entry.owned = ids.iter().chain(&kept).cloned().collect();
-            let wants = ids
-                .into_iter()
-                .enumerate()
-                .map(|(i, id)| (id, Want::Doc(path.clone(), i)))
-                .chain(kept.into_iter().map(|id| (id, Want::Keep(path.clone()))));
-            for (id, want) in wants {
-                match desired.entry(id) {
-                    btree_map::Entry::Vacant(v) => {
-                        v.insert(want);
-                    }
-                    btree_map::Entry::Occupied(o) => {
-                        duplicates.insert((o.key().to_owned(), path.clone()));
+    /// Reports what the files' objects now are against what was reported: every object
+    /// after [`Touched::All`], else those the touched files stand for now or stood for.
+    fn reconcile(
+        &self,
+        state: &mut State,
+        mut files: BTreeMap<PathBuf, FileEntry>,
+        touched: Touched,
+    ) {
+        let mut affected: BTreeSet<Id> = BTreeSet::new();
+        let mut rewritten: Vec<PathBuf> = Vec::new();
+        match touched {
+            Touched::All => {
+                let mut scopes = Scopes::new(&self.default_namespace);
+                for doc in files.values().flat_map(|f| &f.docs) {
+                    if let Some(defined) = &doc.defines {
+                        scopes.define(defined);
                     }
                 }
+                scopes.remember(&mut state.remembered);
+                state.scopes = scopes;
+                state.claims.clear();
+                affected.extend(state.objects.keys().cloned());
+                affected.extend(state.deleted.keys().cloned());
+                rewritten.extend(files.keys().cloned());
+            }
+            Touched::Files(touched) => {
+                for (path, owned) in touched {
+                    for id in owned {
+                        if let btree_map::Entry::Occupied(mut o) = state.claims.entry(id.clone()) {
+                            o.get_mut().retain(|(p, _)| *p != path);
+                            if o.get().is_empty() {
+                                o.remove();
+                            }
+                        }
+                        affected.insert(id);
+                    }
+                    rewritten.push(path);
+                }
+            }
+        }
+        for path in &rewritten {
+            if let Some(entry) = files.get_mut(path) {
+                claim(&state.scopes, &mut state.claims, path, entry, &mut affected);
             }
         }
         state.files = files;
-        for (id, path) in duplicates.difference(&state.duplicates) {
-            let first = desired.get(id).map(Want::path);
-            tracing::warn!(
-                file = %path.display(),
-                first = %first.map_or(String::new(), |p| p.display().to_string()),
-                resource = %id.0, key = %id.1,
-                "object defined twice; using the first file's definition"
-            );
-        }
-        for (id, path) in state.duplicates.difference(&duplicates) {
-            tracing::info!(file = %path.display(), resource = %id.0, key = %id.1, "object no longer defined twice");
-        }
-        state.duplicates = duplicates;
+        Self::note_duplicates(state, &affected);
 
         // What changed, read again from its file (one read per file).
-        state.deleted.retain(|id, _| desired.contains_key(id));
-        let mut live = BTreeSet::new();
+        let mut gone = BTreeSet::new();
         let mut changed: BTreeMap<PathBuf, Vec<(Id, usize)>> = BTreeMap::new();
-        // A file defining an object takes it back from plugin writes once its definition
-        // differs from the one a plugin deleted (or the object was a plugin's creation).
-        let mut defined = Vec::new();
-        for (id, want) in desired {
-            match want {
-                Want::Keep(_) => {
-                    if state.objects.contains_key(&id) {
-                        live.insert(id);
-                    }
+        for id in affected {
+            let live = match state.claims.get(&id).and_then(|c| c.first()) {
+                None => {
+                    state.deleted.remove(&id);
+                    false
                 }
-                Want::Doc(path, i) => {
-                    let doc = &state.files[&path].docs[i];
+                Some((_, Want::Keep)) => state.objects.contains_key(&id),
+                Some((path, Want::Doc(i))) => {
+                    let doc = &state.files[path].docs[*i];
                     if state.deleted.get(&id) == Some(&doc.digest) {
-                        continue;
+                        false
+                    } else {
+                        // A file defining an object takes it back from plugin writes once its
+                        // definition differs from the one a plugin deleted (or the object was
+                        // a plugin's creation).
+                        state.deleted.remove(&id);
+                        state.created.remove(&id);
+                        let same = state
+                            .objects
+                            .get(&id)
+                            .is_some_and(|r| r.digest == doc.digest);
+                        if !same {
+                            changed
+                                .entry(path.clone())
+                                .or_default()
+                                .push((id.clone(), *i));
+                        }
+                        true
                     }
-                    defined.push(id.clone());
-                    let same = state
-                        .objects
-                        .get(&id)
-                        .is_some_and(|r| r.digest == doc.digest);
-                    if !same {
-                        changed.entry(path).or_default().push((id.clone(), i));
-                    }
-                    live.insert(id);
                 }
+            };
+            if !live && !state.created.contains(&id) {
+                gone.insert(id);
             }
         }
-        for id in defined {
-            state.deleted.remove(&id);
-            state.created.remove(&id);
-        }
-        live.extend(state.created.iter().cloned());
         let mut events: Vec<(Gvk, SourceEvent)> = Vec::new();
         let State {
             files,
@@ -508,14 +528,9 @@ impl Shared {
                         .and_then(|item| item.value.as_mut().ok())
                         .map(std::mem::take),
                 };
-                let Some(value) = value else {
-                    // Changed since it was read: the watcher reports it and the next scan
-                    // takes it; until then what was reported stays.
-                    if !objects.contains_key(&id) {
-                        live.remove(&id);
-                    }
-                    continue;
-                };
+                // `None`: changed since it was read; the watcher reports it and the next
+                // reading takes it. Until then what was reported stays.
+                let Some(value) = value else { continue };
                 *version += 1;
                 match self.materialize(value, id_namespace(&id), *version) {
                     Ok(object) => {
@@ -526,21 +541,17 @@ impl Shared {
                     }
                     Err(e) => {
                         tracing::error!(file = %path.display(), key = %id.1, "{e}");
-                        live.remove(&id);
+                        gone.insert(id);
                     }
                 }
             }
         }
         // Only what the cache needs stays: a digest per object, no text.
-        for doc in files.values_mut().flat_map(|f| &mut f.docs) {
-            doc.json = None;
+        for path in &rewritten {
+            for doc in files.get_mut(path).into_iter().flat_map(|f| &mut f.docs) {
+                doc.json = None;
+            }
         }
-        let gone: Vec<Id> = state
-            .objects
-            .keys()
-            .filter(|id| !live.contains(*id))
-            .cloned()
-            .collect();
         for id in gone {
             if let Some(r) = state.objects.remove(&id) {
                 events.push((id.0, SourceEvent::Deleted(r.object)));
@@ -550,6 +561,34 @@ impl Shared {
             state
                 .watchers
                 .retain(|(g, tx)| g != &gvk || tx.send(event.clone()).is_ok());
+        }
+    }
+
+    /// Logs the objects among `affected` that became or stopped being defined twice.
+    fn note_duplicates(state: &mut State, affected: &BTreeSet<Id>) {
+        for id in affected {
+            let before: BTreeSet<PathBuf> = state
+                .duplicates
+                .range((id.clone(), PathBuf::new())..)
+                .take_while(|(i, _)| i == id)
+                .map(|(_, p)| p.clone())
+                .collect();
+            let claims = state.claims.get(id).map_or(&[][..], Vec::as_slice);
+            let now: BTreeSet<PathBuf> = claims.iter().skip(1).map(|(p, _)| p.clone()).collect();
+            for path in now.difference(&before) {
+                let first = claims.first().map(|(p, _)| p.display().to_string());
+                tracing::warn!(
+                    file = %path.display(),
+                    first = %first.unwrap_or_default(),
+                    resource = %id.0, key = %id.1,
+                    "object defined twice; using the first file's definition"
+                );
+                state.duplicates.insert((id.clone(), path.clone()));
+            }
+            for path in before.difference(&now) {
+                tracing::info!(file = %path.display(), resource = %id.0, key = %id.1, "object no longer defined twice");
+                state.duplicates.remove(&(id.clone(), path.clone()));
+            }
         }
     }
 
@@ -710,6 +749,43 @@ impl Shared {
                 .or_insert_with(|| Value::String(derived_uid(&identity)));
         }
         KubeObject::from_value(value, &self.transform)
+    }
+}
+
+/// Files `entry` (at `path`) in `claims` under every object it stands for now: its valid
+/// documents and, while it is broken, the objects it defined before that a bad document may
+/// still be. Each is added to `affected`.
+fn claim(
+    scopes: &Scopes,
+    claims: &mut BTreeMap<Id, Vec<(PathBuf, Want)>>,
+    path: &Path,
+    entry: &mut FileEntry,
+    affected: &mut BTreeSet<Id>,
+) {
+    let ids: Vec<Id> = entry.docs.iter().map(|d| id(scopes, d)).collect();
+    let kept: Vec<Id> = if entry.broken() {
+        let now: BTreeSet<&Id> = ids.iter().collect();
+        entry
+            .owned
+            .iter()
+            .filter(|id| !now.contains(id) && entry.may_stand_for(id))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    entry.owned = ids.iter().chain(&kept).cloned().collect();
+    let wants = ids
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| (id, Want::Doc(i)))
+        .chain(kept.into_iter().map(|id| (id, Want::Keep)));
+    for (id, want) in wants {
+        let files = claims.entry(id.clone()).or_default();
+        // After the files before it in path order, and after its own earlier documents.
+        let at = files.partition_point(|(p, _)| p.as_path() <= path);
+        files.insert(at, (path.to_owned(), want));
+        affected.insert(id);
     }
 }
 

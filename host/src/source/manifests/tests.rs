@@ -652,3 +652,102 @@ fn removing_a_definition_leaves_its_objects_where_they_were() {
     assert!(ready(&mut stream).is_empty(), "not moved to another key");
     assert_eq!(keys(&folder, &widget), ["default/w"]);
 }
+
+/// A small deterministic generator (xorshift): a failing sequence replays from its seed.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Every object the folder holds now, by type and key, as JSON without its resource version.
+fn contents(folder: &ManifestFolder) -> BTreeMap<String, String> {
+    folder
+        .shared
+        .state()
+        .objects
+        .iter()
+        .map(|((gvk, key), r)| {
+            let mut value: Value = serde_json::from_str(&r.object.json()).expect("json");
+            if let Some(Value::Object(meta)) = value.get_mut("metadata") {
+                meta.remove("resourceVersion");
+            }
+            (format!("{gvk} {key}"), value.to_string())
+        })
+        .collect()
+}
+
+/// One random file body: objects defined once or twice, broken files, definitions that come,
+/// go and change scope, custom objects without a namespace.
+fn random_file(dice: &mut Dice) -> Option<String> {
+    let name = |dice: &mut Dice| ["a", "b", "c"][dice.roll(3)];
+    let value = |dice: &mut Dice| ["1", "2"][dice.roll(2)];
+    Some(match dice.roll(9) {
+        0 | 1 => cm(name(dice), value(dice)),
+        2 => format!(
+            "{}---\n{}",
+            cm(name(dice), value(dice)),
+            cm(name(dice), value(dice))
+        ),
+        3 => format!(
+            "{}---\n{}  bad: [\n",
+            cm(name(dice), value(dice)),
+            cm(name(dice), "1")
+        ),
+        4 => "a: [\n".into(),
+        5 => String::new(),
+        6 => format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: widgets.example.com}}\nspec: {{group: example.com, scope: {}, names: {{kind: Widget, plural: widgets}}}}\n",
+            ["Namespaced", "Cluster"][dice.roll(2)]
+        ),
+        7 => format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {}{}}}\nspec: {{v: {}}}\n",
+            name(dice),
+            ["", ", namespace: ns"][dice.roll(2)],
+            value(dice)
+        ),
+        _ => return None,
+    })
+}
+
+#[test]
+fn a_change_read_per_file_ends_where_reading_the_whole_folder_ends() {
+    for seed in 1..=40u64 {
+        let mut dice = Dice(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let per_file = open(dir.path());
+        let whole = open(dir.path());
+        for step in 0..30 {
+            let mut touched = Vec::new();
+            for _ in 0..=dice.roll(2) {
+                let file = format!("f{}.yaml", dice.roll(5));
+                let path = dir.path().join(&file);
+                match random_file(&mut dice) {
+                    Some(body) => fs::write(&path, body).expect("write"),
+                    None => {
+                        let _ = fs::remove_file(&path);
+                    }
+                }
+                touched.push(file);
+            }
+            let touched: Vec<&str> = touched.iter().map(String::as_str).collect();
+            per_file.apply_changes(changes(dir.path(), &touched));
+            whole.rescan();
+            assert_eq!(
+                contents(&per_file),
+                contents(&whole),
+                "seed {seed}, step {step}, touched {touched:?}"
+            );
+            assert_eq!(
+                per_file.errors(),
+                whole.errors(),
+                "seed {seed}, step {step}"
+            );
+        }
+    }
+}
