@@ -78,6 +78,13 @@
 //!           verbs: [create, patch]   # record-event: create, and patch for repeats
 //!       http: [hooks.example.com, 127.0.0.1:8080]  # hosts it may send HTTP requests to
 //!                                    # (no port: 80 and 443); none without this
+//!     resyncSeconds: 0         # its resync period, over its manifest's (0: no resyncs, so
+//!                              # updates its change filters drop are never delivered whole)
+//!     schedules:               # its schedules, by name: one its manifest declares runs on
+//!       summary:               # this cron instead; another name adds a schedule (`tick`
+//!         cron: "0 * * * *"    # is called with it). Five fields or @every 30s
+//!         timeZone: Europe/Paris     # IANA name (default UTC)
+//!         jitterSeconds: 30    # up to this much random delay per tick (at most 3600)
 //!   pod-phase:
 //!     source:                  # pulled from an OCI registry, not the plugins folder
 //!       oci: oci://registry.example.com/plugins/pod-phase:1.2   # a tag (looked up
@@ -102,6 +109,7 @@ use crate::admission::ServeConfig;
 use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
 use crate::oci;
+use crate::plugins::manifest::{MAX_SCHEDULES, Schedule};
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
 use crate::source::manifests::scope::DEFAULT_NAMESPACE;
 use crate::traces::TracesConfig;
@@ -401,6 +409,20 @@ struct PluginConfig {
     limits: LimitsConfig,
     grants: Option<GrantsConfig>,
     source: Option<SourceConfig>,
+    #[serde(rename = "resyncSeconds")]
+    resync_seconds: Option<u64>,
+    #[serde(default)]
+    schedules: BTreeMap<String, ScheduleConfig>,
+}
+
+/// A schedule the operator gives a plugin, by name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScheduleConfig {
+    cron: String,
+    time_zone: Option<String>,
+    #[serde(default)]
+    jitter_seconds: u32,
 }
 
 impl PluginConfig {
@@ -431,6 +453,29 @@ impl PluginConfig {
         }
         if let Some(source) = self.source {
             settings.source = Some(source.parse(&format!("{field}.source"))?);
+        }
+        if let Some(seconds) = self.resync_seconds {
+            settings.resync = (seconds > 0).then(|| Duration::from_secs(seconds));
+            settings.resync_over_manifest = true;
+        }
+        if self.schedules.len() > MAX_SCHEDULES {
+            return Err(format!(
+                "{field}.schedules: {} entries: at most {MAX_SCHEDULES}",
+                self.schedules.len()
+            ));
+        }
+        for (name, s) in &self.schedules {
+            let schedule = Schedule::parse(name, &s.cron, s.time_zone.as_deref(), s.jitter_seconds)
+                .map_err(|(part, reason)| {
+                    let part = match part {
+                        "time-zone" => "timeZone",
+                        "jitter-seconds" => "jitterSeconds",
+                        "name" => return format!("{field}.schedules.{name:?}: {reason}"),
+                        other => other,
+                    };
+                    format!("{field}.schedules.{name}.{part}: {reason}")
+                })?;
+            settings.schedules.push(schedule);
         }
         Ok(settings)
     }
@@ -814,6 +859,7 @@ mod tests {
             "plugins: {a: {grants: {zzz: 1}}}",
             "plugins: {a: {grants: {writes: [{zzz: 1}]}}}",
             "plugins: {a: {source: {oci: h/a, zzz: 1}}}",
+            "plugins: {a: {schedules: {s: {cron: '@hourly', zzz: 1}}}}",
             "traces: {endpoint: 'http://c', zzz: 1}",
         ] {
             for field in accepted(probe) {
@@ -837,6 +883,57 @@ mod tests {
                 text.contains(&block),
                 "docs/CONFIGURATION.md is not config.rs's reference: KUBEWASM_BLESS=1 cargo test -p kubewasm --lib config::"
             );
+        }
+    }
+
+    #[test]
+    fn the_plugin_resources_schema_has_every_field_of_a_plugin_entry() {
+        // The API server prunes what a CRD's schema does not name: a field missing there
+        // would be dropped from a KubewasmPlugin without a word.
+        let crd: serde_json::Value =
+            serde_yaml_ng::from_str(crate::crd::DEFINITION).expect("the CRD is YAML");
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let at = |path: &[&str]| {
+            let mut node = spec;
+            for step in path {
+                node = if *step == "*" {
+                    &node["additionalProperties"]
+                } else if *step == "[]" {
+                    &node["items"]
+                } else {
+                    &node["properties"][*step]
+                };
+            }
+            node["properties"]
+                .as_object()
+                .map(|p| p.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        for (probe, path) in [
+            ("plugins: {a: {zzz: 1}}", &[][..]),
+            ("plugins: {a: {limits: {zzz: 1}}}", &["limits"][..]),
+            ("plugins: {a: {grants: {zzz: 1}}}", &["grants"][..]),
+            (
+                "plugins: {a: {grants: {writes: [{zzz: 1}]}}}",
+                &["grants", "writes", "[]"][..],
+            ),
+            (
+                "plugins: {a: {source: {oci: h/a, zzz: 1}}}",
+                &["source"][..],
+            ),
+            (
+                "plugins: {a: {schedules: {s: {cron: '@hourly', zzz: 1}}}}",
+                &["schedules", "*"][..],
+            ),
+        ] {
+            let named = at(path);
+            for field in accepted(probe) {
+                assert!(
+                    named.contains(&field),
+                    "examples/deploy/kubewasmplugin-crd.yaml: spec.{} lacks {field} (has {named:?})",
+                    path.join(".")
+                );
+            }
         }
     }
 
@@ -928,6 +1025,65 @@ plugins:
             (
                 "plugins: {v: {source: {oci: 'h'}}}",
                 "plugins.v.source.oci: ",
+            ),
+        ] {
+            let error = HostConfig::parse(text).expect_err(text);
+            assert!(error.starts_with(field), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_operator_sets_schedules_and_resyncs_over_the_manifest() {
+        let config = HostConfig::parse(
+            "plugins:\n  a:\n    resyncSeconds: 0\n    schedules:\n      summary: {cron: '@every 30s'}\n      extra: {cron: '0 * * * *', timeZone: Europe/Paris, jitterSeconds: 5}\n  b:\n    resyncSeconds: 60\n",
+        )
+        .expect("valid");
+        let a = config.plugins.settings("a");
+        assert_eq!(a.resync_with(Some(Duration::from_secs(5))), None, "off");
+        let b = config.plugins.settings("b");
+        assert_eq!(
+            b.resync_with(Some(Duration::from_secs(5))),
+            Some(Duration::from_secs(60))
+        );
+        let other = config.plugins.settings("c");
+        assert_eq!(
+            other.resync_with(Some(Duration::from_secs(5))),
+            Some(Duration::from_secs(5)),
+            "without an entry the manifest's period stands"
+        );
+        let declared = [
+            Schedule::parse("summary", "*/5 * * * *", None, 0).expect("valid"),
+            Schedule::parse("nightly", "0 3 * * *", None, 0).expect("valid"),
+        ];
+        let runs = crate::plugins::manifest::with_configured(&declared, &a.schedules);
+        let runs: Vec<(&str, &str, Option<&str>)> = runs
+            .iter()
+            .map(|s| (s.name.as_str(), s.text.as_str(), s.time_zone.as_deref()))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                ("nightly", "0 3 * * *", None),
+                ("extra", "0 * * * *", Some("Europe/Paris")),
+                ("summary", "@every 30s", None),
+            ]
+        );
+        for (text, field) in [
+            (
+                "plugins: {a: {schedules: {s: {cron: '61 * * * *'}}}}",
+                "plugins.a.schedules.s.cron: ",
+            ),
+            (
+                "plugins: {a: {schedules: {s: {cron: '@every 1m', timeZone: Mars/Base}}}}",
+                "plugins.a.schedules.s.timeZone: ",
+            ),
+            (
+                "plugins: {a: {schedules: {s: {cron: '@hourly', jitterSeconds: 7200}}}}",
+                "plugins.a.schedules.s.jitterSeconds: ",
+            ),
+            (
+                "plugins: {a: {schedules: {'': {cron: '@hourly'}}}}",
+                "plugins.a.schedules.\"\": ",
             ),
         ] {
             let error = HostConfig::parse(text).expect_err(text);

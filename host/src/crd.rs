@@ -3,7 +3,8 @@
 //!
 //! A `KubewasmPlugin` (cluster-scoped, `kubewasm.dev/v1alpha1`) is named after its plugin; its
 //! `spec` has the fields of a `plugins.NAME` entry of the configuration file (`source`,
-//! `config`, `limits`, `grants`), on top of the file's `defaults`, and `spec.source` is
+//! `config`, `limits`, `grants`, `resyncSeconds`, `schedules`; a test holds the schema to them),
+//! on top of the file's `defaults`, and `spec.source` is
 //! required. Creating one pulls and loads the plugin; changing its spec applies the new
 //! settings or source through the registry follower (prepare, then swap; a refused version
 //! leaves the old one serving); deleting it unloads the plugin. A name the configuration file

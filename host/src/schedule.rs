@@ -115,6 +115,10 @@ impl Cron {
     /// Parses `text` for time zone `zone` (an IANA name; none: UTC).
     pub fn parse(text: &str, zone: Option<&str>) -> Result<Self, String> {
         let text = text.trim();
+        let zone = match zone {
+            None => TimeZone::UTC,
+            Some(name) => TimeZone::get(name).map_err(|e| format!("time zone {name:?}: {e}"))?,
+        };
         if let Some(rest) = text.strip_prefix("@every ") {
             return Ok(Cron::Every(every(rest.trim())?));
         }
@@ -125,10 +129,6 @@ impl Cron {
             "@daily" | "@midnight" => "0 0 * * *",
             "@hourly" => "0 * * * *",
             other => other,
-        };
-        let zone = match zone {
-            None => TimeZone::UTC,
-            Some(name) => TimeZone::get(name).map_err(|e| format!("time zone {name:?}: {e}"))?,
         };
         let parts: Vec<&str> = text.split_whitespace().collect();
         let [m, h, dom, mon, dow] = parts[..] else {

@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit};
-use kubewasm::gvk::Gvk;
+use kubewasm::config::HostConfig;
 use kubewasm::leader::ElectionConfig;
 use kubewasm::plugins::PluginStatus;
 use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
-use kubewasm::write::{Verb, WriteGrant};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
@@ -39,24 +38,15 @@ async fn wait_for<T>(
 /// An agent on `client` running `plugins` (name, built file, configuration) with `election`.
 async fn agent(
     client: kube::Client,
-    plugins: &[(&str, &str, &str)],
+    plugins: &[(&str, &str)],
+    config: &str,
     election: Option<ElectionConfig>,
 ) -> anyhow::Result<(Agent, Arc<MemorySink>, tempfile::TempDir)> {
     let dir = tempfile::tempdir()?;
-    let mut configs = Vec::new();
-    for (name, built, config) in plugins {
+    for (name, built) in plugins {
         std::fs::copy(built, dir.path().join(format!("{name}.wasm")))?;
-        configs.push((*name, *config));
     }
-    let mut config = support::configs(&configs);
-    if let Some(alert) = config.plugins.named.get_mut("service-alert") {
-        alert.grants.writes = vec![WriteGrant {
-            resources: vec![Gvk::new("events.k8s.io", "v1", "Event")],
-            subresources: vec![],
-            verbs: vec![Verb::Create, Verb::Patch],
-            namespaces: None,
-        }];
-    }
+    let config = HostConfig::parse(config).map_err(anyhow::Error::msg)?;
     let sink = Arc::new(MemorySink::default());
     let options = AgentOptions {
         election,
@@ -105,13 +95,12 @@ async fn filters_requeues_and_synced_on_a_real_api_server() -> anyhow::Result<()
     let admin = env.client().await?;
     resources::create_namespace(&admin, "e2e").await?;
     let pods = Api::<Pod>::namespaced(admin.clone(), "e2e");
+    // The operator moves the summary out of the test's way.
+    let config = "plugins:\n  pod-age:\n    config: {pendingSeconds: 8}\n    schedules: {summary: {cron: '@every 1h'}}\n";
     let (agent, sink, _dir) = agent(
         admin.clone(),
-        &[(
-            "pod-age",
-            kubewasm_plugin_artifacts::POD_AGE,
-            r#"{"pendingSeconds": 8, "summary": "@every 1h"}"#,
-        )],
+        &[("pod-age", kubewasm_plugin_artifacts::POD_AGE)],
+        config,
         None,
     )
     .await?;
@@ -226,23 +215,29 @@ async fn schedules_and_state_follow_the_leader() -> anyhow::Result<()> {
         resources::create_namespace(&admin, ns).await?;
     }
     let plugins = [
-        (
-            "pod-age",
-            kubewasm_plugin_artifacts::POD_AGE,
-            r#"{"pendingSeconds": 3600, "summary": "@every 1s"}"#,
-        ),
-        (
-            "service-alert",
-            kubewasm_plugin_artifacts::SERVICE_ALERT,
-            "{}",
-        ),
+        ("pod-age", kubewasm_plugin_artifacts::POD_AGE),
+        ("service-alert", kubewasm_plugin_artifacts::SERVICE_ALERT),
     ];
-    let (a, a_sink, _a_dir) = agent(admin.clone(), &plugins, election("a")).await?;
+    // The summary's schedule comes from the operator's configuration, over the manifest's
+    // five minutes.
+    let config = "
+plugins:
+  pod-age:
+    config: {pendingSeconds: 3600}
+    schedules:
+      summary: {cron: '@every 1s'}
+  service-alert:
+    grants:
+      writes:
+        - resources: [events.k8s.io/v1/Event]
+          verbs: [create, patch]
+";
+    let (a, a_sink, _a_dir) = agent(admin.clone(), &plugins, config, election("a")).await?;
     wait_for("a leading", async || {
         Ok(a.plugins().leading().then_some(()))
     })
     .await?;
-    let (b, b_sink, _b_dir) = agent(admin.clone(), &plugins, election("b")).await?;
+    let (b, b_sink, _b_dir) = agent(admin.clone(), &plugins, config, election("b")).await?;
     wait_for("b ready on standby", async || {
         Ok(b.status().ready.then_some(()))
     })
@@ -358,5 +353,56 @@ async fn schedules_and_state_follow_the_leader() -> anyhow::Result<()> {
         a_summaries,
         "none after a stopped"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_missed_while_no_replica_led_runs_once_on_take_over() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    for ns in ["kubewasm", "e2e"] {
+        resources::create_namespace(&admin, ns).await?;
+    }
+    // What the last leader kept: the hourly summary last ran five hours ago, so five ticks
+    // were missed while no replica led.
+    let last = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(5);
+    let kept = json!({"plugin": "pod-age", "entries": {}, "ticks": {"summary": last.to_string()}});
+    let map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {
+            "name": kubewasm::keeper::object_name("pod-age"),
+            "labels": {kubewasm::keeper::LABEL: "kubewasm"}
+        },
+        "data": {kubewasm::keeper::DATA_KEY: kept.to_string()}
+    }))?;
+    Api::<ConfigMap>::namespaced(admin.clone(), "kubewasm")
+        .create(&PostParams::default(), &map)
+        .await?;
+    let config = "plugins:\n  pod-age:\n    schedules: {summary: {cron: '@every 1h'}}\n";
+    let (agent, sink, _dir) = agent(
+        admin.clone(),
+        &[("pod-age", kubewasm_plugin_artifacts::POD_AGE)],
+        config,
+        election("a"),
+    )
+    .await?;
+    wait_for("the missed tick", async || {
+        Ok((status(&agent, "pod-age").ticks >= 1).then_some(()))
+    })
+    .await?;
+    // Ticks due run before later events: once this pod's event is handled, any further
+    // missed tick would have run too.
+    let before = status(&agent, "pod-age").delivered;
+    Api::<Pod>::namespaced(admin.clone(), "e2e")
+        .create(&PostParams::default(), &pod("late", json!({}))?)
+        .await?;
+    wait_for("the pod's event", async || {
+        Ok((status(&agent, "pod-age").delivered > before).then_some(()))
+    })
+    .await?;
+    let s = status(&agent, "pod-age");
+    assert_eq!(s.ticks, 1, "one tick for five missed: {s:#?}");
+    let summaries = said(&sink, "pod-age", "pods by phase", "phases");
+    // The synced call's line and the tick's.
+    assert_eq!(summaries.len() as u64, s.synced_calls + 1, "{summaries:?}");
     Ok(())
 }

@@ -8,6 +8,7 @@ use kubewasm::gvk::Gvk;
 use kubewasm::informer::index::IndexFunc;
 
 use super::{engine, inspect_file, load_config};
+use kubewasm::plugins::manifest::with_configured;
 
 /// Arguments of `kubewasm check`.
 #[derive(clap::Args)]
@@ -91,14 +92,21 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             ));
         }
     }
+    let settings = config.plugins.settings(name);
     line(format!(
         "resync: {}",
-        m.resync
+        settings
+            .resync_with(m.resync)
             .map_or_else(|| "off".to_owned(), |d| format!("every {d:?}"))
     ));
-    for schedule in &m.schedules {
+    for schedule in with_configured(&m.schedules, &settings.schedules) {
+        let by = if settings.schedules.contains(&schedule) {
+            "configured, "
+        } else {
+            ""
+        };
         line(format!(
-            "schedule {:?}: {}{} (tick on the leading replica)",
+            "schedule {:?}: {}{} ({by}tick on the leading replica)",
             schedule.name,
             schedule.text,
             if schedule.jitter.is_zero() {

@@ -35,9 +35,13 @@ pub struct RbacArgs {
     cache_dir: Option<PathBuf>,
 }
 
-/// Whether the leader keeps something of this plugin's in a ConfigMap.
-fn keeps_state(manifest: &kubewasm::plugins::manifest::PluginManifest) -> bool {
-    manifest.state || !manifest.schedules.is_empty()
+/// Whether the leader keeps something of this plugin's in a ConfigMap: its state, or when
+/// its schedules last ticked.
+fn keeps_state(
+    manifest: &kubewasm::plugins::manifest::PluginManifest,
+    settings: &kubewasm::plugins::PluginSettings,
+) -> bool {
+    manifest.state || !manifest.schedules.is_empty() || !settings.schedules.is_empty()
 }
 
 /// `kubewasm rbac`.
@@ -53,7 +57,7 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let mut plugin_state = false;
     for (file, inspection) in loaded {
         types.extend(inspection.manifest.cached.iter().cloned());
-        plugin_state |= keeps_state(&inspection.manifest);
+        plugin_state |= keeps_state(&inspection.manifest, config.plugins.settings(&file.name));
         writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
         names.push(file.name);
     }

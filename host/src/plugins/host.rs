@@ -786,12 +786,10 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
     let queue = rx.stats();
     let stats = Arc::new(PluginStats::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let schedules: Vec<String> = p
-        .manifest
-        .schedules
-        .iter()
-        .map(|s| s.name.clone())
-        .collect();
+    let runs =
+        crate::plugins::manifest::with_configured(&p.manifest.schedules, &p.settings.schedules);
+    let schedules: Vec<String> = runs.iter().map(|s| s.name.clone()).collect();
+    let resync = p.settings.resync_with(p.manifest.resync);
     let thread = dispatch::start(dispatch::Setup {
         engine: engine.clone(),
         code: p.code,
@@ -799,12 +797,12 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
         config: p.settings.config,
         delivery: p.settings.delivery,
         instance: p.instance,
-        resync: p.manifest.resync.or(p.settings.resync),
+        resync,
         leases: p.leases,
         claims: p.claims,
         rx,
         initial_lists,
-        schedules: p.manifest.schedules.clone(),
+        schedules: runs,
         subscriptions: subscriptions.clone(),
         stats: stats.clone(),
         stop: stop.clone(),

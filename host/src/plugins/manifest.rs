@@ -84,9 +84,21 @@ pub struct Schedule {
     pub cron: crate::schedule::Cron,
     /// The cron text as declared.
     pub text: String,
+    /// The time zone as declared (`None`: UTC).
+    pub time_zone: Option<String>,
     /// Up to this much random delay per tick.
     pub jitter: Duration,
 }
+
+/// Equal when declared alike (the parsed `cron` follows from the text and the zone).
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.name, &self.text, &self.time_zone, self.jitter)
+            == (&other.name, &other.text, &other.time_zone, other.jitter)
+    }
+}
+
+impl Eq for Schedule {}
 
 pub use crate::wasm::admit::Operation;
 
@@ -331,33 +343,65 @@ fn schedules(declared: &[wit::Schedule]) -> Result<Vec<Schedule>, ManifestError>
     check_count("schedules", declared.len(), MAX_SCHEDULES)?;
     let mut out: Vec<Schedule> = Vec::new();
     for (i, s) in declared.iter().enumerate() {
-        check_name(format!("schedules[{i}].name"), &s.name)?;
-        check_name(format!("schedules[{i}].cron"), &s.cron)?;
-        if s.name.is_empty() || out.iter().any(|o| o.name == s.name) {
+        if out.iter().any(|o| o.name == s.name) {
             return Err(error(
                 format!("schedules[{i}].name"),
-                format!("{:?} is empty or names another schedule too", s.name),
+                format!("{:?} names another schedule too", s.name),
             ));
         }
-        if let Some(zone) = &s.time_zone {
-            check_name(format!("schedules[{i}].time-zone"), zone)?;
-        }
-        let cron = crate::schedule::Cron::parse(&s.cron, s.time_zone.as_deref())
-            .map_err(|e| error(format!("schedules[{i}].cron"), e))?;
-        if s.jitter_seconds > MAX_JITTER_SECONDS {
-            return Err(error(
-                format!("schedules[{i}].jitter-seconds"),
-                format!("{}: at most {MAX_JITTER_SECONDS}", s.jitter_seconds),
-            ));
-        }
-        out.push(Schedule {
-            name: s.name.clone(),
-            cron,
-            text: s.cron.clone(),
-            jitter: Duration::from_secs(s.jitter_seconds.into()),
-        });
+        let schedule = Schedule::parse(&s.name, &s.cron, s.time_zone.as_deref(), s.jitter_seconds)
+            .map_err(|(part, reason)| error(format!("schedules[{i}].{part}"), reason))?;
+        out.push(schedule);
     }
     Ok(out)
+}
+
+impl Schedule {
+    /// A schedule named `name` from its cron text, time zone and jitter; an error names the
+    /// part that is wrong (`name`, `cron`, `time-zone`, `jitter-seconds`) and why.
+    pub fn parse(
+        name: &str,
+        cron: &str,
+        time_zone: Option<&str>,
+        jitter_seconds: u32,
+    ) -> Result<Self, (&'static str, String)> {
+        let named = |part: &'static str| move |e: ManifestError| (part, e.reason);
+        check_name(String::new(), name).map_err(named("name"))?;
+        if name.is_empty() {
+            return Err(("name", "empty".into()));
+        }
+        check_name(String::new(), cron).map_err(named("cron"))?;
+        if let Some(zone) = time_zone {
+            check_name(String::new(), zone).map_err(named("time-zone"))?;
+            jiff::tz::TimeZone::get(zone).map_err(|e| ("time-zone", format!("{zone:?}: {e}")))?;
+        }
+        let parsed = crate::schedule::Cron::parse(cron, time_zone).map_err(|e| ("cron", e))?;
+        if jitter_seconds > MAX_JITTER_SECONDS {
+            return Err((
+                "jitter-seconds",
+                format!("{jitter_seconds}: at most {MAX_JITTER_SECONDS}"),
+            ));
+        }
+        Ok(Schedule {
+            name: name.to_owned(),
+            cron: parsed,
+            text: cron.to_owned(),
+            time_zone: time_zone.map(str::to_owned),
+            jitter: Duration::from_secs(jitter_seconds.into()),
+        })
+    }
+}
+
+/// The schedules a plugin runs: its manifest's, each one the operator configured under the
+/// same name replaced by the operator's, and the operator's other ones added.
+pub fn with_configured(declared: &[Schedule], configured: &[Schedule]) -> Vec<Schedule> {
+    let mut out: Vec<Schedule> = declared
+        .iter()
+        .filter(|d| !configured.iter().any(|c| c.name == d.name))
+        .cloned()
+        .collect();
+    out.extend(configured.iter().cloned());
+    out
 }
 
 /// The declared admission webhook, checked.

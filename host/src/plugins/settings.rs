@@ -109,8 +109,25 @@ pub struct PluginSettings {
     pub grants: Grants,
     /// Resync period when its manifest sets none.
     pub resync: Option<Duration>,
+    /// Whether the operator set `resync` for this plugin, over its manifest's (`None` there:
+    /// no resyncs).
+    pub resync_over_manifest: bool,
+    /// Schedules the operator configured: each replaces the manifest's of that name, or adds
+    /// one.
+    pub schedules: Vec<crate::plugins::manifest::Schedule>,
     /// The registry it is pulled from; `None`: the plugins folder.
     pub source: Option<Source>,
+}
+
+impl PluginSettings {
+    /// The resync period of a plugin whose manifest asks for `declared`.
+    pub fn resync_with(&self, declared: Option<Duration>) -> Option<Duration> {
+        if self.resync_over_manifest {
+            self.resync
+        } else {
+            declared.or(self.resync)
+        }
+    }
 }
 
 impl Default for PluginSettings {
@@ -121,6 +138,8 @@ impl Default for PluginSettings {
             config: "{}".to_owned(),
             grants: Grants::default(),
             resync: Some(DEFAULT_RESYNC),
+            resync_over_manifest: false,
+            schedules: Vec::new(),
             source: None,
         }
     }

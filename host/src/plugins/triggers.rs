@@ -174,12 +174,7 @@ mod tests {
     }
 
     fn schedule(name: &str, cron: &str) -> Schedule {
-        Schedule {
-            name: name.into(),
-            cron: crate::schedule::Cron::parse(cron, None).expect("parses"),
-            text: cron.into(),
-            jitter: Duration::ZERO,
-        }
+        Schedule::parse(name, cron, None, 0).expect("parses")
     }
 
     #[test]

@@ -6,10 +6,10 @@
 //!   would have been Pending too long (a delete cancels it; a phase change replaces it);
 //! - **synced**: once the initial state is handed over, one line with the pods per phase;
 //! - a **schedule** `summary` (every five minutes, on the leading replica): the same line,
-//!   with the oldest pending pod.
+//!   with the oldest pending pod. The operator may run it on another schedule
+//!   (`schedules: {summary: {cron: "@every 30s"}}` in the plugin's configuration entry).
 //!
-//! Configuration: `{"pendingSeconds": 300, "summary": "*/5 * * * *"}` (the defaults; `summary`
-//! is the schedule's cron, `@every 30s` also works).
+//! Configuration: `{"pendingSeconds": 300}` (the default).
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -25,12 +25,6 @@ use serde::Deserialize;
 struct Config {
     #[serde(default = "default_pending")]
     pending_seconds: u32,
-    #[serde(default = "default_summary")]
-    summary: String,
-}
-
-fn default_summary() -> String {
-    "*/5 * * * *".into()
 }
 
 fn default_pending() -> u32 {
@@ -104,12 +98,7 @@ impl Plugin for PodAge {
     fn describe() -> Manifest {
         Manifest::new()
             .subscribe(Subscription::to(Gvk::pod()).on_changes(&["/status/phase"]))
-            .schedule(
-                "summary",
-                &CONFIG
-                    .get()
-                    .map_or_else(default_summary, |c| c.summary.clone()),
-            )
+            .schedule("summary", "*/5 * * * *")
     }
 
     fn handle(event: Event<'_>) -> Result<(), HandleError> {
