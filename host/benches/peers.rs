@@ -9,7 +9,10 @@
 //!   deleted) is queued on the double and released; timed until the client has handled every
 //!   event. kubewasm is measured up to an in-process subscriber, and up to 1 and 10 no-op Rust
 //!   plugins (10 also with a change filter on `/spec`, which drops the stream's updates: they
-//!   change an annotation, not the spec) and a plugin that parses each pod. Reported per wall-clock second and per
+//!   change an annotation, not the spec) and a plugin that parses each pod. Then, on a
+//!   stream of as many events whose updates change only the status (a fifth of the pods, each
+//!   updated 18 times), kubewasm alone and with 10 no-op plugins, with and without the filter.
+//!   Reported per wall-clock second and per
 //!   CPU-second of the client's process (`support/cpu.rs`; for the Rust clients, this process
 //!   less the thread that waits for them), with heap counting paused.
 //!   client-go runs twice: reading JSON, and reading protobuf through a front (the Go peer's
@@ -22,7 +25,8 @@
 //! Results are printed and written to `target/bench-results/peers.json`, which
 //! `scripts/bench.sh` turns into docs/BENCHMARKS.md. `KUBEWASM_BENCH_QUICK=1` runs small sizes.
 //! `KUBEWASM_BENCH_ONLY=LABEL` runs only the throughput row of that client (`kubewasm + 10 noop
-//! plugins`, say), or `idle` only the idle rows, for side-by-side runs and profiles; several
+//! plugins`, say), `idle` only the idle rows, or `status` the status stream's rows, for
+//! side-by-side runs and profiles; several
 //! labels are separated by `|` (`kubewasm|kubewasm + 10 noop plugins`); its results file is
 //! partial.
 //!
@@ -427,12 +431,14 @@ impl Peer {
     }
 }
 
-/// The recorded stream of a throughput run: pods, their size, updates per pod.
+/// The recorded stream of a throughput run: pods, their size, updates per pod, and whether
+/// the updates change the status only (else an annotation).
 #[derive(Clone, Copy)]
 struct Stream {
     pods: usize,
     size: usize,
     updates: usize,
+    status: bool,
 }
 
 impl Stream {
@@ -464,7 +470,13 @@ fn throughput(rig: &Rig, kind: Kind, stream: Stream) -> Run {
         stream.events().to_string(),
     ];
     let mut client = Peer::start(rig, kind, &double, &go_args);
-    let total = double.queue(stream.pods, stream.size, stream.updates, 1_000_000);
+    let total = double.queue(
+        stream.pods,
+        stream.size,
+        stream.updates,
+        stream.status,
+        1_000_000,
+    );
     assert_eq!(total, stream.events() as u64, "events queued");
     let go_pid = match &client {
         Peer::ClientGo { child, .. } => Some(child.id()),
@@ -583,6 +595,8 @@ struct Results {
     /// Runs per throughput figure (its median is reported).
     rounds: usize,
     throughput: Vec<Throughput>,
+    /// Throughput on a stream of mostly status-only updates, with and without change filters.
+    status_stream: Vec<Throughput>,
     memory: Vec<Memory>,
     idle: Vec<Idle>,
 }
@@ -650,6 +664,47 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
     }
 }
 
+/// Throughput of each of `clients` on `stream`, one row each. Rounds outside, clients
+/// inside: each round runs every client once, side by side, so a noisy minute on the shared
+/// machine lands on one round of every client, not on all the runs of one, and ratios between
+/// clients can be taken per round.
+fn side_by_side(rig: &Rig, clients: &[Kind], stream: Stream, rounds: usize) -> Vec<Throughput> {
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); clients.len()];
+    for _ in 0..rounds {
+        for (kind, runs) in clients.iter().zip(&mut runs) {
+            runs.push(alloc::paused(|| throughput(rig, *kind, stream)));
+        }
+    }
+    let mut rows = Vec::new();
+    for (kind, runs) in clients.iter().zip(runs) {
+        let median = |pick: fn(&Run) -> Option<f64>| {
+            let mut values: Vec<f64> = runs.iter().filter_map(pick).collect();
+            values.sort_by(f64::total_cmp);
+            values.get(values.len() / 2).copied()
+        };
+        let row = Throughput {
+            client: kind.label(),
+            events: stream.events(),
+            pod_bytes: stream.size,
+            events_per_second: median(|r| Some(r.per_second)).unwrap_or_default(),
+            events_per_cpu_second: median(|r| Some(r.per_cpu_second)).unwrap_or_default(),
+            runs: runs.iter().map(|r| r.per_second).collect(),
+            plugin_ns_per_delivery: median(|r| r.plugin_ns),
+        };
+        println!(
+            "throughput  {:<36} {:>10.0} events/s {:>10.0} events/client CPU-s{}",
+            row.client,
+            row.events_per_second,
+            row.events_per_cpu_second,
+            row.plugin_ns_per_delivery
+                .map(|ns| format!(" {ns:>6.0} ns plugin threads' CPU/delivery"))
+                .unwrap_or_default()
+        );
+        rows.push(row);
+    }
+    rows
+}
+
 fn main() {
     if std::env::var_os(double_process::CHILD).is_some() {
         return double_process::serve();
@@ -664,6 +719,15 @@ fn main() {
         pods: pods_in_stream,
         size: 4096,
         updates: 2,
+        status: false,
+    };
+    // The same number of events, nine in ten a status-only update: what a plugin filtering
+    // on `/spec` sees on a real cluster.
+    let status_stream = Stream {
+        pods: pods_in_stream / 5,
+        size: 4096,
+        updates: 18,
+        status: true,
     };
 
     let only: Option<Vec<String>> = std::env::var("KUBEWASM_BENCH_ONLY")
@@ -684,6 +748,7 @@ fn main() {
     let mut results = Results {
         rounds,
         throughput: Vec::new(),
+        status_stream: Vec::new(),
         memory: Vec::new(),
         idle,
     };
@@ -726,40 +791,27 @@ fn main() {
         .into_iter()
         .filter(|kind| chosen(&kind.label()))
         .collect();
-    // Rounds outside, clients inside: each round runs every client once, side by side, so a
-    // noisy minute on the shared machine lands on one round of every client, not on all the
-    // runs of one, and ratios between clients can be taken per round.
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); clients.len()];
-    for _ in 0..rounds {
-        for (kind, runs) in clients.iter().zip(&mut runs) {
-            runs.push(alloc::paused(|| throughput(&rig, *kind, stream)));
-        }
-    }
-    for (kind, runs) in clients.iter().zip(runs) {
-        let median = |pick: fn(&Run) -> Option<f64>| {
-            let mut values: Vec<f64> = runs.iter().filter_map(pick).collect();
-            values.sort_by(f64::total_cmp);
-            values.get(values.len() / 2).copied()
-        };
-        let row = Throughput {
-            client: kind.label(),
-            events: stream.events(),
-            pod_bytes: stream.size,
-            events_per_second: median(|r| Some(r.per_second)).unwrap_or_default(),
-            events_per_cpu_second: median(|r| Some(r.per_cpu_second)).unwrap_or_default(),
-            runs: runs.iter().map(|r| r.per_second).collect(),
-            plugin_ns_per_delivery: median(|r| r.plugin_ns),
-        };
-        println!(
-            "throughput  {:<36} {:>10.0} events/s {:>10.0} events/client CPU-s{}",
-            row.client,
-            row.events_per_second,
-            row.events_per_cpu_second,
-            row.plugin_ns_per_delivery
-                .map(|ns| format!(" {ns:>6.0} ns plugin threads' CPU/delivery"))
-                .unwrap_or_default()
-        );
-        results.throughput.push(row);
+    results.throughput = side_by_side(&rig, &clients, stream, rounds);
+    if chosen("status") {
+        let filtering = [
+            Kind::Kubewasm {
+                subscriber: true,
+                keep_managed: false,
+                indexed: true,
+            },
+            Kind::Plugins {
+                count: 10,
+                work: "noop",
+                spec_filter: false,
+            },
+            Kind::Plugins {
+                count: 10,
+                work: "noop",
+                spec_filter: true,
+            },
+        ];
+        println!("status stream (nine in ten events a status-only update):");
+        results.status_stream = side_by_side(&rig, &filtering, status_stream, rounds);
     }
 
     let cases: &[(usize, usize)] = if quick {

@@ -82,9 +82,18 @@ impl DoubleProcess {
         bytes.parse().expect("a byte count")
     }
 
-    /// Holds new events and queues a recorded stream of `pods` pods; returns its events.
-    pub fn queue(&mut self, pods: usize, size: usize, updates: usize, first_rv: u64) -> u64 {
-        let events = self.ask(&format!("queue {pods} {size} {updates} {first_rv}"));
+    /// Holds new events and queues a recorded stream of `pods` pods whose updates change an
+    /// annotation, or only the status when `status`; returns its events.
+    pub fn queue(
+        &mut self,
+        pods: usize,
+        size: usize,
+        updates: usize,
+        status: bool,
+        first_rv: u64,
+    ) -> u64 {
+        let what = if status { " status" } else { "" };
+        let events = self.ask(&format!("queue {pods} {size} {updates} {first_rv}{what}"));
         events.parse().expect("an event count")
     }
 
@@ -147,9 +156,18 @@ fn run(double: &ApiDouble, line: &str) -> Result<String, String> {
             Ok(bytes.to_string())
         }
         "queue" => {
+            let (update, args) = match args.split_last() {
+                Some((&"status", rest)) => (generate::Update::Status, rest),
+                _ => (generate::Update::Annotation, args),
+            };
             let [pods, size, updates, first_rv] = numbers(args)?;
-            let stream =
-                generate::pod_stream(pods as usize, size as usize, updates as usize, first_rv);
+            let stream = generate::pod_stream(
+                pods as usize,
+                size as usize,
+                updates as usize,
+                update,
+                first_rv,
+            );
             double.set_held(true);
             double.replay(stream.iter().map(|e| (e.kind, &e.object)));
             Ok(stream.len().to_string())

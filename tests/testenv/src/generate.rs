@@ -263,10 +263,26 @@ impl Recorded {
     }
 }
 
+/// What each update of a recorded stream changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// An annotation: metadata only.
+    Annotation,
+    /// The status only (a container's restart count, or a message on a lean pod), the usual
+    /// update on a real cluster.
+    Status,
+}
+
 /// A watch stream over `objects` pods of `size` bytes: each pod added, then `updates` rounds
-/// of one modification per pod (an annotation), then every pod deleted. Resource versions
-/// count up from `first_rv`.
-pub fn pod_stream(objects: usize, size: usize, updates: usize, first_rv: u64) -> Vec<Recorded> {
+/// of one modification per pod (of what `update` says), then every pod deleted. Resource
+/// versions count up from `first_rv`.
+pub fn pod_stream(
+    objects: usize,
+    size: usize,
+    updates: usize,
+    update: Update,
+    first_rv: u64,
+) -> Vec<Recorded> {
     let mut rv = first_rv;
     let mut next = || {
         rv += 1;
@@ -288,8 +304,16 @@ pub fn pod_stream(objects: usize, size: usize, updates: usize, first_rv: u64) ->
     for round in 0..updates {
         for p in &base {
             let mut changed = at(p, next());
-            changed["metadata"]["annotations"]["example.com/round"] =
-                json!((round + 1).to_string());
+            match update {
+                Update::Annotation => {
+                    changed["metadata"]["annotations"]["example.com/round"] =
+                        json!((round + 1).to_string());
+                }
+                Update::Status => match changed.pointer_mut("/status/containerStatuses/0") {
+                    Some(container) => container["restartCount"] = json!(round + 1),
+                    None => changed["status"]["message"] = json!(format!("round {}", round + 1)),
+                },
+            }
             events.push(Recorded {
                 kind: "MODIFIED",
                 object: changed,
@@ -326,12 +350,26 @@ mod tests {
 
     #[test]
     fn streams_add_update_and_delete_every_object() {
-        let s = pod_stream(3, 1024, 2, 100);
+        let s = pod_stream(3, 1024, 2, Update::Annotation, 100);
         let kinds: Vec<&str> = s.iter().map(|e| e.kind).collect();
         assert_eq!(kinds.len(), 3 * 4);
         assert_eq!(&kinds[..3], ["ADDED"; 3]);
         assert_eq!(&kinds[9..], ["DELETED"; 3]);
         assert_eq!(s[11].object["metadata"]["resourceVersion"], "112");
         assert!(s[0].line().starts_with(r#"{"object":"#) || s[0].line().starts_with(r#"{"type":"#));
+    }
+
+    #[test]
+    fn status_updates_change_the_status_alone() {
+        for size in [1024, 4096] {
+            let s = pod_stream(2, size, 1, Update::Status, 100);
+            let (added, updated) = (&s[0].object, &s[2].object);
+            assert_eq!(added["spec"], updated["spec"], "{size}");
+            assert_eq!(
+                added["metadata"]["annotations"], updated["metadata"]["annotations"],
+                "{size}"
+            );
+            assert_ne!(added["status"], updated["status"], "{size}");
+        }
     }
 }
