@@ -16,6 +16,14 @@ import { requeueAfter as hostRequeueAfter } from "kubewasm:plugin/triggers@0.3.0
 
 export { Selector } from "./selector.js";
 
+/**
+ * The `apiVersion` string for a group and version: `group/version`, or `version` for the core
+ * group (empty group).
+ */
+export function apiVersion(group, version) {
+  return group ? `${group}/${version}` : version;
+}
+
 /** A resource type from an object's apiVersion (`apps/v1` or `v1`) and kind. */
 export function gvk(apiVersion, kind) {
   const slash = apiVersion.lastIndexOf("/");
@@ -60,6 +68,14 @@ export function key(namespace, name) {
  */
 export function subscribe(gvk, { namespaces = [], selector = undefined, changes = [] } = {}) {
   return { gvk, namespaces, labelSelector: selector, changes };
+}
+
+/**
+ * A field index for `manifest({ indexes })`: objects of `gvk` filed under the value at
+ * `jsonPointer` (`/spec/nodeName`), queried by `name`.
+ */
+export function index(gvk, name, jsonPointer) {
+  return { gvk, name, jsonPointer };
 }
 
 /** A named schedule for `manifest`: `tick(name)` on it (cron in UTC, or `@every 30s`). */
@@ -151,9 +167,13 @@ export function plugin(handler) {
  * returns without throwing.
  */
 export const state = Object.freeze({
+  /** The value of `key`, or undefined. */
   get: (key) => hostState.get(key),
+  /** Sets `key` to `value` (throws past the plugin's state bounds). */
   set: (key, value) => hostState.set(key, value),
+  /** Removes `key`. */
   remove: (key) => hostState.remove(key),
+  /** The keys starting with `prefix`, sorted. */
   keys: (prefix = "") => hostState.keys(prefix),
 });
 
@@ -182,9 +202,13 @@ function write(level, message, fields) {
 
 /** Log lines with fields: `log.info("pod seen", { pod: key })`. */
 export const log = Object.freeze({
+  /** Logs at debug level. */
   debug: (message, fields) => write("debug", message, fields),
+  /** Logs at info level. */
   info: (message, fields) => write("info", message, fields),
+  /** Logs at warn level. */
   warn: (message, fields) => write("warn", message, fields),
+  /** Logs at error level. */
   error: (message, fields) => write("error", message, fields),
 });
 

@@ -51,6 +51,31 @@ export class Selector {
     }
   }
 
+  /**
+   * A selector from a Kubernetes `LabelSelector` value (`matchLabels` and `matchExpressions`),
+   * as in `spec.selector` of Deployments and ReplicaSets.
+   */
+  static fromLabelSelector(value) {
+    const selector = new Selector();
+    for (const [key, label] of Object.entries(value.matchLabels ?? {})) {
+      if (typeof label !== "string") throw new Error(`matchLabels.${key} is not a string`);
+      selector.requirements.push([key, "in", new Set([label])]);
+    }
+    const operators = { In: "in", NotIn: "notin", Exists: "exists", DoesNotExist: "absent" };
+    for (const expression of value.matchExpressions ?? []) {
+      if (typeof expression.key !== "string") throw new Error("matchExpressions[].key is missing");
+      const op = operators[expression.operator];
+      if (!op) {
+        throw new Error(
+          `matchExpressions[].operator "${expression.operator}" is not In, NotIn, Exists or DoesNotExist`,
+        );
+      }
+      const values = new Set((expression.values ?? []).filter((v) => typeof v === "string"));
+      selector.requirements.push([expression.key, op, values]);
+    }
+    return selector;
+  }
+
   /** True when `labels` (an object, a Map, or a list of pairs) meets every requirement. */
   matches(labels) {
     const get =

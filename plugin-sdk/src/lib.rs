@@ -54,6 +54,14 @@ pub fn api_version(group: &str, version: &str) -> String {
     }
 }
 
+/// The cache's key of an object: `namespace/name`, or `name` when cluster-scoped.
+pub fn key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_owned(),
+    }
+}
+
 #[cfg(feature = "guest")]
 mod guest;
 #[cfg(feature = "guest")]

@@ -16,3 +16,17 @@ for (const c of cases) {
 test("a malformed selector says so", () => {
   assert.throws(() => new Selector("app=web,,tier=a"), /invalid label selector/);
 });
+
+const labelSelectorCases = JSON.parse(
+  readFileSync(new URL("../../label-selector-cases.json", import.meta.url)),
+);
+
+for (const c of labelSelectorCases) {
+  test(`label selector ${JSON.stringify(c.selector)} on ${JSON.stringify(c.labels)}`, () => {
+    if (c.error) {
+      assert.throws(() => Selector.fromLabelSelector(c.selector), new RegExp(c.error));
+    } else {
+      assert.equal(Selector.fromLabelSelector(c.selector).matches(c.labels), c.matches);
+    }
+  });
+}

@@ -49,11 +49,18 @@ _handles.install()
 
 __all__ = [
     "POD", "SERVICE", "CONFIG_MAP", "NAMESPACE", "NODE", "EVENT", "DEPLOYMENT",
-    "REPLICA_SET", "STATEFUL_SET", "DAEMON_SET", "JOB", "gvk", "Index", "key", "changed",
+    "REPLICA_SET", "STATEFUL_SET", "DAEMON_SET", "JOB", "api_version", "gvk", "Index", "index",
+    "key", "changed",
     "log", "fail", "to_handle_error", "handle_errors", "Plugin", "manifest", "subscribe",
     "schedule", "state", "requeue_after", "rule", "validating", "mutating", "allow", "deny",
     "patch_to", "Selector",
 ]
+
+
+def api_version(group: str, version: str) -> str:
+    """The ``apiVersion`` string for a group and version: ``group/version``, or ``version`` for
+    the core group (empty group)."""
+    return f"{group}/{version}" if group else version
 
 
 def gvk(api_version: str, kind: str) -> types.Gvk:
@@ -122,6 +129,12 @@ def subscribe(
         label_selector=selector,
         changes=list(changes),
     )
+
+
+def index(resource: types.Gvk, name: str, json_pointer: str) -> types.Index:
+    """A field index for ``manifest(indexes=...)``: objects of ``resource`` filed under the
+    value at ``json_pointer`` (``/spec/nodeName``), queried by ``name``."""
+    return types.Index(gvk=resource, name=name, json_pointer=json_pointer)
 
 
 def schedule(name: str, cron: str, time_zone: Optional[str] = None, jitter_seconds: int = 0):
@@ -225,12 +238,15 @@ class Plugin:
     ``admit`` allows. Put it first: ``class Handler(Plugin, exports.Handler)``."""
 
     def synced(self) -> None:
+        """Every subscription's initial state is in (also after a relist): does nothing."""
         return None
 
     def tick(self, schedule: str) -> None:
+        """The schedule named ``schedule`` is due: does nothing."""
         return None
 
     def admit(self, request: types.AdmissionRequest) -> types.AdmissionResponse:
+        """Reviews an admission request: allows it."""
         return allow()
 
 
@@ -240,15 +256,19 @@ class _State:
     when it returns without error."""
 
     def get(self, key: str) -> Optional[str]:
+        """The value of ``key``, or None."""
         return _state.get(key)
 
     def set(self, key: str, value: str) -> None:
+        """Sets ``key`` to ``value`` (raises ``Err`` past the plugin's state bounds)."""
         _state.set(key, value)
 
     def remove(self, key: str) -> None:
+        """Removes ``key``."""
         _state.remove(key)
 
     def keys(self, prefix: str = "") -> list:
+        """The keys starting with ``prefix``, sorted."""
         return _state.keys(prefix)
 
 
@@ -268,15 +288,19 @@ class _Log:
         _logging.log(level, message, [(str(k), str(v)) for k, v in fields.items()])
 
     def debug(self, message: str, **fields: Any) -> None:
+        """Logs at debug level."""
         self._write(_logging.Level.DEBUG, message, fields)
 
     def info(self, message: str, **fields: Any) -> None:
+        """Logs at info level."""
         self._write(_logging.Level.INFO, message, fields)
 
     def warn(self, message: str, **fields: Any) -> None:
+        """Logs at warn level."""
         self._write(_logging.Level.WARN, message, fields)
 
     def error(self, message: str, **fields: Any) -> None:
+        """Logs at error level."""
         self._write(_logging.Level.ERROR, message, fields)
 
 

@@ -37,6 +37,27 @@ class Selector:
                 continue
             raise ValueError(f"invalid label selector {text!r}: cannot read {part.strip()!r}")
 
+    @classmethod
+    def from_label_selector(cls, value: Mapping) -> "Selector":
+        """A selector from a Kubernetes ``LabelSelector`` value (``matchLabels`` and
+        ``matchExpressions``), as in ``spec.selector`` of Deployments and ReplicaSets."""
+        selector = cls()
+        for key, label in (value.get("matchLabels") or {}).items():
+            if not isinstance(label, str):
+                raise ValueError(f"matchLabels.{key} is not a string")
+            selector.requirements.append((key, "in", {label}))
+        operators = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "absent"}
+        for expression in value.get("matchExpressions") or []:
+            key = expression.get("key")
+            if not isinstance(key, str):
+                raise ValueError("matchExpressions[].key is missing")
+            op = operators.get(expression.get("operator"))
+            if op is None:
+                raise ValueError(f"matchExpressions[].operator {expression.get('operator')!r} is not In, NotIn, Exists or DoesNotExist")
+            values = {v for v in expression.get("values") or [] if isinstance(v, str)}
+            selector.requirements.append((key, op, values))
+        return selector
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         """True when ``labels`` (a dict, or a list of pairs) meets every requirement."""
         if not isinstance(labels, Mapping):

@@ -25,3 +25,16 @@ def test_matches_as_the_host_does(case):
 def test_a_malformed_selector_says_so():
     with pytest.raises(ValueError, match="invalid label selector"):
         selector.Selector("app=web,,tier=a")
+
+
+LABEL_SELECTOR_CASES = json.loads((ROOT / "label-selector-cases.json").read_text())
+
+
+@pytest.mark.parametrize("case", LABEL_SELECTOR_CASES, ids=[json.dumps(c["selector"]) for c in LABEL_SELECTOR_CASES])
+def test_label_selector_values_read_as_the_host_reads_them(case):
+    if "error" in case:
+        with pytest.raises(ValueError, match=case["error"]):
+            selector.Selector.from_label_selector(case["selector"])
+    else:
+        got = selector.Selector.from_label_selector(case["selector"]).matches(case["labels"])
+        assert got == case["matches"]
