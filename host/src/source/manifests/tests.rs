@@ -751,3 +751,30 @@ fn a_change_read_per_file_ends_where_reading_the_whole_folder_ends() {
         }
     }
 }
+
+#[test]
+fn a_plugins_write_to_the_folder_is_logged_at_info() {
+    use crate::write::{Action, Target, Write, Writer};
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");
+    let folder = open(dir.path());
+    let write = Write {
+        target: Target {
+            gvk: configmaps(),
+            namespace: Some("ns".into()),
+            name: "a".into(),
+            subresource: None,
+        },
+        action: Action::MergePatch(r#"{"data":{"k":"2"}}"#.into()),
+    };
+    let lines = logged(|| folder.send("labeler", &write).expect("applied"));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert!(
+        line.contains(" INFO ")
+            && line.contains("plugin=\"labeler\"")
+            && line.contains("verb=\"merge-patch\"")
+            && line.contains("ns/a"),
+        "{line}"
+    );
+}

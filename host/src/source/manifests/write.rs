@@ -198,6 +198,8 @@ impl Shared {
         state
             .watchers
             .retain(|(g, tx)| g != &id.0 || tx.send(event.clone()).is_ok());
+        // Against a folder nothing else shows a plugin's writes (the files do not change).
+        tracing::info!(plugin, verb = write.verb(), target = %write.target, "write applied to the folder's objects (its files are not changed)");
         Ok(())
     }
 }
