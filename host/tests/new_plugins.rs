@@ -20,8 +20,9 @@ fn create(parent: &Path, lang: &str, name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `command` in `dir` with `KUBEWASM` set; fails the test with its output.
-fn passes(mut command: Command, dir: &Path) {
+/// Runs `command` in `dir` with `KUBEWASM` set; fails the test with its output, else returns
+/// its standard output.
+fn passes(mut command: Command, dir: &Path) -> String {
     let out = command
         .current_dir(dir)
         .env("KUBEWASM", KUBEWASM)
@@ -34,15 +35,49 @@ fn passes(mut command: Command, dir: &Path) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A second build of an unchanged project keeps the component it built (the same bytes, so
+/// the host's compiled-code cache hits), and an edited source builds it again.
+fn rebuilds_only_when_changed(dir: &Path, build: impl Fn() -> Command, source: &str) {
+    let wasm = dir.join("ns-quota.wasm");
+    let before = std::fs::read(&wasm).expect("built");
+    let out = passes(build(), dir);
+    assert!(out.contains("ns-quota.wasm is up to date"), "{out}");
+    assert_eq!(
+        std::fs::read(&wasm).expect("kept"),
+        before,
+        "the same bytes"
+    );
+    let path = dir.join(source);
+    let text = std::fs::read_to_string(&path).expect("source");
+    std::fs::write(&path, format!("{text}\n")).expect("edit");
+    let out = passes(build(), dir);
+    assert!(
+        !out.contains("up to date"),
+        "an edited source builds again: {out}"
+    );
+}
+
+/// How long from `kubewasm new` to its test passing took, printed for the record (a
+/// measurement, not a bound: the machine is shared).
+fn took(lang: &str, started: std::time::Instant) {
+    eprintln!(
+        "kubewasm new --lang {lang} to its test passing: {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 #[test]
 fn a_new_rust_plugin_passes_its_test_from_cargo_test_and_is_small() {
     let parent = tempfile::tempdir().expect("temp dir");
+    let started = std::time::Instant::now();
     let dir = create(parent.path(), "rust", "ns-quota");
     let mut cargo = Command::new(env!("CARGO"));
     cargo.args(["test", "--quiet"]);
     passes(cargo, &dir);
+    took("rust", started);
     let wasm = dir.join("target/wasm/wasm32-wasip2/release/ns_quota.wasm");
     let size = std::fs::metadata(&wasm).expect("built").len();
     assert!(
@@ -58,17 +93,27 @@ fn a_new_python_plugin_passes_its_test_from_pytest() {
         panic!("no target/pyenv/bin/pytest: run scripts/setup.sh");
     }
     let parent = tempfile::tempdir().expect("temp dir");
+    let started = std::time::Instant::now();
     let dir = create(parent.path(), "python", "ns-quota");
     let mut pytest = Command::new(pyenv.join("pytest"));
     pytest
         .arg("-q")
         .env("COMPONENTIZE_PY", pyenv.join("componentize-py"));
     passes(pytest, &dir);
+    took("python", started);
+    let build = || {
+        let mut bash = Command::new("bash");
+        bash.arg("build.sh")
+            .env("COMPONENTIZE_PY", pyenv.join("componentize-py"));
+        bash
+    };
+    rebuilds_only_when_changed(&dir, build, "app.py");
 }
 
 #[test]
 fn a_new_javascript_plugin_passes_its_test_from_node_test() {
     let parent = tempfile::tempdir().expect("temp dir");
+    let started = std::time::Instant::now();
     let dir = create(parent.path(), "javascript", "ns-quota");
     let mut install = Command::new("npm");
     install.args(["install", "--no-audit", "--no-fund", "--loglevel=error"]);
@@ -76,6 +121,13 @@ fn a_new_javascript_plugin_passes_its_test_from_node_test() {
     let mut test = Command::new("npm");
     test.arg("test");
     passes(test, &dir);
+    took("javascript", started);
+    let build = || {
+        let mut node = Command::new("node");
+        node.arg("build.mjs");
+        node
+    };
+    rebuilds_only_when_changed(&dir, build, "plugin.js");
 }
 
 #[test]
