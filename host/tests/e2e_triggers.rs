@@ -406,3 +406,146 @@ async fn a_tick_missed_while_no_replica_led_runs_once_on_take_over() -> anyhow::
     assert_eq!(summaries.len() as u64, s.synced_calls + 1, "{summaries:?}");
     Ok(())
 }
+
+/// Occurrences of Events with `reason` in namespace e2e: each Event object counts its series.
+async fn occurrences(client: &kube::Client, reason: &str) -> anyhow::Result<u64> {
+    use k8s_openapi::api::events::v1::Event;
+    let events = Api::<Event>::namespaced(client.clone(), "e2e")
+        .list(&Default::default())
+        .await?;
+    Ok(events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as u64))
+        .sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_keeps_its_edge_across_hot_swaps_between_languages() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    for ns in ["kubewasm", "e2e"] {
+        resources::create_namespace(&admin, ns).await?;
+    }
+    let built = |language: &str, plugin: Option<&'static str>| {
+        plugin.unwrap_or_else(|| {
+            panic!("the {language} service-alert is not built: run scripts/setup.sh")
+        })
+    };
+    let python = built("python", kubewasm_plugin_artifacts::SERVICE_ALERT_PY);
+    let javascript = built("javascript", kubewasm_plugin_artifacts::SERVICE_ALERT_JS);
+    // A fresh instance per call: the edge lives in state only.
+    let config = "
+plugins:
+  service-alert:
+    limits: {recycleAfterCalls: 1}
+    grants:
+      writes:
+        - resources: [events.k8s.io/v1/Event]
+          verbs: [create, patch]
+";
+    let (agent, sink, dir) = agent(
+        admin.clone(),
+        &[("service-alert", kubewasm_plugin_artifacts::SERVICE_ALERT)],
+        config,
+        None,
+    )
+    .await?;
+    let alerts = || {
+        said(
+            &sink,
+            "service-alert",
+            "service has no ready pods",
+            "service",
+        )
+    };
+    let cleared = || {
+        said(
+            &sink,
+            "service-alert",
+            "service has ready pods again",
+            "service",
+        )
+    };
+
+    // Rust: a Service without pods alerts once.
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}
+    }))?;
+    Api::<Service>::namespaced(admin.clone(), "e2e")
+        .create(&PostParams::default(), &service)
+        .await?;
+    wait_for("the first alert", async || {
+        Ok((occurrences(&admin, "NoReadyPods").await? == 1).then_some(()))
+    })
+    .await?;
+
+    // Swapped to Python: the new version gets the Service again as an initial add and its
+    // synced call, and stays quiet: the edge was crossed already.
+    let swap = async |to: &str| -> anyhow::Result<()> {
+        let digest = kubewasm::plugins::digest(&std::fs::read(to)?);
+        std::fs::copy(to, dir.path().join("service-alert.wasm"))?;
+        wait_for("the new version synced", async || {
+            let s = status(&agent, "service-alert");
+            Ok((s.digest == digest && s.synced_calls >= 1 && s.idle).then_some(()))
+        })
+        .await?;
+        Ok(())
+    };
+    swap(python).await?;
+    assert_eq!(alerts(), ["e2e/web"], "no repeat after the swap to Python");
+
+    // Python: a ready pod clears it, once.
+    let pods = Api::<Pod>::namespaced(admin.clone(), "e2e");
+    pods.create(
+        &PostParams::default(),
+        &pod("web-1", json!({"app": "web"}))?,
+    )
+    .await?;
+    set_status(
+        &pods,
+        "web-1",
+        json!({"conditions": [{"type": "Ready", "status": "True"}]}),
+    )
+    .await?;
+    wait_for("ready pods again", async || {
+        Ok((occurrences(&admin, "ReadyPodsBack").await? == 1).then_some(()))
+    })
+    .await?;
+
+    // Swapped to JavaScript: quiet again; the pod stops being ready: the second alert.
+    swap(javascript).await?;
+    assert_eq!(
+        cleared(),
+        ["e2e/web"],
+        "no repeat after the swap to JavaScript"
+    );
+    set_status(
+        &pods,
+        "web-1",
+        json!({"conditions": [{"type": "Ready", "status": "False"}]}),
+    )
+    .await?;
+    wait_for("the second alert", async || {
+        Ok((occurrences(&admin, "NoReadyPods").await? == 2).then_some(()))
+    })
+    .await?;
+    let s = status(&agent, "service-alert");
+    wait_for("the last version idle", async || {
+        Ok(status(&agent, "service-alert").idle.then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        alerts(),
+        ["e2e/web", "e2e/web"],
+        "{}",
+        support::render(&lines(&sink, "service-alert"))
+    );
+    assert_eq!(cleared(), ["e2e/web"]);
+    assert_eq!(occurrences(&admin, "NoReadyPods").await?, 2);
+    assert_eq!(occurrences(&admin, "ReadyPodsBack").await?, 1);
+    assert_eq!((s.given_up, s.traps), (0, 0), "{s:#?}");
+    Ok(())
+}
