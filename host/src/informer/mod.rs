@@ -146,12 +146,17 @@ impl Filter {
     }
 
     /// What a subscriber with this filter sees of `n`: an update that moves an object into
-    /// the filter is an add, one that moves it out is a delete.
-    fn view(&self, n: &Notification) -> Option<Notification> {
+    /// the filter is an add, one that moves it out is a delete. `changed` answers whether the
+    /// update changed a value at the filter's pointers (shared by subscribers with the same).
+    fn view(
+        &self,
+        n: &Notification,
+        changed: impl FnOnce(&Changes, &KubeObject, &KubeObject) -> bool,
+    ) -> Option<Notification> {
         match n {
             Notification::Updated { old, new } => match (self.matches(old), self.matches(new)) {
                 (true, true) => match &self.changes {
-                    Some(changes) if !changes.changed(old, new) => {
+                    Some(changes) if !changed(changes, old, new) => {
                         changes.filtered.fetch_add(1, Ordering::Relaxed);
                         None
                     }
@@ -176,11 +181,20 @@ struct Subscriber {
     id: u64,
     filter: Filter,
     tx: QueueSender,
+    /// Its change filter's place in `State::change_filters`, shared with every subscriber
+    /// whose filter names the same pointers.
+    changes_class: usize,
 }
 
 #[derive(Default)]
 struct State {
     subscribers: Vec<Subscriber>,
+    /// Every distinct list of change-filter pointers subscribers named: ten copies of a plugin
+    /// filtering on `/spec` cost one comparison per update, not ten.
+    change_filters: Vec<Vec<String>>,
+    /// Per entry of `change_filters`, whether the update being fanned out changed it (reused
+    /// from update to update).
+    changed: Vec<Option<bool>>,
     synced: bool,
     /// Keys listed so far while a (re)list is streaming in; `None` between lists.
     listing: Option<HashSet<Key>>,
@@ -385,7 +399,25 @@ impl Informer {
             let _ = tx.push_initial_list_sent();
         }
         tx.wake();
-        state.subscribers.push(Subscriber { id, filter, tx });
+        let changes_class = match &filter.changes {
+            Some(changes) => {
+                let pointers = changes.pointers();
+                match state.change_filters.iter().position(|p| p == pointers) {
+                    Some(i) => i,
+                    None => {
+                        state.change_filters.push(pointers.to_vec());
+                        state.change_filters.len() - 1
+                    }
+                }
+            }
+            None => 0,
+        };
+        state.subscribers.push(Subscriber {
+            id,
+            filter,
+            tx,
+            changes_class,
+        });
         Subscription {
             informer: self.clone(),
             id,
@@ -440,10 +472,22 @@ fn unchanged(old: &KubeObject, new: &KubeObject) -> bool {
 }
 
 fn fan_out(state: &mut State, n: &Notification) {
-    state.subscribers.retain(|sub| match sub.filter.view(n) {
-        Some(view) => sub.tx.push(view).is_ok(),
-        None => true,
+    let mut changed = std::mem::take(&mut state.changed);
+    changed.clear();
+    changed.resize(state.change_filters.len(), None);
+    state.subscribers.retain(|sub| {
+        let view = sub.filter.view(n, |changes, old, new| {
+            match changed.get_mut(sub.changes_class) {
+                Some(known) => *known.get_or_insert_with(|| changes.changed(old, new)),
+                None => changes.changed(old, new),
+            }
+        });
+        match view {
+            Some(view) => sub.tx.push(view).is_ok(),
+            None => true,
+        }
     });
+    state.changed = changed;
 }
 
 /// A claim on a named index of an informer's store, or on its built-in indexes; the index

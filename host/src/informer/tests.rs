@@ -322,3 +322,40 @@ fn change_filters_see_what_changed_under_each_pointer() {
     let (old, new) = decoded_update(|p| p["spec"]["nodeName"] = json!("node-9"));
     assert!(spec.changed(&old, &new) && !phase.changed(&old, &new));
 }
+
+#[test]
+fn subscribers_with_the_same_change_filter_share_its_answer_and_keep_their_counts() {
+    let inf = informer();
+    list(&inf, vec![obj("a", "1", json!({"app": "web"}))]);
+    let filter = |pointers: &[&str]| {
+        let texts: Vec<String> = pointers.iter().map(|p| (*p).to_owned()).collect();
+        Arc::new(Changes::new(&texts).expect("valid pointers"))
+    };
+    let labels_a = filter(&["/metadata/labels"]);
+    let labels_b = filter(&["/metadata/labels"]);
+    let data = filter(&["/data"]);
+    let mut receivers = Vec::new();
+    let mut subs = Vec::new();
+    for changes in [&labels_a, &data, &labels_b] {
+        let (tx, rx) = channel();
+        let f = Filter {
+            changes: Some(changes.clone()),
+            ..Filter::default()
+        };
+        subs.push(inf.subscribe(f, tx));
+        receivers.push(rx);
+    }
+    // Labels change, then only the resource version does.
+    inf.apply(SourceEvent::Applied(obj("a", "2", json!({"app": "api"}))));
+    inf.apply(SourceEvent::Applied(obj("a", "3", json!({"app": "api"}))));
+    let seen: Vec<Vec<String>> = receivers.iter().map(drain).collect();
+    assert_eq!(seen[0], ["+a@1*", "|", "~a@1>2"]);
+    assert_eq!(seen[1], ["+a@1*", "|"], "no /data in either update");
+    assert_eq!(seen[2], seen[0], "the same filter, the same answer");
+    let filtered = |c: &Arc<Changes>| c.filtered.load(Ordering::Relaxed);
+    assert_eq!(
+        (filtered(&labels_a), filtered(&data), filtered(&labels_b)),
+        (1, 2, 1),
+        "each subscriber counts its own drops"
+    );
+}
