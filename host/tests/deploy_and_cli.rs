@@ -177,6 +177,42 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         stdout.contains("may send HTTP to: hooks.example.com (ports 80, 443), 127.0.0.1:8080\n"),
         "{stdout}"
     );
+    // Schedules and resyncs as they will run: the manifest's, or the operator's over them.
+    let pod_age = plugins.path().join("pod-age.wasm");
+    std::fs::copy(kubewasm_plugin_artifacts::POD_AGE, &pod_age).expect("copy");
+    let out = run(&["check", pod_age.to_str().expect("utf-8 path")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("schedule \"summary\": */5 * * * * (tick on the leading replica)"),
+        "{stdout}"
+    );
+    let moved = plugins.path().join("schedules.yaml");
+    std::fs::write(
+        &moved,
+        "plugins:\n  pod-age:\n    resyncSeconds: 0\n    schedules:\n      summary: {cron: '@every 30s'}\n      nightly: {cron: '0 3 * * *', jitterSeconds: 60}\n",
+    )
+    .expect("write");
+    let out = run(&[
+        "check",
+        pod_age.to_str().expect("utf-8 path"),
+        "--config",
+        moved.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "resync: off\n",
+        "schedule \"summary\": @every 30s (configured, tick on the leading replica)",
+        "schedule \"nightly\": 0 3 * * *, up to 60s of jitter (configured, tick on the leading replica)",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    assert!(
+        !stdout.contains("*/5"),
+        "the operator's cron replaces the manifest's: {stdout}"
+    );
     let broken = plugins.path().join("broken.wasm");
     std::fs::write(&broken, b"not a component").expect("write");
     let out = run(&["check", broken.to_str().expect("utf-8 path")]);

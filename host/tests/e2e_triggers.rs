@@ -1,7 +1,9 @@
 //! Contract 0.3's triggers and state on a real kube-apiserver and etcd: a change filter that
 //! drops status-only updates of real pods, a requeue delivered once after its delay and
-//! cancelled by a delete, `synced` again after a relist that follows 410 Gone, and a schedule
-//! and a plugin's state that follow leadership from one replica to the next.
+//! cancelled by a delete, `synced` again after a relist that follows 410 Gone, a schedule and
+//! a plugin's state that follow leadership from one replica to the next (its Rust build
+//! leading, its Python build taking over), a tick missed while no replica led run once, and
+//! an alert that keeps its edge across hot swaps from Rust to Python to JavaScript.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -218,6 +220,11 @@ async fn schedules_and_state_follow_the_leader() -> anyhow::Result<()> {
         ("pod-age", kubewasm_plugin_artifacts::POD_AGE),
         ("service-alert", kubewasm_plugin_artifacts::SERVICE_ALERT),
     ];
+    // The replica that takes over runs the Python build: the state is the contract's, not a
+    // language's.
+    let python = kubewasm_plugin_artifacts::SERVICE_ALERT_PY
+        .unwrap_or_else(|| panic!("the Python service-alert is not built: run scripts/setup.sh"));
+    let b_plugins = [plugins[0], ("service-alert", python)];
     // The summary's schedule comes from the operator's configuration, over the manifest's
     // five minutes.
     let config = "
@@ -237,7 +244,7 @@ plugins:
         Ok(a.plugins().leading().then_some(()))
     })
     .await?;
-    let (b, b_sink, _b_dir) = agent(admin.clone(), &plugins, config, election("b")).await?;
+    let (b, b_sink, _b_dir) = agent(admin.clone(), &b_plugins, config, election("b")).await?;
     wait_for("b ready on standby", async || {
         Ok(b.status().ready.then_some(()))
     })
