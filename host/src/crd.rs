@@ -351,3 +351,58 @@ fn with_times(status: &Value, before: Option<&Value>) -> Value {
     }
     status
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DEFINITION;
+
+    #[test]
+    fn the_plugin_resources_schema_has_every_field_of_a_plugin_entry() {
+        // The API server prunes what a CRD's schema does not name: a field missing there
+        // would be dropped from a KubewasmPlugin without a word.
+        let crd: serde_json::Value = serde_yaml_ng::from_str(DEFINITION).expect("the CRD is YAML");
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let at = |path: &[&str]| {
+            let mut node = spec;
+            for step in path {
+                node = if *step == "*" {
+                    &node["additionalProperties"]
+                } else if *step == "[]" {
+                    &node["items"]
+                } else {
+                    &node["properties"][*step]
+                };
+            }
+            node["properties"]
+                .as_object()
+                .map(|p| p.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        for (probe, path) in [
+            ("plugins: {a: {zzz: 1}}", &[][..]),
+            ("plugins: {a: {limits: {zzz: 1}}}", &["limits"][..]),
+            ("plugins: {a: {grants: {zzz: 1}}}", &["grants"][..]),
+            (
+                "plugins: {a: {grants: {writes: [{zzz: 1}]}}}",
+                &["grants", "writes", "[]"][..],
+            ),
+            (
+                "plugins: {a: {source: {oci: h/a, zzz: 1}}}",
+                &["source"][..],
+            ),
+            (
+                "plugins: {a: {schedules: {s: {cron: '@hourly', zzz: 1}}}}",
+                &["schedules", "*"][..],
+            ),
+        ] {
+            let named = at(path);
+            for field in crate::config::tests::accepted(probe) {
+                assert!(
+                    named.contains(&field),
+                    "examples/deploy/kubewasmplugin-crd.yaml: spec.{} lacks {field} (has {named:?})",
+                    path.join(".")
+                );
+            }
+        }
+    }
+}
