@@ -54,6 +54,15 @@ def rounds(name):
     return cases
 
 
+def roundtrips(name):
+    """The `ROUNDTRIP` lines of a benchmark's output, if it ran."""
+    path = os.path.join(RESULTS, f"{name}.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line[len("ROUNDTRIP "):]) for line in f if line.startswith("ROUNDTRIP ")]
+
+
 def typical(values):
     """The median over rounds, and the quietest round's value."""
     return statistics.median(values), min(values)
@@ -187,7 +196,7 @@ def main():
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
-        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `delivery.rs`, "
+        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `delivery.rs`, "
         "`reload.rs`; "
         "inputs from `tests/testenv/src/generate.rs`, served by the API server double "
         "(`tests/testenv/src/double.rs`).",
@@ -474,6 +483,25 @@ def main():
     ]
     if kept:
         out += [kept, ""]
+    trips = roundtrips("admission")
+    if trips:
+        out += [
+            "The full round trip of a Pod create through a real kube-apiserver and etcd (the "
+            "test environment's, on loopback; `host/benches/admission.rs`), with image-policy "
+            "served as a validating webhook by the host (it reads its allow list from the "
+            "cache) and with no webhook: each round times a block of creates without the "
+            "webhook configuration, then a block with it, so both see the same minute of a "
+            "noisy machine.",
+            "",
+            table(
+                ["create", "creates timed", "p50", "p99"],
+                [
+                    [t["name"], f"{t['creates']:,}", fmt_time(t["p50_us"] * 1e-6), fmt_time(t["p99_us"] * 1e-6)]
+                    for t in trips
+                ],
+            ),
+            "",
+        ]
     status_rows = peers.get("status_stream") or []
     if status_rows:
         first = status_rows[0]
