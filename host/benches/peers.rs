@@ -613,6 +613,9 @@ struct Idle {
     heap_per_plugin: f64,
     /// Resident memory per plugin (linear memories and code included).
     rss_per_plugin: f64,
+    /// CPU of this process (host, informers, the plugins' threads; the server is another
+    /// process) while everything is idle, in percent of one core.
+    idle_cpu_percent: f64,
 }
 
 /// Resident set size of this process, in bytes.
@@ -656,6 +659,12 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
     wait_for("ready", || synced(host));
     std::thread::sleep(Duration::from_millis(500));
     let (heap_after, rss_after) = (alloc::live(), rss());
+    // Nothing happens now: what the process spends is the cost of being loaded and idle
+    // (the engine's epoch ticker, the workers' waits, the informers' watches).
+    let window = Duration::from_secs(10);
+    let cpu_before = cpu::this_process();
+    std::thread::sleep(window);
+    let idle_cpu = cpu::this_process().saturating_sub(cpu_before);
     host.shutdown();
     drop(double);
     Idle {
@@ -663,6 +672,7 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
         released,
         heap_per_plugin: (heap_after - heap_before) as f64 / count as f64,
         rss_per_plugin: (rss_after - rss_before) / count as f64,
+        idle_cpu_percent: 100.0 * idle_cpu.as_secs_f64() / window.as_secs_f64(),
     }
 }
 
@@ -745,8 +755,8 @@ fn main() {
         .collect();
     for i in &idle {
         println!(
-            "idle        {} plugins (instances released: {}): {:.0} B heap, {:.0} B resident per plugin",
-            i.plugins, i.released, i.heap_per_plugin, i.rss_per_plugin
+            "idle        {} plugins (instances released: {}): {:.0} B heap, {:.0} B resident per plugin, {:.2}% of a core",
+            i.plugins, i.released, i.heap_per_plugin, i.rss_per_plugin, i.idle_cpu_percent
         );
     }
     let mut results = Results {
