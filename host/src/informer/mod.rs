@@ -181,18 +181,19 @@ struct Subscriber {
     id: u64,
     filter: Filter,
     tx: QueueSender,
-    /// Its change filter's place in `State::change_filters`, shared with every subscriber
-    /// whose filter names the same pointers.
+    /// Its change filter's number among the distinct ones of the subscribers now (see
+    /// `State::number_change_filters`): subscribers whose filters name the same pointers share
+    /// one.
     changes_class: usize,
 }
 
 #[derive(Default)]
 struct State {
     subscribers: Vec<Subscriber>,
-    /// Every distinct list of change-filter pointers subscribers named: ten copies of a plugin
-    /// filtering on `/spec` cost one comparison per update, not ten.
-    change_filters: Vec<Vec<String>>,
-    /// Per entry of `change_filters`, whether the update being fanned out changed it (reused
+    /// How many distinct lists of change-filter pointers the subscribers name: ten copies of
+    /// a plugin filtering on `/spec` cost one comparison per update, not ten.
+    change_filters: usize,
+    /// Per distinct change filter, whether the update being fanned out changed it (reused
     /// from update to update).
     changed: Vec<Option<bool>>,
     synced: bool,
@@ -399,25 +400,13 @@ impl Informer {
             let _ = tx.push_initial_list_sent();
         }
         tx.wake();
-        let changes_class = match &filter.changes {
-            Some(changes) => {
-                let pointers = changes.pointers();
-                match state.change_filters.iter().position(|p| p == pointers) {
-                    Some(i) => i,
-                    None => {
-                        state.change_filters.push(pointers.to_vec());
-                        state.change_filters.len() - 1
-                    }
-                }
-            }
-            None => 0,
-        };
         state.subscribers.push(Subscriber {
             id,
             filter,
             tx,
-            changes_class,
+            changes_class: 0,
         });
+        state.number_change_filters();
         Subscription {
             informer: self.clone(),
             id,
@@ -453,7 +442,9 @@ impl Informer {
     }
 
     fn unsubscribe(&self, id: u64) {
-        self.state().subscribers.retain(|s| s.id != id);
+        let mut state = self.state();
+        state.subscribers.retain(|s| s.id != id);
+        state.number_change_filters();
     }
 
     /// Number of registered subscribers.
@@ -471,10 +462,40 @@ fn unchanged(old: &KubeObject, new: &KubeObject) -> bool {
     }
 }
 
+impl State {
+    /// Numbers the distinct change filters of the subscribers now (called whenever they
+    /// change), so what is kept follows the live subscribers only.
+    fn number_change_filters(&mut self) {
+        let mut distinct: Vec<&[String]> = Vec::new();
+        let classes: Vec<usize> = self
+            .subscribers
+            .iter()
+            .map(|sub| match &sub.filter.changes {
+                Some(changes) => {
+                    let pointers = changes.pointers();
+                    distinct
+                        .iter()
+                        .position(|p| *p == pointers)
+                        .unwrap_or_else(|| {
+                            distinct.push(pointers);
+                            distinct.len() - 1
+                        })
+                }
+                None => 0,
+            })
+            .collect();
+        self.change_filters = distinct.len();
+        for (sub, class) in self.subscribers.iter_mut().zip(classes) {
+            sub.changes_class = class;
+        }
+    }
+}
+
 fn fan_out(state: &mut State, n: &Notification) {
     let mut changed = std::mem::take(&mut state.changed);
     changed.clear();
-    changed.resize(state.change_filters.len(), None);
+    changed.resize(state.change_filters, None);
+    let before = state.subscribers.len();
     state.subscribers.retain(|sub| {
         let view = sub.filter.view(n, |changes, old, new| {
             match changed.get_mut(sub.changes_class) {
@@ -488,6 +509,9 @@ fn fan_out(state: &mut State, n: &Notification) {
         }
     });
     state.changed = changed;
+    if state.subscribers.len() != before {
+        state.number_change_filters();
+    }
 }
 
 /// A claim on a named index of an informer's store, or on its built-in indexes; the index

@@ -358,4 +358,11 @@ fn subscribers_with_the_same_change_filter_share_its_answer_and_keep_their_count
         (1, 2, 1),
         "each subscriber counts its own drops"
     );
+    assert_eq!(inf.state().change_filters, 2, "two distinct filters");
+    drop(subs);
+    assert_eq!(
+        inf.state().change_filters,
+        0,
+        "what is kept follows the subscribers"
+    );
 }
