@@ -840,39 +840,3 @@ impl crate::selector::Selector {
         Ok(selector)
     }
 }
-
-#[cfg(test)]
-mod label_selector_tests {
-    use crate::selector::Selector;
-
-    /// The cases every SDK's `from_label_selector` is held to
-    /// (plugin-sdk/label-selector-cases.json): Python's and JavaScript's tests read the same file.
-    #[test]
-    fn reads_label_selector_values_as_every_sdk_does() {
-        let text = include_str!("../label-selector-cases.json");
-        let cases: Vec<serde_json::Value> = serde_json::from_str(text).expect("cases");
-        for case in cases {
-            let read = Selector::from_label_selector(&case["selector"]);
-            match case["error"].as_str() {
-                Some(expected) => {
-                    let error = read.expect_err("refused").to_string();
-                    assert!(error.contains(expected), "{case}: {error}");
-                }
-                None => {
-                    let labels: Vec<(String, String)> = case["labels"]
-                        .as_object()
-                        .expect("labels")
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.as_str().expect("value").to_owned()))
-                        .collect();
-                    let selector = read.expect("reads");
-                    assert_eq!(
-                        selector.matches(&labels),
-                        case["matches"].as_bool().expect("matches"),
-                        "{case}"
-                    );
-                }
-            }
-        }
-    }
-}

@@ -324,17 +324,42 @@ mod tests {
         for case in cases {
             let selector =
                 Selector::parse(case["selector"].as_str().expect("selector")).expect("parses");
-            let labels: Vec<(String, String)> = case["labels"]
-                .as_object()
-                .expect("labels")
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().expect("value").to_owned()))
-                .collect();
-            assert_eq!(
-                selector.matches(&labels),
-                case["matches"].as_bool().expect("matches"),
-                "{case}"
-            );
+            assert_matches_as_the_case_says(&selector, &case);
+        }
+    }
+
+    /// That `selector` matches `case["labels"]` as `case["matches"]` says.
+    fn assert_matches_as_the_case_says(selector: &Selector, case: &serde_json::Value) {
+        let labels: Vec<(String, String)> = case["labels"]
+            .as_object()
+            .expect("labels")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().expect("value").to_owned()))
+            .collect();
+        assert_eq!(
+            selector.matches(&labels),
+            case["matches"].as_bool().expect("matches"),
+            "{case}"
+        );
+    }
+
+    /// The cases every SDK's `from_label_selector` is held to
+    /// (plugin-sdk/label-selector-cases.json): Python's and JavaScript's tests read the same
+    /// file.
+    #[cfg(feature = "guest")]
+    #[test]
+    fn reads_label_selector_values_as_every_sdk_does() {
+        let text = include_str!("../label-selector-cases.json");
+        let cases: Vec<serde_json::Value> = serde_json::from_str(text).expect("cases");
+        for case in cases {
+            let read = Selector::from_label_selector(&case["selector"]);
+            match case["error"].as_str() {
+                Some(expected) => {
+                    let error = read.expect_err("refused").to_string();
+                    assert!(error.contains(expected), "{case}: {error}");
+                }
+                None => assert_matches_as_the_case_says(&read.expect("reads"), &case),
+            }
         }
     }
 
