@@ -10,7 +10,7 @@ docstrings, with `ast`; JavaScript's exports and their `/** */` docs) and:
   scripts/sdk_reference.py --check  fails, naming what differs, when a row names something an
                                     SDK does not define, when an SDK defines a public helper no
                                     row names, when a helper has no doc, or when the page is
-                                    not what this script writes (host/tests/sdk.rs runs it)
+                                    not what this script writes (host/tests/languages.rs runs it)
 """
 
 import ast
@@ -264,7 +264,7 @@ def page(table, found):
         "",
         "Written by `scripts/sdk_reference.py` from `plugin-sdk/parity.json` and the SDKs' own "
         "doc comments (Rust `///`, Python docstrings, JavaScript `/** */`); do not edit by hand. "
-        "A test (`host/tests/sdk.rs`) fails when an SDK lacks a helper another has and the table "
+        "A test (`host/tests/languages.rs`) fails when an SDK lacks a helper another has and the table "
         "does not say why, or when this page is out of date. The bindings each SDK sits on "
         "(cache queries, writes, object fields) follow `wit/plugin.wit`; the guides show them "
         "per language. For Rust, `cargo doc -p kubewasm-sdk --features guest --open` gives "

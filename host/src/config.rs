@@ -976,9 +976,14 @@ plugins:
                 "plugins.v.source.oci: ",
             ),
         ] {
-            let error = HostConfig::parse(text).expect_err(text);
-            assert!(error.starts_with(field), "{text}: {error}");
+            refused_naming(text, field);
         }
+    }
+
+    /// That `text` is refused with an error starting with `field`.
+    fn refused_naming(text: &str, field: &str) {
+        let error = HostConfig::parse(text).expect_err(text);
+        assert!(error.starts_with(field), "{text}: {error}");
     }
 
     #[test]
@@ -1035,8 +1040,7 @@ plugins:
                 "plugins.a.schedules.\"\": ",
             ),
         ] {
-            let error = HostConfig::parse(text).expect_err(text);
-            assert!(error.starts_with(field), "{text}: {error}");
+            refused_naming(text, field);
         }
     }
 

@@ -116,14 +116,15 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     let plugins = support::deployed_plugins();
     let config = support::root().join("examples/deploy/config.yaml");
     let plugin = plugins.path().join("deployment-view.wasm");
-    let check = |plugin: &std::path::Path| {
-        run(&[
-            "check",
-            plugin.to_str().expect("utf-8 path"),
-            "--config",
-            config.to_str().expect("utf-8 path"),
-        ])
+    // `kubewasm check PLUGIN [--config FILE]`.
+    let check_with = |plugin: &std::path::Path, config: Option<&std::path::Path>| {
+        let mut args = vec!["check", plugin.to_str().expect("utf-8 path")];
+        if let Some(config) = config {
+            args.extend(["--config", config.to_str().expect("utf-8 path")]);
+        }
+        run(&args)
     };
+    let check = |plugin: &std::path::Path| check_with(plugin, Some(&config));
     let out = check(&plugin);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -162,12 +163,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     .expect("write");
     let labeler = plugins.path().join("labeler.wasm");
     std::fs::copy(kubewasm_plugin_artifacts::LABELER, &labeler).expect("copy");
-    let out = run(&[
-        "check",
-        labeler.to_str().expect("utf-8 path"),
-        "--config",
-        writes.to_str().expect("utf-8 path"),
-    ]);
+    let out = check_with(&labeler, Some(&writes));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("may write:\n  patch on v1/Pod (and status) in namespaces shop\n"),
@@ -180,7 +176,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     // Schedules and resyncs as they will run: the manifest's, or the operator's over them.
     let pod_age = plugins.path().join("pod-age.wasm");
     std::fs::copy(kubewasm_plugin_artifacts::POD_AGE, &pod_age).expect("copy");
-    let out = run(&["check", pod_age.to_str().expect("utf-8 path")]);
+    let out = check_with(&pod_age, None);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("schedule \"summary\": */5 * * * * (tick on the leading replica)"),
@@ -192,12 +188,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         "plugins:\n  pod-age:\n    resyncSeconds: 0\n    schedules:\n      summary: {cron: '@every 30s'}\n      nightly: {cron: '0 3 * * *', jitterSeconds: 60}\n",
     )
     .expect("write");
-    let out = run(&[
-        "check",
-        pod_age.to_str().expect("utf-8 path"),
-        "--config",
-        moved.to_str().expect("utf-8 path"),
-    ]);
+    let out = check_with(&pod_age, Some(&moved));
     let stdout = String::from_utf8_lossy(&out.stdout);
     for expected in [
         "resync: off\n",
@@ -215,7 +206,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     );
     let broken = plugins.path().join("broken.wasm");
     std::fs::write(&broken, b"not a component").expect("write");
-    let out = run(&["check", broken.to_str().expect("utf-8 path")]);
+    let out = check_with(&broken, None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

@@ -80,6 +80,11 @@ fn pod(name: &str, labels: serde_json::Value) -> anyhow::Result<Pod> {
     }))?)
 }
 
+/// A pod status whose Ready condition is `status` (`True` or `False`).
+fn ready(status: &str) -> serde_json::Value {
+    json!({"conditions": [{"type": "Ready", "status": status}]})
+}
+
 /// Sets `pod`'s status through the status subresource (what a kubelet does).
 async fn set_status(pods: &Api<Pod>, pod: &str, status: serde_json::Value) -> anyhow::Result<()> {
     pods.patch_status(
@@ -270,7 +275,6 @@ plugins:
         &pod("web-1", json!({"app": "web"}))?,
     )
     .await?;
-    let ready = |s: &str| json!({"conditions": [{"type": "Ready", "status": s}]});
     set_status(&pods, "web-1", ready("True")).await?;
     // The Service had no ready pod until now: the plugin alerted when it first saw it, and
     // clears once the pod is ready. Then it stops being ready: alert again.
@@ -511,12 +515,7 @@ plugins:
         &pod("web-1", json!({"app": "web"}))?,
     )
     .await?;
-    set_status(
-        &pods,
-        "web-1",
-        json!({"conditions": [{"type": "Ready", "status": "True"}]}),
-    )
-    .await?;
+    set_status(&pods, "web-1", ready("True")).await?;
     wait_for("ready pods again", async || {
         Ok((occurrences(&admin, "ReadyPodsBack").await? == 1).then_some(()))
     })
@@ -529,21 +528,16 @@ plugins:
         ["e2e/web"],
         "no repeat after the swap to JavaScript"
     );
-    set_status(
-        &pods,
-        "web-1",
-        json!({"conditions": [{"type": "Ready", "status": "False"}]}),
-    )
-    .await?;
+    set_status(&pods, "web-1", ready("False")).await?;
     wait_for("the second alert", async || {
         Ok((occurrences(&admin, "NoReadyPods").await? == 2).then_some(()))
     })
     .await?;
-    let s = status(&agent, "service-alert");
     wait_for("the last version idle", async || {
         Ok(status(&agent, "service-alert").idle.then_some(()))
     })
     .await?;
+    let s = status(&agent, "service-alert");
     assert_eq!(
         alerts(),
         ["e2e/web", "e2e/web"],

@@ -1,5 +1,7 @@
 //! Plugins written in Python (componentize-py) and JavaScript (componentize-js) run through the
 //! host like Rust ones: the same owner-chain plugin in all three, with the same expected output.
+//! The Python and JavaScript SDKs pass their own tests, and the three SDKs offer the same
+//! helpers (plugin-sdk/parity.json).
 
 use std::fs;
 use std::path::Path;
@@ -256,6 +258,21 @@ fn the_labeler_writes_the_same_labels_from_rust_and_python() {
     }
 }
 
+/// Runs `command` in `dir`; panics with its output unless it succeeds, else returns it.
+fn succeeds(what: &str, dir: &Path, command: &mut std::process::Command) -> String {
+    let out = command
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {command:?}: {e} (run scripts/setup.sh)"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
 #[test]
 fn the_python_sdk_passes_its_own_tests() {
     let root = support::root();
@@ -264,38 +281,40 @@ fn the_python_sdk_passes_its_own_tests() {
         pytest.exists(),
         "no target/pyenv/bin/pytest: run scripts/setup.sh"
     );
-    let out = std::process::Command::new(pytest)
-        .current_dir(&root)
-        // Nothing written into the source tree (the plugins' build script watches it).
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["-q", "-p", "no:cacheprovider", "plugin-sdk/python/tests"])
-        .output()
-        .expect("run pytest");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        "pytest plugin-sdk/python/tests",
+        &root,
+        std::process::Command::new(pytest)
+            // Nothing written into the source tree (the plugins' build script watches it).
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-q", "-p", "no:cacheprovider", "plugin-sdk/python/tests"]),
     );
 }
 
 #[test]
 fn the_javascript_sdk_passes_its_own_tests() {
     let root = support::root();
-    let out = std::process::Command::new("node")
-        .current_dir(root.join("plugin-sdk/javascript"))
-        .args(["--test", "test/"])
-        .output()
-        .expect("run node --test (node is needed to build the JavaScript plugins too)");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let text = succeeds(
+        "node --test (node is needed to build the JavaScript plugins too)",
+        &root.join("plugin-sdk/javascript"),
+        std::process::Command::new("node").args(["--test", "test/"]),
     );
-    assert!(out.status.success(), "{text}");
     // node --test passes when it finds no test file at all; make sure the cases ran.
     assert!(
         text.contains("# pass") && !text.contains("# pass 0"),
         "{text}"
+    );
+}
+
+/// The three SDKs offer the same helpers: scripts/sdk_reference.py --check against
+/// plugin-sdk/parity.json, which also keeps docs/SDK-REFERENCE.md current.
+#[test]
+fn the_sdks_offer_the_same_helpers_and_the_reference_page_is_current() {
+    let root = support::root();
+    succeeds(
+        "the SDK parity check (fix plugin-sdk/parity.json or the SDK it names; then run scripts/sdk_reference.py)",
+        &root,
+        std::process::Command::new(root.join("target/pyenv/bin/python"))
+            .args(["scripts/sdk_reference.py", "--check"]),
     );
 }
