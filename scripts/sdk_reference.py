@@ -163,7 +163,7 @@ def javascript_items():
                 continue
             m = re.match(r"export (?:function|class|const) (\w+)", s)
             if m:
-                items[m.group(1)] = first_paragraph("\n".join(doc).replace("\n \n", "\n\n"))
+                items[m.group(1)] = first_paragraph("\n".join(doc))
                 doc = []
                 opens = s.count("{") - s.count("}")
                 if (s.startswith("export class") or "Object.freeze({" in s) and opens > 0:
@@ -248,13 +248,13 @@ def check(table, found, parameters):
     return problems
 
 
-def cell(entry, language):
+def cell(entry):
     if entry.startswith("-"):
         return "— " + entry.lstrip("- ").replace("|", "\\|")
     name, _, parameter = entry.partition("(")
-    name = name.replace("::", "::")
     if parameter:
-        return f"`{name}({parameter.rstrip(')')}=…)`" if language == "python" else f"`{name}({{ {parameter.rstrip(')')} }})`"
+        # A parameter's spelling differs (keyword, options object, rest argument): name it.
+        return f"`{name}`, its `{parameter.rstrip(')')}`"
     return f"`{name}`"
 
 
@@ -274,7 +274,7 @@ def page(table, found):
     for area in table["areas"]:
         out += [f"## {area['area']}", "", "| what | Rust | Python | JavaScript |", "|---|---|---|---|"]
         for what, *entries in area["rows"]:
-            cells = [cell(e, l) for e, l in zip(entries, LANGUAGES)]
+            cells = [cell(e) for e in entries]
             out.append(f"| {what} | " + " | ".join(cells) + " |")
         out.append("")
     titles = {"rust": "Rust (`kubewasm_sdk`)", "python": "Python (`kubewasm_sdk`)",
