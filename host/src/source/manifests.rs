@@ -213,7 +213,7 @@ impl ManifestFolder {
         // Each burst of changes ends with one reading, of the files it changed, once the
         // folder is quiet.
         let watcher = crate::watch::debounced(
-            root,
+            &folder.shared.root,
             RecursiveMode::Recursive,
             "manifest-folder",
             move |changes| shared.changed(changes),
@@ -239,10 +239,14 @@ impl ManifestFolder {
         transform: Transform,
         namespace: &str,
     ) -> Result<Self, FolderError> {
-        std::fs::read_dir(root).map_err(|source| FolderError::Unreadable {
+        let unreadable = |source| FolderError::Unreadable {
             path: root.to_owned(),
             source,
-        })?;
+        };
+        std::fs::read_dir(root).map_err(unreadable)?;
+        // Absolute, as the watcher reports the paths it sees (notify joins a relative path to
+        // the working folder): a change it reports must name the same file the folder read.
+        let root = &std::path::absolute(root).map_err(unreadable)?;
         let shared = Arc::new(Shared {
             root: root.to_owned(),
             transform,

@@ -242,7 +242,30 @@ fn missing_folder_is_a_clear_error() {
 #[tokio::test]
 async fn follows_file_changes_through_the_watcher() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let folder = ManifestFolder::open(dir.path(), Transform::default()).expect("open");
+    follows_changes(dir.path()).await;
+}
+
+/// `kubewasm run --cluster target/demo/cluster`: a folder named relative to the working
+/// folder, whose changes the watcher reports as absolute paths.
+#[tokio::test]
+async fn follows_file_changes_in_a_folder_named_by_a_relative_path() {
+    let dir = tempfile::Builder::new()
+        .prefix("manifests-test")
+        .tempdir_in(".")
+        .expect("temp dir");
+    let here = std::env::current_dir().expect("working folder");
+    let relative = dir
+        .path()
+        .strip_prefix(&here)
+        .expect("made in the working folder");
+    assert!(relative.is_relative(), "{}", relative.display());
+    follows_changes(relative).await;
+}
+
+/// Opens `dir` and checks a file written, edited and removed there is added, changed and
+/// deleted.
+async fn follows_changes(dir: &Path) {
+    let folder = ManifestFolder::open(dir, Transform::default()).expect("open");
     let mut events = folder.watch(&configmaps());
     let mut describe = Describe::default();
     let mut next = async |events: &mut BoxStream<'static, SourceEvent>| loop {
@@ -255,11 +278,11 @@ async fn follows_file_changes_through_the_watcher() {
         }
     };
     assert_eq!(next(&mut events).await, "list[]");
-    fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");
+    fs::write(dir.join("a.yaml"), cm("a", "1")).expect("write");
     assert_eq!(next(&mut events).await, "apply a");
-    fs::write(dir.path().join("a.yaml"), cm("a", "2")).expect("write");
+    fs::write(dir.join("a.yaml"), cm("a", "2")).expect("write");
     assert_eq!(next(&mut events).await, "apply a");
-    fs::remove_file(dir.path().join("a.yaml")).expect("remove");
+    fs::remove_file(dir.join("a.yaml")).expect("remove");
     assert_eq!(next(&mut events).await, "delete a");
 }
 
