@@ -63,6 +63,22 @@ def roundtrips(name):
         return [json.loads(line[len("ROUNDTRIP "):]) for line in f if line.startswith("ROUNDTRIP ")]
 
 
+def tagged(name, tag):
+    """The JSON after `TAG ` on each line of a benchmark's output, if it ran."""
+    path = os.path.join(RESULTS, f"{name}.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line[len(tag) + 1:]) for line in f if line.startswith(tag + " ")]
+
+
+def shorten(text, head=70, tail=150):
+    """`text` with its middle (a backtrace, say) left out when it is long."""
+    if len(text) <= head + tail + 5:
+        return text
+    return f"{text[:head]} … {text[-tail:]}"
+
+
 def typical(values):
     """The median over rounds, and the quietest round's value."""
     return statistics.median(values), min(values)
@@ -196,7 +212,7 @@ def main():
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
-        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `delivery.rs`, "
+        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `delivery.rs`, "
         "`reload.rs`; "
         "inputs from `tests/testenv/src/generate.rs`, served by the API server double "
         "(`tests/testenv/src/double.rs`).",
@@ -667,6 +683,55 @@ def main():
                     ["ratio", f"{one / whole:.3f}"],
                 ],
             ),
+            "",
+        ]
+    # 8. Every hostile plugin at once.
+    runs, totals = tagged("hostile", "HOSTILE"), tagged("hostile", "HOSTILE_TOTALS")
+    if runs and totals:
+        t = totals[0]
+        ms = lambda us: fmt_time(us * 1e-6)
+        out += [
+            "## 8. Every hostile plugin at once, beside a good one",
+            "",
+            "The release `kubewasm` binary on a real kube-apiserver and etcd (loopback), run "
+            "twice in one benchmark: with pod-phase alone, then with pod-phase beside 19 "
+            "hostile plugins (waits that never end in `handle` and in `init`, one of them "
+            "replaced six times while stuck, WASI resources without end, memory until the cap, "
+            "a CPU loop, log floods, huge arguments and logs, handle hoarding, patches that "
+            "move their object, an expensive `init` released after 1 s, a write storm of 64 "
+            "applies of 64 KiB per event, a feedback loop, Events with new reasons, 1,000 HTTP "
+            "requests per call to a server that never answers, a million globals instantiated "
+            "60 times, a compile bomb). Pods are created at a steady pace after the hostile "
+            "plugins have run a while; latency is from a create sent to pod-phase's line for "
+            "that pod (`host/benches/hostile.rs`, the same run as the test `hostile_all`).",
+            "",
+            table(
+                ["run", "pods", "p50", "p95", "p99", "ready after", "peak RSS", "caps + 100 MiB",
+                 "open files (max)", "SIGTERM to exit"],
+                [
+                    [r["name"], r["pods"], ms(r["p50_us"]), ms(r["p95_us"]), ms(r["p99_us"]),
+                     fmt_time(r["ready_ms"] * 1e-3), f"{r['peak_rss_mib']} MiB",
+                     f"{r['caps_mib']} MiB", r["max_open_files"],
+                     f"{fmt_time(r['sigterm_ms'] * 1e-3)} (bound {fmt_time(r['sigterm_bound_ms'] * 1e-3)})"]
+                    for r in runs
+                ],
+            ),
+            "",
+            table(
+                ["what", "measured", "issue's bound"],
+                [
+                    ["good plugin's p95 beside them / alone", f"{t['p95_ratio']:.2f}", "2"],
+                    ["storm's writes the API server received", t["storm_writes"],
+                     f"{t['storm_allowed']} (burst + rate × run)"],
+                    ["Events recorded", t["events"], f"{t['events_allowed']} (burst + rate × run)"],
+                    ["feedback loop's patches of one object", t["feedback_max_per_object"],
+                     f"{t['loop_limit']} a minute"],
+                ],
+            ),
+            "",
+            "Plugins that could not load, and why: "
+            + "; ".join(f"{f['name']}: {shorten(f['error'])}" for f in t["failed_plugins"])
+            + ".",
             "",
         ]
     sys.stdout.write("\n".join(out))

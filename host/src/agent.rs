@@ -481,6 +481,7 @@ impl Agent {
                 "handler calls still running after {:?}; exiting anyway",
                 self.shutdown_timeout
             );
+            CALLS_ABANDONED.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         // The last changes are kept before another replica may take over.
         if let Some(task) = self.keeper_task.take() {
@@ -495,6 +496,15 @@ impl Agent {
         }
         exit
     }
+}
+
+/// Set once a shutdown has stopped waiting for handler calls still running.
+static CALLS_ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether an agent of this process stopped waiting for handler calls at shutdown: the
+/// process should then exit without waiting for its background work again.
+pub fn calls_abandoned() -> bool {
+    CALLS_ABANDONED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Drop for Agent {

@@ -37,8 +37,13 @@ fn main() -> std::process::ExitCode {
         .map_err(anyhow::Error::from)
         .and_then(|tasks| {
             let outcome = tasks.block_on(args.command.run());
-            // A plugin call stuck past the shutdown timeout must not hold the exit.
-            tasks.shutdown_timeout(EXIT_GRACE);
+            // A plugin call stuck past the shutdown timeout must not hold the exit: once the
+            // agent has given up on such calls, waiting for them again would only delay it.
+            if kubewasm::agent::calls_abandoned() {
+                tasks.shutdown_background();
+            } else {
+                tasks.shutdown_timeout(EXIT_GRACE);
+            }
             outcome
         });
     match outcome {

@@ -2,11 +2,11 @@
 //! manifests in examples/deploy, which must match what the binary generates.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kubewasm::config::HostConfig;
+use kubewasm_testenv::agent_process::{AgentProcess, resident};
 
 mod support;
 
@@ -215,91 +215,44 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
     );
 }
 
-/// `kubewasm run` with `args`, once it says its plugins are ready: the child and its output
-/// lines so far, with the rest arriving on the receiver.
-fn run_until_ready(
-    args: &[&std::ffi::OsStr],
-) -> (
-    std::process::Child,
-    Vec<String>,
-    std::sync::mpsc::Receiver<String>,
-) {
+/// `kubewasm run` with `args`, once it says its plugins are ready: the process and its
+/// output lines so far.
+fn run_until_ready(args: &[&std::ffi::OsStr]) -> (AgentProcess, Vec<String>) {
     run_until_line(args, "plugins ready")
 }
 
 /// `kubewasm run` with `args`, once it has printed a line holding `marker`.
-fn run_until_line(
-    args: &[&std::ffi::OsStr],
-    marker: &str,
-) -> (
-    std::process::Child,
-    Vec<String>,
-    std::sync::mpsc::Receiver<String>,
-) {
-    let mut child = Command::new(KUBEWASM)
-        .arg("run")
-        .args(args)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("kubewasm runs");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+fn run_until_line(args: &[&std::ffi::OsStr], marker: &str) -> (AgentProcess, Vec<String>) {
+    let agent = AgentProcess::start(KUBEWASM.as_ref(), args).expect("kubewasm runs");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut lines = Vec::new();
     while !lines.iter().any(|l: &String| l.contains(marker)) {
         assert!(Instant::now() < deadline, "never {marker:?}: {lines:#?}");
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+        if let Some((_, line)) = agent.next_line(Duration::from_millis(100)) {
             lines.push(line);
         }
     }
-    (child, lines, rx)
+    (agent, lines)
 }
 
-/// Sends SIGTERM and waits at most `bound` for the exit: the status and how long it took.
-fn terminate(
-    child: &mut std::process::Child,
-    bound: Duration,
-) -> (std::process::ExitStatus, Duration) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let stopped = Instant::now();
-    loop {
-        if let Some(exit) = child.try_wait().expect("wait") {
-            return (exit, stopped.elapsed());
-        }
-        if stopped.elapsed() > bound {
-            let _ = child.kill();
-            panic!("still running {bound:?} after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// The lines `agent` printed since the last look.
+fn more_lines(agent: &AgentProcess) -> impl Iterator<Item = String> {
+    agent.take_lines().into_iter().map(|(_, line)| line)
 }
 
 #[test]
 fn sigterm_stops_delivery_and_exits_zero() {
     let plugins = support::deployed_plugins();
     let cluster = support::root().join("examples/cluster");
-    let (mut child, mut lines, rx) = run_until_ready(&[
+    let (mut agent, mut lines) = run_until_ready(&[
         "--plugins".as_ref(),
         plugins.path().as_os_str(),
         "--cluster".as_ref(),
         cluster.as_os_str(),
     ]);
-    let (exit, _) = terminate(&mut child, Duration::from_secs(15));
-    lines.extend(rx.try_iter());
-    assert!(exit.success(), "exit {exit:?}: {lines:#?}");
+    let (exited_ok, _) = agent.terminate(Duration::from_secs(15)).expect("exits");
+    lines.extend(more_lines(&agent));
+    assert!(exited_ok, "{lines:#?}");
     assert!(
         lines.iter().any(|l| l.contains("shutting down")),
         "{lines:#?}"
@@ -313,9 +266,8 @@ fn sigterm_stops_delivery_and_exits_zero() {
 /// A `kubewasm run` of copies of `plugins` (file name, artifact) with `config`, over a
 /// cluster folder of `config_maps` ConfigMaps, once it is ready.
 struct Hosted {
-    child: std::process::Child,
+    agent: AgentProcess,
     lines: Vec<String>,
-    rx: std::sync::mpsc::Receiver<String>,
     _dirs: [tempfile::TempDir; 2],
 }
 
@@ -334,7 +286,7 @@ fn host_with(plugins: &[(&str, &str)], config: &str, config_maps: usize) -> Host
         )
         .expect("write");
     }
-    let (child, lines, rx) = run_until_ready(&[
+    let (agent, lines) = run_until_ready(&[
         "--plugins".as_ref(),
         dir.path().as_os_str(),
         "--cluster".as_ref(),
@@ -343,9 +295,8 @@ fn host_with(plugins: &[(&str, &str)], config: &str, config_maps: usize) -> Host
         config_file.as_os_str(),
     ]);
     Hosted {
-        child,
+        agent,
         lines,
-        rx,
         _dirs: [dir, cluster],
     }
 }
@@ -355,9 +306,8 @@ fn sigterm_exits_within_the_shutdown_timeout_while_a_call_is_stuck() {
     // The hostile plugin loops in every call, and its deadline is a minute: a shutdown that
     // waited for the call would take that minute.
     let Hosted {
-        mut child,
+        mut agent,
         mut lines,
-        rx,
         ..
     } = host_with(
         &[("stuck", kubewasm_plugin_artifacts::HOSTILE)],
@@ -366,9 +316,9 @@ fn sigterm_exits_within_the_shutdown_timeout_while_a_call_is_stuck() {
     );
     // Let the first call start and get stuck.
     std::thread::sleep(Duration::from_millis(500));
-    let (exit, took) = terminate(&mut child, Duration::from_secs(30));
-    lines.extend(rx.try_iter());
-    assert!(exit.success(), "exit {exit:?}: {lines:#?}");
+    let (exited_ok, took) = agent.terminate(Duration::from_secs(30)).expect("exits");
+    lines.extend(more_lines(&agent));
+    assert!(exited_ok, "{lines:#?}");
     assert!(
         took < Duration::from_secs(1) + Duration::from_secs(1) + Duration::from_millis(900),
         "exited {took:?} after SIGTERM (shutdown timeout 1 s): {lines:#?}"
@@ -379,17 +329,6 @@ fn sigterm_exits_within_the_shutdown_timeout_while_a_call_is_stuck() {
     );
 }
 
-/// The process's peak resident memory (`VmHWM`), in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM")
-        * 1024
-}
-
 #[test]
 fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
     // Three hostile plugins (one allocating until its cap, one sending 1 MiB query
@@ -397,9 +336,8 @@ fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
     // each with the default 64 MiB cap.
     let hostile = kubewasm_plugin_artifacts::HOSTILE;
     let Hosted {
-        mut child,
+        mut agent,
         mut lines,
-        rx,
         ..
     } = host_with(
         &[
@@ -429,7 +367,7 @@ fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
             Instant::now() < deadline,
             "never saw every event: {lines:#?}"
         );
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+        if let Some((_, line)) = agent.next_line(Duration::from_millis(100)) {
             lines.push(line);
         }
     }
@@ -442,9 +380,9 @@ fn hostile_plugins_keep_the_host_under_their_caps_plus_100_mib() {
         1,
         "{lines:#?}"
     );
-    let peak = peak_rss(child.id());
-    let (exit, _) = terminate(&mut child, Duration::from_secs(30));
-    assert!(exit.success());
+    let (_, peak) = resident(agent.id()).expect("running");
+    let (exited_ok, _) = agent.terminate(Duration::from_secs(30)).expect("exits");
+    assert!(exited_ok);
     let bound = 4 * (64 << 20) + (100 << 20);
     assert!(
         peak < bound,
@@ -479,7 +417,7 @@ fn sigterm_while_a_plugin_compiles_exits_at_once() {
     .expect("write");
     let cluster = tempfile::tempdir().expect("temp dir");
     let cache = dir.path().join("cache");
-    let (mut child, _, rx) = run_until_line(
+    let (mut agent, _) = run_until_line(
         &[
             "--plugins".as_ref(),
             dir.path().as_os_str(),
@@ -492,9 +430,9 @@ fn sigterm_while_a_plugin_compiles_exits_at_once() {
         ],
         "compiling to machine code",
     );
-    let (exit, took) = terminate(&mut child, Duration::from_secs(10));
-    let rest: Vec<String> = rx.try_iter().collect();
-    assert!(exit.success(), "exit {exit:?}: {rest:#?}");
+    let (exited_ok, took) = agent.terminate(Duration::from_secs(10)).expect("exits");
+    let rest: Vec<String> = more_lines(&agent).collect();
+    assert!(exited_ok, "{rest:#?}");
     assert!(
         took < Duration::from_secs(3),
         "took {took:?} to stop: {rest:#?}"

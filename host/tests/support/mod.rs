@@ -206,38 +206,14 @@ pub fn threads() -> Vec<(String, String, i32)> {
         .collect()
 }
 
-/// `GET path` from an HTTP/1.0 server at `address`: the status code and body (0 and the
-/// error when it does not answer).
+/// `GET path` from an HTTP/1.0 server at `address`: the status code and body.
 pub fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let answer = (|| -> std::io::Result<String> {
-        let mut stream =
-            std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(5))?;
-        stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
-        stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response)
-    })();
-    match answer {
-        Ok(response) => {
-            let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-            let code = head
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            (code, body.to_owned())
-        }
-        Err(e) => (0, e.to_string()),
-    }
+    kubewasm_testenv::agent_process::http_get(address, path)
 }
 
 /// A loopback address with a port free a moment ago.
 pub fn free_address() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
+    kubewasm_testenv::agent_process::free_address().expect("a free port")
 }
 
 /// Relists after 410 Gone, summed over `agent`'s reflectors.

@@ -25,7 +25,9 @@
 //! `admit-trap` and `admit-trap-ignore` declare a validating webhook on Secrets that panics,
 //! with failure policy Fail and Ignore; `admit-loop` one that never returns; `admit-write`
 //! and `admit-bad-patch` one that tries a write and a state change, and a mutating one whose
-//! JSON patch does not apply).
+//! JSON patch does not apply); `event-flood` records 50 Events with new reasons for every
+//! event; `http-flood` opens 1,000 HTTP requests to `key` (`host:port`) in one call and logs
+//! how many the host let through).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -296,6 +298,15 @@ impl Plugin for Hostile {
                     cluster::apply(&target, &body)?;
                 }
             }
+            "event-flood" => {
+                let o = event.object();
+                let rv = o.resource_version();
+                for i in 0..50 {
+                    let reason = format!("Flood{rv}x{i}");
+                    cluster::record_event(o, cluster::EventType::Warning, &reason, "flood")?;
+                }
+            }
+            "http-flood" => http_flood(&config.key),
             "write-move" => {
                 let target = Target::of(event.object());
                 report_write(
@@ -450,6 +461,30 @@ fn write_unsent_body() {
     let Ok(stream) = body.write() else { return };
     let chunk = [7u8; 4096];
     while stream.blocking_write_and_flush(&chunk).is_ok() {}
+}
+
+/// Opens 1,000 requests to `authority` without waiting for any, and logs how many the host
+/// took and refused.
+fn http_flood(authority: &str) {
+    use wasip2::http::outgoing_handler::handle;
+    use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
+    let (mut open, mut refused) = (Vec::new(), 0u32);
+    for _ in 0..1000 {
+        let request = OutgoingRequest::new(Fields::new());
+        let _ = request.set_scheme(Some(&Scheme::Http));
+        let _ = request.set_authority(Some(authority));
+        match handle(request, None) {
+            Ok(pending) => open.push(pending),
+            Err(_) => refused += 1,
+        }
+    }
+    log::info(
+        "http flood",
+        &[
+            ("open", &open.len().to_string()),
+            ("refused", &refused.to_string()),
+        ],
+    );
 }
 
 export_plugin!(Hostile);

@@ -6,6 +6,7 @@
 //! and writes an admin kubeconfig. Dropping it stops both servers and removes the folder.
 //! A failed start says which server failed and shows the last lines of its log.
 
+pub mod agent_process;
 pub mod double;
 pub mod generate;
 pub mod hostile_registry;
