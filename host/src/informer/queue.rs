@@ -92,6 +92,8 @@ struct Inner {
     /// so a burst costs one system call (the informer fans out to every plugin's queue under
     /// its lock).
     receiver_waiting: bool,
+    /// Set by [`QueueSender::interrupt`]: the receiver stops waiting from then on.
+    interrupted: bool,
 }
 
 struct Shared {
@@ -128,6 +130,7 @@ pub fn queue(threshold: usize, byte_threshold: usize) -> (QueueSender, QueueRece
             senders: 1,
             receiver: true,
             receiver_waiting: false,
+            interrupted: false,
         }),
         ready: Condvar::new(),
         threshold,
@@ -223,6 +226,13 @@ impl Inner {
 }
 
 impl QueueSender {
+    /// Ends the receiver's waits, now and from now on (its owner is stopping it): a waiting
+    /// receiver need not wake on a timer to notice a stop.
+    pub fn interrupt(&self) {
+        self.shared.lock().interrupted = true;
+        self.shared.ready.notify_all();
+    }
+
     /// Queues `n` (see [`Self::push`]) and wakes the receiver.
     pub fn send(&self, n: Notification) -> Result<(), Closed> {
         self.push(n)?;
@@ -409,6 +419,9 @@ impl QueueReceiver {
             if inner.senders == 0 {
                 return Err(RecvTimeoutError::Disconnected);
             }
+            if inner.interrupted {
+                return Err(RecvTimeoutError::Timeout);
+            }
             let now = Instant::now();
             let left = deadline
                 .get_or_insert(now + timeout)
@@ -519,6 +532,32 @@ mod tests {
 
     fn drained(rx: &QueueReceiver) -> Vec<String> {
         rx.drain().iter().map(short).collect()
+    }
+
+    #[test]
+    fn an_interrupted_receiver_stops_waiting_and_does_not_wait_again() {
+        let (tx, rx) = queue(100, usize::MAX);
+        let (done, waited) = std::sync::mpsc::channel();
+        let receiver = std::thread::spawn(move || {
+            let mut into = VecDeque::new();
+            let first = rx.recv_batch(&mut into, 1, Duration::from_secs(600));
+            let second = rx.recv_batch(&mut into, 1, Duration::from_secs(600));
+            let _ = done.send((first, second));
+        });
+        // Whether it is waiting already or not yet, the interrupt ends its waits.
+        std::thread::sleep(Duration::from_millis(20));
+        tx.interrupt();
+        let answers = waited
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the receiver stopped waiting");
+        assert_eq!(
+            answers,
+            (
+                Err(RecvTimeoutError::Timeout),
+                Err(RecvTimeoutError::Timeout)
+            )
+        );
+        receiver.join().expect("joined");
     }
 
     #[test]

@@ -36,8 +36,12 @@ use crate::write::{self, Action, Refusal};
 const PENALTY_BASE: Duration = Duration::from_millis(50);
 /// ...up to this.
 const PENALTY_CAP: Duration = Duration::from_secs(30);
-/// How often an idle worker checks whether it must stop.
+/// How often a waiting worker checks whether it must stop, where nothing wakes it (a cache
+/// to sync, a write's rate, a degraded plugin's pause).
 const POLL: Duration = Duration::from_millis(50);
+/// The longest an idle worker waits with nothing timed due: events, and a halt (through
+/// [`crate::informer::queue::QueueSender::interrupt`]), wake it before.
+const IDLE_WAIT: Duration = Duration::from_secs(30);
 /// Entries a worker takes from its queue at once: one lock per batch instead of per event.
 /// Taken entries are no longer coalesced, so this bounds what a busy plugin holds beside its
 /// queue.
@@ -360,7 +364,7 @@ impl Worker {
             .into_iter()
             .flatten()
             .map(|at| at.saturating_duration_since(now))
-            .fold(POLL, Duration::min);
+            .fold(IDLE_WAIT, Duration::min);
             self.stats.idle.store(idle, Ordering::Relaxed);
             match self.next_delivery(wait) {
                 Ok(queue::Delivery::Event(n)) => {

@@ -80,8 +80,8 @@ struct Running {
     schedules: Vec<String>,
     /// Keeps its queue open while it runs: a plugin with no subscription (queries and
     /// schedules, or admission only) has no other sender, and its worker would end at once,
-    /// releasing its informers.
-    _open: crate::informer::queue::QueueSender,
+    /// releasing its informers. Halting interrupts the worker's wait through it.
+    open: crate::informer::queue::QueueSender,
 }
 
 impl Running {
@@ -89,6 +89,7 @@ impl Running {
     /// call in flight, if any.
     fn halt(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.open.interrupt();
         drop(self.take_subscriptions());
     }
 
@@ -836,7 +837,7 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
             changes,
             contract,
             schedules,
-            _open: open,
+            open,
         },
     );
     Ok(outcome)
