@@ -54,15 +54,6 @@ def rounds(name):
     return cases
 
 
-def roundtrips(name):
-    """The `ROUNDTRIP` lines of a benchmark's output, if it ran."""
-    path = os.path.join(RESULTS, f"{name}.txt")
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line[len("ROUNDTRIP "):]) for line in f if line.startswith("ROUNDTRIP ")]
-
-
 def tagged(name, tag):
     """The JSON after `TAG ` on each line of a benchmark's output, if it ran."""
     path = os.path.join(RESULTS, f"{name}.txt")
@@ -499,7 +490,7 @@ def main():
     ]
     if kept:
         out += [kept, ""]
-    trips = roundtrips("admission")
+    trips = tagged("admission", "ROUNDTRIP")
     if trips:
         out += [
             "The full round trip of a Pod create through a real kube-apiserver and etcd (the "

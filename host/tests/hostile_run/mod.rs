@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::net::TcpListener;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -185,69 +186,110 @@ pub fn compile_bomb() -> anyhow::Result<Vec<u8>> {
     ))?)
 }
 
-/// The hostile plugins' configuration; `http` is the silent server the HTTP flood aims at.
+/// The hostile plugins (copies of the hostile plugin), each its name and its entry in the
+/// host's configuration; `HTTP` stands for the silent server the HTTP flood aims at.
+const HOSTILE: &[(&str, &str)] = &[
+    ("wait-handle", "config: {mode: unsent-body}"),
+    ("wait-init", "config: {mode: init-unsent-body}"),
+    ("swapped", "config: {mode: unsent-body}"),
+    ("wasi-hoard", "config: {mode: wasi-hoard}"),
+    ("alloc", "config: {mode: alloc}"),
+    ("spin", "config: {mode: loop}"),
+    ("log-flood", "config: {mode: log-flood}"),
+    ("huge-args", "config: {mode: huge-args}"),
+    ("huge-log", "config: {mode: huge-log}"),
+    ("hoard", "config: {mode: hoard}"),
+    ("write-move", "config: {mode: write-move}"),
+    ("copy-flood", "config: {mode: copy-flood, key: log}"),
+    (
+        "slow-init",
+        "config: {mode: slow-init}\n    limits: {releaseIdleSeconds: 1}",
+    ),
+    (
+        "storm",
+        "config: {mode: write-storm}\n    grants: {writes: [{resources: [v1/ConfigMap], \
+         verbs: [create, patch], namespaces: [storm]}]}",
+    ),
+    (
+        "feedback",
+        "config: {mode: write-loop}\n    grants: {writes: [{resources: [v1/ConfigMap], \
+         verbs: [patch], namespaces: [loop]}]}",
+    ),
+    (
+        "events",
+        "config: {mode: event-flood}\n    grants: {writes: [{resources: \
+         [events.k8s.io/v1/Event], verbs: [create, patch], namespaces: [events]}]}",
+    ),
+    (
+        "http-flood",
+        "config: {mode: http-flood, key: 'HTTP'}\n    grants: {http: ['HTTP']}",
+    ),
+];
+
+/// The hostile plugins' configuration entries, the HTTP flood aimed at `http`.
 fn hostile_config(http: &str) -> String {
-    let mode = |name: &str, mode: &str| format!("  {name}:\n    config: {{mode: {mode}}}\n");
-    let mut config = String::new();
-    for (name, m) in [
-        ("wait-handle", "unsent-body"),
-        ("wait-init", "init-unsent-body"),
-        ("swapped", "unsent-body"),
-        ("wasi-hoard", "wasi-hoard"),
-        ("alloc", "alloc"),
-        ("spin", "loop"),
-        ("log-flood", "log-flood"),
-        ("huge-args", "huge-args"),
-        ("huge-log", "huge-log"),
-        ("hoard", "hoard"),
-        ("write-move", "write-move"),
-    ] {
-        config.push_str(&mode(name, m));
-    }
-    config.push_str(
-        "  copy-flood:\n    config: {mode: copy-flood, key: log}\n\
-         \x20 slow-init:\n    config: {mode: slow-init}\n    limits: {releaseIdleSeconds: 1}\n\
-         \x20 storm:\n    config: {mode: write-storm}\n    grants:\n      writes:\n\
-         \x20       - {resources: [v1/ConfigMap], verbs: [create, patch], namespaces: [storm]}\n\
-         \x20 feedback:\n    config: {mode: write-loop}\n    grants:\n      writes:\n\
-         \x20       - {resources: [v1/ConfigMap], verbs: [patch], namespaces: [loop]}\n\
-         \x20 events:\n    config: {mode: event-flood}\n    grants:\n      writes:\n\
-         \x20       - {resources: [events.k8s.io/v1/Event], verbs: [create, patch], namespaces: [events]}\n",
-    );
-    config.push_str(&format!(
-        "  http-flood:\n    config: {{mode: http-flood, key: '{http}'}}\n    grants: {{http: ['{http}']}}\n"
-    ));
-    config
+    HOSTILE
+        .iter()
+        .map(|(name, entry)| format!("  {name}:\n    {}\n", entry.replace("HTTP", http)))
+        .collect()
 }
 
 /// The plugin files of a run beside the hostile plugins: name and bytes.
 pub fn hostile_files(sizes: &Sizes) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let hostile = std::fs::read(kubewasm_plugin_artifacts::HOSTILE)?;
-    let mut files: Vec<(String, Vec<u8>)> = [
-        "wait-handle",
-        "wait-init",
-        "swapped",
-        "wasi-hoard",
-        "alloc",
-        "spin",
-        "log-flood",
-        "huge-args",
-        "huge-log",
-        "hoard",
-        "write-move",
-        "copy-flood",
-        "slow-init",
-        "storm",
-        "feedback",
-        "events",
-        "http-flood",
-    ]
-    .into_iter()
-    .map(|name| (name.to_owned(), hostile.clone()))
-    .collect();
+    let mut files: Vec<(String, Vec<u8>)> = HOSTILE
+        .iter()
+        .map(|(name, _)| ((*name).to_owned(), hostile.clone()))
+        .collect();
     files.push(("globals".into(), globals_bomb(sizes.globals)?));
     files.push(("compile-bomb".into(), compile_bomb()?));
     Ok(files)
+}
+
+/// What the agent printed: its first lines, and when pod-phase first saw each pod.
+#[derive(Default)]
+struct Output {
+    lines: Vec<String>,
+    seen: HashMap<String, Instant>,
+}
+
+impl Output {
+    /// Lines kept at most.
+    const KEPT: usize = 20_000;
+
+    fn add(&mut self, at: Instant, line: String) {
+        if line.contains("pod seen")
+            && let Some(pod) = pod_in(&line)
+        {
+            self.seen.entry(pod).or_insert(at);
+        }
+        if self.lines.len() < Self::KEPT {
+            self.lines.push(line);
+        }
+    }
+
+    /// Takes what `agent` printed since the last look.
+    fn read(&mut self, agent: &AgentProcess) {
+        for (at, line) in agent.take_lines() {
+            self.add(at, line);
+        }
+    }
+
+    /// Waits until pod-phase has printed a line for every key in `keys`.
+    async fn until_seen(&mut self, agent: &AgentProcess, keys: &[String]) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            self.read(agent);
+            let missing = keys.iter().filter(|k| !self.seen.contains_key(*k)).count();
+            if missing == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("pod-phase never saw {missing} pods: {}", tail(&self.lines));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 /// Runs `program` (the `kubewasm` binary) on `env` with pod-phase and `others` (name and
@@ -273,15 +315,11 @@ pub async fn run(
     // A server that takes connections and never answers: what the HTTP flood aims at.
     let silent = TcpListener::bind("127.0.0.1:0")?;
     let http = silent.local_addr()?.to_string();
-    let held = Arc::new(Mutex::new(Vec::new()));
-    {
-        let held = held.clone();
-        std::thread::spawn(move || {
-            for stream in silent.incoming().map_while(Result::ok) {
-                held.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
-            }
-        });
-    }
+    std::thread::spawn(move || {
+        // Held open, never read or answered.
+        let held: Vec<_> = silent.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
     let config = dir.path().join("config.yaml");
     let mut text = format!(
         "shutdownTimeoutSeconds: {}\nplugins:\n  pod-phase: {{}}\n",
@@ -309,30 +347,14 @@ pub async fn run(
     let started = Instant::now();
     let mut agent = AgentProcess::start(program, &args)?;
     let pid = agent.id();
-    let (mut lines, mut seen) = (Vec::new(), HashMap::new());
-    let mut keep =
-        |agent: &AgentProcess, lines: &mut Vec<String>, seen: &mut HashMap<String, Instant>| {
-            for (at, line) in agent.take_lines() {
-                if line.contains("pod seen")
-                    && let Some(pod) = pod_in(&line)
-                {
-                    seen.entry(pod).or_insert(at);
-                }
-                if lines.len() < 20_000 {
-                    lines.push(line);
-                }
-            }
-        };
+    let mut out = Output::default();
     // Memory and open files, sampled until the process is gone.
-    let max_open = Arc::new(Mutex::new(0usize));
+    let max_open = Arc::new(AtomicUsize::new(0));
     {
         let max_open = max_open.clone();
         std::thread::spawn(move || {
             while resident(pid).is_some() {
-                let open = open_files(pid);
-                let mut max = max_open.lock().unwrap_or_else(|e| e.into_inner());
-                *max = (*max).max(open);
-                drop(max);
+                max_open.fetch_max(open_files(pid), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
@@ -342,9 +364,7 @@ pub async fn run(
         match agent.next_line(Duration::from_millis(100)) {
             Some((at, line)) => {
                 let ready = line.contains("plugins ready");
-                if lines.len() < 20_000 {
-                    lines.push(line);
-                }
+                out.add(at, line);
                 if ready {
                     break at - started;
                 }
@@ -352,7 +372,7 @@ pub async fn run(
             None => ensure!(
                 Instant::now() < ready_deadline,
                 "never ready: {}",
-                tail(&lines)
+                tail(&out.lines)
             ),
         }
     };
@@ -361,14 +381,7 @@ pub async fn run(
     // Warm-up: connections, the API server's caches, pod-phase's instance.
     let warm = format!("warm-{tag}");
     pods.create(&PostParams::default(), &pod(&warm)?).await?;
-    until_seen(
-        &agent,
-        &mut keep,
-        &mut lines,
-        &mut seen,
-        &[format!("good/{warm}")],
-    )
-    .await?;
+    out.until_seen(&agent, &[format!("good/{warm}")]).await?;
     tokio::time::sleep(sizes.settle).await;
     let mut sent = Vec::with_capacity(sizes.pods);
     let names: Vec<String> = (0..sizes.pods).map(|i| format!("{tag}-{i}")).collect();
@@ -393,14 +406,14 @@ pub async fn run(
         tokio::time::sleep_until((first + pace * i as u32).into()).await;
         sent.push(Instant::now());
         pods.create(&PostParams::default(), &pod(name)?).await?;
-        keep(&agent, &mut lines, &mut seen);
+        out.read(&agent);
     }
     let keys: Vec<String> = names.iter().map(|n| format!("good/{n}")).collect();
-    until_seen(&agent, &mut keep, &mut lines, &mut seen, &keys).await?;
+    out.until_seen(&agent, &keys).await?;
     let latencies = keys
         .iter()
         .zip(&sent)
-        .map(|(key, at)| seen[key].saturating_duration_since(*at))
+        .map(|(key, at)| out.seen[key].saturating_duration_since(*at))
         .collect();
     let (code, body) = tokio::task::spawn_blocking(move || http_get(metrics, "/status")).await?;
     ensure!(code == 200, "/status answered {code}: {body}");
@@ -408,8 +421,8 @@ pub async fn run(
     let peak_rss = resident(pid).map(|(_, peak)| peak).context("running")?;
     let (exited_ok, sigterm) = agent.terminate(SHUTDOWN_TIMEOUT + Duration::from_secs(30))?;
     let window = started.elapsed();
-    keep(&agent, &mut lines, &mut seen);
-    let max_open_files = *max_open.lock().unwrap_or_else(|e| e.into_inner());
+    out.read(&agent);
+    let max_open_files = max_open.load(Ordering::Relaxed);
     Ok(Run {
         latencies,
         ready_after,
@@ -420,35 +433,13 @@ pub async fn run(
         window,
         plugin_files: others.len() + 1,
         status,
-        lines,
+        lines: out.lines,
     })
 }
 
 /// The writes the API server answered so far.
 pub fn writes(env: &TestEnv) -> anyhow::Result<Writes> {
     Ok(Writes::count(&env.audited_writes()?))
-}
-
-/// Waits until pod-phase has printed a line for every key in `keys`.
-async fn until_seen(
-    agent: &AgentProcess,
-    keep: &mut impl FnMut(&AgentProcess, &mut Vec<String>, &mut HashMap<String, Instant>),
-    lines: &mut Vec<String>,
-    seen: &mut HashMap<String, Instant>,
-    keys: &[String],
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        keep(agent, lines, seen);
-        let missing = keys.iter().filter(|k| !seen.contains_key(*k)).count();
-        if missing == 0 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("pod-phase never saw {missing} pods: {}", tail(lines));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// The pod key in a pod-phase line (`pod=good/NAME`).
