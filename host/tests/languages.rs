@@ -1,7 +1,8 @@
-//! Plugins written in Python (componentize-py) and JavaScript (componentize-js) run through the
-//! host like Rust ones: the same owner-chain plugin in all three, with the same expected output.
-//! The Python and JavaScript SDKs pass their own tests, and the three SDKs offer the same
-//! helpers (plugin-sdk/parity.json).
+//! Plugins written in Python (componentize-py), JavaScript (componentize-js) and Go (the
+//! standard tool chain and `kubewasm build`) run through the host like Rust ones: the same
+//! owner-chain plugin in all four, with the same expected output, pod-phase and the labeler in
+//! Rust and Go alike. The Python and JavaScript SDKs pass their own tests, and the SDKs offer
+//! the same helpers (plugin-sdk/parity.json).
 
 use std::fs;
 use std::path::Path;
@@ -142,6 +143,89 @@ fn javascript_plugin_walks_owner_references_through_the_cache() {
 }
 
 #[test]
+fn go_plugin_walks_owner_references_through_the_cache() {
+    owner_chain_through_the_host(kubewasm_plugin_artifacts::OWNER_CHAIN_GO, "go");
+}
+
+/// What pod-phase logged: message and fields, one line each, sorted.
+fn phase_lines(lines: &[PluginLogRecord], plugin: &str) -> Vec<String> {
+    let mut out: Vec<String> = lines
+        .iter()
+        .filter(|l| l.plugin == plugin && l.message.starts_with("pod "))
+        .map(|l| {
+            let fields: Vec<String> = l
+                .fields
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "plugin" | "digest" | "key"))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            format!("{}: {}", l.message, fields.join(" "))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn pod_phase_in_go_logs_what_the_rust_one_logs() {
+    let go = kubewasm_plugin_artifacts::POD_PHASE_GO
+        .expect("the Go pod-phase is built (Go's tool chain on PATH)");
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    support::copy_examples(cluster.path());
+    let plugins = tempfile::tempdir().expect("temp dir");
+    fs::copy(
+        kubewasm_plugin_artifacts::POD_PHASE,
+        plugins.path().join("pod-phase.wasm"),
+    )
+    .expect("copy");
+    fs::copy(go, plugins.path().join("pod-phase-go.wasm")).expect("copy");
+    let sink = Arc::new(MemorySink::default());
+    let (mut agent, folder) = support::snapshot_agent(
+        &runtime,
+        cluster.path(),
+        support::configs(&[]),
+        sink.clone(),
+    );
+    runtime
+        .block_on(agent.follow_plugins(plugins.path()))
+        .expect("plugins load");
+    let both = |rs: &[PluginLogRecord], n: usize| {
+        phase_lines(rs, "pod-phase").len() >= n && phase_lines(rs, "pod-phase-go").len() >= n
+    };
+    let lines = sink.wait_until(WAIT, |rs| both(rs, EXPECTED.len()));
+    assert_eq!(
+        phase_lines(&lines, "pod-phase-go"),
+        phase_lines(&lines, "pod-phase"),
+        "{}",
+        support::render(&lines)
+    );
+    // A phase change and a delete: updated (old and new lent together) and deleted events.
+    let stuck = cluster.path().join("shop-web-stuck-pod.yaml");
+    let pod = fs::read_to_string(&stuck).expect("read");
+    assert!(pod.contains("phase: Pending"), "{pod}");
+    fs::write(&stuck, pod.replace("phase: Pending", "phase: Running")).expect("write");
+    folder.rescan();
+    sink.wait_until(WAIT, |rs| both(rs, EXPECTED.len() + 1));
+    fs::remove_file(&stuck).expect("remove");
+    folder.rescan();
+    let lines = sink.wait_until(WAIT, |rs| both(rs, EXPECTED.len() + 2));
+    let rust = phase_lines(&lines, "pod-phase");
+    assert!(
+        rust.iter().any(|l| l.starts_with("pod phase changed: "))
+            && rust.iter().any(|l| l.starts_with("pod deleted: ")),
+        "{rust:#?}"
+    );
+    assert_eq!(phase_lines(&lines, "pod-phase-go"), rust);
+    let status = support::plugin_status(&agent, "pod-phase-go");
+    assert_eq!(
+        (status.traps, status.given_up, status.handles),
+        (0, 0, 0),
+        "{status:?}"
+    );
+}
+
+#[test]
 fn every_example_component_is_well_within_the_compile_limits() {
     use kubewasm::wasm::shape::{MAX_EXPORTS, MAX_FUNCTIONS, shape};
     let rust = [
@@ -154,13 +238,17 @@ fn every_example_component_is_well_within_the_compile_limits() {
         kubewasm_plugin_artifacts::OWNER_CHAIN_PY,
         kubewasm_plugin_artifacts::LABELER_PY,
         kubewasm_plugin_artifacts::OWNER_CHAIN_JS,
+        kubewasm_plugin_artifacts::POD_PHASE_GO,
+        kubewasm_plugin_artifacts::OWNER_CHAIN_GO,
     ];
-    let paths: Vec<&str> =
-        rust.into_iter()
-            .chain(others.into_iter().map(|p| {
-                p.expect("the Python and JavaScript plugins are built (scripts/setup.sh)")
-            }))
-            .collect();
+    let paths: Vec<&str> = rust
+        .into_iter()
+        .chain(others.into_iter().map(|p| {
+            p.expect(
+                "the Python, JavaScript and Go plugins are built (scripts/setup.sh, Go on PATH)",
+            )
+        }))
+        .collect();
     for path in paths {
         let s = shape(&fs::read(path).expect("read"));
         eprintln!("{path}: {s:?}");
@@ -172,11 +260,13 @@ fn every_example_component_is_well_within_the_compile_limits() {
 }
 
 #[test]
-fn the_labeler_writes_the_same_labels_from_rust_and_python() {
+fn the_labeler_writes_the_same_labels_from_rust_python_and_go() {
     use kubewasm::gvk::Gvk;
     use kubewasm::write::{Verb, WriteGrant};
     let python = kubewasm_plugin_artifacts::LABELER_PY
         .expect("the Python labeler is built (scripts/setup.sh)");
+    let go = kubewasm_plugin_artifacts::LABELER_GO
+        .expect("the Go labeler is built (Go's tool chain on PATH)");
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     support::copy_examples(cluster.path());
@@ -187,9 +277,11 @@ fn the_labeler_writes_the_same_labels_from_rust_and_python() {
     )
     .expect("copy");
     fs::copy(python, plugins.path().join("labeler-py.wasm")).expect("copy");
+    fs::copy(go, plugins.path().join("labeler-go.wasm")).expect("copy");
     let mut config = support::configs(&[
         ("labeler", r#"{"key": "from-rust", "value": "yes"}"#),
         ("labeler-py", r#"{"key": "from-python", "value": "yes"}"#),
+        ("labeler-go", r#"{"key": "from-go", "value": "yes"}"#),
     ]);
     let pod = Gvk::new("", "v1", "Pod");
     for settings in config.plugins.named.values_mut() {
@@ -224,18 +316,20 @@ fn the_labeler_writes_the_same_labels_from_rust_and_python() {
         .map(str::to_owned)
         .collect();
     let deadline = std::time::Instant::now() + WAIT;
-    while labels("from-python") != shop || labels("from-rust") != shop {
+    while labels("from-python") != shop || labels("from-rust") != shop || labels("from-go") != shop
+    {
         assert!(
             std::time::Instant::now() < deadline,
-            "rust {:?}, python {:?}, expected {shop:?}\n{}",
+            "rust {:?}, python {:?}, go {:?}, expected {shop:?}\n{}",
             labels("from-rust"),
             labels("from-python"),
+            labels("from-go"),
             support::render(&sink.records())
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     // The batch pod's namespace is not granted: one denied write each, given up at once.
-    for name in ["labeler", "labeler-py"] {
+    for name in ["labeler", "labeler-py", "labeler-go"] {
         let deadline = std::time::Instant::now() + WAIT;
         let s = loop {
             let s = support::plugin_status(&agent, name);

@@ -89,8 +89,9 @@ fn main() {
     );
 }
 
-/// Builds the Python and JavaScript plugins when their tool chains are installed (by
-/// scripts/setup.sh); each constant is `None` otherwise, and the tests that need it say so.
+/// Builds the Python, JavaScript and Go plugins when their tool chains are installed (by
+/// scripts/setup.sh; Go's is the machine's); each constant is `None` otherwise, and the tests
+/// that need it say so.
 fn other_languages(root: &Path, target: &Path) -> String {
     let dir = target.join("guests");
     std::fs::create_dir_all(&dir).expect("create target/plugins/guests");
@@ -178,9 +179,34 @@ fn other_languages(root: &Path, target: &Path) -> String {
             "/// Path of the built {what} plugin (not built: run scripts/setup.sh).\npub const {name}: Option<&str> = None;\n"
         ),
     };
+    let go = |package: &str, name: &str| {
+        let out = dir.join(name);
+        go_available().then(|| {
+            kubewasm_go_tools::build_plugin(&root.join("plugins/go").join(package), &out)
+                .unwrap_or_else(|e| panic!("building the Go plugin {package} failed: {e:#}"));
+            out
+        })
+    };
+    let pod_phase_go = go("pod-phase", "pod_phase_go.wasm");
+    let owner_chain_go = go("owner-chain", "owner_chain_go.wasm");
+    let labeler_go = go("labeler", "labeler_go.wasm");
+    for dir in ["plugins/go", "plugin-sdk/go"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
     constant("OWNER_CHAIN_PY", "Python owner-chain", py)
         + &constant("LABELER_PY", "Python labeler", labeler_py)
         + &constant("OWNER_CHAIN_JS", "JavaScript owner-chain", js)
         + &constant("SERVICE_ALERT_PY", "Python service-alert", alert_py)
         + &constant("SERVICE_ALERT_JS", "JavaScript service-alert", alert_js)
+        + &constant("POD_PHASE_GO", "Go pod-phase", pod_phase_go)
+        + &constant("OWNER_CHAIN_GO", "Go owner-chain", owner_chain_go)
+        + &constant("LABELER_GO", "Go labeler", labeler_go)
+}
+
+/// True when Go's tool chain is on PATH (the test suite needs it anyway, for the API server).
+fn go_available() -> bool {
+    Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }

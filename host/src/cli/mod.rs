@@ -1,5 +1,6 @@
 //! The subcommands, one file each, and what they share.
 
+mod build;
 mod check;
 mod new;
 mod rbac;
@@ -64,7 +65,9 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Record a cluster's objects and changes as a test file for `test` to replay.
     Record(record::RecordArgs),
-    /// Create a plugin project (Rust, Python or JavaScript) with a test.
+    /// Build a Go plugin package as a component (Go's tool chain, the WASI adapter included).
+    Build(build::BuildArgs),
+    /// Create a plugin project (Rust, Python, JavaScript or Go) with a test.
     New(new::NewArgs),
     /// Run a plugin through the cluster states of test files and check what it logs and
     /// writes in each.
@@ -91,6 +94,7 @@ impl Command {
             Command::Status(args) => status::status(args).await,
             Command::Test(args) => test::test(args).await,
             Command::New(args) => new::new(args).await,
+            Command::Build(args) => build::build(args).await,
             Command::Record(args) => record::record_cmd(args).await,
         }
     }

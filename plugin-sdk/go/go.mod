@@ -1,0 +1,3 @@
+module example.invalid/kubewasm/sdk
+
+go 1.26

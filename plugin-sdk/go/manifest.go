@@ -1,0 +1,133 @@
+package kubewasm
+
+// NewManifest is a manifest with these subscriptions and nothing else.
+func NewManifest(subscriptions ...Subscription) Manifest {
+	return Manifest{Subscriptions: subscriptions}
+}
+
+// Query adds resource types the plugin queries without their events.
+func (m Manifest) Query(types ...Gvk) Manifest {
+	m.Queries = append(m.Queries, types...)
+	return m
+}
+
+// Index adds a field index: its name and the JSON pointer of the indexed values.
+func (m Manifest) Index(gvk Gvk, name, jsonPointer string) Manifest {
+	m.Indexes = append(m.Indexes, Index{Gvk: gvk, Name: name, JsonPointer: jsonPointer})
+	return m
+}
+
+// ResyncEvery asks for a `sync` event for every subscribed object every `seconds`.
+func (m Manifest) ResyncEvery(seconds uint32) Manifest {
+	m.ResyncSeconds = seconds
+	return m
+}
+
+// Schedule adds a named cron schedule (`*/5 * * * *`, `@every 30s`) in UTC.
+func (m Manifest) Schedule(name, cron string) Manifest {
+	m.Schedules = append(m.Schedules, Schedule{Name: name, Cron: cron})
+	return m
+}
+
+// WithState declares that the plugin uses `State`.
+func (m Manifest) WithState() Manifest {
+	m.State = true
+	return m
+}
+
+// WithAdmission declares the admission webhook the plugin serves.
+func (m Manifest) WithAdmission(a Admission) Manifest {
+	m.Admission = &a
+	return m
+}
+
+// Subscribe is a subscription to every object of a type.
+func Subscribe(gvk Gvk) Subscription { return Subscription{Gvk: gvk} }
+
+// InNamespaces limits the subscription to these namespaces.
+func (s Subscription) InNamespaces(namespaces ...string) Subscription {
+	s.Namespaces = append(s.Namespaces, namespaces...)
+	return s
+}
+
+// Selector limits the subscription to objects matching a label selector (`app=web,!canary`).
+func (s Subscription) Selector(selector string) Subscription {
+	s.LabelSelector = &selector
+	return s
+}
+
+// OnChanges delivers an update only when the value at one of these JSON pointers changed.
+func (s Subscription) OnChanges(pointers ...string) Subscription {
+	s.Changes = append(s.Changes, pointers...)
+	return s
+}
+
+// OnGenerationChange delivers an update only when `/metadata/generation` changed (the spec).
+func (s Subscription) OnGenerationChange() Subscription {
+	return s.OnChanges("/metadata/generation")
+}
+
+// Validating is a validating webhook over these rules, failing closed with the API server's
+// default timeout.
+func Validating(rules ...AdmissionRule) Admission {
+	return Admission{Rules: rules, FailurePolicy: FailurePolicyFail}
+}
+
+// Mutating is a mutating webhook over these rules, failing closed.
+func Mutating(rules ...AdmissionRule) Admission {
+	a := Validating(rules...)
+	a.Mutating = true
+	return a
+}
+
+// IgnoreFailures lets requests through when the plugin cannot answer.
+func (a Admission) IgnoreFailures() Admission {
+	a.FailurePolicy = FailurePolicyIgnore
+	return a
+}
+
+// WithTimeout sets the API server's timeout for the call (1 to 30 seconds).
+func (a Admission) WithTimeout(seconds uint32) Admission {
+	a.TimeoutSeconds = seconds
+	return a
+}
+
+// InNamespacesMatching reviews only objects in namespaces matching this label selector.
+func (a Admission) InNamespacesMatching(selector string) Admission {
+	a.NamespaceSelector = &selector
+	return a
+}
+
+// MatchCondition adds a named CEL condition the request must meet to be sent.
+func (a Admission) MatchCondition(name, expression string) Admission {
+	a.MatchConditions = append(a.MatchConditions, [2]string{name, expression})
+	return a
+}
+
+// Rule reviews these operations on a type.
+func Rule(gvk Gvk, operations ...Operation) AdmissionRule {
+	return AdmissionRule{Gvk: gvk, Operations: operations}
+}
+
+// WithSubresources reviews these subresources too (`status`, `scale`).
+func (r AdmissionRule) WithSubresources(subresources ...string) AdmissionRule {
+	r.Subresources = append(r.Subresources, subresources...)
+	return r
+}
+
+// Allow lets the request through.
+func Allow() AdmissionResponse { return AdmissionResponse{Allowed: true} }
+
+// Deny refuses the request with this message (HTTP 403).
+func Deny(message string) AdmissionResponse { return AdmissionResponse{Message: message} }
+
+// PatchTo allows the request, changed to this whole object (JSON); the host works out the patch.
+func PatchTo(objectJSON string) AdmissionResponse {
+	return AdmissionResponse{Allowed: true, Mutation: &Mutation{Tag: MutationObject, Object: objectJSON}}
+}
+
+// Warn adds a warning shown to the user.
+func (r AdmissionResponse) Warn(warning string) AdmissionResponse {
+	r.Warnings = append(r.Warnings, warning)
+	return r
+}

@@ -1,0 +1,7 @@
+module example.invalid/kubewasm/plugins
+
+go 1.26
+
+require example.invalid/kubewasm/sdk v0.0.0
+
+replace example.invalid/kubewasm/sdk => ../../plugin-sdk/go
