@@ -1,5 +1,5 @@
 //! `kubewasm new`: the project it creates, outside the checkout, builds and passes its own
-//! test (`kubewasm test` on its test file) from cargo test, pytest and node's runner.
+//! test (`kubewasm test` on its test file) from cargo test, pytest, node's runner and go test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -128,6 +128,39 @@ fn a_new_javascript_plugin_passes_its_test_from_node_test() {
         node
     };
     rebuilds_only_when_changed(&dir, build, "plugin.js");
+}
+
+#[test]
+fn a_new_go_plugin_passes_its_test_from_go_test() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let started = std::time::Instant::now();
+    let dir = create(parent.path(), "go", "ns-quota");
+    let mut test = Command::new("go");
+    test.args(["test", "./..."]);
+    let out = passes(test, &dir);
+    assert!(out.contains("ok"), "{out}");
+    took("go", started);
+    // Go builds are reproducible: an unchanged package is the same component, left alone.
+    let build = || {
+        let mut kubewasm = Command::new(KUBEWASM);
+        kubewasm.args(["build", ".", "-o", "ns-quota.wasm"]);
+        kubewasm
+    };
+    let wasm = dir.join("ns-quota.wasm");
+    let before = std::fs::read(&wasm).expect("built");
+    let out = passes(build(), &dir);
+    assert!(out.contains("ns-quota.wasm is up to date"), "{out}");
+    assert_eq!(std::fs::read(&wasm).expect("kept"), before);
+    // A change of code (not of layout, which Go compiles to the same bytes) builds again.
+    let main = dir.join("main.go");
+    let text = std::fs::read_to_string(&main).expect("source");
+    std::fs::write(&main, text.replace(r#"phase = "-""#, r#"phase = "?""#)).expect("edit");
+    let out = passes(build(), &dir);
+    assert!(
+        out.contains("built "),
+        "an edited source builds again: {out}"
+    );
+    assert_ne!(std::fs::read(&wasm).expect("rebuilt"), before);
 }
 
 #[test]

@@ -1,3 +1,3 @@
 module example.invalid/kubewasm/sdk
 
-go 1.26
+go 1.24

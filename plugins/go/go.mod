@@ -1,6 +1,6 @@
 module example.invalid/kubewasm/plugins
 
-go 1.26
+go 1.24
 
 require example.invalid/kubewasm/sdk v0.0.0
 

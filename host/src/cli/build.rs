@@ -36,11 +36,14 @@ pub async fn build(args: BuildArgs) -> anyhow::Result<ExitCode> {
             dir.join(name).with_extension("wasm")
         }
     };
-    tokio::task::spawn_blocking({
+    let built = tokio::task::spawn_blocking({
         let out = out.clone();
         move || kubewasm_go_tools::build_plugin(&dir, &out)
     })
     .await??;
-    println!("built {}", out.display());
+    match built {
+        kubewasm_go_tools::Built::Written => println!("built {}", out.display()),
+        kubewasm_go_tools::Built::UpToDate => println!("{} is up to date", out.display()),
+    }
     Ok(ExitCode::SUCCESS)
 }

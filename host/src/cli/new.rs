@@ -16,6 +16,8 @@ pub enum Lang {
     Python,
     /// JavaScript, built with componentize-js.
     Javascript,
+    /// Go, built with Go's tool chain and `kubewasm build`.
+    Go,
 }
 
 /// Arguments of `kubewasm new`.
@@ -125,6 +127,20 @@ fn files(lang: Lang, name: &str) -> Vec<(String, &'static str)> {
             (".npmrc".into(), "install-links=true\n"),
             test,
         ],
+        Lang::Go => vec![
+            ("go.mod".into(), include_str!("../../templates/go/go.mod")),
+            ("main.go".into(), include_str!("../../templates/go/main.go")),
+            (
+                "plugin_test.go".into(),
+                include_str!("../../templates/go/plugin_test.go"),
+            ),
+            (
+                "README.md".into(),
+                include_str!("../../templates/go/README.md"),
+            ),
+            (".gitignore".into(), "*.wasm\n"),
+            test,
+        ],
     }
 }
 
@@ -168,7 +184,7 @@ pub async fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     let crate_name = name.replace('-', "_");
     let wasm = match args.lang {
         Lang::Rust => format!("../target/wasm/wasm32-wasip2/release/{crate_name}.wasm"),
-        Lang::Python | Lang::Javascript => format!("../{name}.wasm"),
+        Lang::Python | Lang::Javascript | Lang::Go => format!("../{name}.wasm"),
     };
     let fill = |template: &str| {
         template
@@ -190,6 +206,10 @@ pub async fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
                 "{{sdk_js}}",
                 &checkout.join("plugin-sdk/javascript").display().to_string(),
             )
+            .replace(
+                "{{sdk_go}}",
+                &checkout.join("plugin-sdk/go").display().to_string(),
+            )
     };
     for (path, template) in files(args.lang, name) {
         let path = dir.join(path);
@@ -205,6 +225,7 @@ pub async fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
             "python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1 pytest && COMPONENTIZE_PY=.venv/bin/componentize-py .venv/bin/pytest"
         }
         Lang::Javascript => "npm install && npm test",
+        Lang::Go => "go test",
     };
     println!("next: cd {} && {next}", dir.display());
     Ok(ExitCode::SUCCESS)
@@ -234,7 +255,7 @@ mod tests {
 
     #[test]
     fn every_placeholder_of_every_template_is_filled() {
-        for lang in [Lang::Rust, Lang::Python, Lang::Javascript] {
+        for lang in [Lang::Rust, Lang::Python, Lang::Javascript, Lang::Go] {
             for (path, template) in files(lang, "x") {
                 let known = [
                     "{{name}}",
@@ -246,6 +267,7 @@ mod tests {
                     "{{sdk_rust}}",
                     "{{sdk_python}}",
                     "{{sdk_js}}",
+                    "{{sdk_go}}",
                 ];
                 let mut rest = template.to_owned();
                 for k in known {

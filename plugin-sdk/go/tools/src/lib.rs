@@ -49,18 +49,32 @@ pub fn go_build(package_dir: &Path, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the Go package in `package_dir` as a plugin component at `out`.
-pub fn build_plugin(package_dir: &Path, out: &Path) -> anyhow::Result<()> {
+/// What `build_plugin` did with the output file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Built {
+    /// The component was written.
+    Written,
+    /// The file already held these exact bytes and was left alone (so its time and the
+    /// host's compiled-code cache stay valid).
+    UpToDate,
+}
+
+/// Builds the Go package in `package_dir` as a plugin component at `out`. Go's builds are
+/// reproducible (`-trimpath`), so an unchanged package gives the same bytes.
+pub fn build_plugin(package_dir: &Path, out: &Path) -> anyhow::Result<Built> {
     use anyhow::Context;
     let core = out.with_extension("core.wasm");
     go_build(package_dir, &core)?;
     let bytes = std::fs::read(&core).with_context(|| core.display().to_string())?;
+    std::fs::remove_file(&core).ok();
     let (resolve, world) = contract_world()?;
     let component = componentize::componentize(&bytes, &resolve, world)
         .with_context(|| format!("componentizing {}", core.display()))?;
+    if std::fs::read(out).is_ok_and(|old| old == component) {
+        return Ok(Built::UpToDate);
+    }
     std::fs::write(out, component).with_context(|| out.display().to_string())?;
-    std::fs::remove_file(&core).ok();
-    Ok(())
+    Ok(Built::Written)
 }
 
 /// Reads the WIT package in `wit_dir` and selects the plugin world.

@@ -1,0 +1,7 @@
+module {{name}}
+
+go 1.24
+
+require example.invalid/kubewasm/sdk v0.0.0
+
+replace example.invalid/kubewasm/sdk => {{sdk_go}}
