@@ -968,3 +968,87 @@ fn a_component_made_to_compile_hugely_is_stopped_at_its_memory_cap_and_at_its_ti
         .compile_within(&good, "audit", Duration::from_secs(120))
         .expect("compiles in a child");
 }
+
+/// The Go hostile plugin (plugins/go/hostile) in `mode`.
+fn hostile_go(mode: &str, settings: PluginSettings) -> (std::path::PathBuf, PluginSettings) {
+    let settings = PluginSettings {
+        config: format!(r#"{{"mode": "{mode}"}}"#),
+        ..settings
+    };
+    let path = kubewasm_plugin_artifacts::HOSTILE_GO
+        .expect("the Go hostile plugin is built (Go's tool chain on PATH)");
+    (path.into(), settings)
+}
+
+#[test]
+fn a_go_plugin_spinning_asleep_or_waiting_on_a_goroutine_is_stopped_at_its_deadline() {
+    // Go's scheduler sleeps in poll_oneoff when every goroutine waits: the host bounds that
+    // wait by the call's deadline and interrupts the call, as it does a spinning one.
+    for mode in ["loop", "sleep", "goroutine"] {
+        let (bad, settings) = hostile_go(mode, tight());
+        let r = run(&bad, settings);
+        let s = r.bad_status_until(|s| s.given_up >= 1);
+        assert!(
+            s.given_up >= 1 && s.traps >= 3 && s.delivered == 0,
+            "{mode}: {s:?}"
+        );
+        let error = s.last_error.clone().unwrap_or_default();
+        assert!(
+            error.contains("interrupt"),
+            "{mode}: the deadline trap is named: {error}"
+        );
+        assert_eq!(
+            s.durations.cumulative[9], s.durations.count,
+            "{mode}: every call ended within 0.5 s: {s:?}"
+        );
+        r.no_host_call_took_50_ms();
+    }
+}
+
+#[test]
+fn a_go_plugin_is_held_by_its_memory_cap_and_a_panic_is_a_trap() {
+    for (mode, reason) in [("alloc", "memory cap"), ("panic", "trapped")] {
+        let (bad, settings) = hostile_go(mode, tight());
+        let r = run(&bad, settings);
+        let s = r.bad_status_until(|s| s.given_up >= 1);
+        assert!(
+            s.given_up >= 1 && s.traps >= 3 && s.delivered == 0,
+            "{mode}: {s:?}"
+        );
+        assert!(s.memory_bytes <= 16 << 20, "{mode}: {s:?}");
+        let error = s.last_error.unwrap_or_default();
+        assert!(error.contains(reason), "{mode}: {error}");
+    }
+}
+
+#[test]
+fn go_instances_are_recycled_and_released_when_idle_like_any_other() {
+    let mut settings = tight();
+    settings.delivery.recycle_after_calls = 2;
+    let (bad, settings) = hostile_go("count", settings);
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 6);
+    let counts = field_values(&r.lines("bad"), "count", "calls");
+    assert_eq!(
+        counts,
+        ["1", "2", "1", "1", "2", "1"],
+        "a fresh instance every 2 calls"
+    );
+
+    let mut settings = tight();
+    settings.delivery.release_idle_after = Duration::from_millis(300);
+    let (bad, settings) = hostile_go("count", settings);
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 6 && s.memory_bytes > 0);
+    let s = r.bad_status_until(|s| s.memory_bytes == 0);
+    assert_eq!((s.memory_bytes, s.delivered), (0, 6), "{s:?}");
+    fs::write(r.cluster.path().join("cm-2.yaml"), cm("cm-2", "changed")).expect("write");
+    r.folder.rescan();
+    r.bad_status_until(|s| s.delivered >= 7);
+    let counts = field_values(&r.lines("bad"), "count", "calls");
+    assert_eq!(
+        counts,
+        ["1", "2", "3", "4", "5", "6", "1"],
+        "a fresh instance after the idle period"
+    );
+}

@@ -190,6 +190,7 @@ fn other_languages(root: &Path, target: &Path) -> String {
     let pod_phase_go = go("pod-phase", "pod_phase_go.wasm");
     let owner_chain_go = go("owner-chain", "owner_chain_go.wasm");
     let labeler_go = go("labeler", "labeler_go.wasm");
+    let hostile_go = go("hostile", "hostile_go.wasm");
     for dir in ["plugins/go", "plugin-sdk/go"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -201,6 +202,7 @@ fn other_languages(root: &Path, target: &Path) -> String {
         + &constant("POD_PHASE_GO", "Go pod-phase", pod_phase_go)
         + &constant("OWNER_CHAIN_GO", "Go owner-chain", owner_chain_go)
         + &constant("LABELER_GO", "Go labeler", labeler_go)
+        + &constant("HOSTILE_GO", "Go hostile", hostile_go)
 }
 
 /// True when Go's tool chain is on PATH (the test suite needs it anyway, for the API server).
