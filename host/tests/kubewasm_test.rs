@@ -101,6 +101,53 @@ fn service_alert_passes_its_test_file_in_python_and_javascript() {
     }
 }
 
+/// The Go twins of the example plugins pass the Rust ones' test files: events, writes, state
+/// on a fresh instance per call, schedules' neighbours (`synced`) and both kinds of admission
+/// go through the generated glue as through the Rust SDK.
+#[test]
+fn the_go_examples_pass_the_rust_ones_test_files() {
+    let go =
+        |p: Option<&'static str>| p.expect("the Go plugins are built (Go's tool chain on PATH)");
+    for (file, plugin, steps) in [
+        (
+            "plugins/pod-phase/tests/pod-phase.test.yaml",
+            go(kubewasm_plugin_artifacts::POD_PHASE_GO),
+            3,
+        ),
+        (
+            "plugins/labeler/tests/labeler.test.yaml",
+            go(kubewasm_plugin_artifacts::LABELER_GO),
+            3,
+        ),
+        (
+            "plugins/service-alert/tests/service-alert.test.yaml",
+            go(kubewasm_plugin_artifacts::SERVICE_ALERT_GO),
+            5,
+        ),
+        (
+            "plugins/image-policy/tests/image-policy.test.yaml",
+            go(kubewasm_plugin_artifacts::IMAGE_POLICY_GO),
+            4,
+        ),
+        (
+            "plugins/pod-defaults/tests/pod-defaults.test.yaml",
+            go(kubewasm_plugin_artifacts::POD_DEFAULTS_GO),
+            3,
+        ),
+    ] {
+        // Under the Rust plugin's file name: the test files' grants name the plugin by it.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let name = file.split('/').nth(1).expect("plugins/NAME/tests");
+        let copy = dir.path().join(format!("{name}.wasm"));
+        std::fs::copy(plugin, &copy).expect("copy");
+        let results = run_file(file, copy.to_str().expect("a UTF-8 path"));
+        assert_eq!(results.len(), steps, "{file}");
+        for step in &results {
+            assert!(step.passed(), "{file} (Go): {step:#?}");
+        }
+    }
+}
+
 #[test]
 fn a_cluster_folder_is_the_first_state_read_as_the_folder_source_reads_it() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -191,6 +191,9 @@ fn other_languages(root: &Path, target: &Path) -> String {
     let owner_chain_go = go("owner-chain", "owner_chain_go.wasm");
     let labeler_go = go("labeler", "labeler_go.wasm");
     let hostile_go = go("hostile", "hostile_go.wasm");
+    let service_alert_go = go("service-alert", "service_alert_go.wasm");
+    let image_policy_go = go("image-policy", "image_policy_go.wasm");
+    let pod_defaults_go = go("pod-defaults", "pod_defaults_go.wasm");
     for dir in ["plugins/go", "plugin-sdk/go"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -203,6 +206,9 @@ fn other_languages(root: &Path, target: &Path) -> String {
         + &constant("OWNER_CHAIN_GO", "Go owner-chain", owner_chain_go)
         + &constant("LABELER_GO", "Go labeler", labeler_go)
         + &constant("HOSTILE_GO", "Go hostile", hostile_go)
+        + &constant("SERVICE_ALERT_GO", "Go service-alert", service_alert_go)
+        + &constant("IMAGE_POLICY_GO", "Go image-policy", image_policy_go)
+        + &constant("POD_DEFAULTS_GO", "Go pod-defaults", pod_defaults_go)
 }
 
 /// True when Go's tool chain is on PATH (the test suite needs it anyway, for the API server).
