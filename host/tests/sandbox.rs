@@ -1022,6 +1022,20 @@ fn a_go_plugin_is_held_by_its_memory_cap_and_a_panic_is_a_trap() {
 }
 
 #[test]
+fn a_go_plugin_collecting_garbage_around_host_calls_does_not_trap() {
+    // The host calls cabi_realloc to hand over each string, where the instance may not call
+    // the host; a collection starting there would read the clock and trap. 5,000 calls with
+    // 20 MiB of garbage per event, several collections each.
+    let mut settings = tight();
+    settings.limits.deadline = Duration::from_secs(10);
+    let (bad, settings) = hostile_go("churn", settings);
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.delivered + s.given_up >= 6);
+    assert_eq!((s.delivered, s.traps, s.given_up), (6, 0, 0), "{s:?}");
+    assert_eq!(field_values(&r.lines("bad"), "churned", "key").len(), 6);
+}
+
+#[test]
 fn go_instances_are_recycled_and_released_when_idle_like_any_other() {
     let mut settings = tight();
     settings.delivery.recycle_after_calls = 2;

@@ -8,13 +8,53 @@ package kubewasm
 //   - memory the host allocates (cabi_realloc) is held in `allocs` until its contents are
 //     lifted; strings lifted from it point into it, and so keep it alive after that;
 //   - memory handed to the host (strings, lists, parameters in memory) is held in `kept` until
-//     the import returns, or for an export's result until its post-return;
+//     the import returns, or for an export's result until the next export lowers its own
+//     (no post-return: it runs where the instance may not call the host, see below);
 //   - return areas are package variables, never on a goroutine stack (stacks move).
 
 import (
 	"math"
+	"runtime"
+	"runtime/debug"
 	"unsafe"
 )
+
+// The garbage collector runs only while the plugin's own code runs. The host calls into the
+// instance at two more moments, `cabi_realloc` (to hand over strings and lists) and between
+// calls, and the component model forbids the instance to call the host then ("cannot leave
+// component instance"). A collection starting or assisting in an allocation there reads the
+// clock, a WASI call, and traps the instance. So collection is off outside the plugin's code:
+// an export turns it on around the plugin's method, an import off around the host's call.
+
+// gcPercent is GOGC while the plugin's code runs.
+var gcPercent = 100
+
+// gcOn is true while collection is on.
+var gcOn = true
+
+func init() {
+	hostWindow()
+	// Heap profiling is of no use in a plugin, and it is one more thing allocation does.
+	runtime.MemProfileRate = 0
+}
+
+// guestWindow turns collection on for the plugin's code.
+func guestWindow() {
+	if !gcOn {
+		debug.SetGCPercent(gcPercent)
+		gcOn = true
+	}
+}
+
+// hostWindow turns collection off before the host may call in; true if it was on.
+func hostWindow() bool {
+	if !gcOn {
+		return false
+	}
+	gcPercent = debug.SetGCPercent(-1)
+	gcOn = false
+	return true
+}
 
 // arenaSize is the room the WASI adapter gets for its state and stack.
 const arenaSize = 256 << 10

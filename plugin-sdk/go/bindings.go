@@ -15,7 +15,7 @@ var _ = runtime.KeepAlive
 var importRet [5]uint64
 
 // exportRet is where exports leave results that do not fit a core value, read by the host
-// before post-return.
+// when the call returns; kept until the next call.
 var exportRet [11]uint64
 
 // A resource type: API group (empty for the core group), version and kind.
@@ -661,7 +661,11 @@ func (self Object) Gvk() Gvk {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_gvk(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := liftGvk(importRetAddr())
@@ -677,7 +681,11 @@ func (self Object) Namespace() *string {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_namespace(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := liftOptionString(importRetAddr())
@@ -693,7 +701,11 @@ func (self Object) Name() string {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_name(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := loadString(importRetAddr())
@@ -709,7 +721,11 @@ func (self Object) Key() string {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_key(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := loadString(importRetAddr())
@@ -725,7 +741,11 @@ func (self Object) Uid() string {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_uid(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := loadString(importRetAddr())
@@ -741,7 +761,11 @@ func (self Object) ResourceVersion() string {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_resource_version(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := loadString(importRetAddr())
@@ -760,7 +784,11 @@ func (self Object) Label(key string) *string {
 	var p1 uint32
 	var p2 uint32
 	p1, p2 = stringArg(key)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_label(p0, p1, p2, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	runtime.KeepAlive(key)
 	keptRelease(mark)
@@ -777,7 +805,11 @@ func (self Object) Labels() [][2]string {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_labels(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := liftListTuple2String(importRetAddr())
@@ -796,7 +828,11 @@ func (self Object) Annotation(key string) *string {
 	var p1 uint32
 	var p2 uint32
 	p1, p2 = stringArg(key)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_annotation(p0, p1, p2, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	runtime.KeepAlive(key)
 	keptRelease(mark)
@@ -813,7 +849,11 @@ func (self Object) OwnerReferences() []OwnerReference {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_owner_references(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := liftListOwnerReference(importRetAddr())
@@ -829,7 +869,11 @@ func (self Object) Controller() *OwnerReference {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_controller(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := liftOptionOwnerReference(importRetAddr())
@@ -858,7 +902,11 @@ func (self Object) Owner(gvk Gvk) (*Object, error) {
 	p1, p2 = stringArg(gvk.Group)
 	p3, p4 = stringArg(gvk.Version)
 	p5, p6 = stringArg(gvk.Kind)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_owner(p0, p1, p2, p3, p4, p5, p6, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	runtime.KeepAlive(gvk)
 	keptRelease(mark)
@@ -886,7 +934,11 @@ func (self Object) Field(pointer string) (*Value, error) {
 	var p1 uint32
 	var p2 uint32
 	p1, p2 = stringArg(pointer)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_field(p0, p1, p2, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	runtime.KeepAlive(pointer)
 	keptRelease(mark)
@@ -909,7 +961,11 @@ func (self Object) Json() string {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_types_0_3_0__method_object_json(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
 	v := loadString(importRetAddr())
@@ -964,7 +1020,11 @@ func (cacheImports) Get(gvk Gvk, namespace *string, name string) (*Object, error
 	var p9 uint32
 	var p10 uint32
 	p9, p10 = stringArg(name)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cache_0_3_0_get(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(gvk)
 	runtime.KeepAlive(namespace)
 	runtime.KeepAlive(name)
@@ -1010,7 +1070,11 @@ func (cacheImports) ListObjects(gvk Gvk, namespace *string, labelSelector *strin
 		p9 = 1
 		p10, p11 = stringArg((*labelSelector))
 	}
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cache_0_3_0_list_objects(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(gvk)
 	runtime.KeepAlive(namespace)
 	runtime.KeepAlive(labelSelector)
@@ -1047,7 +1111,11 @@ func (cacheImports) ByIndex(gvk Gvk, index string, value string) ([]Object, erro
 	var p8 uint32
 	var p9 uint32
 	p8, p9 = stringArg(value)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cache_0_3_0_by_index(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(gvk)
 	runtime.KeepAlive(index)
 	runtime.KeepAlive(value)
@@ -1085,7 +1153,11 @@ func (cacheImports) IndexKeys(gvk Gvk, index string, value string) ([]string, er
 	var p8 uint32
 	var p9 uint32
 	p8, p9 = stringArg(value)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cache_0_3_0_index_keys(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(gvk)
 	runtime.KeepAlive(index)
 	runtime.KeepAlive(value)
@@ -1119,7 +1191,11 @@ func (cacheImports) IndexValues(gvk Gvk, index string) ([]string, error) {
 	var p6 uint32
 	var p7 uint32
 	p6, p7 = stringArg(index)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cache_0_3_0_index_values(p0, p1, p2, p3, p4, p5, p6, p7, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(gvk)
 	runtime.KeepAlive(index)
 	keptRelease(mark)
@@ -1183,7 +1259,11 @@ func (clusterImports) Apply(target Target, json string) error {
 	var p14 uint32
 	var p15 uint32
 	p14, p15 = stringArg(json)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cluster_0_3_0_apply(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(target)
 	runtime.KeepAlive(json)
 	keptRelease(mark)
@@ -1231,7 +1311,11 @@ func (clusterImports) MergePatch(target Target, patch string) error {
 	var p14 uint32
 	var p15 uint32
 	p14, p15 = stringArg(patch)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cluster_0_3_0_merge_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(target)
 	runtime.KeepAlive(patch)
 	keptRelease(mark)
@@ -1279,7 +1363,11 @@ func (clusterImports) JsonPatch(target Target, patch string) error {
 	var p14 uint32
 	var p15 uint32
 	p14, p15 = stringArg(patch)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cluster_0_3_0_json_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(target)
 	runtime.KeepAlive(patch)
 	keptRelease(mark)
@@ -1317,7 +1405,11 @@ func (clusterImports) Create(gvk Gvk, namespace *string, json string) error {
 	var p9 uint32
 	var p10 uint32
 	p9, p10 = stringArg(json)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cluster_0_3_0_create(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(gvk)
 	runtime.KeepAlive(namespace)
 	runtime.KeepAlive(json)
@@ -1340,7 +1432,11 @@ func (clusterImports) Delete(target Target, uid *string) error {
 	params := allocKept(68, 4)
 	lowerTarget(params+0, target)
 	lowerOptionString(params+56, uid)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cluster_0_3_0_delete(uint32(params), uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(target)
 	runtime.KeepAlive(uid)
 	keptRelease(mark)
@@ -1370,7 +1466,11 @@ func (clusterImports) RecordEvent(regarding Object, eventType EventType, reason 
 	var p4 uint32
 	var p5 uint32
 	p4, p5 = stringArg(note)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cluster_0_3_0_record_event(p0, p1, p2, p3, p4, p5, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(regarding)
 	runtime.KeepAlive(eventType)
 	runtime.KeepAlive(reason)
@@ -1392,7 +1492,11 @@ func wasmimport_kubewasm_plugin_cluster_0_3_0_record_event(p0 uint32, p1 uint32,
 // attempt), so a retry can adapt.
 func (clusterImports) PreviousFailures() []WriteFailure {
 	mark := keptMark()
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_cluster_0_3_0_previous_failures(uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	keptRelease(mark)
 	v := liftListWriteFailure(importRetAddr())
 	releaseAllocs()
@@ -1416,7 +1520,11 @@ func (triggersImports) RequeueAfter(seconds uint32) error {
 	mark := keptMark()
 	var p0 uint32
 	p0 = uint32(seconds)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_triggers_0_3_0_requeue_after(p0, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(seconds)
 	keptRelease(mark)
 	if load8(importRetAddr()) != 0 {
@@ -1450,7 +1558,11 @@ func (stateImports) Get(key string) *string {
 	var p0 uint32
 	var p1 uint32
 	p0, p1 = stringArg(key)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_state_0_3_0_get(p0, p1, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(key)
 	keptRelease(mark)
 	v := liftOptionString(importRetAddr())
@@ -1470,7 +1582,11 @@ func (stateImports) Set(key string, value string) error {
 	var p2 uint32
 	var p3 uint32
 	p2, p3 = stringArg(value)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_state_0_3_0_set(p0, p1, p2, p3, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
 	keptRelease(mark)
@@ -1492,7 +1608,11 @@ func (stateImports) Remove(key string) error {
 	var p0 uint32
 	var p1 uint32
 	p0, p1 = stringArg(key)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_state_0_3_0_remove(p0, p1, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(key)
 	keptRelease(mark)
 	if load8(importRetAddr()) != 0 {
@@ -1513,7 +1633,11 @@ func (stateImports) Keys(prefix string) []string {
 	var p0 uint32
 	var p1 uint32
 	p0, p1 = stringArg(prefix)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_state_0_3_0_keys(p0, p1, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(prefix)
 	keptRelease(mark)
 	v := liftListString(importRetAddr())
@@ -1541,7 +1665,11 @@ func (loggingImports) Log(level Level, message string, fields [][2]string) {
 	var p3 uint32
 	var p4 uint32
 	p3, p4 = lowerListArgTuple2String(fields)
+	wasOn := hostWindow()
 	wasmimport_kubewasm_plugin_logging_0_3_0_log(p0, p1, p2, p3, p4)
+	if wasOn {
+		guestWindow()
+	}
 	runtime.KeepAlive(level)
 	runtime.KeepAlive(message)
 	runtime.KeepAlive(fields)
@@ -1590,7 +1718,10 @@ func wasmexport_init(a0 uint32, a1 uint32) uint32 {
 	defer returnBorrowed()
 	keptRelease(0)
 	p := exportRetAddr()
-	if err := handlerImpl.Init(config); err != nil {
+	guestWindow()
+	err := handlerImpl.Init(config)
+	hostWindow()
+	if err != nil {
 		store8(p, 1)
 		storeString(p+4, err.Error())
 		return uint32(p)
@@ -1599,25 +1730,17 @@ func wasmexport_init(a0 uint32, a1 uint32) uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport cabi_post_kubewasm:plugin/handler@0.3.0#init
-func wasmexport_initPost(uint32) {
-	keptRelease(0)
-}
-
 //go:wasmexport kubewasm:plugin/handler@0.3.0#describe
 func wasmexport_describe() uint32 {
 	releaseAllocs()
 	defer returnBorrowed()
 	keptRelease(0)
 	p := exportRetAddr()
+	guestWindow()
 	v := handlerImpl.Describe()
+	hostWindow()
 	lowerManifest(p, v)
 	return uint32(p)
-}
-
-//go:wasmexport cabi_post_kubewasm:plugin/handler@0.3.0#describe
-func wasmexport_describePost(uint32) {
-	keptRelease(0)
 }
 
 //go:wasmexport kubewasm:plugin/handler@0.3.0#handle
@@ -1627,18 +1750,16 @@ func wasmexport_handle(a0 uint32, a1 uint32, a2 uint32) uint32 {
 	defer returnBorrowed()
 	keptRelease(0)
 	p := exportRetAddr()
-	if err := handlerImpl.Handle(event); err != nil {
+	guestWindow()
+	err := handlerImpl.Handle(event)
+	hostWindow()
+	if err != nil {
 		store8(p, 1)
 		lowerHandleError(p+4, handleErrorFrom(err))
 		return uint32(p)
 	}
 	store8(p, 0)
 	return uint32(p)
-}
-
-//go:wasmexport cabi_post_kubewasm:plugin/handler@0.3.0#handle
-func wasmexport_handlePost(uint32) {
-	keptRelease(0)
 }
 
 //go:wasmexport kubewasm:plugin/handler@0.3.0#synced
@@ -1647,18 +1768,16 @@ func wasmexport_synced() uint32 {
 	defer returnBorrowed()
 	keptRelease(0)
 	p := exportRetAddr()
-	if err := handlerImpl.Synced(); err != nil {
+	guestWindow()
+	err := handlerImpl.Synced()
+	hostWindow()
+	if err != nil {
 		store8(p, 1)
 		lowerHandleError(p+4, handleErrorFrom(err))
 		return uint32(p)
 	}
 	store8(p, 0)
 	return uint32(p)
-}
-
-//go:wasmexport cabi_post_kubewasm:plugin/handler@0.3.0#synced
-func wasmexport_syncedPost(uint32) {
-	keptRelease(0)
 }
 
 //go:wasmexport kubewasm:plugin/handler@0.3.0#tick
@@ -1668,18 +1787,16 @@ func wasmexport_tick(a0 uint32, a1 uint32) uint32 {
 	defer returnBorrowed()
 	keptRelease(0)
 	p := exportRetAddr()
-	if err := handlerImpl.Tick(schedule); err != nil {
+	guestWindow()
+	err := handlerImpl.Tick(schedule)
+	hostWindow()
+	if err != nil {
 		store8(p, 1)
 		lowerHandleError(p+4, handleErrorFrom(err))
 		return uint32(p)
 	}
 	store8(p, 0)
 	return uint32(p)
-}
-
-//go:wasmexport cabi_post_kubewasm:plugin/handler@0.3.0#tick
-func wasmexport_tickPost(uint32) {
-	keptRelease(0)
 }
 
 //go:wasmexport kubewasm:plugin/handler@0.3.0#admit
@@ -1689,14 +1806,11 @@ func wasmexport_admit(a0 uint32) uint32 {
 	defer returnBorrowed()
 	keptRelease(0)
 	p := exportRetAddr()
+	guestWindow()
 	v := handlerImpl.Admit(request)
+	hostWindow()
 	lowerAdmissionResponse(p, v)
 	return uint32(p)
-}
-
-//go:wasmexport cabi_post_kubewasm:plugin/handler@0.3.0#admit
-func wasmexport_admitPost(uint32) {
-	keptRelease(0)
 }
 
 func liftAdmissionRequest(p uintptr) AdmissionRequest {

@@ -1,10 +1,12 @@
 // Command hostile misbehaves on purpose, in the ways a Go plugin can, so tests can check the
 // host holds Go plugins by the same limits as any other: the Go twin of plugins/hostile.
 //
-// Configuration: {"mode": "loop" | "sleep" | "goroutine" | "alloc" | "panic" | "count"}.
+// Configuration: {"mode": "loop" | "sleep" | "goroutine" | "alloc" | "panic" | "count" |
+// "churn"}.
 // `loop` spins, `sleep` sleeps for an hour, `goroutine` waits for a goroutine that sleeps for
 // an hour, `alloc` keeps allocating, `panic` panics, `count` logs how many calls this instance
-// has had (`count calls=N`).
+// has had (`count calls=N`), `churn` makes 5,000 host calls that hand over strings while
+// producing garbage, so that collections start around them, then logs `churned`.
 package main
 
 import (
@@ -63,6 +65,19 @@ func (h hostile) Handle(event kw.Event) error {
 		}
 	case "panic":
 		panic("hostile: panic on " + event.Object().Key())
+	case "churn":
+		obj := event.Object()
+		var garbage [][]byte
+		for i := 0; i < 5000; i++ {
+			garbage = append(garbage, make([]byte, 4096))
+			if len(obj.Key()) == 0 || len(obj.Labels()) < 0 {
+				return kw.Fatal("no key")
+			}
+			if len(garbage) > 64 {
+				garbage = nil
+			}
+		}
+		kw.Log.Info("churned", "key", obj.Key())
 	case "count":
 		calls++
 		kw.Log.Info("count", "calls", strconv.Itoa(calls))

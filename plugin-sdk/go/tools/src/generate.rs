@@ -1,6 +1,6 @@
 //! Go glue for a WIT world: the world's types as Go types, its imports as Go functions and its
 //! exports as `//go:wasmexport` functions calling a Go interface, with the canonical ABI
-//! (lifting and lowering, return areas, post-return) in between.
+//! (lifting and lowering, return areas, lent handles) in between.
 //!
 //! It covers what a plugin world needs and says so when it meets something else: records,
 //! variants, enums, options, lists, tuples of one element type, strings, numbers, resources
@@ -97,7 +97,7 @@ pub fn generate(resolve: &Resolve, world: WorldId, package: &str, header: &str) 
     .ok();
     writeln!(
         out,
-        "// exportRet is where exports leave results that do not fit a core value, read by the host\n// before post-return.\nvar exportRet [{}]uint64\n",
+        "// exportRet is where exports leave results that do not fit a core value, read by the host\n// when the call returns; kept until the next call.\nvar exportRet [{}]uint64\n",
         g.max_export_ret.div_ceil(8)
     )
     .ok();
@@ -1074,11 +1074,14 @@ impl Gen<'_> {
             args.push("uint32(importRetAddr())".into());
         }
         let call = format!("{wasm}({})", args.join(", "));
+        // No collection while the host may call cabi_realloc (see abi.go).
+        out.push_str("\twasOn := hostWindow()\n");
         match (&result, sig.retptr) {
             (None, _) => writeln!(out, "\t{call}").ok(),
             (Some(_), true) => writeln!(out, "\t{call}").ok(),
             (Some(_), false) => writeln!(out, "\tr := {call}").ok(),
         };
+        out.push_str("\tif wasOn {\n\t\tguestWindow()\n\t}\n");
         for (name, _) in &all {
             writeln!(out, "\truntime.KeepAlive({name})").ok();
         }
@@ -1219,9 +1222,10 @@ impl Gen<'_> {
             writeln!(bodies, "\treleaseAllocs()").ok();
             // Handles lent for the call go back when it returns, as the canonical ABI asks.
             writeln!(bodies, "\tdefer returnBorrowed()").ok();
+            // The plugin's method runs with collection on, and only it (see abi.go).
             let call = format!("{impl_var}.{}({})", pascal(&f.name), args.join(", "));
             match (&f.result, &parts) {
-                (None, _) => writeln!(bodies, "\t{call}").ok(),
+                (None, _) => writeln!(bodies, "\tguestWindow()\n\t{call}\n\thostWindow()").ok(),
                 (Some(t), parts) => {
                     if !sig.retptr {
                         return Err(GenerateError::Unsupported(format!(
@@ -1234,7 +1238,7 @@ impl Gen<'_> {
                     writeln!(bodies, "\tkeptRelease(0)\n\tp := exportRetAddr()").ok();
                     match parts {
                         None => {
-                            writeln!(bodies, "\tv := {call}").ok();
+                            writeln!(bodies, "\tguestWindow()\n\tv := {call}\n\thostWindow()").ok();
                             let s = self.store(t, "p", "v")?;
                             writeln!(bodies, "\t{s}").ok();
                         }
@@ -1254,10 +1258,16 @@ impl Gen<'_> {
                                 None => String::new(),
                             };
                             match ok {
-                                None => writeln!(bodies, "\tif err := {call}; err != nil {{").ok(),
-                                Some(_) => {
-                                    writeln!(bodies, "\tv, err := {call}\n\tif err != nil {{").ok()
-                                }
+                                None => writeln!(
+                                    bodies,
+                                    "\tguestWindow()\n\terr := {call}\n\thostWindow()\n\tif err != nil {{"
+                                )
+                                .ok(),
+                                Some(_) => writeln!(
+                                    bodies,
+                                    "\tguestWindow()\n\tv, err := {call}\n\thostWindow()\n\tif err != nil {{"
+                                )
+                                .ok(),
                             };
                             writeln!(bodies, "\t\tstore8(p, 1)\n\t\t{store_err}\n\t\treturn uint32(p)\n\t}}\n\tstore8(p, 0)").ok();
                             if let Some(t) = ok {
@@ -1269,14 +1279,9 @@ impl Gen<'_> {
                     writeln!(bodies, "\treturn uint32(p)").ok()
                 }
             };
+            // No post-return: it runs where the instance may not call the host, and Go's
+            // runtime might (abi.go). What the host read is released by the next result.
             bodies.push_str("}\n\n");
-            if sig.retptr {
-                writeln!(
-                    bodies,
-                    "//go:wasmexport cabi_post_{export}\nfunc {wasm}Post(uint32) {{\n\tkeptRelease(0)\n}}\n"
-                )
-                .ok();
-            }
         }
         decl.push_str("}\n\n");
         writeln!(
