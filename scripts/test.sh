@@ -23,6 +23,11 @@ export KUBEWASM_TEST_TOOLS
 
 stage "cargo fmt" cargo fmt --all -- --check
 stage "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The Go SDK and plugins: formatted, and vetted for wasip1 (unsafe pointer conversions are the
+# canonical ABI's business in the SDK, so that one check is off).
+stage "gofmt and go vet" bash -c 'test -z "$(gofmt -l plugin-sdk/go plugins/go host/templates/go)" \
+  && (cd plugin-sdk/go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) \
+  && (cd plugins/go && GOOS=wasip1 GOARCH=wasm go vet ./...)' 
 stage "build the tests" cargo test --workspace --locked --no-run
 stage "run the tests" cargo test --workspace --locked
 # The SDK's optional k8s-openapi types compile and their doc example builds.

@@ -618,17 +618,6 @@ struct Idle {
     idle_cpu_percent: f64,
 }
 
-/// Resident set size of this process, in bytes.
-fn rss() -> f64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: f64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("resident pages");
-    pages * 4096.0
-}
-
 /// How long the plugins of the idle measurement wait for work before their instances are
 /// released, when that is what is measured.
 const IDLE_RELEASE: Duration = Duration::from_millis(200);
@@ -652,13 +641,13 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
     host.load(&paths[0]).expect("loads");
     wait_for("ready", || synced(host));
     std::thread::sleep(Duration::from_millis(500));
-    let (heap_before, rss_before) = (alloc::live(), rss());
+    let (heap_before, rss_before) = (alloc::live(), support::rss::rss());
     for path in &paths[1..] {
         host.load(path).expect("loads");
     }
     wait_for("ready", || synced(host));
     std::thread::sleep(Duration::from_millis(500));
-    let (heap_after, rss_after) = (alloc::live(), rss());
+    let (heap_after, rss_after) = (alloc::live(), support::rss::rss());
     // Nothing happens now: what the process spends is the cost of being loaded and idle
     // (the engine's epoch ticker, the workers' waits, the informers' watches).
     let window = Duration::from_secs(10);

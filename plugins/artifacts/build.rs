@@ -194,6 +194,7 @@ fn other_languages(root: &Path, target: &Path) -> String {
     let service_alert_go = go("service-alert", "service_alert_go.wasm");
     let image_policy_go = go("image-policy", "image_policy_go.wasm");
     let pod_defaults_go = go("pod-defaults", "pod_defaults_go.wasm");
+    let noop_go = go("noop", "noop_go.wasm");
     for dir in ["plugins/go", "plugin-sdk/go"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -209,6 +210,7 @@ fn other_languages(root: &Path, target: &Path) -> String {
         + &constant("SERVICE_ALERT_GO", "Go service-alert", service_alert_go)
         + &constant("IMAGE_POLICY_GO", "Go image-policy", image_policy_go)
         + &constant("POD_DEFAULTS_GO", "Go pod-defaults", pod_defaults_go)
+        + &constant("NOOP_GO", "Go no-op", noop_go)
 }
 
 /// True when Go's tool chain is on PATH (the test suite needs it anyway, for the API server).

@@ -8,3 +8,4 @@ pub mod double_process;
 pub mod instance;
 pub mod logging;
 pub mod rounds;
+pub mod rss;
