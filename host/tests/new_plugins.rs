@@ -140,6 +140,14 @@ fn a_new_go_plugin_passes_its_test_from_go_test() {
     let out = passes(test, &dir);
     assert!(out.contains("ok"), "{out}");
     took("go", started);
+    // `kubewasm check` accepts the component and reads its manifest.
+    let mut check = Command::new(KUBEWASM);
+    check.args(["check", "ns-quota.wasm"]);
+    let out = passes(check, &dir);
+    assert!(
+        out.contains("valid") && out.contains("v1/Pod") && out.contains("app=web"),
+        "{out}"
+    );
     // Go builds are reproducible: an unchanged package is the same component, left alone.
     let build = || {
         let mut kubewasm = Command::new(KUBEWASM);
