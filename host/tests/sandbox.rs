@@ -497,9 +497,16 @@ fn a_component_importing_what_the_host_lacks_is_refused() {
 
 #[test]
 fn instances_are_recycled_after_the_configured_number_of_calls() {
+    recycled_every_two_calls(hostile);
+}
+
+/// The `count` mode of a hostile plugin (`hostile` or `hostile_go`) recycled every 2 calls.
+fn recycled_every_two_calls(
+    plugin: fn(&str, PluginSettings) -> (std::path::PathBuf, PluginSettings),
+) {
     let mut tight = tight();
     tight.delivery.recycle_after_calls = 2;
-    let (bad, settings) = hostile("count", tight);
+    let (bad, settings) = plugin("count", tight);
     let r = run(&bad, settings);
     r.bad_status_until(|s| s.delivered >= 6);
     let counts = field_values(&r.lines("bad"), "count", "calls");
@@ -534,9 +541,15 @@ fn an_instance_near_its_memory_cap_is_replaced_before_it_traps() {
 
 #[test]
 fn an_idle_instance_is_released_and_the_next_event_gets_a_fresh_one() {
+    released_when_idle(hostile);
+}
+
+/// The `count` mode of a hostile plugin (`hostile` or `hostile_go`), released after 300 ms of
+/// quiet: its instance and linear memory go, and the next event meets a fresh instance.
+fn released_when_idle(plugin: fn(&str, PluginSettings) -> (std::path::PathBuf, PluginSettings)) {
     let mut settings = tight();
     settings.delivery.release_idle_after = Duration::from_millis(300);
-    let (bad, settings) = hostile("count", settings);
+    let (bad, settings) = plugin("count", settings);
     let r = run(&bad, settings);
     r.bad_status_until(|s| s.delivered >= 6 && s.memory_bytes > 0);
     // Quiet past the idle period: the instance and its linear memory are gone.
@@ -1037,32 +1050,6 @@ fn a_go_plugin_collecting_garbage_around_host_calls_does_not_trap() {
 
 #[test]
 fn go_instances_are_recycled_and_released_when_idle_like_any_other() {
-    let mut settings = tight();
-    settings.delivery.recycle_after_calls = 2;
-    let (bad, settings) = hostile_go("count", settings);
-    let r = run(&bad, settings);
-    r.bad_status_until(|s| s.delivered >= 6);
-    let counts = field_values(&r.lines("bad"), "count", "calls");
-    assert_eq!(
-        counts,
-        ["1", "2", "1", "1", "2", "1"],
-        "a fresh instance every 2 calls"
-    );
-
-    let mut settings = tight();
-    settings.delivery.release_idle_after = Duration::from_millis(300);
-    let (bad, settings) = hostile_go("count", settings);
-    let r = run(&bad, settings);
-    r.bad_status_until(|s| s.delivered >= 6 && s.memory_bytes > 0);
-    let s = r.bad_status_until(|s| s.memory_bytes == 0);
-    assert_eq!((s.memory_bytes, s.delivered), (0, 6), "{s:?}");
-    fs::write(r.cluster.path().join("cm-2.yaml"), cm("cm-2", "changed")).expect("write");
-    r.folder.rescan();
-    r.bad_status_until(|s| s.delivered >= 7);
-    let counts = field_values(&r.lines("bad"), "count", "calls");
-    assert_eq!(
-        counts,
-        ["1", "2", "3", "4", "5", "6", "1"],
-        "a fresh instance after the idle period"
-    );
+    recycled_every_two_calls(hostile_go);
+    released_when_idle(hostile_go);
 }

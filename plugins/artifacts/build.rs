@@ -179,39 +179,41 @@ fn other_languages(root: &Path, target: &Path) -> String {
             "/// Path of the built {what} plugin (not built: run scripts/setup.sh).\npub const {name}: Option<&str> = None;\n"
         ),
     };
-    let go = |package: &str, name: &str| {
-        let out = dir.join(name);
-        go_available().then(|| {
-            kubewasm_go_tools::build_plugin(&root.join("plugins/go").join(package), &out)
-                .unwrap_or_else(|e| panic!("building the Go plugin {package} failed: {e:#}"));
-            out
-        })
-    };
-    let pod_phase_go = go("pod-phase", "pod_phase_go.wasm");
-    let owner_chain_go = go("owner-chain", "owner_chain_go.wasm");
-    let labeler_go = go("labeler", "labeler_go.wasm");
-    let hostile_go = go("hostile", "hostile_go.wasm");
-    let service_alert_go = go("service-alert", "service_alert_go.wasm");
-    let image_policy_go = go("image-policy", "image_policy_go.wasm");
-    let pod_defaults_go = go("pod-defaults", "pod_defaults_go.wasm");
-    let noop_go = go("noop", "noop_go.wasm");
     for dir in ["plugins/go", "plugin-sdk/go"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
+    let has_go = go_available();
+    let go: String = GO_PLUGINS
+        .iter()
+        .map(|(package, name)| {
+            let out = dir.join(format!("{}_go.wasm", package.replace('-', "_")));
+            let built = has_go.then(|| {
+                kubewasm_go_tools::build_plugin(&root.join("plugins/go").join(package), &out)
+                    .unwrap_or_else(|e| panic!("building the Go plugin {package} failed: {e:#}"));
+                out
+            });
+            constant(name, &format!("Go {package}"), built)
+        })
+        .collect();
     constant("OWNER_CHAIN_PY", "Python owner-chain", py)
         + &constant("LABELER_PY", "Python labeler", labeler_py)
         + &constant("OWNER_CHAIN_JS", "JavaScript owner-chain", js)
         + &constant("SERVICE_ALERT_PY", "Python service-alert", alert_py)
         + &constant("SERVICE_ALERT_JS", "JavaScript service-alert", alert_js)
-        + &constant("POD_PHASE_GO", "Go pod-phase", pod_phase_go)
-        + &constant("OWNER_CHAIN_GO", "Go owner-chain", owner_chain_go)
-        + &constant("LABELER_GO", "Go labeler", labeler_go)
-        + &constant("HOSTILE_GO", "Go hostile", hostile_go)
-        + &constant("SERVICE_ALERT_GO", "Go service-alert", service_alert_go)
-        + &constant("IMAGE_POLICY_GO", "Go image-policy", image_policy_go)
-        + &constant("POD_DEFAULTS_GO", "Go pod-defaults", pod_defaults_go)
-        + &constant("NOOP_GO", "Go no-op", noop_go)
+        + &go
 }
+
+/// The Go plugins (`plugins/go/PACKAGE`) and the constant that names each one's component.
+const GO_PLUGINS: &[(&str, &str)] = &[
+    ("pod-phase", "POD_PHASE_GO"),
+    ("owner-chain", "OWNER_CHAIN_GO"),
+    ("labeler", "LABELER_GO"),
+    ("hostile", "HOSTILE_GO"),
+    ("service-alert", "SERVICE_ALERT_GO"),
+    ("image-policy", "IMAGE_POLICY_GO"),
+    ("pod-defaults", "POD_DEFAULTS_GO"),
+    ("noop", "NOOP_GO"),
+];
 
 /// True when Go's tool chain is on PATH (the test suite needs it anyway, for the API server).
 fn go_available() -> bool {
