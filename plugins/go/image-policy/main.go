@@ -5,12 +5,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	kw "example.invalid/kubewasm/sdk"
+	kwconfig "example.invalid/kubewasm/sdk/config"
 )
 
 type imagePolicy struct {
@@ -22,10 +22,8 @@ func (p imagePolicy) Init(config string) error {
 	c := struct {
 		AllowList string `json:"allowList"`
 	}{AllowList: "kubewasm/image-allow-list"}
-	dec := json.NewDecoder(bytes.NewReader([]byte(config)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+	if err := kwconfig.Parse(config, &c); err != nil {
+		return err
 	}
 	ns, name, ok := strings.Cut(c.AllowList, "/")
 	if !ok {

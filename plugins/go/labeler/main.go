@@ -8,11 +8,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 
 	kw "example.invalid/kubewasm/sdk"
+	kwconfig "example.invalid/kubewasm/sdk/config"
 )
 
 type config struct {
@@ -28,10 +27,8 @@ type labeler struct {
 
 func (l labeler) Init(text string) error {
 	c := config{Key: "team", Value: "unassigned"}
-	dec := json.NewDecoder(bytes.NewReader([]byte(text)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+	if err := kwconfig.Parse(text, &c); err != nil {
+		return err
 	}
 	*l.config = c
 	return nil

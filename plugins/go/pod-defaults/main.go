@@ -5,12 +5,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	kw "example.invalid/kubewasm/sdk"
+	kwconfig "example.invalid/kubewasm/sdk/config"
 )
 
 type config struct {
@@ -25,10 +25,8 @@ type podDefaults struct {
 
 func (p podDefaults) Init(text string) error {
 	c := config{Label: "team", Requests: map[string]string{"cpu": "50m", "memory": "64Mi"}}
-	dec := json.NewDecoder(bytes.NewReader([]byte(text)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+	if err := kwconfig.Parse(text, &c); err != nil {
+		return err
 	}
 	*p.config = c
 	return nil
