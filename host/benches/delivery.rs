@@ -225,7 +225,10 @@ fn setup(plugin: &str, config: &str) -> Bench {
         Gvk::new("apps", "v1", "ReplicaSet"),
         Gvk::new("apps", "v1", "Deployment"),
     ];
-    let leases: Vec<Lease> = gvks.iter().map(|g| factory.acquire(g)).collect();
+    let leases: Vec<Lease> = gvks
+        .iter()
+        .map(|g| factory.acquire(g, &kubewasm::source::Scope::everything()))
+        .collect();
     for lease in &leases {
         assert!(lease.informer().wait_synced(Duration::from_secs(10)));
     }

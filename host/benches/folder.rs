@@ -61,7 +61,10 @@ fn change_one(
 #[divan::bench(sample_count = 20, sample_size = 1)]
 fn one_changed_file(bencher: divan::Bencher) {
     let (dir, folder) = folder();
-    let mut stream = folder.watch(&Gvk::new("", "v1", "ConfigMap"));
+    let mut stream = folder.watch(
+        &Gvk::new("", "v1", "ConfigMap"),
+        &kubewasm::source::Scope::everything(),
+    );
     while let Some(Some(e)) = stream.next().now_or_never() {
         if matches!(e, SourceEvent::ListDone) {
             break;
@@ -81,7 +84,10 @@ fn one_changed_file(bencher: divan::Bencher) {
 #[divan::bench(sample_count = 5, sample_size = 1)]
 fn whole_folder_read_again(bencher: divan::Bencher) {
     let (dir, folder) = folder();
-    let mut stream = folder.watch(&Gvk::new("", "v1", "ConfigMap"));
+    let mut stream = folder.watch(
+        &Gvk::new("", "v1", "ConfigMap"),
+        &kubewasm::source::Scope::everything(),
+    );
     while let Some(Some(e)) = stream.next().now_or_never() {
         if matches!(e, SourceEvent::ListDone) {
             break;

@@ -161,7 +161,10 @@ fn bench_plugins(
         .client_rt
         .block_on(Agent::start(options))
         .expect("agent");
-    let lease = agent.factory().acquire(&Gvk::new("", "v1", "Pod"));
+    let lease = agent.factory().acquire(
+        &Gvk::new("", "v1", "Pod"),
+        &kubewasm::source::Scope::everything(),
+    );
     (agent, lease, paths, dir)
 }
 
@@ -255,7 +258,10 @@ fn pod_informer(
 ) -> (Arc<InformerFactory>, Lease) {
     let source = Arc::new(KubeSource::new(client, transform, handle.clone()));
     let factory = InformerFactory::new(source, handle);
-    let lease = factory.acquire(&Gvk::new("", "v1", "Pod"));
+    let lease = factory.acquire(
+        &Gvk::new("", "v1", "Pod"),
+        &kubewasm::source::Scope::everything(),
+    );
     (factory, lease)
 }
 

@@ -79,7 +79,7 @@ impl PluginResources {
         config: HostConfig,
         client: Option<kube::Client>,
     ) -> std::io::Result<Self> {
-        let lease = factory.acquire(&gvk());
+        let lease = factory.acquire(&gvk(), &crate::source::Scope::everything());
         let (tx, rx) = queue(10_000, 64 << 20);
         let subscription = lease.informer().subscribe(Filter::default(), tx);
         let tracked: Arc<Mutex<BTreeMap<String, Tracked>>> = Arc::default();

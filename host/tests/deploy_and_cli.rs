@@ -72,6 +72,8 @@ fn deploy_manifests_parse_and_the_pod_is_locked_down() {
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
+            "Role",
+            "RoleBinding",
             "Deployment",
             "Kustomization"
         ]

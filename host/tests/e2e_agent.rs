@@ -3,7 +3,6 @@
 //! away, the HTTP endpoints through startup, normal running and a failing plugin, and a
 //! leader hand-over between two hosts.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -129,14 +128,7 @@ impl Host {
 
 /// Polls `check` until it gives a value.
 async fn wait<T>(what: &str, check: impl Fn() -> Option<T>) -> anyhow::Result<T> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check() {
-            return Ok(value);
-        }
-        anyhow::ensure!(Instant::now() < deadline, "{what} did not happen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait_for(what, WAIT, check).await
 }
 
 /// Polls an async `check` until it holds.
@@ -153,9 +145,9 @@ async fn wait_async<F: Future<Output = anyhow::Result<bool>>>(
 }
 
 /// What `kubewasm rbac` computes for `plugins`: the types they read.
-fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<BTreeSet<Gvk>> {
+fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<rbac::Reads> {
     let engine = Arc::new(Engine::new().map_err(|e| anyhow::anyhow!("{e:#}"))?);
-    let mut types = BTreeSet::new();
+    let mut types = rbac::Reads::default();
     for (name, built, config) in plugins {
         let bytes = std::fs::read(built)?;
         let file = PluginFile::new(std::path::Path::new(&format!("{name}.wasm")), bytes);
@@ -170,7 +162,10 @@ fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<BTreeSet<Gvk>> {
             Arc::new(MemorySink::default()),
             &file,
         )?;
-        types.extend(inspection.manifest.cached.iter().cloned());
+        let manifest = &inspection.manifest;
+        for gvk in &manifest.cached {
+            types.add(gvk, manifest.scope(gvk).namespaces());
+        }
     }
     Ok(types)
 }
@@ -215,7 +210,7 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
     ];
     let types = read_types(&plugins)?;
     assert_eq!(
-        types.iter().map(Gvk::to_string).collect::<Vec<_>>(),
+        types.types().map(Gvk::to_string).collect::<Vec<_>>(),
         ["v1/ConfigMap", "v1/Pod"],
         "exactly what the plugins read (hostile's Secret query is not granted)"
     );
@@ -298,7 +293,7 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
     );
 
     // A second host whose role lacks pods: one clear error for pods, ConfigMaps keep flowing.
-    let without_pods: BTreeSet<Gvk> = types.iter().filter(|g| g.kind != "Pod").cloned().collect();
+    let without_pods = rbac::Reads::everywhere(types.types().filter(|g| g.kind != "Pod").cloned());
     support::apply_yaml(
         &admin,
         &rbac::render(&without_pods, &[], &identity("nopods"), "test"),

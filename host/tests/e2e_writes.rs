@@ -11,7 +11,6 @@
 //! - an event that stages a write and fails twice writes once;
 //! - a follower writes nothing.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,7 +98,8 @@ async fn install_rbac(
     name: &str,
     leader_election: bool,
 ) -> anyhow::Result<()> {
-    let types: BTreeSet<Gvk> = [Gvk::new("", "v1", "Pod"), Gvk::new("", "v1", "ConfigMap")].into();
+    let types =
+        rbac::Reads::everywhere([Gvk::new("", "v1", "Pod"), Gvk::new("", "v1", "ConfigMap")]);
     let writes: Vec<WriteGrant> = plugins()
         .into_iter()
         .flat_map(|p| p.3)

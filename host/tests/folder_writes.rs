@@ -108,7 +108,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
     let sink = Arc::new(MemorySink::default());
     let mut agent = support::folder_agent(&rt, cluster.path(), config, sink.clone());
     let folder = agent.manifests().expect("a folder cluster").clone();
-    let mut events = folder.watch(&event_gvk());
+    let mut events = folder.watch(&event_gvk(), &kubewasm::source::Scope::everything());
     rt.block_on(agent.follow_plugins(plugins.path()))
         .expect("plugins load");
 

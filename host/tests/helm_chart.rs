@@ -274,9 +274,12 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
         .await
         .expect("test environment");
     let admin = env.client().await.expect("admin client");
-    kubewasm_testenv::resources::create_namespace(&admin, "kubewasm")
-        .await
-        .expect("namespace");
+    // The release's namespace, and the one the example plugins read in (its Role).
+    for ns in ["kubewasm", "shop"] {
+        kubewasm_testenv::resources::create_namespace(&admin, ns)
+            .await
+            .expect("namespace");
+    }
     let params = PatchParams::apply("kubewasm-chart-test").dry_run();
     for doc in &docs {
         let object: DynamicObject = serde_json::from_value(doc.clone()).expect("an object");

@@ -33,7 +33,10 @@ fn feed(double: &ApiDouble) -> anyhow::Result<Feed> {
         handle.clone(),
     ));
     let factory = InformerFactory::new(source.clone(), handle);
-    let lease = factory.acquire(&Gvk::new("", "v1", "ConfigMap"));
+    let lease = factory.acquire(
+        &Gvk::new("", "v1", "ConfigMap"),
+        &kubewasm::source::Scope::everything(),
+    );
     let (tx, rx) = queue(usize::MAX, usize::MAX);
     let sub = lease.informer().subscribe(Filter::default(), tx);
     Ok(Feed {
@@ -436,7 +439,7 @@ async fn a_type_the_server_does_not_serve_is_empty_and_its_discovery_failures_ar
         tokio::runtime::Handle::current(),
     );
     let widgets = Gvk::new("example.com", "v1", "Widget");
-    let mut events = source.watch(&widgets);
+    let mut events = source.watch(&widgets, &kubewasm::source::Scope::everything());
     // Reported once as an empty list, so it holds nothing back.
     let first = tokio::time::timeout(WAIT, events.next()).await?;
     assert!(matches!(first, Some(SourceEvent::ListStarted)), "{first:?}");

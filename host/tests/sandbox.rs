@@ -1053,3 +1053,55 @@ fn go_instances_are_recycled_and_released_when_idle_like_any_other() {
     recycled_every_two_calls(hostile_go);
     released_when_idle(hostile_go);
 }
+
+#[test]
+fn queries_past_a_plugins_namespaces_name_the_missing_declaration() {
+    // The good plugin caches every ConfigMap; the bad one subscribes to namespace t only and
+    // is answered within that, whatever the cache holds for others.
+    let (bad, settings) = hostile("scoped", tight());
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 3);
+    let lines = r.lines("bad");
+    let outcome = |what: &str| field_values(&lines, what, "outcome");
+    assert!(
+        !outcome("outside").is_empty(),
+        "{}",
+        support::render(&lines)
+    );
+    for what in ["outside", "list elsewhere"] {
+        assert!(
+            outcome(what).iter().all(|o| o == "not cached"),
+            "{what}: {:?}",
+            outcome(what)
+        );
+    }
+    let detail = field_values(&lines, "outside", "detail");
+    assert!(
+        detail[0].contains("namespace elsewhere is not among them")
+            && detail[0].contains("namespaces t")
+            && detail[0].contains("declare the type in the manifest's queries"),
+        "{detail:?}"
+    );
+    assert!(
+        outcome("absent").iter().all(|o| o == "ok"),
+        "a miss in t is a miss"
+    );
+    // Its own object is found (but after the harness deletes cm-3).
+    assert!(
+        field_values(&lines, "own", "found")
+            .iter()
+            .filter(|f| *f == "true")
+            .count()
+            >= 3,
+        "{}",
+        support::render(&lines)
+    );
+    // Listing every namespace answers within t, not an error.
+    assert!(
+        field_values(&lines, "list", "count")
+            .iter()
+            .all(|c| c.parse::<usize>().is_ok_and(|n| n >= 3)),
+        "{}",
+        support::render(&lines)
+    );
+}

@@ -1,6 +1,5 @@
 //! `kubewasm rbac`: the least-privilege RBAC for the plugins of a folder.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -51,12 +50,15 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     // One engine for every file (each new one would start its own epoch ticker).
     let engine = engine(args.cache_dir.as_deref(), &config)?;
     let (loaded, failed) = inspect_all(&dir, &config, &engine).await?;
-    let mut types = BTreeSet::new();
+    let mut types = rbac::Reads::default();
     let mut names = Vec::new();
     let mut writes = Vec::new();
     let mut plugin_state = false;
     for (file, inspection) in loaded {
-        types.extend(inspection.manifest.cached.iter().cloned());
+        let manifest = &inspection.manifest;
+        for gvk in &manifest.cached {
+            types.add(gvk, manifest.scope(gvk).namespaces());
+        }
         plugin_state |= keeps_state(&inspection.manifest, config.plugins.settings(&file.name));
         writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
         names.push(file.name);

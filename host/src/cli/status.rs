@@ -1,4 +1,5 @@
-//! `kubewasm status`: one line per plugin from a running host's `/status`.
+//! `kubewasm status`: one line per plugin, then one per cached type, from a running host's
+//! `/status`.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -90,6 +91,17 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             0,
             f.path.display(),
             f.error
+        );
+    }
+    // What each informer watches: a scope is what the server is asked for.
+    println!("{:<36} {:>8} {:<7}  SCOPE", "RESOURCE", "CACHED", "SYNCED");
+    for i in &status.informers {
+        println!(
+            "{:<36} {:>8} {:<7}  {}",
+            i.gvk.to_string(),
+            i.cached,
+            if i.synced { "yes" } else { "no" },
+            i.scope
         );
     }
     Ok(ExitCode::SUCCESS)

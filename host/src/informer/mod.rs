@@ -6,7 +6,7 @@ mod keys;
 pub mod queue;
 pub mod store;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use kubewasm_sdk::selector::Selector;
 
 use crate::gvk::Gvk;
 use crate::object::{Key, KubeObject};
-use crate::source::SourceEvent;
+use crate::source::{Scope, SourceEvent};
 use queue::QueueSender;
 use store::Store;
 
@@ -185,6 +185,19 @@ struct Subscriber {
     /// `State::number_change_filters`): subscribers whose filters name the same pointers share
     /// one.
     changes_class: usize,
+    /// Still to get its end-of-initial-state mark: it subscribed before the first complete
+    /// list, or while a rescoped list was streaming in. Adds it gets meanwhile are initial.
+    awaiting: bool,
+}
+
+/// A list of the current scope that has not completed yet: the first one, or the one after
+/// the scope changed.
+#[derive(Debug)]
+enum Round {
+    /// A list of the whole scope (`ListDone`).
+    Whole,
+    /// One list per namespace; these have not completed yet.
+    Namespaces(BTreeSet<String>),
 }
 
 #[derive(Default)]
@@ -197,8 +210,14 @@ struct State {
     /// from update to update).
     changed: Vec<Option<bool>>,
     synced: bool,
+    /// The objects kept: others the source sends are dropped before the store.
+    scope: Scope,
+    /// The list of the current scope still streaming in, if any.
+    round: Option<Round>,
     /// Keys listed so far while a (re)list is streaming in; `None` between lists.
     listing: Option<HashSet<Key>>,
+    /// The same per namespace, for sources that list a scope's namespaces one by one.
+    listing_namespace: HashMap<Arc<str>, HashSet<Key>>,
     /// Complete lists applied (the first one and every relist).
     lists: u64,
     /// Objects received from the source (listed, applied, deleted).
@@ -218,10 +237,20 @@ pub struct Informer {
 impl Informer {
     /// An empty, not yet synced informer for `gvk`.
     pub fn new(gvk: Gvk) -> Self {
+        Self::scoped(gvk, Scope::everything())
+    }
+
+    /// An empty, not yet synced informer keeping the objects of `gvk` in `scope`.
+    pub fn scoped(gvk: Gvk, scope: Scope) -> Self {
+        let state = State {
+            round: Some(Round::of(&scope)),
+            scope,
+            ..State::default()
+        };
         Self {
             gvk,
             store: Store::new(),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             synced: Condvar::new(),
             next_id: AtomicU64::new(1),
         }
@@ -244,6 +273,41 @@ impl Informer {
     /// True once the first complete list has been applied.
     pub fn has_synced(&self) -> bool {
         self.state().synced
+    }
+
+    /// The objects it keeps.
+    pub fn scope(&self) -> Scope {
+        self.state().scope.clone()
+    }
+
+    /// Keeps the objects of `scope` from now on; the source's next list (of the new scope)
+    /// must follow. Stored objects outside it go at once (their deletes reach no subscriber
+    /// whose filter is within the new scope); objects it adds arrive with that list, as adds
+    /// to the subscribers whose filters hold them and nothing to the others, and a
+    /// subscriber registered before that list completes gets its end-of-initial-state mark
+    /// only then.
+    pub fn rescope(&self, scope: Scope) {
+        let mut state = self.state();
+        for object in self.store.list() {
+            if !scope.admits(&object)
+                && let Some(object) = self.store.remove(object.key())
+            {
+                fan_out(
+                    &mut state,
+                    &Notification::Deleted {
+                        object,
+                        stale: false,
+                    },
+                );
+            }
+        }
+        state.round = Some(Round::of(&scope));
+        state.scope = scope;
+        state.listing = None;
+        state.listing_namespace.clear();
+        for sub in &state.subscribers {
+            sub.tx.wake();
+        }
     }
 
     /// Objects received from the source so far (listed, applied and deleted).
@@ -293,42 +357,57 @@ impl Informer {
         }
         match event {
             SourceEvent::ListStarted => state.listing = Some(HashSet::new()),
+            SourceEvent::NamespaceListStarted(ns) => {
+                state.listing_namespace.insert(ns, HashSet::new());
+            }
             SourceEvent::Listed(object) => {
+                if !state.scope.admits(&object) {
+                    // Not named: a list's end deletes it if it was stored.
+                    return;
+                }
                 let initial = !state.synced;
+                let namespace = object.namespace().map(Arc::<str>::from);
                 let key = self.apply_one(state, object, initial);
-                state.listing.get_or_insert_with(HashSet::new).insert(key);
+                match namespace.and_then(|ns| state.listing_namespace.get_mut(&ns)) {
+                    Some(seen) => seen.insert(key),
+                    None => state.listing.get_or_insert_with(HashSet::new).insert(key),
+                };
             }
             SourceEvent::ListDone => {
                 let seen = state.listing.take().unwrap_or_default();
-                state.lists += 1;
-                for key in self.store.keys() {
-                    if !seen.contains(&*key)
-                        && let Some(object) = self.store.remove(&key)
-                    {
-                        fan_out(
-                            state,
-                            &Notification::Deleted {
-                                object,
-                                stale: true,
-                            },
-                        );
+                self.remove_unlisted(state, &seen, None);
+                let round = state.round.take().is_some();
+                self.list_complete(state, round);
+            }
+            SourceEvent::NamespaceListDone(ns) => {
+                let seen = state.listing_namespace.remove(&ns).unwrap_or_default();
+                self.remove_unlisted(state, &seen, Some(&ns));
+                match &mut state.round {
+                    Some(Round::Namespaces(left)) => {
+                        left.remove(&*ns);
+                        if left.is_empty() {
+                            state.round = None;
+                            self.list_complete(state, true);
+                        }
                     }
-                }
-                if !state.synced {
-                    state.synced = true;
-                    // Everyone subscribed so far got the first list as initial adds.
-                    for sub in &state.subscribers {
-                        let _ = sub.tx.push_initial_list_sent();
-                    }
-                    self.synced.notify_all();
-                } else {
-                    for sub in &state.subscribers {
-                        let _ = sub.tx.push_relisted();
-                    }
+                    Some(Round::Whole) => {}
+                    // One namespace relisted (its watch expired): a relist.
+                    None => self.list_complete(state, false),
                 }
             }
             SourceEvent::Applied(object) => {
-                self.apply_one(state, object, false);
+                if state.scope.admits(&object) {
+                    self.apply_one(state, object, false);
+                } else if let Some(object) = self.store.remove(object.key()) {
+                    // It left the scope (a label changed where no server filters).
+                    fan_out(
+                        state,
+                        &Notification::Deleted {
+                            object,
+                            stale: false,
+                        },
+                    );
+                }
             }
             SourceEvent::Deleted(object) => {
                 if self.store.remove(object.key()).is_some() {
@@ -341,6 +420,51 @@ impl Informer {
                     );
                 }
             }
+        }
+    }
+
+    /// Removes the stored objects `seen` does not name (of `namespace`, when given), as stale
+    /// deletes: they went while the source was not watching.
+    fn remove_unlisted(&self, state: &mut State, seen: &HashSet<Key>, namespace: Option<&str>) {
+        for key in self.store.keys() {
+            let in_namespace = namespace.is_none_or(|ns| {
+                key.strip_prefix(ns)
+                    .is_some_and(|rest| rest.starts_with('/'))
+            });
+            if in_namespace
+                && !seen.contains(&*key)
+                && let Some(object) = self.store.remove(&key)
+            {
+                fan_out(
+                    state,
+                    &Notification::Deleted {
+                        object,
+                        stale: true,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A list completed: `round` when it was the first one or the one a new scope needed
+    /// (subscribers waiting for their initial state get its end mark, and no one else hears
+    /// of it), else a relist (every subscriber gets a relisted mark).
+    fn list_complete(&self, state: &mut State, round: bool) {
+        state.lists += 1;
+        if !round {
+            for sub in &state.subscribers {
+                let _ = sub.tx.push_relisted();
+            }
+            return;
+        }
+        for sub in &mut state.subscribers {
+            if std::mem::take(&mut sub.awaiting) {
+                let _ = sub.tx.push_initial_list_sent();
+            }
+        }
+        if !state.synced {
+            state.synced = true;
+            self.synced.notify_all();
         }
     }
 
@@ -396,7 +520,10 @@ impl Informer {
             object,
             initial: true,
         });
-        if state.synced {
+        // Before the first list, or while the list of a changed scope streams in, the
+        // initial state is complete only when it ends.
+        let awaiting = !state.synced || state.round.is_some();
+        if !awaiting {
             let _ = tx.push_initial_list_sent();
         }
         tx.wake();
@@ -405,6 +532,7 @@ impl Informer {
             filter,
             tx,
             changes_class: 0,
+            awaiting,
         });
         state.number_change_filters();
         Subscription {
@@ -462,6 +590,16 @@ fn unchanged(old: &KubeObject, new: &KubeObject) -> bool {
     }
 }
 
+impl Round {
+    /// The list that makes `scope` complete.
+    fn of(scope: &Scope) -> Self {
+        match scope.namespaces() {
+            Some(namespaces) => Round::Namespaces(namespaces.clone()),
+            None => Round::Whole,
+        }
+    }
+}
+
 impl State {
     /// Numbers the distinct change filters of the subscribers now (called whenever they
     /// change), so what is kept follows the live subscribers only.
@@ -504,6 +642,14 @@ fn fan_out(state: &mut State, n: &Notification) {
             }
         });
         match view {
+            // Part of the initial state of a subscriber still waiting for it.
+            Some(Notification::Added { object, .. }) if sub.awaiting => sub
+                .tx
+                .push(Notification::Added {
+                    object,
+                    initial: true,
+                })
+                .is_ok(),
             Some(view) => sub.tx.push(view).is_ok(),
             None => true,
         }

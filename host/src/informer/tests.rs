@@ -366,3 +366,140 @@ fn subscribers_with_the_same_change_filter_share_its_answer_and_keep_their_count
         "what is kept follows the subscribers"
     );
 }
+
+/// A ConfigMap `name` in namespace `ns` at version `rv`.
+fn in_ns(ns: &str, name: &str, rv: &str, labels: serde_json::Value) -> Arc<KubeObject> {
+    let value = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "labels": labels}
+    });
+    Arc::new(KubeObject::from_value(value, &Transform::default()).expect("valid object"))
+}
+
+fn namespaces(list: &[&str]) -> Scope {
+    let list: Vec<String> = list.iter().map(|s| (*s).to_owned()).collect();
+    Scope::of(&list, &Selector::everything())
+}
+
+fn only(list: &[&str]) -> Filter {
+    Filter {
+        namespaces: list.iter().map(|s| (*s).to_owned()).collect(),
+        ..Filter::default()
+    }
+}
+
+/// Feeds one namespace's complete list.
+fn list_ns(inf: &Informer, ns: &str, objects: Vec<Arc<KubeObject>>) {
+    inf.apply(SourceEvent::NamespaceListStarted(ns.into()));
+    for object in objects {
+        inf.apply(SourceEvent::Listed(object));
+    }
+    inf.apply(SourceEvent::NamespaceListDone(ns.into()));
+}
+
+fn keys(inf: &Informer) -> Vec<String> {
+    let mut keys: Vec<String> = inf.store().keys().iter().map(|k| k.to_string()).collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn a_scope_listed_namespace_by_namespace_syncs_when_the_last_one_ends() {
+    let inf = Arc::new(Informer::scoped(
+        Gvk::new("", "v1", "ConfigMap"),
+        namespaces(&["a", "b"]),
+    ));
+    let (tx, rx) = channel();
+    let _sub = inf.subscribe(Filter::default(), tx);
+    list_ns(&inf, "a", vec![in_ns("a", "x", "1", json!({}))]);
+    assert!(!inf.has_synced(), "b has not listed yet");
+    list_ns(&inf, "b", vec![in_ns("b", "y", "1", json!({}))]);
+    assert!(inf.has_synced());
+    assert_eq!(drain(&rx), ["+x@1*", "+y@1*", "|"]);
+
+    // a's watch expired and a is listed again: only a's vanished objects go.
+    list_ns(&inf, "a", vec![]);
+    assert_eq!(drain(&rx), ["-x@1?", "relisted"]);
+    assert_eq!(keys(&inf), ["b/y"]);
+
+    // Objects outside the scope are never stored, whatever the source sends.
+    inf.apply(SourceEvent::Applied(in_ns("c", "z", "2", json!({}))));
+    assert_eq!(keys(&inf), ["b/y"]);
+    assert!(drain(&rx).is_empty());
+}
+
+#[test]
+fn widening_adds_only_what_is_new_and_narrowing_reaches_no_remaining_subscriber() {
+    let inf = Arc::new(Informer::scoped(
+        Gvk::new("", "v1", "ConfigMap"),
+        namespaces(&["a"]),
+    ));
+    let (tx1, rx1) = channel();
+    let _narrow = inf.subscribe(only(&["a"]), tx1);
+    list_ns(&inf, "a", vec![in_ns("a", "x", "1", json!({}))]);
+    assert_eq!(drain(&rx1), ["+x@1*", "|"]);
+
+    // A plugin wanting a and b arrives: the informer is rescoped before it subscribes.
+    inf.rescope(namespaces(&["a", "b"]));
+    let (tx2, rx2) = channel();
+    let _wide = inf.subscribe(only(&["a", "b"]), tx2);
+    assert_eq!(
+        drain(&rx2),
+        ["+x@1*"],
+        "what is cached now; no end mark yet"
+    );
+    // The new scope's list: x unchanged, x2 created meanwhile, y in b.
+    let a_now = || {
+        vec![
+            in_ns("a", "x", "1", json!({})),
+            in_ns("a", "x2", "3", json!({})),
+        ]
+    };
+    list_ns(&inf, "a", a_now());
+    list_ns(&inf, "b", vec![in_ns("b", "y", "2", json!({}))]);
+    assert_eq!(
+        drain(&rx1),
+        ["+x2@3"],
+        "the first plugin sees its namespace's real change only: no delete and add of x, no relist"
+    );
+    assert_eq!(drain(&rx2), ["+x2@3*", "+y@2*", "|"]);
+    inf.apply(SourceEvent::Applied(in_ns("b", "y", "4", json!({}))));
+    assert_eq!(drain(&rx2), ["~y@2>4"]);
+    assert!(drain(&rx1).is_empty());
+
+    // The wide plugin goes: b's objects leave the cache, and the narrow plugin hears nothing.
+    drop(_wide);
+    inf.rescope(namespaces(&["a"]));
+    assert_eq!(keys(&inf), ["a/x", "a/x2"]);
+    list_ns(&inf, "a", a_now());
+    assert!(drain(&rx1).is_empty(), "narrowing is silent for what stays");
+}
+
+#[test]
+fn an_object_leaving_a_selector_scope_is_a_delete() {
+    let selector = Selector::parse("app=web").expect("selector");
+    let inf = Arc::new(Informer::scoped(
+        Gvk::new("", "v1", "ConfigMap"),
+        Scope::of(&[], &selector),
+    ));
+    let (tx, rx) = channel();
+    let _sub = inf.subscribe(
+        Filter {
+            selector,
+            ..Filter::default()
+        },
+        tx,
+    );
+    list(
+        &inf,
+        vec![
+            obj("a", "1", json!({"app": "web"})),
+            obj("b", "1", json!({"app": "db"})),
+        ],
+    );
+    assert_eq!(drain(&rx), ["+a@1*", "|"]);
+    assert_eq!(keys(&inf), ["ns/a"], "b was never stored");
+    inf.apply(SourceEvent::Applied(obj("a", "2", json!({"app": "db"}))));
+    assert_eq!(drain(&rx), ["-a@1"]);
+    assert!(keys(&inf).is_empty());
+}

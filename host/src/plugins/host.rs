@@ -509,7 +509,7 @@ impl PluginHost {
         let leases: Vec<Lease> = manifest
             .cached
             .iter()
-            .map(|gvk| self.factory.acquire(gvk))
+            .map(|gvk| self.factory.acquire(gvk, &manifest.scope(gvk)))
             .collect();
         // Declared indexes belong to this version of this plugin: scoped names, removed with
         // their last claim (when the version is replaced or unloaded).
@@ -532,6 +532,11 @@ impl PluginHost {
         ctx.grants = leases
             .iter()
             .map(|l| (l.informer().gvk().clone(), l.informer().clone()))
+            .collect();
+        ctx.scopes = leases
+            .iter()
+            .filter(|l| !l.scope().is_everything())
+            .map(|l| (l.informer().gvk().clone(), l.scope().clone()))
             .collect();
         ctx.http_hosts = Arc::new(settings.grants.http.clone());
         // One map per plugin name: its versions and instances share it.
@@ -568,7 +573,7 @@ impl PluginHost {
         let leases = p
             .leases
             .iter()
-            .map(|l| self.factory.acquire(l.informer().gvk()))
+            .map(|l| self.factory.acquire(l.informer().gvk(), l.scope()))
             .collect();
         Some(Arc::new(Admitter::new(
             self.engine.clone(),

@@ -8,6 +8,7 @@ use kubewasm_sdk::selector::Selector;
 use crate::gvk::Gvk;
 use crate::informer::Filter;
 use crate::informer::index::{IndexFunc, is_builtin};
+use crate::source::Scope;
 use crate::text;
 use crate::wasm::bindings::kubewasm::plugin::types as wit;
 use crate::wasm::{convert, limits};
@@ -56,6 +57,13 @@ pub struct DeclaredIndex {
     pub func: IndexFunc,
 }
 
+impl PluginManifest {
+    /// The objects of `gvk` the plugin sees.
+    pub fn scope(&self, gvk: &Gvk) -> Scope {
+        self.scopes.get(gvk).cloned().unwrap_or_default()
+    }
+}
+
 /// A validated plugin manifest.
 #[derive(Debug, Clone)]
 pub struct PluginManifest {
@@ -63,6 +71,10 @@ pub struct PluginManifest {
     pub subscriptions: Vec<(Gvk, Filter)>,
     /// Every resource type the plugin needs cached: subscribed and queried, deduplicated.
     pub cached: Vec<Gvk>,
+    /// Per cached type, the objects the plugin sees (in events and queries): the union of its
+    /// subscriptions' namespaces and selectors, everything for a type it declares in
+    /// `queries`.
+    pub scopes: std::collections::BTreeMap<Gvk, Scope>,
     /// Declared field indexes.
     pub indexes: Vec<DeclaredIndex>,
     /// Resync period, if any.
@@ -244,6 +256,7 @@ impl PluginManifest {
         )?;
         let mut subscriptions = Vec::new();
         let mut cached: Vec<Gvk> = Vec::new();
+        let mut scopes = std::collections::BTreeMap::new();
         for (i, s) in distinct.into_iter().enumerate() {
             let gvk = check_gvk(format!("subscriptions[{i}].gvk"), &s.gvk)?;
             for (j, ns) in s.namespaces.iter().enumerate() {
@@ -274,6 +287,11 @@ impl PluginManifest {
             if !cached.contains(&gvk) {
                 cached.push(gvk.clone());
             }
+            let scope = Scope::of(&s.namespaces, &selector);
+            scopes
+                .entry(gvk.clone())
+                .and_modify(|all: &mut Scope| *all = all.union(&scope))
+                .or_insert(scope);
             subscriptions.push((
                 gvk,
                 Filter {
@@ -286,6 +304,7 @@ impl PluginManifest {
         }
         for (i, q) in m.queries.iter().enumerate() {
             let gvk = check_gvk(format!("queries[{i}]"), q)?;
+            scopes.insert(gvk.clone(), Scope::everything());
             if !cached.contains(&gvk) {
                 cached.push(gvk);
             }
@@ -329,6 +348,7 @@ impl PluginManifest {
         Ok(Self {
             subscriptions,
             cached,
+            scopes,
             indexes,
             resync,
             schedules,

@@ -267,6 +267,8 @@ mod tests {
                 cached: 0,
                 synced: false,
                 running_seconds: informer_age,
+                scope: "everything".into(),
+                rescopes: 0,
             }],
             reflectors: Vec::new(),
         }

@@ -306,7 +306,9 @@ impl ManifestFolder {
 }
 
 impl Source for ManifestFolder {
-    fn watch(&self, gvk: &Gvk) -> BoxStream<'static, SourceEvent> {
+    /// The whole folder's objects of `gvk`: a folder has no server to filter, so the informer
+    /// keeps only what is in the scope.
+    fn watch(&self, gvk: &Gvk, _scope: &super::Scope) -> BoxStream<'static, SourceEvent> {
         let (tx, mut rx) = unbounded_channel();
         let mut state = self.shared.state();
         let listed = state

@@ -167,6 +167,8 @@ impl Recorder {
                     });
                 }
             }
+            // The recorder watches whole types: no source lists it namespace by namespace.
+            SourceEvent::NamespaceListStarted(_) | SourceEvent::NamespaceListDone(_) => {}
             SourceEvent::Deleted(o) => {
                 if self
                     .state
@@ -195,7 +197,9 @@ pub async fn record(
 ) -> Recording {
     let streams = types.iter().map(|gvk| {
         let gvk = gvk.clone();
-        source.watch(&gvk).map(move |e| (gvk.clone(), e))
+        source
+            .watch(&gvk, &crate::source::Scope::everything())
+            .map(move |e| (gvk.clone(), e))
     });
     let mut events = futures::stream::select_all(streams);
     let mut recorder = Recorder {

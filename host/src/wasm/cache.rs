@@ -8,6 +8,7 @@ use crate::informer::Informer;
 use crate::informer::index::is_builtin;
 use crate::informer::store::{MoreThan, StoreError};
 use crate::object::{KubeObject, with_object_key};
+use crate::source::Scope;
 use crate::wasm::bindings::kubewasm::plugin::{cache, types};
 use crate::wasm::handles::TooMany;
 use crate::wasm::{HostState, convert, limits};
@@ -18,6 +19,12 @@ use types::{Gvk as WitGvk, Object, QueryError};
 impl HostState {
     /// The informer for `gvk` if this plugin may query it.
     fn granted(&self, gvk: &WitGvk) -> Result<&Arc<Informer>, QueryError> {
+        self.granted_in(gvk).map(|(informer, _)| informer)
+    }
+
+    /// The informer for `gvk` if this plugin may query it, and the objects of it the plugin
+    /// sees when that is not all of them.
+    fn granted_in(&self, gvk: &WitGvk) -> Result<(&Arc<Informer>, Option<&Scope>), QueryError> {
         for (what, part) in [
             ("group", &gvk.group),
             ("version", &gvk.version),
@@ -32,7 +39,16 @@ impl HostState {
                 && short_eq(&g.group, &gvk.group)
         };
         if let Some((_, informer)) = self.ctx.grants.iter().find(|(g, _)| same(g)) {
-            return Ok(informer);
+            let scope = match self.ctx.scopes.is_empty() {
+                true => None,
+                false => self
+                    .ctx
+                    .scopes
+                    .iter()
+                    .find(|(g, _)| same(g))
+                    .map(|(_, s)| s),
+            };
+            return Ok((informer, scope));
         }
         let gvk = convert::gvk(gvk);
         if self.ctx.denied.contains(&gvk) || is_secret(&gvk) {
@@ -56,6 +72,47 @@ impl HostState {
             "plugin {} has no cache of {gvk}: declare it in its manifest's subscriptions or queries",
             self.ctx.name
         )))
+    }
+
+    /// The error for a query reaching outside the objects of `gvk` the plugin sees.
+    fn outside(&self, gvk: &WitGvk, scope: &Scope, what: &str) -> QueryError {
+        QueryError::NotCached(format!(
+            "plugin {} sees {} in {scope} only (what its subscriptions name), and {what}: declare the type in the manifest's queries to read all of it",
+            self.ctx.name,
+            convert::gvk(gvk)
+        ))
+    }
+
+    /// `found`, the cache's answer for `namespace/name`, as far as `scope` can tell it.
+    fn in_scope(
+        &self,
+        gvk: &WitGvk,
+        scope: Option<&Scope>,
+        namespace: Option<&str>,
+        found: Option<Arc<KubeObject>>,
+    ) -> Result<Option<Arc<KubeObject>>, QueryError> {
+        let Some(scope) = scope else {
+            return Ok(found);
+        };
+        if !scope.holds_namespace(namespace) {
+            let place = match namespace {
+                Some(ns) => format!("namespace {ns} is not among them"),
+                None => "a cluster-scoped name is in none of its namespaces".to_owned(),
+            };
+            return Err(self.outside(gvk, scope, &place));
+        }
+        match found {
+            Some(o) if !scope.admits(&o) => {
+                Err(self.outside(gvk, scope, &format!("{} does not match", o.key())))
+            }
+            // Absent from a cache that keeps only matching objects: it may exist unmatched.
+            None if scope.selector().is_some() => Err(self.outside(
+                gvk,
+                scope,
+                "an object missing from it may exist without matching",
+            )),
+            found => Ok(found),
+        }
     }
 
     /// Keeps only what the plugin may see: for Secrets, the granted names.
@@ -137,6 +194,13 @@ impl HostState {
         let objects = self.visible(objects);
         let limit = self.ctx.limits.handles;
         Ok(self.handles.give(objects, limit)?)
+    }
+}
+
+impl HostState {
+    /// The objects of `gvk` the plugin sees, when that is not all of them.
+    fn scope_of(&self, gvk: &WitGvk) -> Option<&Scope> {
+        self.granted_in(gvk).ok().and_then(|(_, scope)| scope)
     }
 }
 
@@ -226,12 +290,13 @@ impl HostState {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Resource<Object>>, QueryError> {
-        let informer = self.granted(gvk)?;
+        let (informer, scope) = self.granted_in(gvk)?;
         arg("name", name)?;
         if let Some(ns) = namespace {
             arg("namespace", ns)?;
         }
         let found = with_object_key(namespace, name, |key| informer.store().get(key));
+        let found = self.in_scope(gvk, scope, namespace, found)?;
         self.answer_one(found)
     }
 
@@ -241,7 +306,8 @@ impl HostState {
         object: &KubeObject,
         gvk: &WitGvk,
     ) -> Result<Option<Resource<Object>>, QueryError> {
-        let store = self.granted(gvk)?.store();
+        let (informer, scope) = self.granted_in(gvk)?;
+        let store = informer.store();
         let Some(owner) = object.owners().find(|r| {
             r.controller
                 && short_eq(r.kind, &gvk.kind)
@@ -253,6 +319,7 @@ impl HostState {
         let found = with_object_key(object.namespace(), owner.name, |key| store.get(key))
             .or_else(|| object.namespace().and_then(|_| store.get(owner.name)))
             .filter(|o| short_eq(o.uid(), owner.uid));
+        let found = self.in_scope(gvk, scope, object.namespace(), found)?;
         self.answer_one(found)
     }
 
@@ -271,14 +338,20 @@ impl HostState {
         }
         let limit = self.ctx.limits.handles;
         let held = self.handles.owned();
+        let (informer, scope) = self.granted_in(gvk)?;
+        if let Some(scope) = scope
+            && let Some(ns) = namespace
+            && !scope.holds_namespace(Some(ns))
+        {
+            return Err(self.outside(gvk, scope, &format!("namespace {ns} is not among them")));
+        }
         // Counted while scanning, so an answer past the limit is refused before it is sorted.
-        let objects = self
-            .granted(gvk)?
+        let objects = informer
             .store()
             .select(
                 namespace,
                 &selector,
-                |o| self.may_see(o),
+                |o| self.may_see(o) && scope.is_none_or(|s| s.admits(o)),
                 limit.saturating_sub(held),
             )
             .map_err(|MoreThan(room)| {
@@ -296,10 +369,13 @@ impl HostState {
         value: &str,
     ) -> Result<Vec<Resource<Object>>, QueryError> {
         let (informer, index) = self.indexed(gvk, index, Some(value))?;
-        let objects = informer
+        let mut objects = informer
             .store()
             .by_index(&index, value)
             .map_err(index_error)?;
+        if let Some(scope) = self.scope_of(gvk) {
+            objects.retain(|o| scope.admits(o));
+        }
         self.answer(objects)
     }
 
@@ -311,6 +387,10 @@ impl HostState {
             .map_err(index_error)?;
         if is_secret(&convert::gvk(gvk)) {
             keys.retain(|k| self.ctx.secrets.contains(k));
+        }
+        if let Some(scope) = self.scope_of(gvk) {
+            let store = informer.store();
+            keys.retain(|k| store.get(k).is_some_and(|o| scope.admits(&o)));
         }
         self.answer_strings(keys)
     }
@@ -324,7 +404,16 @@ impl HostState {
             ));
         }
         let (informer, index) = self.indexed(gvk, index, None)?;
-        let values = informer.store().index_values(&index).map_err(index_error)?;
+        let mut values = informer.store().index_values(&index).map_err(index_error)?;
+        if let Some(scope) = self.scope_of(gvk) {
+            // Only values objects in the scope have.
+            let store = informer.store();
+            values.retain(|v| {
+                store
+                    .by_index(&index, v)
+                    .is_ok_and(|objects| objects.iter().any(|o| scope.admits(o)))
+            });
+        }
         self.answer_strings(values)
     }
 }

@@ -120,6 +120,9 @@ pub struct PluginContext {
     pub name: String,
     /// The informers this plugin may query, by resource type.
     pub grants: HashMap<Gvk, Arc<Informer>>,
+    /// The objects it sees of a granted type, where that is not every object: queries answer
+    /// within it, and an object outside it is an error naming the declaration.
+    pub scopes: HashMap<Gvk, crate::source::Scope>,
     /// Types the plugin asked for that the operator did not grant: queries answer `denied`.
     pub denied: HashSet<Gvk>,
     /// The plugin's own indexes: the name it declared, by type, to the name in the store
@@ -196,6 +199,7 @@ impl PluginContext {
         Self {
             name: name.to_owned(),
             grants: HashMap::new(),
+            scopes: HashMap::new(),
             denied: HashSet::new(),
             indexes: HashMap::new(),
             secrets: BTreeSet::new(),

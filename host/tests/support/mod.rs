@@ -225,3 +225,22 @@ pub fn relists(agent: &kubewasm::agent::Agent) -> u64 {
         .map(|(_, r)| r.relists)
         .sum()
 }
+
+/// Polls `check` every 50 ms until it gives a value, for at most `within`.
+pub async fn wait_for<T>(
+    what: &str,
+    within: std::time::Duration,
+    check: impl Fn() -> Option<T>,
+) -> anyhow::Result<T> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check() {
+            return Ok(value);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{what} did not happen"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -1,8 +1,8 @@
 //! Logs one line per event of the resource types it is configured for: an audit trail.
 //!
-//! Configuration: `{"resources": ["v1/ConfigMap", "example.com/v1/Backup"], "namespaces": ["a"]}`
-//! (`apiVersion/Kind`, any type including custom resources). Without configuration it audits
-//! ConfigMaps.
+//! Configuration: `{"resources": ["v1/ConfigMap", "example.com/v1/Backup"], "namespaces": ["a"],
+//! "selector": "tier=web"}` (`apiVersion/Kind`, any type including custom resources; namespaces
+//! and selector optional). Without configuration it audits ConfigMaps.
 
 use std::sync::OnceLock;
 
@@ -16,13 +16,15 @@ struct Config {
     resources: Vec<String>,
     #[serde(default)]
     namespaces: Vec<String>,
+    #[serde(default)]
+    selector: Option<String>,
 }
 
 fn default_resources() -> Vec<String> {
     vec!["v1/ConfigMap".into()]
 }
 
-static CONFIG: OnceLock<(Vec<Gvk>, Vec<String>)> = OnceLock::new();
+static CONFIG: OnceLock<(Vec<Gvk>, Vec<String>, Option<String>)> = OnceLock::new();
 
 /// `group/version/Kind` or `version/Kind` to a resource type.
 fn parse_gvk(text: &str) -> Result<Gvk, String> {
@@ -44,18 +46,22 @@ impl Plugin for AuditLog {
             .iter()
             .map(|r| parse_gvk(r))
             .collect::<Result<Vec<_>, _>>()?;
-        let _ = CONFIG.set((gvks, config.namespaces));
+        let _ = CONFIG.set((gvks, config.namespaces, config.selector));
         Ok(())
     }
 
     fn describe() -> Manifest {
-        let (gvks, namespaces) = CONFIG
+        let (gvks, namespaces, selector) = CONFIG
             .get()
             .cloned()
-            .unwrap_or_else(|| (vec![Gvk::config_map()], Vec::new()));
+            .unwrap_or_else(|| (vec![Gvk::config_map()], Vec::new(), None));
         let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
         gvks.into_iter().fold(Manifest::new(), |m, gvk| {
-            m.subscribe(Subscription::to(gvk).in_namespaces(&namespaces))
+            let subscription = Subscription::to(gvk).in_namespaces(&namespaces);
+            m.subscribe(match &selector {
+                Some(s) => subscription.selector(s),
+                None => subscription,
+            })
         })
     }
 

@@ -2,7 +2,8 @@
 //!
 //! It subscribes to ConfigMaps and misbehaves as its configuration says:
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
-//! "secret" | "big-query" | "count" | "slow" | ..., "key": "ns/name"}` (`key` for `panic-on`; `count`
+//! "secret" | "big-query" | "scoped" | "count" | "slow" | ..., "key": "ns/name"}` (`key` for
+//! `panic-on`; `scoped` subscribes to namespace t only and queries beyond it; `count`
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
 //! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 1 MiB
 //! arguments to every query; `huge-log` logs a 1 MiB message with 48 fields of 16 KiB and
@@ -124,6 +125,11 @@ impl Plugin for Hostile {
                 .with_state()
                 .admission(admission.timeout_seconds(5));
         }
+        if mode == "scoped" {
+            // Sees ConfigMaps of namespace t only, and queries past that.
+            return Manifest::new()
+                .subscribe(Subscription::to(Gvk::config_map()).in_namespaces(&["t"]));
+        }
         if CONFIG.get().is_some_and(|c| c.mode == "squat") {
             // deployment-view's index name, on the same type, computed differently.
             return manifest.query(Gvk::event()).index(
@@ -173,6 +179,17 @@ impl Plugin for Hostile {
                 report("secret list", cache::list(&secret(), None, None));
             }
             "big-query" => report("big list", cache::list(&Gvk::config_map(), None, None)),
+            "scoped" => {
+                let cm = Gvk::config_map();
+                report("outside", cache::get(&cm, Some("elsewhere"), "x"));
+                report("absent", cache::get(&cm, Some("t"), "absent"));
+                let own = cache::get(&cm, Some("t"), &event.object().name());
+                log::warn("own", &[("found", &matches!(own, Ok(Some(_))).to_string())]);
+                let all = cache::list(&cm, None, None);
+                let count = all.as_ref().map(Vec::len).unwrap_or_default();
+                log::warn("list", &[("count", &count.to_string())]);
+                report("list elsewhere", cache::list(&cm, Some("elsewhere"), None));
+            }
             "hoard" => {
                 // Keeps every handle it is given, across events, and asks for more.
                 let answer = cache::list(&Gvk::config_map(), None, None);

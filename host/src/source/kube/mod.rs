@@ -1,4 +1,7 @@
-//! The Kubernetes API as a source: discovery, then a reflector per resource type.
+//! The Kubernetes API as a source: discovery, then a reflector per resource type, or one per
+//! namespace when the scope names namespaces (as controller-runtime's multi-namespace cache
+//! does), so a host granted only Roles in those namespaces can watch them; a scope's label
+//! selector is sent to the server.
 //!
 //! A resource type the server does not serve yet (a CRD installed later) is reported as empty,
 //! so it does not hold back readiness, and discovery is retried until it appears; its objects
@@ -27,7 +30,7 @@ use tokio::sync::mpsc::{Sender, channel};
 
 use crate::gvk::Gvk;
 use crate::object::Transform;
-use crate::source::{Source, SourceEvent};
+use crate::source::{Scope, Source, SourceEvent};
 use reconnect::{Backoff, Health};
 use reflector::Reflector;
 use stats::{ReflectorSnapshot, ReflectorStats};
@@ -79,7 +82,7 @@ impl KubeSource {
 }
 
 impl Source for KubeSource {
-    fn watch(&self, gvk: &Gvk) -> BoxStream<'static, SourceEvent> {
+    fn watch(&self, gvk: &Gvk, scope: &Scope) -> BoxStream<'static, SourceEvent> {
         let (tx, mut rx) = channel::<Vec<SourceEvent>>(BATCHES_BUFFERED);
         let stats = self
             .stats
@@ -90,13 +93,45 @@ impl Source for KubeSource {
             .clone();
         let (client, gvk, transform) = (self.client.clone(), gvk.clone(), self.transform.clone());
         let health = self.health.clone();
+        let scope = scope.clone();
+        let tasks = self.tasks.clone();
         self.tasks.spawn(async move {
-            let Some(resource) = resolve(&client, &gvk, &tx, &stats, &health).await else {
+            let Some((resource, namespaced)) = resolve(&client, &gvk, &tx, &stats, &health).await
+            else {
                 return;
             };
-            Reflector::new(client, gvk, &resource, transform, tx, stats, health)
-                .run()
-                .await;
+            if scope.namespaces().is_some() && !namespaced {
+                // A cluster-scoped type has nothing in any namespace: nothing to watch, and
+                // no cluster-wide right needed for it.
+                tracing::info!(resource = %gvk, %scope, "cluster-scoped type read only in namespaces: nothing to watch");
+                if tx.send(vec![SourceEvent::ListStarted, SourceEvent::ListDone]).await.is_ok() {
+                    tx.closed().await;
+                }
+                return;
+            }
+            let selector = scope.selector().map(ToString::to_string);
+            let namespaces: Vec<Option<Arc<str>>> = match scope.namespaces() {
+                Some(list) => list.iter().map(|ns| Some(Arc::from(ns.as_str()))).collect(),
+                None => vec![None],
+            };
+            let mut reflectors = Vec::new();
+            for namespace in namespaces {
+                let reflector = Reflector::new(
+                    client.clone(),
+                    gvk.clone(),
+                    &resource,
+                    transform.clone(),
+                    tx.clone(),
+                    stats.clone(),
+                    health.clone(),
+                )
+                .within(namespace, selector.clone());
+                reflectors.push(tasks.spawn(reflector.run()));
+            }
+            // The reflectors go as soon as the stream is dropped (a rescope, the informer
+            // stopping), not at their next event: a quiet watch holds its connection minutes.
+            let _stop = AbortAll(reflectors);
+            tx.closed().await;
         });
         let mut batch = Vec::new().into_iter();
         Box::pin(futures::stream::poll_fn(move |cx| {
@@ -114,14 +149,26 @@ impl Source for KubeSource {
     }
 }
 
-/// Finds `gvk` through discovery, retrying until it exists. `None` when the receiver is gone.
+/// Aborts its tasks when dropped.
+struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortAll {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Finds `gvk` through discovery, retrying until it exists, and whether it is namespaced.
+/// `None` when the receiver is gone.
 async fn resolve(
     client: &Client,
     gvk: &Gvk,
     tx: &Sender<Vec<SourceEvent>>,
     stats: &ReflectorStats,
     health: &Arc<Health>,
-) -> Option<ApiResource> {
+) -> Option<(ApiResource, bool)> {
     let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
     let mut reported_absent = false;
     let mut backoff = Backoff::default();
@@ -131,7 +178,9 @@ async fn resolve(
         // A type the server does not serve (yet) has no objects: say so once, so plugins that
         // also watch other types are not held back, and keep looking for it.
         let (absent, e) = match found.await {
-            Ok(Ok((resource, _))) => return Some(resource),
+            Ok(Ok((resource, caps))) => {
+                return Some((resource, caps.scope == discovery::Scope::Namespaced));
+            }
             Ok(Err(e)) => (
                 matches!(&e, kube::Error::Discovery(_))
                     || matches!(&e, kube::Error::Api(s) if s.code == 404),

@@ -199,6 +199,12 @@ pub struct Reflector {
     health: Arc<Health>,
     /// The server answered a list or a watch delivered since the last failure.
     answered: bool,
+    /// The resource, for paths in a namespace.
+    resource: ApiResource,
+    /// The one namespace watched, if not all.
+    namespace: Option<Arc<str>>,
+    /// The label selector sent with every list and watch.
+    selector: Option<String>,
 }
 
 impl Reflector {
@@ -223,6 +229,34 @@ impl Reflector {
             pending: Vec::new(),
             health,
             answered: false,
+            resource: resource.clone(),
+            namespace: None,
+            selector: None,
+        }
+    }
+
+    /// The same reflector watching only `namespace` (if given), and only objects matching
+    /// `selector` (if given), filtered by the server.
+    pub fn within(mut self, namespace: Option<Arc<str>>, selector: Option<String>) -> Self {
+        self.path = DynamicObject::url_path(&self.resource, namespace.as_deref());
+        self.namespace = namespace;
+        self.selector = selector;
+        self
+    }
+
+    /// The event that starts a list: of the namespace, when only one is watched.
+    fn list_started(&self) -> SourceEvent {
+        match &self.namespace {
+            Some(ns) => SourceEvent::NamespaceListStarted(ns.clone()),
+            None => SourceEvent::ListStarted,
+        }
+    }
+
+    /// The event that ends a list.
+    fn list_done(&self) -> SourceEvent {
+        match &self.namespace {
+            Some(ns) => SourceEvent::NamespaceListDone(ns.clone()),
+            None => SourceEvent::ListDone,
         }
     }
 
@@ -306,13 +340,14 @@ impl Reflector {
     async fn list(&mut self, from: ListFrom) -> Result<(), Stop> {
         let mut params = ListParams {
             limit: Some(PAGE_SIZE),
+            label_selector: self.selector.clone(),
             ..ListParams::default()
         };
         if let ListFrom::NotOlderThan(rv) = from {
             params.resource_version = Some(rv);
             params.version_match = Some(VersionMatch::NotOlderThan);
         }
-        self.send(SourceEvent::ListStarted).await?;
+        self.send(self.list_started()).await?;
         loop {
             let request = Request::new(self.path.as_str())
                 .list(&params)
@@ -344,7 +379,7 @@ impl Reflector {
                     let Some(rv) = rv else {
                         return Err(Stop::Failed("list response has no resourceVersion".into()));
                     };
-                    self.send(SourceEvent::ListDone).await?;
+                    self.send(self.list_done()).await?;
                     self.on(Input::Synced(rv));
                     return Ok(());
                 }
@@ -361,6 +396,7 @@ impl Reflector {
             timeout: Some(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX)),
             bookmarks: true,
             send_initial_events: initial,
+            label_selector: self.selector.clone(),
             ..WatchParams::default()
         };
         let from = match &list {
@@ -394,7 +430,7 @@ impl Reflector {
         };
         self.stats.note_watch();
         if initial {
-            self.send(SourceEvent::ListStarted).await?;
+            self.send(self.list_started()).await?;
         }
         let mut events = 0_u64;
         let mut lines = Lines::new(body);
@@ -453,7 +489,7 @@ impl Reflector {
                 } => {
                     if initial && initial_events_end {
                         initial = false;
-                        self.send(SourceEvent::ListDone).await?;
+                        self.send(self.list_done()).await?;
                         self.on(Input::Synced(resource_version));
                     } else if !resource_version.is_empty() {
                         self.on(Input::Seen(resource_version));
@@ -512,7 +548,11 @@ impl Reflector {
         };
         match status.code {
             403 => format!(
-                "forbidden: the host may not {verb} {what} cluster-wide; grant it get, list and watch on {what} (see `kubewasm rbac`): {}",
+                "forbidden: the host may not {verb} {what} {}; grant it get, list and watch on {what} (see `kubewasm rbac`): {}",
+                match &self.namespace {
+                    Some(ns) => format!("in namespace {ns}"),
+                    None => "cluster-wide".to_owned(),
+                },
                 status.message
             ),
             401 => format!(

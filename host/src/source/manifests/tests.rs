@@ -43,6 +43,9 @@ impl Describe {
             }
             SourceEvent::Applied(o) => Some(format!("apply {}", o.name())),
             SourceEvent::Deleted(o) => Some(format!("delete {}", o.name())),
+            SourceEvent::NamespaceListStarted(ns) | SourceEvent::NamespaceListDone(ns) => {
+                panic!("a folder lists whole types, not namespace {ns}")
+            }
         }
     }
 }
@@ -81,9 +84,12 @@ fn lists_multi_document_yaml_json_and_list_kinds_by_type() {
 
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
     assert_eq!(folder.len(), 4);
-    let mut cms = folder.watch(&configmaps());
+    let mut cms = folder.watch(&configmaps(), &crate::source::Scope::everything());
     assert_eq!(ready(&mut cms), ["list[a,b,c]"]);
-    let mut namespaces = folder.watch(&Gvk::new("", "v1", "Namespace"));
+    let mut namespaces = folder.watch(
+        &Gvk::new("", "v1", "Namespace"),
+        &crate::source::Scope::everything(),
+    );
     assert_eq!(ready(&mut namespaces), ["list[ns]"]);
 }
 
@@ -93,7 +99,7 @@ fn changes_become_applies_and_deletes_and_renames_are_silent() {
     let file = dir.path().join("a.yaml");
     fs::write(&file, format!("{}---\n{}", cm("a", "1"), cm("b", "1"))).expect("write");
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
-    let mut events = folder.watch(&configmaps());
+    let mut events = folder.watch(&configmaps(), &crate::source::Scope::everything());
     assert_eq!(ready(&mut events), ["list[a,b]"]);
 
     // Edit one document, drop the other.
@@ -122,7 +128,7 @@ fn resource_versions_grow_and_uids_are_derived_when_absent() {
     let file = dir.path().join("a.yaml");
     fs::write(&file, cm("a", "1")).expect("write");
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
-    let mut events = folder.watch(&configmaps());
+    let mut events = folder.watch(&configmaps(), &crate::source::Scope::everything());
     let (Some(Some(SourceEvent::ListStarted)), Some(Some(SourceEvent::Listed(first)))) =
         (events.next().now_or_never(), events.next().now_or_never())
     else {
@@ -175,7 +181,7 @@ fn names_and_namespaces_the_api_server_refuses_are_reported_per_document() {
         errors[2].starts_with("document 4 (line 13): field `metadata.name` may not be `.`"),
         "{errors:?}"
     );
-    let mut events = folder.watch(&configmaps());
+    let mut events = folder.watch(&configmaps(), &crate::source::Scope::everything());
     assert_eq!(ready(&mut events), ["list[ok]"]);
 }
 
@@ -194,7 +200,7 @@ fn an_invalid_file_is_reported_and_keeps_its_last_good_objects() {
     assert_eq!(errors.len(), 1);
     assert!(errors[0].0.ends_with("broken.yaml"));
 
-    let mut events = folder.watch(&configmaps());
+    let mut events = folder.watch(&configmaps(), &crate::source::Scope::everything());
     assert_eq!(ready(&mut events), ["list[a]"]);
 
     // A half-written edit: a.yaml now fails to parse; a stays as it was.
@@ -266,7 +272,7 @@ async fn follows_file_changes_in_a_folder_named_by_a_relative_path() {
 /// deleted.
 async fn follows_changes(dir: &Path) {
     let folder = ManifestFolder::open(dir, Transform::default()).expect("open");
-    let mut events = folder.watch(&configmaps());
+    let mut events = folder.watch(&configmaps(), &crate::source::Scope::everything());
     let mut describe = Describe::default();
     let mut next = async |events: &mut BoxStream<'static, SourceEvent>| loop {
         let e = tokio::time::timeout(Duration::from_secs(10), events.next())
@@ -326,7 +332,7 @@ fn open(dir: &Path) -> ManifestFolder {
 
 /// The objects a fresh watch of `gvk` lists, as `namespace/name` keys.
 fn keys(folder: &ManifestFolder, gvk: &Gvk) -> Vec<String> {
-    let mut events = folder.watch(gvk);
+    let mut events = folder.watch(gvk, &crate::source::Scope::everything());
     let mut keys = Vec::new();
     while let Some(Some(e)) = events.next().now_or_never() {
         if let SourceEvent::Listed(o) = e {
@@ -345,7 +351,7 @@ fn an_edit_is_seen_even_when_the_file_sets_a_resource_version() {
     };
     fs::write(&file, with_rv("1")).expect("write");
     let folder = open(dir.path());
-    let mut events = folder.watch(&configmaps());
+    let mut events = folder.watch(&configmaps(), &crate::source::Scope::everything());
     assert_eq!(ready(&mut events), ["list[a]"]);
     fs::write(&file, with_rv("2")).expect("write");
     folder.rescan();
@@ -438,7 +444,7 @@ fn namespaces_are_placed_as_kubectl_places_them() {
         ),
     )
     .expect("write");
-    let mut watch = folder.watch(&widgets);
+    let mut watch = folder.watch(&widgets, &crate::source::Scope::everything());
     ready(&mut watch);
     let lines = logged(|| folder.rescan());
     assert_eq!(ready(&mut watch), ["apply w", "delete w"]);
@@ -519,7 +525,7 @@ fn a_change_costs_the_files_it_names_not_the_folder() {
         .expect("write");
     }
     let folder = ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open");
-    let mut stream = folder.watch(&configmaps());
+    let mut stream = folder.watch(&configmaps(), &crate::source::Scope::everything());
     assert_eq!(ready(&mut stream).len(), 1, "the list");
     let read = folder.files_read();
 
@@ -596,7 +602,7 @@ fn the_folder_reads_what_kubectl_reads_case_by_case() {
     let folder = open(dir.path());
     let cms = keys(&folder, &configmaps());
     assert_eq!(cms, ["ns/in-json", "ns/nulls", "ns/quoted"]);
-    let mut events = folder.watch(&configmaps());
+    let mut events = folder.watch(&configmaps(), &crate::source::Scope::everything());
     while let Some(Some(e)) = events.next().now_or_never() {
         if let SourceEvent::Listed(o) = e {
             let json: Value = serde_json::from_str(&o.json()).expect("JSON");
@@ -636,7 +642,7 @@ fn a_document_removed_beside_a_bad_one_is_deleted() {
     let path = dir.path().join("two.yaml");
     fs::write(&path, format!("{}---\n{}", cm("a", "1"), cm("b", "1"))).expect("write");
     let folder = open(dir.path());
-    let mut stream = folder.watch(&configmaps());
+    let mut stream = folder.watch(&configmaps(), &crate::source::Scope::everything());
     assert_eq!(ready(&mut stream), ["list[a,b]"]);
     // b half-saved (broken): a half-saved edit deletes nothing.
     fs::write(
@@ -668,7 +674,7 @@ fn removing_a_definition_leaves_its_objects_where_they_were() {
     let folder = open(dir.path());
     let widget = Gvk::new("example.com", "v1", "Widget");
     assert_eq!(keys(&folder, &widget), ["default/w"]);
-    let mut stream = folder.watch(&widget);
+    let mut stream = folder.watch(&widget, &crate::source::Scope::everything());
     assert_eq!(ready(&mut stream), ["list[w]"]);
     fs::remove_file(dir.path().join("crd.yaml")).expect("remove");
     folder.rescan();

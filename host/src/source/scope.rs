@@ -1,0 +1,156 @@
+//! Which objects of a type are watched and cached: namespaces and a label selector, the union
+//! of what the loaded plugins subscribe to, sent to the API server where it can filter.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use kubewasm_sdk::selector::Selector;
+
+use crate::object::KubeObject;
+
+/// The objects of one resource type that are watched and cached.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Only these namespaces; `None`: every namespace (and cluster-scoped objects).
+    namespaces: Option<BTreeSet<String>>,
+    /// Only objects whose labels match; `None`: every object.
+    selector: Option<Selector>,
+}
+
+impl Scope {
+    /// Every object of the type.
+    pub fn everything() -> Self {
+        Self::default()
+    }
+
+    /// What a subscription names: its namespaces (none: all) and its label selector.
+    pub fn of(namespaces: &[String], selector: &Selector) -> Self {
+        Self {
+            namespaces: (!namespaces.is_empty()).then(|| namespaces.iter().cloned().collect()),
+            selector: (!selector.is_empty()).then(|| selector.clone()),
+        }
+    }
+
+    /// The smallest scope holding both: namespaces joined, a selector kept only when both
+    /// name the same one.
+    pub fn union(&self, other: &Scope) -> Scope {
+        let namespaces = match (&self.namespaces, &other.namespaces) {
+            (Some(a), Some(b)) => Some(a.union(b).cloned().collect()),
+            _ => None,
+        };
+        let selector = match (&self.selector, &other.selector) {
+            (Some(a), Some(b)) if a == b => Some(a.clone()),
+            _ => None,
+        };
+        Scope {
+            namespaces,
+            selector,
+        }
+    }
+
+    /// The union of `scopes`; everything when there are none.
+    pub fn union_of<'a>(scopes: impl IntoIterator<Item = &'a Scope>) -> Scope {
+        let mut scopes = scopes.into_iter();
+        let Some(first) = scopes.next() else {
+            return Scope::everything();
+        };
+        scopes.fold(first.clone(), |all, s| all.union(s))
+    }
+
+    /// True when the scope holds every object of the type.
+    pub fn is_everything(&self) -> bool {
+        self.namespaces.is_none() && self.selector.is_none()
+    }
+
+    /// The namespaces, when the scope is limited to some.
+    pub fn namespaces(&self) -> Option<&BTreeSet<String>> {
+        self.namespaces.as_ref()
+    }
+
+    /// The label selector, when the scope has one.
+    pub fn selector(&self) -> Option<&Selector> {
+        self.selector.as_ref()
+    }
+
+    /// True when `namespace` (`None`: a cluster-scoped name) may hold objects of the scope.
+    pub fn holds_namespace(&self, namespace: Option<&str>) -> bool {
+        match (&self.namespaces, namespace) {
+            (None, _) => true,
+            (Some(set), Some(ns)) => set.contains(ns),
+            (Some(_), None) => false,
+        }
+    }
+
+    /// True when `object` is in the scope.
+    pub fn admits(&self, object: &KubeObject) -> bool {
+        self.holds_namespace(object.namespace())
+            && self.selector.as_ref().is_none_or(|s| s.matches(object))
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.namespaces, &self.selector) {
+            (None, None) => f.write_str("everything"),
+            (namespaces, selector) => {
+                if let Some(set) = namespaces {
+                    let list: Vec<&str> = set.iter().map(String::as_str).collect();
+                    write!(f, "namespaces {}", list.join(", "))?;
+                    if selector.is_some() {
+                        f.write_str("; ")?;
+                    }
+                }
+                if let Some(s) = selector {
+                    write!(f, "labels {s}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(namespaces: &[&str], selector: &str) -> Scope {
+        let namespaces: Vec<String> = namespaces.iter().map(|s| (*s).to_owned()).collect();
+        Scope::of(&namespaces, &Selector::parse(selector).expect("selector"))
+    }
+
+    fn pod(ns: &str, labels: &str) -> KubeObject {
+        let text = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"{ns}","labels":{{{labels}}}}}}}"#
+        );
+        KubeObject::from_json(&text, &crate::object::Transform::default()).expect("a pod")
+    }
+
+    #[test]
+    fn unions_join_namespaces_and_keep_only_a_shared_selector() {
+        let a = scope(&["a"], "app=web");
+        let b = scope(&["b"], "app=web");
+        let u = a.union(&b);
+        assert_eq!(u, scope(&["a", "b"], "app=web"));
+        assert_eq!(u.to_string(), "namespaces a, b; labels app=web");
+        let c = scope(&["c"], "app=db");
+        assert_eq!(u.union(&c), scope(&["a", "b", "c"], ""));
+        assert!(u.union(&Scope::everything()).is_everything());
+        assert!(Scope::union_of([]).is_everything());
+        assert_eq!(Scope::union_of([&a, &b]), u);
+        assert_eq!(Scope::everything().to_string(), "everything");
+    }
+
+    #[test]
+    fn admits_what_its_namespaces_and_selector_hold() {
+        let s = scope(&["a", "b"], "app=web");
+        assert!(s.admits(&pod("a", r#""app":"web""#)));
+        assert!(!s.admits(&pod("a", r#""app":"db""#)));
+        assert!(!s.admits(&pod("c", r#""app":"web""#)));
+        assert!(s.holds_namespace(Some("b")));
+        assert!(
+            !s.holds_namespace(None),
+            "a cluster-scoped name is in no namespace"
+        );
+        assert!(Scope::everything().admits(&pod("z", "")));
+    }
+}

@@ -1,0 +1,298 @@
+//! Scopes pushed to a real kube-apiserver (kubewasm-testenv): a host whose plugins name
+//! namespaces watches those namespaces only, so a service account with Roles in them and no
+//! cluster-wide right runs it; a label selector every subscription shares is filtered by the
+//! server; and a plugin with a wider scope arriving and leaving while objects change costs the
+//! other plugins no event they would not have had.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::gvk::Gvk;
+use kubewasm::rbac;
+use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
+use kubewasm_testenv::{TestEnv, resources};
+use serde_json::json;
+use support::{audit, render};
+
+mod support;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn config_maps() -> Gvk {
+    Gvk::new("", "v1", "ConfigMap")
+}
+
+/// audit-log's configuration: ConfigMaps in `namespaces`.
+fn audit_in(namespaces: &[&str]) -> String {
+    json!({"resources": ["v1/ConfigMap"], "namespaces": namespaces}).to_string()
+}
+
+fn config_map(name: &str, labels: serde_json::Value) -> anyhow::Result<ConfigMap> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "data": {"v": "1"}
+    }))?)
+}
+
+/// A host on `client` with `configs` for its plugins; `files` are in its plugins folder.
+async fn host(
+    client: kube::Client,
+    configs: &[(&str, &str)],
+    files: &[&str],
+) -> anyhow::Result<(Agent, Arc<MemorySink>, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    for name in files {
+        put(dir.path(), name)?;
+    }
+    let sink = Arc::new(MemorySink::default());
+    let mut agent = Agent::start(AgentOptions::new(
+        Cluster::Kube(client),
+        support::configs(configs),
+        sink.clone(),
+    ))
+    .await?;
+    let report = agent.follow_plugins(dir.path()).await?;
+    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    Ok((agent, sink, dir))
+}
+
+/// Puts audit-log into `dir` as plugin `name`, whole (written aside, then renamed).
+fn put(dir: &Path, name: &str) -> anyhow::Result<()> {
+    let aside = dir.join(format!(".{name}.part"));
+    std::fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &aside)?;
+    std::fs::rename(aside, dir.join(format!("{name}.wasm")))?;
+    Ok(())
+}
+
+/// Polls `check` until it gives a value.
+async fn wait<T>(what: &str, check: impl Fn() -> Option<T>) -> anyhow::Result<T> {
+    support::wait_for(what, WAIT, check).await
+}
+
+fn lines(sink: &MemorySink, plugin: &str) -> Vec<PluginLogRecord> {
+    support::of(sink.records(), plugin)
+}
+
+fn synced(agent: &Agent, plugin: &str) -> bool {
+    agent
+        .status()
+        .plugins
+        .iter()
+        .any(|p| p.name == plugin && p.synced)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_in_the_plugins_namespaces_suffice_and_a_shared_selector_is_filtered_by_the_server()
+-> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    for ns in ["kubewasm", "team-a", "team-b", "elsewhere"] {
+        resources::create_namespace(&admin, ns).await?;
+    }
+    // What `kubewasm rbac` makes of two plugins reading ConfigMaps in team-a and team-b.
+    let mut reads = rbac::Reads::default();
+    let namespaces = ["team-a".to_owned(), "team-b".to_owned()].into();
+    reads.add(&config_maps(), Some(&namespaces));
+    let identity = rbac::Identity {
+        name: "team".into(),
+        namespace: "kubewasm".into(),
+        service_account: "team".into(),
+        leader_election: false,
+        plugin_resources: false,
+        plugin_state: false,
+    };
+    let yaml = rbac::render(&reads, &[], &identity, "test");
+    assert!(
+        !yaml.contains("kind: ClusterRole"),
+        "nothing cluster-wide is granted:\n{yaml}"
+    );
+    support::apply_yaml(&admin, &yaml).await?;
+
+    // Every subscription shares `tier=web`, so the server filters by it.
+    let selected = |ns: &[&str]| {
+        json!({"resources": ["v1/ConfigMap"], "namespaces": ns, "selector": "tier=web"}).to_string()
+    };
+    let client = env.service_account_client("kubewasm", "team").await?;
+    let (agent, sink, _dir) = host(
+        client,
+        &[
+            ("audit-a", &selected(&["team-a"])),
+            ("audit-ab", &selected(&["team-a", "team-b"])),
+        ],
+        &["audit-a", "audit-ab"],
+    )
+    .await?;
+    for plugin in ["audit-a", "audit-ab"] {
+        wait(plugin, || synced(&agent, plugin).then_some(())).await?;
+    }
+    // In each namespace an unlabelled ConfigMap, then a labelled one: one watch stream
+    // carries both in order, so once the second is seen the first was filtered, not late.
+    for ns in ["team-a", "team-b", "elsewhere"] {
+        let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+        api.create(&PostParams::default(), &config_map("plain", json!({}))?)
+            .await?;
+        api.create(
+            &PostParams::default(),
+            &config_map("cm", json!({"tier": "web"}))?,
+        )
+        .await?;
+    }
+    wait("audit-ab saw both team namespaces", || {
+        let mut seen = audit(&lines(&sink, "audit-ab"), "ConfigMap");
+        seen.sort();
+        (seen.len() >= 2).then_some(seen)
+    })
+    .await
+    .map(|seen| {
+        assert_eq!(
+            seen,
+            ["added team-a/cm", "added team-b/cm"],
+            "{}",
+            render(&lines(&sink, "audit-ab"))
+        )
+    })?;
+    assert_eq!(
+        audit(&lines(&sink, "audit-a"), "ConfigMap"),
+        ["added team-a/cm"]
+    );
+    let status = agent.status();
+    let informer = status
+        .informers
+        .iter()
+        .find(|i| i.gvk == config_maps())
+        .ok_or_else(|| anyhow::anyhow!("no ConfigMap informer: {status:?}"))?;
+    assert_eq!(informer.scope, "namespaces team-a, team-b; labels tier=web");
+    assert_eq!(
+        informer.cached, 2,
+        "neither elsewhere nor the unlabelled ones"
+    );
+    assert_eq!(
+        informer.received, 2,
+        "the server sent only the labelled ConfigMaps of the two namespaces"
+    );
+    let (_, reflector) = status
+        .reflectors
+        .iter()
+        .find(|(g, _)| *g == config_maps())
+        .ok_or_else(|| anyhow::anyhow!("no ConfigMap reflector"))?;
+    assert_eq!(
+        reflector.errors, 0,
+        "no request was refused: {:?}",
+        reflector.last_error
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wider_plugin_coming_and_going_costs_the_others_no_event() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    for ns in ["one", "two"] {
+        resources::create_namespace(&admin, ns).await?;
+    }
+    let (agent, sink, dir) = host(
+        admin.clone(),
+        &[
+            ("narrow", &audit_in(&["one"])),
+            ("wide", &audit_in(&["one", "two"])),
+        ],
+        &["narrow"],
+    )
+    .await?;
+    wait("narrow synced", || synced(&agent, "narrow").then_some(())).await?;
+
+    // Objects keep changing in both namespaces while the wide plugin loads and unloads: each
+    // ConfigMap is created, then changed once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (admin, stop, progress) = (admin.clone(), stop.clone(), progress.clone());
+        tokio::spawn(async move {
+            let mut written = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                for ns in ["one", "two"] {
+                    let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+                    let name = format!("cm-{written}");
+                    api.create(&PostParams::default(), &config_map(&name, json!({}))?)
+                        .await?;
+                    let change = json!({"data": {"v": "2"}});
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&change))
+                        .await?;
+                }
+                written += 1;
+                progress.store(written, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            anyhow::Ok(written)
+        })
+    };
+    // A few objects more in each phase, however slow the machine.
+    let a_few_more = || {
+        let from = progress.load(Ordering::Relaxed);
+        let progress = progress.clone();
+        wait("a few more objects written", move || {
+            (progress.load(Ordering::Relaxed) >= from + 3).then_some(())
+        })
+    };
+    a_few_more().await?;
+    put(dir.path(), "wide")?;
+    wait("wide synced", || synced(&agent, "wide").then_some(())).await?;
+    a_few_more().await?;
+    std::fs::remove_file(dir.path().join("wide.wasm"))?;
+    wait("wide unloaded", || {
+        (!agent.status().plugins.iter().any(|p| p.name == "wide")).then_some(())
+    })
+    .await?;
+    a_few_more().await?;
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.await??;
+
+    // The narrow plugin saw each of its objects added then changed, once each, in order.
+    let expected: Vec<String> = (0..written)
+        .flat_map(|i| [format!("added one/cm-{i}"), format!("updated one/cm-{i}")])
+        .collect();
+    let seen = wait("narrow saw every change in one", || {
+        let seen = audit(&lines(&sink, "narrow"), "ConfigMap");
+        (seen.len() >= expected.len()).then_some(seen)
+    })
+    .await?;
+    assert_eq!(
+        seen, expected,
+        "no delete and add, no duplicate, nothing from two"
+    );
+    // The wide plugin's view had both namespaces, each object at most added once.
+    let wide = audit(&lines(&sink, "wide"), "ConfigMap");
+    let mut adds = BTreeMap::new();
+    for line in &wide {
+        assert!(
+            !line.starts_with("deleted"),
+            "{}",
+            render(&lines(&sink, "wide"))
+        );
+        if let Some(key) = line.strip_prefix("added ") {
+            *adds
+                .entry(key.trim_end_matches(" initial").to_owned())
+                .or_insert(0) += 1;
+        }
+    }
+    assert!(adds.values().all(|n| *n == 1), "{adds:?}");
+    assert!(
+        adds.keys().any(|k| k.starts_with("two/")) && adds.keys().any(|k| k.starts_with("one/")),
+        "{adds:?}"
+    );
+    let status = agent.status();
+    let informer = status
+        .informers
+        .iter()
+        .find(|i| i.gvk == config_maps())
+        .ok_or_else(|| anyhow::anyhow!("no ConfigMap informer"))?;
+    assert_eq!(informer.scope, "namespaces one", "narrowed again");
+    assert_eq!(informer.rescopes, 2, "widened once, narrowed once");
+    Ok(())
+}
