@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kubewasm::agent::{Agent, AgentOptions, Cluster};
 use kubewasm::config::HostConfig;
@@ -55,7 +56,7 @@ use kubewasm::gvk::Gvk;
 use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::informer::queue::{Delivery, queue};
 use kubewasm::informer::{Filter, IndexClaim, Informer, Subscription};
-use kubewasm::object::Transform;
+use kubewasm::object::{Keep, Transform};
 use kubewasm::plugins::{DEFAULT_RELEASE_IDLE_AFTER, PluginHost};
 use kubewasm::source::kube::KubeSource;
 use serde_json::json;
@@ -189,7 +190,8 @@ enum Peer {
     KubeRs {
         handled: Arc<AtomicU64>,
         lists: Arc<AtomicU64>,
-        _store: reflector::Store<Pod>,
+        /// Its reflector's store (of pods, or of their metadata).
+        _store: Box<dyn std::any::Any + Send>,
         task: tokio::task::JoinHandle<()>,
     },
     ClientGo {
@@ -198,6 +200,26 @@ enum Peer {
         /// The protobuf front between client-go and the double, when client-go reads protobuf.
         front: Option<Child>,
     },
+}
+
+/// What kubewasm keeps of each pod besides its metadata (a declared projection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kept {
+    Whole,
+    /// Metadata only, asked of the server as `PartialObjectMetadata`.
+    Metadata,
+    /// `/status/phase` and `/spec/nodeName`, cut at decode.
+    PhaseAndNode,
+}
+
+impl Kept {
+    fn keep(self) -> Keep {
+        match self {
+            Kept::Whole => Keep::Whole,
+            Kept::Metadata => Keep::MetadataOnly,
+            Kept::PhaseAndNode => Keep::fields(&["/status/phase", "/spec/nodeName"]),
+        }
+    }
 }
 
 /// Which client, and how it is set up.
@@ -210,6 +232,7 @@ enum Kind {
         subscriber: bool,
         keep_managed: bool,
         indexed: bool,
+        kept: Kept,
     },
     /// kubewasm with `count` copies of the bench plugin doing `work`, each subscribed with a
     /// change filter on `/spec` when `spec_filter`.
@@ -218,17 +241,26 @@ enum Kind {
         work: &'static str,
         spec_filter: bool,
     },
-    KubeRs,
+    /// kube-rs's reflector on its `watcher`, of pods or (`metadata`) of their metadata
+    /// (`Api<PartialObjectMeta<Pod>>`, what its `metadata_watcher` became).
+    KubeRs { metadata: bool },
     /// client-go's informer, reading JSON or, through a front that converts the double's
-    /// answers as a real API server would serve them, protobuf.
-    ClientGo {
-        protobuf: bool,
-    },
+    /// answers as a real API server would serve them, protobuf; or its metadata informer
+    /// (`metadata`, JSON).
+    ClientGo { protobuf: bool, metadata: bool },
 }
 
 impl Kind {
     fn label(self) -> String {
         match self {
+            Kind::Kubewasm {
+                kept: Kept::Metadata,
+                ..
+            } => "kubewasm, metadata only".into(),
+            Kind::Kubewasm {
+                kept: Kept::PhaseAndNode,
+                ..
+            } => "kubewasm, /status/phase and /spec/nodeName".into(),
             Kind::Kubewasm { indexed: false, .. } => "kubewasm, no index built".into(),
             Kind::Kubewasm {
                 keep_managed: true, ..
@@ -243,24 +275,67 @@ impl Kind {
                 if count == 1 { "" } else { "s" },
                 if spec_filter { " filtering /spec" } else { "" }
             ),
-            Kind::KubeRs => "kube-rs reflector".into(),
-            Kind::ClientGo { protobuf: false } => "client-go informer".into(),
-            Kind::ClientGo { protobuf: true } => "client-go informer (protobuf)".into(),
+            Kind::KubeRs { metadata: false } => "kube-rs reflector".into(),
+            Kind::KubeRs { metadata: true } => "kube-rs metadata watcher".into(),
+            Kind::ClientGo { metadata: true, .. } => "client-go metadata informer".into(),
+            Kind::ClientGo {
+                protobuf: false, ..
+            } => "client-go informer".into(),
+            Kind::ClientGo { protobuf: true, .. } => "client-go informer (protobuf)".into(),
         }
     }
+}
+
+/// kube-rs's watcher on `api` reflected into a store, counting what it yields (deliveries,
+/// then completed lists) in `counters`; the store, and the task running it.
+fn reflect<K>(
+    rig: &Rig,
+    api: kube::Api<K>,
+    (handled, lists): (Arc<AtomicU64>, Arc<AtomicU64>),
+) -> (Box<dyn std::any::Any + Send>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store::<K>();
+    let task = rig.client_rt.spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                    handled.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    lists.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+    });
+    (Box::new(store), task)
 }
 
 /// kubewasm's Pod informer on `client`: the factory and a lease that keeps it running.
 fn pod_informer(
     client: kube::Client,
     transform: Transform,
+    keep: Keep,
     handle: tokio::runtime::Handle,
 ) -> (Arc<InformerFactory>, Lease) {
     let source = Arc::new(KubeSource::new(client, transform, handle.clone()));
     let factory = InformerFactory::new(source, handle);
     let lease = factory.acquire(
         &Gvk::new("", "v1", "Pod"),
-        &kubewasm::source::Scope::everything(),
+        &kubewasm::source::Scope::everything().keeping(keep),
     );
     (factory, lease)
 }
@@ -277,13 +352,14 @@ impl Peer {
                 subscriber,
                 keep_managed,
                 indexed,
+                kept,
             } => {
                 let transform = if keep_managed {
                     Transform::keep_everything()
                 } else {
                     Transform::default()
                 };
-                let (_, lease) = pod_informer(client, transform, handle);
+                let (_, lease) = pod_informer(client, transform, kept.keep(), handle);
                 let informer = lease.informer().clone();
                 let claim = indexed.then(|| IndexClaim::builtins(&informer));
                 let handled = Arc::new(AtomicU64::new(0));
@@ -331,29 +407,17 @@ impl Peer {
                     _lease: lease,
                 }
             }
-            Kind::KubeRs => {
-                let (store, writer) = reflector::store::<Pod>();
+            Kind::KubeRs { metadata } => {
                 let handled = Arc::new(AtomicU64::new(0));
                 let lists = Arc::new(AtomicU64::new(0));
-                let api = kube::Api::<Pod>::all(client);
-                let (h, l) = (handled.clone(), lists.clone());
-                let task = rig.client_rt.spawn(async move {
-                    let mut events = watcher(api, watcher::Config::default())
-                        .default_backoff()
-                        .reflect(writer)
-                        .boxed();
-                    while let Some(event) = events.next().await {
-                        match event {
-                            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
-                                h.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Ok(watcher::Event::InitDone) => {
-                                l.fetch_add(1, Ordering::Relaxed);
-                            }
-                            _ => {}
-                        }
-                    }
-                });
+                let counters = (handled.clone(), lists.clone());
+                let (store, task) = if metadata {
+                    // kube-rs asks for metadata only for an `Api` of `PartialObjectMeta`.
+                    let api = kube::Api::<PartialObjectMeta<Pod>>::all(client);
+                    reflect(rig, api, counters)
+                } else {
+                    reflect(rig, kube::Api::<Pod>::all(client), counters)
+                };
                 wait_for("kube-rs sync", || lists.load(Ordering::Relaxed) > 0);
                 Peer::KubeRs {
                     handled,
@@ -362,7 +426,7 @@ impl Peer {
                     task,
                 }
             }
-            Kind::ClientGo { protobuf } => {
+            Kind::ClientGo { protobuf, metadata } => {
                 // The front is a process of its own, like the double: converting to protobuf
                 // is the server's work, not counted as client-go's.
                 let front = protobuf.then(|| {
@@ -382,6 +446,7 @@ impl Peer {
                     ["-server", server.as_str()]
                         .into_iter()
                         .chain(protobuf.then_some("-protobuf"))
+                        .chain(metadata.then_some("-metadata"))
                         .chain(go_args.iter().map(String::as_str)),
                 );
                 let line = read_line(&mut out);
@@ -766,15 +831,29 @@ fn main() {
             subscriber: true,
             keep_managed: false,
             indexed: true,
+            kept: Kept::Whole,
         },
         Kind::Kubewasm {
             subscriber: true,
             keep_managed: false,
             indexed: false,
+            kept: Kept::Whole,
         },
-        Kind::KubeRs,
-        Kind::ClientGo { protobuf: false },
-        Kind::ClientGo { protobuf: true },
+        Kind::Kubewasm {
+            subscriber: true,
+            keep_managed: false,
+            indexed: false,
+            kept: Kept::Metadata,
+        },
+        Kind::KubeRs { metadata: false },
+        Kind::ClientGo {
+            protobuf: false,
+            metadata: false,
+        },
+        Kind::ClientGo {
+            protobuf: true,
+            metadata: false,
+        },
         Kind::Plugins {
             count: 1,
             work: "noop",
@@ -807,6 +886,7 @@ fn main() {
                 subscriber: true,
                 keep_managed: false,
                 indexed: true,
+                kept: Kept::Whole,
             },
             Kind::Plugins {
                 count: 10,
@@ -839,22 +919,49 @@ fn main() {
             subscriber: false,
             keep_managed: false,
             indexed: true,
+            kept: Kept::Whole,
         },
         Kind::Kubewasm {
             subscriber: false,
             keep_managed: false,
             indexed: false,
+            kept: Kept::Whole,
         },
         Kind::Kubewasm {
             subscriber: false,
             keep_managed: true,
             indexed: true,
+            kept: Kept::Whole,
         },
-        Kind::KubeRs,
-        Kind::ClientGo { protobuf: false },
+        Kind::KubeRs { metadata: false },
+        Kind::ClientGo {
+            protobuf: false,
+            metadata: false,
+        },
+    ];
+    // What declared projections save, on the 4 KiB pods.
+    let projected = [
+        Kind::Kubewasm {
+            subscriber: false,
+            keep_managed: false,
+            indexed: true,
+            kept: Kept::Metadata,
+        },
+        Kind::KubeRs { metadata: true },
+        Kind::ClientGo {
+            protobuf: false,
+            metadata: true,
+        },
+        Kind::Kubewasm {
+            subscriber: false,
+            keep_managed: false,
+            indexed: true,
+            kept: Kept::PhaseAndNode,
+        },
     ];
     for &(objects, size) in cases.iter().filter(|_| only.is_none()) {
-        for kind in cache_only {
+        let extra = if size == 4096 { &projected[..] } else { &[] };
+        for &kind in cache_only.iter().chain(extra) {
             let row = memory(&rig, kind, objects, size);
             println!(
                 "memory      {:<36} {:>7} x {:>5} B: {:>7.0} B/object = {:.2} x JSON, relist peak {:.2} x steady",

@@ -7,9 +7,11 @@ use serde_json::{Map, Value};
 use crate::gvk::Gvk;
 use meta::Meta;
 
+mod keep;
 mod meta;
 pub mod names;
 pub mod pointer;
+pub use keep::Keep;
 mod raw;
 pub(crate) mod scan;
 mod skip;
@@ -77,6 +79,9 @@ pub struct Transform {
     pub drop_managed_fields: bool,
     /// Drop the `kubectl.kubernetes.io/last-applied-configuration` annotation.
     pub drop_last_applied: bool,
+    /// What is kept besides the metadata. With [`Keep::MetadataOnly`] the object's type is
+    /// the one it is decoded as, whatever the text says (`PartialObjectMetadata`).
+    pub keep: Keep,
 }
 
 impl Default for Transform {
@@ -84,6 +89,7 @@ impl Default for Transform {
         Self {
             drop_managed_fields: true,
             drop_last_applied: true,
+            keep: Keep::Whole,
         }
     }
 }
@@ -94,11 +100,21 @@ impl Transform {
         Self {
             drop_managed_fields: false,
             drop_last_applied: false,
+            keep: Keep::Whole,
+        }
+    }
+
+    /// The same transform, keeping only what `keep` says besides the metadata.
+    pub fn keeping(&self, keep: Keep) -> Self {
+        Self {
+            keep,
+            ..self.clone()
         }
     }
 
     /// Removes what this transform drops from an object's JSON value.
     pub fn apply(&self, value: &mut Map<String, Value>) {
+        self.keep.apply(value);
         let Some(Value::Object(meta)) = value.get_mut("metadata") else {
             return;
         };
@@ -312,6 +328,11 @@ pub fn with_object_key<R>(namespace: Option<&str>, name: &str, f: impl FnOnce(&s
 }
 
 impl KubeObject {
+    /// Bytes of the stored JSON text (without the type, which `gvk` says).
+    pub fn text_len(&self) -> usize {
+        self.body.len()
+    }
+
     /// Parses JSON text into an object, applying `transform`.
     pub fn from_json(text: &str, transform: &Transform) -> Result<Self, ObjectError> {
         let value: Value = serde_json::from_str(text).map_err(|_| ObjectError::NotAnObject)?;
@@ -334,6 +355,11 @@ impl KubeObject {
         let Value::Object(mut map) = value else {
             return Err(ObjectError::NotAnObject);
         };
+        if transform.keep == Keep::MetadataOnly {
+            // A metadata watch says `PartialObjectMetadata`: the object is of the type asked.
+            map.insert("apiVersion".into(), Value::String(gvk.api_version()));
+            map.insert("kind".into(), Value::String(gvk.kind.clone()));
+        }
         map.entry("apiVersion")
             .or_insert_with(|| Value::String(gvk.api_version()));
         map.entry("kind")
@@ -788,6 +814,7 @@ mod tests {
         let keep = Transform {
             drop_managed_fields: false,
             drop_last_applied: false,
+            keep: Keep::Whole,
         };
         let obj = KubeObject::from_value(pod(), &keep).expect("valid pod");
         assert!(obj.json().contains("managedFields"));

@@ -296,3 +296,158 @@ async fn a_wider_plugin_coming_and_going_costs_the_others_no_event() -> anyhow::
     assert_eq!(informer.rescopes, 2, "widened once, narrowed once");
     Ok(())
 }
+
+/// A client of `env` that records the `Accept` header of every request it sends.
+async fn recording_client(
+    env: &TestEnv,
+) -> anyhow::Result<(kube::Client, Arc<std::sync::Mutex<Vec<String>>>)> {
+    let file = kube::config::Kubeconfig::read_from(env.kubeconfig())?;
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await?;
+    let accepts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = accepts.clone();
+    let record = tower::util::MapRequestLayer::new(move |request: http::Request<_>| {
+        let accept = request
+            .headers()
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        seen.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(format!("{} {accept}", request.uri().path()));
+        request
+    });
+    let client = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&record)
+        .build();
+    Ok((client, accepts))
+}
+
+/// The cached pods' JSON, parsed, by name.
+fn cached(informer: &kubewasm::informer::Informer) -> BTreeMap<String, serde_json::Value> {
+    informer
+        .store()
+        .list()
+        .iter()
+        .map(|o| {
+            let v: serde_json::Value = serde_json::from_str(&o.json()).unwrap_or_default();
+            (o.name().to_owned(), v)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_is_asked_of_the_server_and_a_wider_keep_refreshes_without_events()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kubewasm::informer::Filter;
+    use kubewasm::informer::factory::InformerFactory;
+    use kubewasm::informer::queue::{self, Delivery};
+    use kubewasm::object::{Keep, Transform};
+    use kubewasm::source::Scope;
+    use kubewasm::source::kube::KubeSource;
+
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "p").await?;
+    let pods = Api::<Pod>::namespaced(admin.clone(), "p");
+    let pod = |name: &str| -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "example/c:1"}]}
+        }))?)
+    };
+    for name in ["a", "b"] {
+        pods.create(&PostParams::default(), &pod(name)?).await?;
+    }
+    let (client, accepts) = recording_client(&env).await?;
+    let tasks = tokio::runtime::Handle::current();
+    let source = Arc::new(KubeSource::new(client, Transform::default(), tasks.clone()));
+    let factory = InformerFactory::new(source, tasks);
+    let gvk = Gvk::new("", "v1", "Pod");
+    let metadata = factory.acquire(&gvk, &Scope::everything().keeping(Keep::MetadataOnly));
+    let informer = metadata.informer().clone();
+    wait("metadata-only sync", || informer.has_synced().then_some(())).await?;
+    let objects = cached(&informer);
+    assert_eq!(objects.len(), 2);
+    for (name, o) in &objects {
+        assert_eq!(
+            o["kind"], "Pod",
+            "{name}: the type asked, not PartialObjectMetadata"
+        );
+        assert_eq!(o["metadata"]["labels"]["app"], "web");
+        assert!(o.get("spec").is_none() && o.get("status").is_none(), "{o}");
+    }
+    let asked = accepts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let pod_requests: Vec<&String> = asked.iter().filter(|a| a.contains("/pods")).collect();
+    assert!(
+        !pod_requests.is_empty()
+            && pod_requests
+                .iter()
+                .all(|a| a.contains("as=PartialObjectMetadata") && a.contains("g=meta.k8s.io")),
+        "every pod request asked for metadata only: {asked:?}"
+    );
+
+    // A subscriber, then a wider need: the phase. The type is listed again with it, each
+    // object's stored state gains its phase, and the subscriber hears nothing.
+    let (tx, rx) = queue::queue(usize::MAX, usize::MAX);
+    let _sub = informer.subscribe(Filter::default(), tx);
+    let before_widening = informer.store().text_bytes();
+    let initial = rx.drain();
+    assert_eq!(initial.len(), 3, "two initial adds and the mark");
+    let phase = factory.acquire(
+        &gvk,
+        &Scope::everything().keeping(Keep::fields(&["/status/phase"])),
+    );
+    wait("the phase cached", || {
+        cached(&informer)
+            .values()
+            .all(|o| o["status"]["phase"] == "Pending")
+            .then_some(())
+    })
+    .await?;
+    let metadata_bytes = before_widening;
+    assert!(
+        informer.store().text_bytes() > metadata_bytes,
+        "the phase adds bytes to the cache"
+    );
+    for o in cached(&informer).values() {
+        assert!(o.get("spec").is_none(), "only the phase is added: {o}");
+        assert_eq!(o["status"].as_object().map(|s| s.len()), Some(1), "{o}");
+    }
+    pods.create(&PostParams::default(), &pod("c")?).await?;
+    let events = wait("c's add", || {
+        let events = rx.drain();
+        (!events.is_empty()).then_some(events)
+    })
+    .await?;
+    let added: Vec<String> = events
+        .iter()
+        .map(|d| match d {
+            Delivery::Event(n) => format!("{:?} {}", std::mem::discriminant(n), n.object().name()),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert!(
+        added.len() == 1 && added[0].ends_with(" c"),
+        "the widening was silent; c's add is the one event: {added:?}"
+    );
+
+    // The phase is needed no more: listed again as metadata, nothing heard.
+    drop(phase);
+    wait("the phase dropped", || {
+        cached(&informer)
+            .values()
+            .all(|o| o.get("status").is_none())
+            .then_some(())
+    })
+    .await?;
+    assert!(rx.drain().is_empty(), "narrowing was silent too");
+    assert_eq!(informer.scope().keep(), &Keep::MetadataOnly);
+    Ok(())
+}

@@ -10,6 +10,9 @@
 //     highest heap in use sampled every millisecond during it, garbage included, as Go
 //     holds it) and "after BYTES" (live heap after a GC).
 //
+// With -metadata it runs client-go's metadata informer instead (metadatainformer: pods'
+// metadata only, asked as PartialObjectMetadata, which the double honours).
+//
 // With -protobuf it asks for protobuf, as client-go can of a real API server. The double
 // serves JSON only, so the benchmark puts this program's -mode front (front.go) between them:
 // it prints "listening URL" and answers every request in protobuf.
@@ -23,8 +26,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -47,6 +53,7 @@ func main() {
 	protobuf := flag.Bool("protobuf", false, "ask -server for protobuf, as client-go does against a real API server")
 	events := flag.Int64("events", 0, "throughput: notifications to wait for")
 	relist := flag.Int64("relist", 0, "memory: updates that mark the relist complete")
+	metadataOnly := flag.Bool("metadata", false, "run the metadata informer (pods' metadata only)")
 	flag.Parse()
 	if *server == "" {
 		fmt.Fprintln(os.Stderr, "client-go-peer: -server is required")
@@ -64,12 +71,26 @@ func main() {
 		config.ContentType = protobufType
 		config.AcceptContentTypes = protobufType + ",application/json"
 	}
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		fail(err)
+	var informer cache.SharedIndexInformer
+	var start func(<-chan struct{})
+	if *metadataOnly {
+		client, err := metadata.NewForConfig(config)
+		if err != nil {
+			fail(err)
+		}
+		factory := metadatainformer.NewSharedInformerFactory(client, 0)
+		pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+		informer = factory.ForResource(pods).Informer()
+		start = factory.Start
+	} else {
+		client, err := kubernetes.NewForConfig(config)
+		if err != nil {
+			fail(err)
+		}
+		factory := informers.NewSharedInformerFactory(client, 0)
+		informer = factory.Core().V1().Pods().Informer()
+		start = factory.Start
 	}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	informer := factory.Core().V1().Pods().Informer()
 	var count, updates atomic.Int64
 	done := make(chan struct{})
 	relisted := make(chan struct{})
@@ -78,7 +99,7 @@ func main() {
 			close(done)
 		}
 	}
-	_, err = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) { note() },
 		UpdateFunc: func(old, new interface{}) {
 			note()
@@ -93,7 +114,7 @@ func main() {
 		os.Exit(1)
 	}
 	stop := make(chan struct{})
-	factory.Start(stop)
+	start(stop)
 	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
 		fmt.Fprintln(os.Stderr, "client-go-peer: never synced")
 		os.Exit(1)

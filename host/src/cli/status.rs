@@ -94,12 +94,16 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         );
     }
     // What each informer watches: a scope is what the server is asked for.
-    println!("{:<36} {:>8} {:<7}  SCOPE", "RESOURCE", "CACHED", "SYNCED");
+    println!(
+        "{:<36} {:>8} {:>12} {:<7}  SCOPE",
+        "RESOURCE", "CACHED", "JSON BYTES", "SYNCED"
+    );
     for i in &status.informers {
         println!(
-            "{:<36} {:>8} {:<7}  {}",
+            "{:<36} {:>8} {:>12} {:<7}  {}",
             i.gvk.to_string(),
             i.cached,
+            i.cached_bytes,
             if i.synced { "yes" } else { "no" },
             i.scope
         );

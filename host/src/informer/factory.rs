@@ -36,6 +36,9 @@ pub struct InformerStats {
     pub received: u64,
     /// Objects in its cache.
     pub cached: usize,
+    /// Their JSON text, in bytes.
+    #[serde(default)]
+    pub cached_bytes: u64,
     /// Whether its first list has completed.
     pub synced: bool,
     /// Seconds since it started.
@@ -189,6 +192,7 @@ impl InformerFactory {
                 gvk: i.gvk().clone(),
                 received: i.received(),
                 cached: i.store().len(),
+                cached_bytes: i.store().text_bytes() as u64,
                 synced: i.has_synced(),
                 running_seconds: *running_seconds,
                 scope: i.scope().to_string(),

@@ -474,6 +474,12 @@ impl Informer {
         if let Some(old) = self.store.get(object.key())
             && unchanged(&old, &object)
         {
+            // The list of a new scope may keep other fields of the same state: stored in its
+            // place, and no event (the object did not change).
+            if state.round.is_some() && !old.same_json(&object) {
+                self.store.upsert(&mut object);
+                return object.shared_key().clone();
+            }
             return old.shared_key().clone();
         }
         let previous = self.store.upsert(&mut object);

@@ -78,6 +78,8 @@ struct Inner {
     claims: HashMap<String, usize>,
     /// Claims on the built-in indexes, kept current while there is one.
     builtin_claims: usize,
+    /// The stored objects' JSON text, in bytes.
+    text_bytes: usize,
 }
 
 impl Inner {
@@ -236,6 +238,8 @@ impl Store {
             new.share_key(old.shared_key());
         }
         let old = inner.objects.replace(Stored(object.clone())).map(|s| s.0);
+        inner.text_bytes += object.text_len();
+        inner.text_bytes -= old.as_ref().map_or(0, |o| o.text_len());
         reindex(inner, old.as_deref(), Some(object));
         old
     }
@@ -245,6 +249,7 @@ impl Store {
         let mut guard = self.write();
         let inner = &mut *guard;
         let Stored(old) = inner.objects.take(key)?;
+        inner.text_bytes -= old.text_len();
         reindex(inner, Some(&old), None);
         Some(old)
     }
@@ -271,6 +276,11 @@ impl Store {
     /// Number of objects.
     pub fn len(&self) -> usize {
         self.read().objects.len()
+    }
+
+    /// The stored objects' JSON text, in bytes (what a projection shrinks).
+    pub fn text_bytes(&self) -> usize {
+        self.read().text_bytes
     }
 
     /// True when the store holds no object.

@@ -503,3 +503,42 @@ fn an_object_leaving_a_selector_scope_is_a_delete() {
     assert_eq!(drain(&rx), ["-a@1"]);
     assert!(keys(&inf).is_empty());
 }
+
+#[test]
+fn a_wider_keep_replaces_stored_states_without_an_event() {
+    let inf = informer();
+    let (tx, rx) = channel();
+    let _sub = inf.subscribe(Filter::default(), tx);
+    let bare = |rv: &str| obj("a", rv, json!({}));
+    let with_data = |rv: &str| {
+        let value = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv},
+            "data": {"k": "v"}
+        });
+        Arc::new(KubeObject::from_value(value, &Transform::default()).expect("valid"))
+    };
+    list(&inf, vec![bare("1")]);
+    assert_eq!(drain(&rx), ["+a@1*", "|"]);
+    // The same state listed again outside a new scope's list: nothing changes.
+    list(&inf, vec![with_data("1")]);
+    assert_eq!(drain(&rx), ["relisted"]);
+    assert!(
+        !inf.store()
+            .get("ns/a")
+            .expect("a")
+            .json()
+            .contains("\"data\"")
+    );
+    // Listed for a new scope that keeps more: stored in place, silently.
+    inf.rescope(Scope::everything());
+    list(&inf, vec![with_data("1")]);
+    assert!(drain(&rx).is_empty(), "no event for an unchanged object");
+    assert!(
+        inf.store()
+            .get("ns/a")
+            .expect("a")
+            .json()
+            .contains("\"data\"")
+    );
+}

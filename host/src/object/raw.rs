@@ -15,7 +15,9 @@ use std::sync::Arc;
 use crate::gvk::{Gvk, split_api_version};
 use crate::object::scan::{self, Member, Refused, Scan};
 use crate::object::skip;
-use crate::object::{Fields, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Sections, Transform};
+use crate::object::{
+    Fields, Keep, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Sections, Transform,
+};
 
 /// An owner reference as the decoder reads it.
 struct Owner<'a> {
@@ -262,6 +264,14 @@ pub(crate) fn decode_at(
     // Where `spec` and `status` lie in `text` (metadata's span is kept with what was read).
     let mut spec = None;
     let mut status = None;
+    // What the transform keeps besides metadata (`None`: everything), and the members it
+    // cuts; a `spec` or `status` cut whole is absent.
+    let kept = transform.keep.paths();
+    let kept: Option<Vec<&[String]>> = kept
+        .as_ref()
+        .map(|paths| paths.iter().map(Vec::as_slice).collect());
+    let mut projected: Vec<Range<usize>> = Vec::new();
+    let (mut spec_cut, mut status_cut) = (false, false);
     // Checks the whole object, each byte once: what the decoder does not read is still JSON
     // serde_json takes.
     let end = scan::members_read(text, start, |key, escaped, at, value| {
@@ -280,17 +290,26 @@ pub(crate) fn decode_at(
             }
             "spec" | "status" => {
                 let end = scan::value_end(b, value)?;
-                let slot = if key == "spec" {
-                    &mut spec
+                let (slot, cut) = if key == "spec" {
+                    (&mut spec, &mut spec_cut)
                 } else {
-                    &mut status
+                    (&mut status, &mut status_cut)
                 };
                 if slot.replace(value..end).is_some() {
                     return Err(Refused);
                 }
+                if let Some(kept) = &kept {
+                    *cut = project(text, key, at..end, value, kept, &mut projected)?;
+                }
                 return Ok(end);
             }
-            _ => return scan::value_end(b, value),
+            _ => {
+                let end = scan::value_end(b, value)?;
+                if let Some(kept) = &kept {
+                    project(text, key, at..end, value, kept, &mut projected)?;
+                }
+                return Ok(end);
+            }
         };
         let end = scan::value_end(b, value)?;
         let member = Member {
@@ -312,6 +331,8 @@ pub(crate) fn decode_at(
     };
     let (api_version, kind) = (type_name(&top.api_version)?, type_name(&top.kind)?);
     let gvk = match (&api_version, &kind, gvk) {
+        // A metadata watch's objects say `PartialObjectMetadata`: they are of the type asked.
+        (_, _, Some(gvk)) if transform.keep == Keep::MetadataOnly => gvk.clone(),
         (Some(api_version), Some(kind), Some(gvk))
             if *kind == gvk.kind
                 && split_api_version(api_version) == (&gvk.group, &gvk.version) =>
@@ -349,6 +370,13 @@ pub(crate) fn decode_at(
         } else {
             members.extend(a.last_applied.clone());
         }
+    }
+    members.extend(projected);
+    if spec_cut {
+        spec = None;
+    }
+    if status_cut {
+        status = None;
     }
     let cuts = with_commas(text, members)?;
     // Allocated at its final length, so keeping it as a boxed str copies nothing more.
@@ -428,6 +456,40 @@ pub(crate) fn decode_at(
     }
     let object = KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate, sections).ok()?;
     Some((object, end))
+}
+
+/// Adds to `cuts` the member `key` (spanning `span`, its value at `value`) when `kept` (paths
+/// from this level down) has nothing under it, or its own members that none of the paths
+/// reach; true when the whole member is cut. Only a mapping is cut into: an array or a
+/// scalar on a path is kept whole.
+fn project(
+    text: &str,
+    key: &str,
+    span: Range<usize>,
+    value: usize,
+    kept: &[&[String]],
+    cuts: &mut Vec<Range<usize>>,
+) -> Scan<bool> {
+    let below: Vec<&[String]> = kept
+        .iter()
+        .filter(|p| p.first().is_some_and(|t| t == key))
+        .map(|p| &p[1..])
+        .collect();
+    if below.is_empty() {
+        cuts.push(span);
+        return Ok(true);
+    }
+    if below.iter().any(|p| p.is_empty()) || text.as_bytes().get(value) != Some(&b'{') {
+        return Ok(false);
+    }
+    scan::members(text, value, |m| {
+        // Keys are compared as written.
+        if m.escaped {
+            return Err(Refused);
+        }
+        project(text, m.key, m.span, m.value.start, &below, cuts).map(drop)
+    })?;
+    Ok(false)
 }
 
 /// The bytes to cut to drop `members` (spans of `text`), each with one separating comma: the
@@ -588,6 +650,69 @@ mod tests {
             same(&text, &Transform::default());
             same(&text, &Transform::keep_everything());
         }
+    }
+
+    #[test]
+    fn projections_cut_the_same_both_ways_and_keep_the_metadata() {
+        let keeps = [
+            Keep::MetadataOnly,
+            Keep::fields(&["/status/phase", "/spec/nodeName"]),
+            Keep::fields(&["/status/conditions"]),
+            Keep::fields(&["/spec/containers/0/image", "/status"]),
+            Keep::fields(&["/nothing/here"]),
+        ];
+        let mut cases: Vec<String> = (0..6)
+            .map(|i| kubewasm_testenv::generate::pod(i, 1024 + 900 * i, 7).to_string())
+            .collect();
+        cases.push(
+            r#"{"apiVersion":"v1","kind":"Pod","spec":{"nodeName":"n"},"metadata":{"name":"a"},"status":{"phase":"P","x":{"y":1}},"z":[1]}"#
+                .into(),
+        );
+        cases
+            .push(r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"status":{}}"#.into());
+        for keep in &keeps {
+            let t = Transform::default().keeping(keep.clone());
+            for text in &cases {
+                same(text, &t);
+                let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+                let o = decode(text, Some(&gvk), &t).expect("decodes");
+                let v: Value = serde_json::from_str(&o.json()).expect("json");
+                let whole: Value = serde_json::from_str(text).expect("json");
+                assert_eq!(v["metadata"]["name"], whole["metadata"]["name"]);
+                if *keep == Keep::MetadataOnly {
+                    assert!(v.get("spec").is_none() && v.get("status").is_none(), "{v}");
+                }
+                if keep.holds("/status/phase") {
+                    assert_eq!(v["status"]["phase"], whole["status"]["phase"]);
+                }
+                if !keep.holds("/spec") {
+                    assert!(
+                        v["spec"].get("containers").is_none()
+                            || keep.holds("/spec/containers/0/image"),
+                        "{v}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_metadata_watch_object_is_of_the_type_asked() {
+        let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+        let t = Transform::default().keeping(Keep::MetadataOnly);
+        let text = r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"n","resourceVersion":"5"}}"#;
+        let fast = decode(text, Some(&gvk), &t).expect("decodes");
+        assert_eq!(fast.gvk(), &*gvk);
+        assert!(
+            fast.json()
+                .starts_with(r#"{"apiVersion":"v1","kind":"Pod","metadata""#),
+            "{}",
+            fast.json()
+        );
+        // The tree path (an escaped key sends it there) says the same.
+        let escaped = text.replace(r#""name":"a""#, r#""name":"a","xA":1"#);
+        let tree = KubeObject::from_server_json(&escaped, &gvk, &t).expect("decodes");
+        assert_eq!(tree.gvk(), &*gvk);
     }
 
     #[test]

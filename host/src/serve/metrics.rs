@@ -117,6 +117,13 @@ pub fn render(status: &Status) -> String {
         |i| (resource(&i.gvk), i.cached as f64),
     );
     w.family(
+        "kubewasm_cached_bytes",
+        "gauge",
+        "JSON text of the cached objects per resource type, in bytes",
+        informers,
+        |i| (resource(&i.gvk), i.cached_bytes as f64),
+    );
+    w.family(
         "kubewasm_informer_synced",
         "gauge",
         "1 once the resource type's first list has completed",

@@ -265,6 +265,7 @@ mod tests {
                 gvk: Gvk::new("", "v1", "Secret"),
                 received: 0,
                 cached: 0,
+                cached_bytes: 0,
                 synced: false,
                 running_seconds: informer_age,
                 scope: "everything".into(),

@@ -1,12 +1,14 @@
-//! Which objects of a type are watched and cached: namespaces and a label selector, the union
-//! of what the loaded plugins subscribe to, sent to the API server where it can filter.
+//! Which objects of a type are watched and cached, and what of them: namespaces and a label
+//! selector, the union of what the loaded plugins subscribe to, sent to the API server where
+//! it can filter; and the fields kept ([`Keep`]), cut at decode, or asked of the server as
+//! metadata only.
 
 use std::collections::BTreeSet;
 use std::fmt;
 
 use kubewasm_sdk::selector::Selector;
 
-use crate::object::KubeObject;
+use crate::object::{Keep, KubeObject};
 
 /// The objects of one resource type that are watched and cached.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -15,6 +17,8 @@ pub struct Scope {
     namespaces: Option<BTreeSet<String>>,
     /// Only objects whose labels match; `None`: every object.
     selector: Option<Selector>,
+    /// What of each object is kept.
+    keep: Keep,
 }
 
 impl Scope {
@@ -28,7 +32,18 @@ impl Scope {
         Self {
             namespaces: (!namespaces.is_empty()).then(|| namespaces.iter().cloned().collect()),
             selector: (!selector.is_empty()).then(|| selector.clone()),
+            keep: Keep::Whole,
         }
+    }
+
+    /// The same objects, keeping of each only what `keep` says.
+    pub fn keeping(self, keep: Keep) -> Self {
+        Self { keep, ..self }
+    }
+
+    /// What of each object is kept.
+    pub fn keep(&self) -> &Keep {
+        &self.keep
     }
 
     /// The smallest scope holding both: namespaces joined, a selector kept only when both
@@ -45,6 +60,7 @@ impl Scope {
         Scope {
             namespaces,
             selector,
+            keep: self.keep.union(&other.keep),
         }
     }
 
@@ -57,9 +73,9 @@ impl Scope {
         scopes.fold(first.clone(), |all, s| all.union(s))
     }
 
-    /// True when the scope holds every object of the type.
+    /// True when the scope holds every object of the type, whole.
     pub fn is_everything(&self) -> bool {
-        self.namespaces.is_none() && self.selector.is_none()
+        self.namespaces.is_none() && self.selector.is_none() && self.keep.is_whole()
     }
 
     /// The namespaces, when the scope is limited to some.
@@ -90,21 +106,20 @@ impl Scope {
 
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.namespaces, &self.selector) {
-            (None, None) => f.write_str("everything"),
-            (namespaces, selector) => {
-                if let Some(set) = namespaces {
-                    let list: Vec<&str> = set.iter().map(String::as_str).collect();
-                    write!(f, "namespaces {}", list.join(", "))?;
-                    if selector.is_some() {
-                        f.write_str("; ")?;
-                    }
-                }
-                if let Some(s) = selector {
-                    write!(f, "labels {s}")?;
-                }
-                Ok(())
-            }
+        let mut parts = Vec::new();
+        if let Some(set) = &self.namespaces {
+            let list: Vec<&str> = set.iter().map(String::as_str).collect();
+            parts.push(format!("namespaces {}", list.join(", ")));
+        }
+        if let Some(s) = &self.selector {
+            parts.push(format!("labels {s}"));
+        }
+        if !self.keep.is_whole() {
+            parts.push(self.keep.to_string());
+        }
+        match parts.is_empty() {
+            true => f.write_str("everything"),
+            false => f.write_str(&parts.join("; ")),
         }
     }
 }
@@ -135,6 +150,14 @@ mod tests {
         let c = scope(&["c"], "app=db");
         assert_eq!(u.union(&c), scope(&["a", "b", "c"], ""));
         assert!(u.union(&Scope::everything()).is_everything());
+        let phase = Scope::everything().keeping(Keep::fields(&["/status/phase"]));
+        let meta = scope(&["a"], "").keeping(Keep::MetadataOnly);
+        assert_eq!(
+            phase.union(&meta).to_string(),
+            "metadata and /status/phase",
+            "every namespace, the wider keep"
+        );
+        assert_eq!(meta.to_string(), "namespaces a; metadata only");
         assert!(Scope::union_of([]).is_everything());
         assert_eq!(Scope::union_of([&a, &b]), u);
         assert_eq!(Scope::everything().to_string(), "everything");

@@ -470,10 +470,17 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut reader = BufReader::new(&mut conn);
     let mut request_line = String::new();
     reader.read_line(&mut request_line).await?;
+    // `Accept: application/json;as=PartialObjectMetadata...` asks for objects' metadata only,
+    // as a real API server answers a metadata informer.
+    let mut metadata_only = false;
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).await? == 0 || header.trim().is_empty() {
             break;
+        }
+        let lower = header.to_ascii_lowercase();
+        if lower.starts_with("accept:") && lower.contains("as=partialobjectmetadata") {
+            metadata_only = true;
         }
     }
     // Requests wait while a test changes things atomically.
@@ -527,14 +534,14 @@ async fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
             )
             .await
         }
-        Some(Verb::List) => list(&mut conn, shared, &query).await,
+        Some(Verb::List) => list(&mut conn, shared, &query, metadata_only).await,
         Some(Verb::Watch) => {
             let (cut_after, first) = match fault {
                 Some(Fault::CutWatch { after }) => (Some(after), None),
                 Some(Fault::Line(line)) => (None, Some(line)),
                 _ => (None, None),
             };
-            watch(conn, shared, &query, cut_after, first).await
+            watch(conn, shared, &query, cut_after, first, metadata_only).await
         }
     }
 }
@@ -543,14 +550,19 @@ async fn list(
     conn: &mut TcpStream,
     shared: &Shared,
     query: &BTreeMap<String, String>,
+    metadata_only: bool,
 ) -> std::io::Result<()> {
-    let (code, body, delay) = list_page(shared, query);
+    let (code, body, delay) = list_page(shared, query, metadata_only);
     tokio::time::sleep(delay).await;
     respond(conn, code, &body).await
 }
 
 /// One list page: status, body and the delay to wait before answering.
-fn list_page(shared: &Shared, query: &BTreeMap<String, String>) -> (u16, String, Duration) {
+fn list_page(
+    shared: &Shared,
+    query: &BTreeMap<String, String>,
+    metadata_only: bool,
+) -> (u16, String, Duration) {
     let limit = query
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
@@ -600,6 +612,9 @@ fn list_page(shared: &Shared, query: &BTreeMap<String, String>) -> (u16, String,
     let items: Vec<Value> = snapshot.items[offset.min(end)..end]
         .iter()
         .map(|o| {
+            if metadata_only {
+                return partial(o);
+            }
             let mut o = o.clone();
             if let Some(map) = o.as_object_mut() {
                 map.remove("apiVersion");
@@ -614,9 +629,31 @@ fn list_page(shared: &Shared, query: &BTreeMap<String, String>) -> (u16, String,
     } else {
         state.snapshots.remove(&id);
     }
-    let reply = json!({"kind": format!("{}List", state.served.kind), "apiVersion": "v1",
-                       "metadata": metadata, "items": items});
+    let reply = if metadata_only {
+        json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+               "metadata": metadata, "items": items})
+    } else {
+        json!({"kind": format!("{}List", state.served.kind), "apiVersion": "v1",
+               "metadata": metadata, "items": items})
+    };
     (200, reply.to_string(), delay)
+}
+
+/// `object` as a metadata watch or list carries it: its metadata only.
+fn partial(object: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+           "metadata": object.get("metadata").cloned().unwrap_or(Value::Null)})
+}
+
+/// A watch line with its object cut to metadata (bookmarks pass as they are).
+fn partial_line(line: &str) -> Arc<str> {
+    match serde_json::from_str::<Value>(line) {
+        Ok(event) if event["type"] != "BOOKMARK" => {
+            let kind = event["type"].as_str().unwrap_or_default().to_owned();
+            self::line(&kind, &partial(&event["object"]))
+        }
+        _ => line.into(),
+    }
 }
 
 /// Writes lines as one chunk.
@@ -648,6 +685,7 @@ async fn watch(
     query: &BTreeMap<String, String>,
     cut_after: Option<usize>,
     first: Option<Arc<str>>,
+    metadata_only: bool,
 ) -> std::io::Result<()> {
     let initial_events = query.get("sendInitialEvents").is_some_and(|v| v == "true");
     let bookmarks = query
@@ -687,7 +725,11 @@ async fn watch(
                     }
                     return Ok(()); // dropped without the final chunk: a cut
                 }
-                batch.push_str(&line);
+                if metadata_only {
+                    batch.push_str(&partial_line(&line));
+                } else {
+                    batch.push_str(&line);
+                }
                 sent += 1;
                 if batch.len() >= 64 << 10 {
                     break;

@@ -91,7 +91,9 @@ impl Source for KubeSource {
             .entry(gvk.clone())
             .or_default()
             .clone();
-        let (client, gvk, transform) = (self.client.clone(), gvk.clone(), self.transform.clone());
+        // What the plugins keep is cut at decode (or, for metadata only, not sent at all).
+        let transform = self.transform.keeping(scope.keep().clone());
+        let (client, gvk) = (self.client.clone(), gvk.clone());
         let health = self.health.clone();
         let scope = scope.clone();
         let tasks = self.tasks.clone();

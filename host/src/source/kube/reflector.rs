@@ -32,7 +32,7 @@ use kube::{Client, Resource};
 use tokio::sync::mpsc::Sender;
 
 use crate::gvk::Gvk;
-use crate::object::Transform;
+use crate::object::{Keep, Transform};
 use crate::source::SourceEvent;
 use crate::source::kube::lines::Lines;
 use crate::source::kube::reconnect::{Backoff, Health};
@@ -244,6 +244,21 @@ impl Reflector {
         self
     }
 
+    /// Asks the server for objects' metadata only (the media type of client-go's metadata
+    /// informer), when that is all the transform keeps: a list's answer, or a watch's.
+    fn ask_metadata_only<B>(&self, request: &mut http::Request<B>, list: bool) {
+        if self.transform.keep != Keep::MetadataOnly {
+            return;
+        }
+        let accept = match list {
+            true => "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            false => "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        };
+        request
+            .headers_mut()
+            .insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
+    }
+
     /// The event that starts a list: of the namespace, when only one is watched.
     fn list_started(&self) -> SourceEvent {
         match &self.namespace {
@@ -349,9 +364,10 @@ impl Reflector {
         }
         self.send(self.list_started()).await?;
         loop {
-            let request = Request::new(self.path.as_str())
+            let mut request = Request::new(self.path.as_str())
                 .list(&params)
                 .map_err(|e| Stop::Failed(format!("cannot build list request: {e}")))?;
+            self.ask_metadata_only(&mut request, true);
             let text = tokio::time::timeout(PAGE_TIMEOUT, self.client.request_text(request))
                 .await
                 .map_err(|_| Stop::Failed(format!("list: no answer within {PAGE_TIMEOUT:?}")))?
@@ -412,6 +428,7 @@ impl Reflector {
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
+        self.ask_metadata_only(&mut request, false);
         let started = Instant::now();
         let answer = tokio::time::timeout(ANSWER_TIMEOUT, self.client.request_stream(request));
         let Ok(answer) = answer.await else {
