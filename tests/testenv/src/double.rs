@@ -645,10 +645,15 @@ fn partial(object: &Value) -> Value {
            "metadata": object.get("metadata").cloned().unwrap_or(Value::Null)})
 }
 
-/// A watch line with its object cut to metadata (bookmarks pass as they are).
+/// A watch line with its object cut to metadata (bookmarks and errors pass as they are).
 fn partial_line(line: &str) -> Arc<str> {
     match serde_json::from_str::<Value>(line) {
-        Ok(event) if event["type"] != "BOOKMARK" => {
+        Ok(event)
+            if matches!(
+                event["type"].as_str(),
+                Some("ADDED" | "MODIFIED" | "DELETED")
+            ) =>
+        {
             let kind = event["type"].as_str().unwrap_or_default().to_owned();
             self::line(&kind, &partial(&event["object"]))
         }
