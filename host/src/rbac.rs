@@ -198,7 +198,28 @@ pub fn render(types: &Reads, writes: &[WriteGrant], identity: &Identity, sources
          they name where all of them name some, and exactly the writes the configuration\n\
          grants them (grants.writes), nothing else."
     );
-    let mut documents = Vec::new();
+    // A Role `role` in `ns` with `rules` (after `comment`), and its binding to the host's
+    // service account.
+    let bound_role = |comment: String, role: &str, ns: &str, rules: Vec<PolicyRule>| {
+        [
+            (
+                comment,
+                yaml(&Role {
+                    metadata: meta(role, Some(ns)),
+                    rules: Some(rules),
+                }),
+            ),
+            (
+                String::new(),
+                yaml(&RoleBinding {
+                    metadata: meta(role, Some(ns)),
+                    role_ref: role_ref("Role", role),
+                    subjects: subjects.clone(),
+                }),
+            ),
+        ]
+    };
+    let mut documents: Vec<(String, String)> = Vec::new();
     if needs_cluster_role {
         documents.push((
             String::new(),
@@ -219,86 +240,48 @@ pub fn render(types: &Reads, writes: &[WriteGrant], identity: &Identity, sources
     }
     let reads_name = format!("{name}-reads");
     for (ns, groups) in scoped {
-        documents.push((
+        documents.extend(bound_role(
             format!(
                 "Reads in namespace {ns}: every plugin reading these types names its namespaces."
             ),
-            yaml(&Role {
-                metadata: meta(&reads_name, Some(ns)),
-                rules: Some(read_rules(groups)),
-            }),
-        ));
-        documents.push((
-            String::new(),
-            yaml(&RoleBinding {
-                metadata: meta(&reads_name, Some(ns)),
-                role_ref: role_ref("Role", &reads_name),
-                subjects: subjects.clone(),
-            }),
+            &reads_name,
+            ns,
+            read_rules(groups),
         ));
     }
     if *leader_election {
-        let election = format!("{name}-leader-election");
-        documents.push((
+        documents.extend(bound_role(
             "Leader election: one Lease in the host's namespace.".into(),
-            yaml(&Role {
-                metadata: meta(&election, Some(namespace)),
-                rules: Some(vec![rule(
-                    "coordination.k8s.io",
-                    vec!["leases".into()],
-                    &["get", "create", "update"],
-                )]),
-            }),
-        ));
-        documents.push((
-            String::new(),
-            yaml(&RoleBinding {
-                metadata: meta(&election, Some(namespace)),
-                role_ref: role_ref("Role", &election),
-                subjects: subjects.clone(),
-            }),
+            &format!("{name}-leader-election"),
+            namespace,
+            vec![rule(
+                "coordination.k8s.io",
+                vec!["leases".into()],
+                &["get", "create", "update"],
+            )],
         ));
     }
     if *plugin_state {
-        let state = format!("{name}-plugin-state");
-        documents.push((
+        documents.extend(bound_role(
             "Plugin state and schedules, kept by the leader in ConfigMaps of the host's namespace."
                 .into(),
-            yaml(&Role {
-                metadata: meta(&state, Some(namespace)),
-                rules: Some(vec![rule(
-                    "",
-                    vec!["configmaps".into()],
-                    &["get", "list", "create", "patch"],
-                )]),
-            }),
-        ));
-        documents.push((
-            String::new(),
-            yaml(&RoleBinding {
-                metadata: meta(&state, Some(namespace)),
-                role_ref: role_ref("Role", &state),
-                subjects: subjects.clone(),
-            }),
+            &format!("{name}-plugin-state"),
+            namespace,
+            vec![rule(
+                "",
+                vec!["configmaps".into()],
+                &["get", "list", "create", "patch"],
+            )],
         ));
     }
     let role_name = format!("{name}-writes");
     for (ns, rules) in writes {
         let Some(ns) = ns else { continue };
-        documents.push((
+        documents.extend(bound_role(
             format!("Writes granted in namespace {ns}."),
-            yaml(&Role {
-                metadata: meta(&role_name, Some(&ns)),
-                rules: Some(rules.into_iter().map(write_rule).collect()),
-            }),
-        ));
-        documents.push((
-            String::new(),
-            yaml(&RoleBinding {
-                metadata: meta(&role_name, Some(&ns)),
-                role_ref: role_ref("Role", &role_name),
-                subjects: subjects.clone(),
-            }),
+            &role_name,
+            &ns,
+            rules.into_iter().map(write_rule).collect(),
         ));
     }
     let mut out = String::new();

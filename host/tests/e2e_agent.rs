@@ -162,10 +162,7 @@ fn read_types(plugins: &[PluginSpec]) -> anyhow::Result<rbac::Reads> {
             Arc::new(MemorySink::default()),
             &file,
         )?;
-        let manifest = &inspection.manifest;
-        for gvk in &manifest.cached {
-            types.add(gvk, manifest.scope(gvk).namespaces());
-        }
+        inspection.manifest.add_reads(&mut types);
     }
     Ok(types)
 }

@@ -55,10 +55,7 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let mut writes = Vec::new();
     let mut plugin_state = false;
     for (file, inspection) in loaded {
-        let manifest = &inspection.manifest;
-        for gvk in &manifest.cached {
-            types.add(gvk, manifest.scope(gvk).namespaces());
-        }
+        inspection.manifest.add_reads(&mut types);
         plugin_state |= keeps_state(&inspection.manifest, config.plugins.settings(&file.name));
         writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
         names.push(file.name);

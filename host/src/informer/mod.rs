@@ -289,16 +289,8 @@ impl Informer {
     pub fn rescope(&self, scope: Scope) {
         let mut state = self.state();
         for object in self.store.list() {
-            if !scope.admits(&object)
-                && let Some(object) = self.store.remove(object.key())
-            {
-                fan_out(
-                    &mut state,
-                    &Notification::Deleted {
-                        object,
-                        stale: false,
-                    },
-                );
+            if !scope.admits(&object) {
+                self.drop_stored(&mut state, object.key(), false);
             }
         }
         state.round = Some(Round::of(&scope));
@@ -366,9 +358,10 @@ impl Informer {
                     return;
                 }
                 let initial = !state.synced;
-                let namespace = object.namespace().map(Arc::<str>::from);
                 let key = self.apply_one(state, object, initial);
-                match namespace.and_then(|ns| state.listing_namespace.get_mut(&ns)) {
+                // A namespaced object's key is `namespace/name` (a name has no `/`).
+                let namespace = key.split_once('/').map(|(ns, _)| ns);
+                match namespace.and_then(|ns| state.listing_namespace.get_mut(ns)) {
                     Some(seen) => seen.insert(key),
                     None => state.listing.get_or_insert_with(HashSet::new).insert(key),
                 };
@@ -398,15 +391,9 @@ impl Informer {
             SourceEvent::Applied(object) => {
                 if state.scope.admits(&object) {
                     self.apply_one(state, object, false);
-                } else if let Some(object) = self.store.remove(object.key()) {
+                } else {
                     // It left the scope (a label changed where no server filters).
-                    fan_out(
-                        state,
-                        &Notification::Deleted {
-                            object,
-                            stale: false,
-                        },
-                    );
+                    self.drop_stored(state, object.key(), false);
                 }
             }
             SourceEvent::Deleted(object) => {
@@ -431,18 +418,17 @@ impl Informer {
                 key.strip_prefix(ns)
                     .is_some_and(|rest| rest.starts_with('/'))
             });
-            if in_namespace
-                && !seen.contains(&*key)
-                && let Some(object) = self.store.remove(&key)
-            {
-                fan_out(
-                    state,
-                    &Notification::Deleted {
-                        object,
-                        stale: true,
-                    },
-                );
+            if in_namespace && !seen.contains(&*key) {
+                self.drop_stored(state, &key, true);
             }
+        }
+    }
+
+    /// Removes the object stored under `key`, if any, and notifies its deletion with the
+    /// state stored (`stale`: seen gone only by a list).
+    fn drop_stored(&self, state: &mut State, key: &str, stale: bool) {
+        if let Some(object) = self.store.remove(key) {
+            fan_out(state, &Notification::Deleted { object, stale });
         }
     }
 

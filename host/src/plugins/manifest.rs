@@ -62,6 +62,13 @@ impl PluginManifest {
     pub fn scope(&self, gvk: &Gvk) -> Scope {
         self.scopes.get(gvk).cloned().unwrap_or_default()
     }
+
+    /// Adds the types it reads to `reads`, each in the namespaces it reads it in.
+    pub fn add_reads(&self, reads: &mut crate::rbac::Reads) {
+        for gvk in &self.cached {
+            reads.add(gvk, self.scope(gvk).namespaces());
+        }
+    }
 }
 
 /// A validated plugin manifest.

@@ -17,14 +17,9 @@ use wasmtime::component::Resource;
 use types::{Gvk as WitGvk, Object, QueryError};
 
 impl HostState {
-    /// The informer for `gvk` if this plugin may query it.
-    fn granted(&self, gvk: &WitGvk) -> Result<&Arc<Informer>, QueryError> {
-        self.granted_in(gvk).map(|(informer, _)| informer)
-    }
-
     /// The informer for `gvk` if this plugin may query it, and the objects of it the plugin
     /// sees when that is not all of them.
-    fn granted_in(&self, gvk: &WitGvk) -> Result<(&Arc<Informer>, Option<&Scope>), QueryError> {
+    fn granted(&self, gvk: &WitGvk) -> Result<(&Arc<Informer>, Option<&Scope>), QueryError> {
         for (what, part) in [
             ("group", &gvk.group),
             ("version", &gvk.version),
@@ -83,6 +78,23 @@ impl HostState {
         ))
     }
 
+    /// An error unless `namespace` (`None`: a cluster-scoped name) is in `scope`.
+    fn in_namespaces(
+        &self,
+        gvk: &WitGvk,
+        scope: &Scope,
+        namespace: Option<&str>,
+    ) -> Result<(), QueryError> {
+        if scope.holds_namespace(namespace) {
+            return Ok(());
+        }
+        let place = match namespace {
+            Some(ns) => format!("namespace {ns} is not among them"),
+            None => "a cluster-scoped name is in none of its namespaces".to_owned(),
+        };
+        Err(self.outside(gvk, scope, &place))
+    }
+
     /// `found`, the cache's answer for `namespace/name`, as far as `scope` can tell it.
     fn in_scope(
         &self,
@@ -94,13 +106,7 @@ impl HostState {
         let Some(scope) = scope else {
             return Ok(found);
         };
-        if !scope.holds_namespace(namespace) {
-            let place = match namespace {
-                Some(ns) => format!("namespace {ns} is not among them"),
-                None => "a cluster-scoped name is in none of its namespaces".to_owned(),
-            };
-            return Err(self.outside(gvk, scope, &place));
-        }
+        self.in_namespaces(gvk, scope, namespace)?;
         match found {
             Some(o) if !scope.admits(&o) => {
                 Err(self.outside(gvk, scope, &format!("{} does not match", o.key())))
@@ -145,20 +151,21 @@ impl HostState {
             })
     }
 
-    /// The informer of `gvk` and the store's name of its index `index`, once the arguments
-    /// (`value` too, when the query has one) passed their size checks and the type is granted.
+    /// The informer of `gvk`, the store's name of its index `index` and the plugin's scope
+    /// of the type (when not everything), once the arguments (`value` too, when the query
+    /// has one) passed their size checks and the type is granted.
     fn indexed(
         &self,
         gvk: &WitGvk,
         index: &str,
         value: Option<&str>,
-    ) -> Result<(&Arc<Informer>, String), QueryError> {
+    ) -> Result<(&Arc<Informer>, String, Option<&Scope>), QueryError> {
         arg("index", index)?;
         if let Some(value) = value {
             arg("value", value)?;
         }
-        let informer = self.granted(gvk)?;
-        Ok((informer, self.index_name(gvk, index)?))
+        let (informer, scope) = self.granted(gvk)?;
+        Ok((informer, self.index_name(gvk, index)?, scope))
     }
 
     /// `strings` unless together they exceed the plugin's query size limit.
@@ -194,13 +201,6 @@ impl HostState {
         let objects = self.visible(objects);
         let limit = self.ctx.limits.handles;
         Ok(self.handles.give(objects, limit)?)
-    }
-}
-
-impl HostState {
-    /// The objects of `gvk` the plugin sees, when that is not all of them.
-    fn scope_of(&self, gvk: &WitGvk) -> Option<&Scope> {
-        self.granted_in(gvk).ok().and_then(|(_, scope)| scope)
     }
 }
 
@@ -290,7 +290,7 @@ impl HostState {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Resource<Object>>, QueryError> {
-        let (informer, scope) = self.granted_in(gvk)?;
+        let (informer, scope) = self.granted(gvk)?;
         arg("name", name)?;
         if let Some(ns) = namespace {
             arg("namespace", ns)?;
@@ -306,7 +306,7 @@ impl HostState {
         object: &KubeObject,
         gvk: &WitGvk,
     ) -> Result<Option<Resource<Object>>, QueryError> {
-        let (informer, scope) = self.granted_in(gvk)?;
+        let (informer, scope) = self.granted(gvk)?;
         let store = informer.store();
         let Some(owner) = object.owners().find(|r| {
             r.controller
@@ -338,12 +338,12 @@ impl HostState {
         }
         let limit = self.ctx.limits.handles;
         let held = self.handles.owned();
-        let (informer, scope) = self.granted_in(gvk)?;
+        let (informer, scope) = self.granted(gvk)?;
+        // Every namespace (`None`) is answered within the scope's.
         if let Some(scope) = scope
-            && let Some(ns) = namespace
-            && !scope.holds_namespace(Some(ns))
+            && namespace.is_some()
         {
-            return Err(self.outside(gvk, scope, &format!("namespace {ns} is not among them")));
+            self.in_namespaces(gvk, scope, namespace)?;
         }
         // Counted while scanning, so an answer past the limit is refused before it is sorted.
         let objects = informer
@@ -368,19 +368,19 @@ impl HostState {
         index: &str,
         value: &str,
     ) -> Result<Vec<Resource<Object>>, QueryError> {
-        let (informer, index) = self.indexed(gvk, index, Some(value))?;
+        let (informer, index, scope) = self.indexed(gvk, index, Some(value))?;
         let mut objects = informer
             .store()
             .by_index(&index, value)
             .map_err(index_error)?;
-        if let Some(scope) = self.scope_of(gvk) {
+        if let Some(scope) = scope {
             objects.retain(|o| scope.admits(o));
         }
         self.answer(objects)
     }
 
     fn keys(&self, gvk: &WitGvk, index: &str, value: &str) -> Result<Vec<String>, QueryError> {
-        let (informer, index) = self.indexed(gvk, index, Some(value))?;
+        let (informer, index, scope) = self.indexed(gvk, index, Some(value))?;
         let mut keys = informer
             .store()
             .index_keys(&index, value)
@@ -388,7 +388,7 @@ impl HostState {
         if is_secret(&convert::gvk(gvk)) {
             keys.retain(|k| self.ctx.secrets.contains(k));
         }
-        if let Some(scope) = self.scope_of(gvk) {
+        if let Some(scope) = scope {
             let store = informer.store();
             keys.retain(|k| store.get(k).is_some_and(|o| scope.admits(&o)));
         }
@@ -403,9 +403,9 @@ impl HostState {
                 "index values are not available for Secrets".into(),
             ));
         }
-        let (informer, index) = self.indexed(gvk, index, None)?;
+        let (informer, index, scope) = self.indexed(gvk, index, None)?;
         let mut values = informer.store().index_values(&index).map_err(index_error)?;
-        if let Some(scope) = self.scope_of(gvk) {
+        if let Some(scope) = scope {
             // Only values objects in the scope have.
             let store = informer.store();
             values.retain(|v| {

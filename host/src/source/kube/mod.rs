@@ -116,7 +116,8 @@ impl Source for KubeSource {
                 Some(list) => list.iter().map(|ns| Some(Arc::from(ns.as_str()))).collect(),
                 None => vec![None],
             };
-            let mut reflectors = Vec::new();
+            // A JoinSet aborts its tasks when dropped.
+            let mut reflectors = tokio::task::JoinSet::new();
             for namespace in namespaces {
                 let reflector = Reflector::new(
                     client.clone(),
@@ -128,12 +129,12 @@ impl Source for KubeSource {
                     health.clone(),
                 )
                 .within(namespace, selector.clone());
-                reflectors.push(tasks.spawn(reflector.run()));
+                reflectors.spawn_on(reflector.run(), &tasks);
             }
             // The reflectors go as soon as the stream is dropped (a rescope, the informer
             // stopping), not at their next event: a quiet watch holds its connection minutes.
-            let _stop = AbortAll(reflectors);
             tx.closed().await;
+            drop(reflectors);
         });
         let mut batch = Vec::new().into_iter();
         Box::pin(futures::stream::poll_fn(move |cx| {
@@ -148,17 +149,6 @@ impl Source for KubeSource {
                 }
             }
         }))
-    }
-}
-
-/// Aborts its tasks when dropped.
-struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortAll {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
     }
 }
 
