@@ -551,6 +551,22 @@ impl KubeObject {
         self.owners().find(|o| o.controller)
     }
 
+    /// The object cut to what `keep` keeps (itself when that is all of it); itself, were the
+    /// cut to fail: more than asked, never less.
+    pub fn kept(self: &Arc<Self>, keep: &Keep) -> Arc<Self> {
+        if keep.is_whole() {
+            return self.clone();
+        }
+        let transform = Transform {
+            keep: keep.clone(),
+            ..Transform::keep_everything()
+        };
+        match Self::from_json(&self.json(), &transform) {
+            Ok(cut) => Arc::new(cut),
+            Err(_) => self.clone(),
+        }
+    }
+
     /// The object as JSON text, after the transform: `apiVersion` and `kind` first, then the
     /// rest as stored.
     pub fn json(&self) -> String {

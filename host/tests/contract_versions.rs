@@ -1,7 +1,10 @@
-//! Components built for contract 0.2 keep loading unchanged beside 0.3 ones: the example
-//! plugins as they were built against 0.2 (tests/contract-0.2, never rebuilt) run on the
-//! example cluster next to the same plugins built for 0.3, and say the same things; the 0.2
-//! labeler's writes go through 0.3's write path.
+//! Components built for contracts 0.2 and 0.3 keep loading unchanged beside 0.4 ones: the
+//! example plugins as they were built against each (tests/contract-0.2 and tests/contract-0.3,
+//! never rebuilt) run on the example cluster next to the same plugins built for 0.4, and say
+//! the same things (pod-phase built for 0.4 declares the one field it reads, so this also shows
+//! a projection changes nothing it sees); the 0.2 labeler's writes go through 0.4's write
+//! path; and the 0.3 builds of the plugins that use what 0.3 added (state, schedules,
+//! admission) pass their own test files.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -21,6 +24,10 @@ fn fixture(file: &str) -> PathBuf {
     support::root().join("tests/contract-0.2").join(file)
 }
 
+fn fixture_0_3(file: &str) -> PathBuf {
+    support::root().join("tests/contract-0.3").join(file)
+}
+
 /// What a plugin logged, as comparable lines: message and fields, in order of the log.
 fn said(lines: &[PluginLogRecord], plugin: &str) -> BTreeSet<String> {
     lines
@@ -31,7 +38,7 @@ fn said(lines: &[PluginLogRecord], plugin: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn plugins_built_for_0_2_run_beside_0_3_ones_and_say_the_same() {
+fn plugins_built_for_0_2_and_0_3_run_beside_0_4_ones_and_say_the_same() {
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     support::copy_examples(cluster.path());
@@ -39,6 +46,7 @@ fn plugins_built_for_0_2_run_beside_0_3_ones_and_say_the_same() {
     let mut config = support::configs(&[
         ("labeler-02", r#"{"key": "team", "value": "shop"}"#),
         ("owner-chain-02", "{}"),
+        ("owner-chain-03", "{}"),
         ("owner-chain", "{}"),
     ]);
     config
@@ -65,6 +73,9 @@ fn plugins_built_for_0_2_run_beside_0_3_ones_and_say_the_same() {
         ("owner-chain-02", fixture("owner_chain.wasm")),
         ("owner-chain", kubewasm_plugin_artifacts::OWNER_CHAIN.into()),
         ("labeler-02", fixture("labeler.wasm")),
+        ("pod-phase-03", fixture_0_3("pod_phase.wasm")),
+        ("deployment-view-03", fixture_0_3("deployment_view.wasm")),
+        ("owner-chain-03", fixture_0_3("owner_chain.wasm")),
     ] {
         fs::copy(&from, plugins.path().join(format!("{name}.wasm"))).expect("copy");
     }
@@ -84,7 +95,8 @@ fn plugins_built_for_0_2_run_beside_0_3_ones_and_say_the_same() {
             .unwrap_or_default()
     };
     assert_eq!(contract("pod-phase-02"), "0.2.0");
-    assert_eq!(contract("pod-phase"), "0.3.0");
+    assert_eq!(contract("pod-phase-03"), "0.3.0");
+    assert_eq!(contract("pod-phase"), "0.4.0");
 
     // Every plugin handed its initial state, and the labeler's writes came back as updates.
     let deadline = Instant::now() + WAIT;
@@ -111,6 +123,9 @@ fn plugins_built_for_0_2_run_beside_0_3_ones_and_say_the_same() {
         ("pod-phase-02", "pod-phase"),
         ("deployment-view-02", "deployment-view"),
         ("owner-chain-02", "owner-chain"),
+        ("pod-phase-03", "pod-phase"),
+        ("deployment-view-03", "deployment-view"),
+        ("owner-chain-03", "owner-chain"),
     ] {
         let (then, now) = (said(&lines, old), said(&lines, new));
         assert!(!then.is_empty(), "{old} said nothing");
@@ -119,4 +134,46 @@ fn plugins_built_for_0_2_run_beside_0_3_ones_and_say_the_same() {
     let labeler = support::plugin_status(&agent, "labeler-02");
     assert!(labeler.writes_sent >= 1, "{labeler:#?}");
     assert_eq!((labeler.failed, labeler.given_up), (0, 0), "{labeler:#?}");
+}
+
+/// Runs a plugin's own test file against another build of it.
+fn passes_its_tests(file: &str, plugin: &std::path::Path, steps: usize) {
+    use kubewasm::testing::spec::Spec;
+    let spec = Spec::load(&support::root().join(file), Some(plugin)).expect("test file");
+    let options = kubewasm::testing::Options {
+        compiled_cache: None,
+        step_timeout: WAIT,
+    };
+    let tasks = tokio::runtime::Runtime::new().expect("runtime");
+    let results = tasks
+        .block_on(kubewasm::testing::run(&spec, &options, |_| {}))
+        .expect("the test runs");
+    assert_eq!(results.len(), steps, "{file}");
+    for step in &results {
+        assert!(step.passed(), "{file} with {}: {step:#?}", plugin.display());
+    }
+}
+
+#[test]
+fn plugins_built_for_0_3_pass_their_own_tests_state_schedules_and_admission_included() {
+    for (file, fixture, steps) in [
+        (
+            "plugins/pod-phase/tests/pod-phase.test.yaml",
+            "pod_phase.wasm",
+            3,
+        ),
+        (
+            "plugins/service-alert/tests/service-alert.test.yaml",
+            "service_alert.wasm",
+            5,
+        ),
+        (
+            "plugins/image-policy/tests/image-policy.test.yaml",
+            "image_policy.wasm",
+            4,
+        ),
+        ("plugins/pod-age/tests/pod-age.test.yaml", "pod_age.wasm", 4),
+    ] {
+        passes_its_tests(file, &fixture_0_3(fixture), steps);
+    }
 }

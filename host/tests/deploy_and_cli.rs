@@ -147,6 +147,19 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         );
     }
     assert!(!stdout.contains("warning"), "{stdout}");
+    // What of each object a plugin reads: pod-phase declares the phase alone.
+    assert!(
+        stdout.contains("reads of each apps/v1/Deployment: whole objects"),
+        "{stdout}"
+    );
+    let phase = plugins.path().join("phase.wasm");
+    std::fs::copy(kubewasm_plugin_artifacts::POD_PHASE, &phase).expect("copy");
+    let out = check_with(&phase, None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("reads of each v1/Pod: metadata and /status/phase\n"),
+        "{stdout}"
+    );
     // cargo writes deployment_view.wasm; the configuration names deployment-view.
     let renamed = plugins.path().join("deployment_view.wasm");
     std::fs::copy(&plugin, &renamed).expect("copy");

@@ -494,3 +494,76 @@ async fn metadata_only_is_asked_of_the_server_and_a_wider_keep_refreshes_without
     assert_eq!(informer.scope().keep(), &Keep::MetadataOnly);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_only_plugin_has_the_server_send_metadata_and_is_told_what_it_did_not_declare()
+-> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "m").await?;
+    let maps = Api::<ConfigMap>::namespaced(admin.clone(), "m");
+    maps.create(&PostParams::default(), &config_map("one", json!({}))?)
+        .await?;
+    let (client, accepts) = recording_client(&env).await?;
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(
+        kubewasm_plugin_artifacts::HOSTILE,
+        dir.path().join("meta.wasm"),
+    )?;
+    let sink = Arc::new(MemorySink::default());
+    let mut agent = Agent::start(AgentOptions::new(
+        Cluster::Kube(client),
+        support::configs(&[("meta", r#"{"mode": "metadata-only"}"#)]),
+        sink.clone(),
+    ))
+    .await?;
+    let report = agent.follow_plugins(dir.path()).await?;
+    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    wait("meta synced", || synced(&agent, "meta").then_some(())).await?;
+    maps.create(&PostParams::default(), &config_map("two", json!({}))?)
+        .await?;
+    let logged = wait("both ConfigMaps seen", || {
+        let logged = lines(&sink, "meta");
+        let names = support::field_values(&logged, "name", "value");
+        (names.iter().any(|n| n == "one") && names.iter().any(|n| n == "two")).then_some(logged)
+    })
+    .await?;
+    // Metadata is there; what it did not declare is an error naming the declaration.
+    for what in ["v", "data", "json", "queried"] {
+        let outcomes = support::field_values(&logged, what, "outcome");
+        assert!(
+            !outcomes.is_empty() && outcomes.iter().all(|o| o == "undeclared"),
+            "{what}: {}",
+            render(&logged)
+        );
+    }
+    let detail = support::field_values(&logged, "v", "detail");
+    assert!(detail[0].contains("metadata only"), "{detail:?}");
+    // The server was asked for metadata only, on every list and watch of ConfigMaps (the
+    // host's own objects in its namespace are not the informer's).
+    let asked = accepts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let maps_asked: Vec<&String> = asked
+        .iter()
+        .filter(|a| a.starts_with("/api/v1/configmaps "))
+        .collect();
+    assert!(
+        !maps_asked.is_empty()
+            && maps_asked
+                .iter()
+                .all(|a| a.contains("as=PartialObjectMetadata") && a.contains("g=meta.k8s.io")),
+        "every ConfigMap request asked for metadata only: {asked:?}"
+    );
+    let informer = agent.factory().get(&config_maps()).expect("cached");
+    assert!(
+        informer
+            .store()
+            .list()
+            .iter()
+            .all(|o| !o.json().contains("\"data\"")),
+        "the cache holds no data"
+    );
+    Ok(())
+}

@@ -1114,3 +1114,40 @@ fn queries_past_a_plugins_namespaces_name_the_missing_declaration() {
         support::render(&lines)
     );
 }
+
+#[test]
+fn a_plugin_reads_what_it_declared_and_is_told_what_it_did_not() {
+    // It declares `/data/v` of ConfigMaps; the good plugin beside it caches them whole, and
+    // still the declared plugin's answers are its own: a read past its declaration is an
+    // error naming it, through an event's handle or a query's.
+    let (bad, settings) = hostile("declared", tight());
+    let r = run(&bad, settings);
+    r.bad_status_until(|s| s.delivered >= 3);
+    let lines = r.lines("bad");
+    let shown = support::render(&lines);
+    let outcome = |what: &str| field_values(&lines, what, "outcome");
+    let value = |what: &str| field_values(&lines, what, "value");
+    for what in ["v", "name"] {
+        assert!(
+            !outcome(what).is_empty() && outcome(what).iter().all(|o| o == "ok"),
+            "{what}: {shown}"
+        );
+    }
+    assert!(value("v").iter().any(|v| v == "1"), "{shown}");
+    assert!(value("name").iter().any(|v| v == "cm-1"), "{shown}");
+    for what in ["data", "json", "queried"] {
+        assert!(
+            !outcome(what).is_empty() && outcome(what).iter().all(|o| o == "undeclared"),
+            "{what}: {shown}"
+        );
+    }
+    let detail = field_values(&lines, "data", "detail");
+    assert!(
+        detail[0].contains(r#""/data" of v1/ConfigMap"#)
+            && detail[0].contains("metadata and /data/v")
+            && detail[0].contains("add it to the subscription's fields"),
+        "{detail:?}"
+    );
+    let whole = field_values(&lines, "json", "detail");
+    assert!(whole[0].contains("declare no fields"), "{whole:?}");
+}

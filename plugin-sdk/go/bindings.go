@@ -212,6 +212,16 @@ type Subscription struct {
 	// the spec nothing. `/metadata/generation` is kube-rs's generation predicate. Empty:
 	// every update. Adds, deletes, resyncs and requeues always pass.
 	Changes []string
+	// The RFC 6901 JSON pointers the plugin reads (`/spec/nodeName`, `/status/phase`,
+	// `/status/conditions`), besides `metadata`, which is always kept. The host keeps per
+	// type only the union of what its plugins declared, and answers `undeclared` to a
+	// read outside this plugin's declaration. Empty (and `metadata-only` false): whole
+	// objects. A type the plugin also lists in `queries` is kept whole for it.
+	Fields []string
+	// The plugin reads metadata only: where every plugin of a type says so, the host
+	// lists and watches it as `PartialObjectMetadata`, so the API server sends only
+	// metadata.
+	MetadataOnly bool
 }
 
 // A field index a plugin asks the host to maintain on a resource type.
@@ -431,6 +441,8 @@ type QueryError struct {
 	TooLarge string
 	// The payload when Tag is QueryErrorTooManyHandles.
 	TooManyHandles string
+	// The payload when Tag is QueryErrorUndeclared.
+	Undeclared string
 }
 
 // QueryErrorTag names a case of QueryError.
@@ -450,6 +462,9 @@ const (
 	// The answer would take the instance past the most object handles it may hold at
 	// once; drop some first.
 	QueryErrorTooManyHandles
+	// The read is outside what the plugin declared it reads (`subscription.fields`,
+	// `metadata-only`); the text names the pointer and the declaration to add.
+	QueryErrorUndeclared
 )
 
 // String is the WIT name of the case.
@@ -467,6 +482,8 @@ func (t QueryErrorTag) String() string {
 		return "too-large"
 	case QueryErrorTooManyHandles:
 		return "too-many-handles"
+	case QueryErrorUndeclared:
+		return "undeclared"
 	}
 	return "unknown"
 }
@@ -486,6 +503,8 @@ func (v QueryError) Error() string {
 		return "too-large: " + v.TooLarge
 	case QueryErrorTooManyHandles:
 		return "too-many-handles: " + v.TooManyHandles
+	case QueryErrorUndeclared:
+		return "undeclared: " + v.Undeclared
 	}
 	return v.Tag.String()
 }
@@ -662,7 +681,7 @@ func (self Object) Gvk() Gvk {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_gvk(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_gvk(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -673,8 +692,8 @@ func (self Object) Gvk() Gvk {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.gvk
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_gvk(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.gvk
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_gvk(p0 uint32, p1 uint32)
 
 // `metadata.namespace`; none for cluster-scoped objects.
 func (self Object) Namespace() *string {
@@ -682,7 +701,7 @@ func (self Object) Namespace() *string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_namespace(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_namespace(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -693,8 +712,8 @@ func (self Object) Namespace() *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.namespace
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_namespace(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.namespace
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_namespace(p0 uint32, p1 uint32)
 
 // `metadata.name`.
 func (self Object) Name() string {
@@ -702,7 +721,7 @@ func (self Object) Name() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_name(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_name(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -713,8 +732,8 @@ func (self Object) Name() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.name
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_name(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.name
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_name(p0 uint32, p1 uint32)
 
 // The cache key: `namespace/name`, or `name` when cluster-scoped.
 func (self Object) Key() string {
@@ -722,7 +741,7 @@ func (self Object) Key() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_key(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_key(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -733,8 +752,8 @@ func (self Object) Key() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.key
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_key(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.key
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_key(p0 uint32, p1 uint32)
 
 // `metadata.uid` (empty when absent).
 func (self Object) Uid() string {
@@ -742,7 +761,7 @@ func (self Object) Uid() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_uid(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_uid(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -753,8 +772,8 @@ func (self Object) Uid() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.uid
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_uid(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.uid
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_uid(p0 uint32, p1 uint32)
 
 // `metadata.resourceVersion` (empty when absent).
 func (self Object) ResourceVersion() string {
@@ -762,7 +781,7 @@ func (self Object) ResourceVersion() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_resource_version(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_resource_version(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -773,8 +792,8 @@ func (self Object) ResourceVersion() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.resource-version
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_resource_version(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.resource-version
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_resource_version(p0 uint32, p1 uint32)
 
 // The value of label `key`.
 func (self Object) Label(key string) *string {
@@ -785,7 +804,7 @@ func (self Object) Label(key string) *string {
 	var p2 uint32
 	p1, p2 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_label(p0, p1, p2, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_label(p0, p1, p2, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -797,8 +816,8 @@ func (self Object) Label(key string) *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.label
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_label(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.label
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_label(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
 
 // `metadata.labels` as key and value pairs, sorted by key.
 func (self Object) Labels() [][2]string {
@@ -806,7 +825,7 @@ func (self Object) Labels() [][2]string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_labels(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_labels(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -817,8 +836,8 @@ func (self Object) Labels() [][2]string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.labels
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_labels(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.labels
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_labels(p0 uint32, p1 uint32)
 
 // The value of annotation `key`.
 func (self Object) Annotation(key string) *string {
@@ -829,7 +848,7 @@ func (self Object) Annotation(key string) *string {
 	var p2 uint32
 	p1, p2 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_annotation(p0, p1, p2, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_annotation(p0, p1, p2, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -841,8 +860,8 @@ func (self Object) Annotation(key string) *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.annotation
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_annotation(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.annotation
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_annotation(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
 
 // `metadata.ownerReferences`.
 func (self Object) OwnerReferences() []OwnerReference {
@@ -850,7 +869,7 @@ func (self Object) OwnerReferences() []OwnerReference {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_owner_references(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner_references(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -861,8 +880,8 @@ func (self Object) OwnerReferences() []OwnerReference {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.owner-references
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_owner_references(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.owner-references
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner_references(p0 uint32, p1 uint32)
 
 // The owner reference marked as controller, if any.
 func (self Object) Controller() *OwnerReference {
@@ -870,7 +889,7 @@ func (self Object) Controller() *OwnerReference {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_controller(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_controller(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -881,8 +900,8 @@ func (self Object) Controller() *OwnerReference {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.controller
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_controller(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.controller
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_controller(p0 uint32, p1 uint32)
 
 // The controller itself, from the cache, when it is of type `gvk` (group and kind
 // compared): client-go's `GetControllerOf` and a lister `get` in one call. None when
@@ -903,7 +922,7 @@ func (self Object) Owner(gvk Gvk) (*Object, error) {
 	p3, p4 = stringArg(gvk.Version)
 	p5, p6 = stringArg(gvk.Kind)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_owner(p0, p1, p2, p3, p4, p5, p6, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner(p0, p1, p2, p3, p4, p5, p6, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -921,12 +940,14 @@ func (self Object) Owner(gvk Gvk) (*Object, error) {
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.owner
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_owner(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.owner
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32)
 
 // The value at an RFC 6901 JSON pointer (`/status/phase`, `/spec/containers/0/image`),
 // read in the host; none when nothing is there. An error when the pointer is
-// malformed (it must be empty or start with `/`).
+// malformed (it must be empty or start with `/`), and `undeclared` when the plugin
+// declared `fields` or `metadata-only` for this type and the pointer is outside them
+// (metadata is always readable).
 func (self Object) Field(pointer string) (*Value, error) {
 	mark := keptMark()
 	var p0 uint32
@@ -935,7 +956,7 @@ func (self Object) Field(pointer string) (*Value, error) {
 	var p2 uint32
 	p1, p2 = stringArg(pointer)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_field(p0, p1, p2, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_field(p0, p1, p2, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -953,30 +974,38 @@ func (self Object) Field(pointer string) (*Value, error) {
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.field
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_field(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.field
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_field(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
 
-// The whole object as JSON text (the one call that copies all of it).
-func (self Object) Json() string {
+// The whole object as JSON text (the one call that copies all of it). `undeclared`
+// when the plugin declared `fields` or `metadata-only` for this type: it holds only
+// part of the object.
+func (self Object) Json() (string, error) {
 	mark := keptMark()
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_3_0__method_object_json(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_4_0__method_object_json(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
 	runtime.KeepAlive(self)
 	keptRelease(mark)
-	v := loadString(importRetAddr())
+	if load8(importRetAddr()) != 0 {
+		err := liftQueryError(importRetAddr() + 4)
+		releaseAllocs()
+		var zero string
+		return zero, err
+	}
+	v := loadString(importRetAddr() + 4)
 	releaseAllocs()
-	return v
+	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [method]object.json
-func wasmimport_kubewasm_plugin_types_0_3_0__method_object_json(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.json
+func wasmimport_kubewasm_plugin_types_0_4_0__method_object_json(p0 uint32, p1 uint32)
 
-//go:wasmimport kubewasm:plugin/types@0.3.0 [resource-drop]object
+//go:wasmimport kubewasm:plugin/types@0.4.0 [resource-drop]object
 func wasmimport_object_drop(handle uint32)
 
 // Drop gives a Object this plugin owns back to the host. Only handles the plugin owns (from
@@ -995,7 +1024,7 @@ func borrowObject(handle uint32) Object {
 // server, and only for resource types the plugin was granted.
 var Cache cacheImports
 
-// cacheImports holds the functions of the imported interface `kubewasm:plugin/cache@0.3.0`.
+// cacheImports holds the functions of the imported interface `kubewasm:plugin/cache@0.4.0`.
 type cacheImports struct{}
 
 // One object by namespace (none for cluster-scoped) and name.
@@ -1021,7 +1050,7 @@ func (cacheImports) Get(gvk Gvk, namespace *string, name string) (*Object, error
 	var p10 uint32
 	p9, p10 = stringArg(name)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_3_0_get(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_4_0_get(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1040,8 +1069,8 @@ func (cacheImports) Get(gvk Gvk, namespace *string, name string) (*Object, error
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.3.0 get
-func wasmimport_kubewasm_plugin_cache_0_3_0_get(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.4.0 get
+func wasmimport_kubewasm_plugin_cache_0_4_0_get(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
 
 // Every object of a type, optionally only in one namespace and only those matching a
 // label selector (Kubernetes syntax).
@@ -1071,7 +1100,7 @@ func (cacheImports) ListObjects(gvk Gvk, namespace *string, labelSelector *strin
 		p10, p11 = stringArg((*labelSelector))
 	}
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_3_0_list_objects(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_4_0_list_objects(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1090,8 +1119,8 @@ func (cacheImports) ListObjects(gvk Gvk, namespace *string, labelSelector *strin
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.3.0 list-objects
-func wasmimport_kubewasm_plugin_cache_0_3_0_list_objects(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.4.0 list-objects
+func wasmimport_kubewasm_plugin_cache_0_4_0_list_objects(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32)
 
 // The objects whose index `index` contains `value` (client-go's `ByIndex`).
 func (cacheImports) ByIndex(gvk Gvk, index string, value string) ([]Object, error) {
@@ -1112,7 +1141,7 @@ func (cacheImports) ByIndex(gvk Gvk, index string, value string) ([]Object, erro
 	var p9 uint32
 	p8, p9 = stringArg(value)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_3_0_by_index(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_4_0_by_index(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1131,8 +1160,8 @@ func (cacheImports) ByIndex(gvk Gvk, index string, value string) ([]Object, erro
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.3.0 by-index
-func wasmimport_kubewasm_plugin_cache_0_3_0_by_index(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.4.0 by-index
+func wasmimport_kubewasm_plugin_cache_0_4_0_by_index(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
 
 // The keys (`namespace/name`, or `name` when cluster-scoped) of the objects whose index
 // `index` contains `value` (client-go's `IndexKeys`).
@@ -1154,7 +1183,7 @@ func (cacheImports) IndexKeys(gvk Gvk, index string, value string) ([]string, er
 	var p9 uint32
 	p8, p9 = stringArg(value)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_3_0_index_keys(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_4_0_index_keys(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1173,8 +1202,8 @@ func (cacheImports) IndexKeys(gvk Gvk, index string, value string) ([]string, er
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.3.0 index-keys
-func wasmimport_kubewasm_plugin_cache_0_3_0_index_keys(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.4.0 index-keys
+func wasmimport_kubewasm_plugin_cache_0_4_0_index_keys(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
 
 // Every value present in index `index` (client-go's `ListIndexFuncValues`).
 func (cacheImports) IndexValues(gvk Gvk, index string) ([]string, error) {
@@ -1192,7 +1221,7 @@ func (cacheImports) IndexValues(gvk Gvk, index string) ([]string, error) {
 	var p7 uint32
 	p6, p7 = stringArg(index)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_3_0_index_values(p0, p1, p2, p3, p4, p5, p6, p7, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_4_0_index_values(p0, p1, p2, p3, p4, p5, p6, p7, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1210,8 +1239,8 @@ func (cacheImports) IndexValues(gvk Gvk, index string) ([]string, error) {
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.3.0 index-values
-func wasmimport_kubewasm_plugin_cache_0_3_0_index_values(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.4.0 index-values
+func wasmimport_kubewasm_plugin_cache_0_4_0_index_values(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32)
 
 // Writes to the cluster, staged during `handle` (and `synced`, `tick`) and sent when it
 // returns Ok.
@@ -1223,7 +1252,7 @@ func wasmimport_kubewasm_plugin_cache_0_3_0_index_values(p0 uint32, p1 uint32, p
 // again instead of doubling them. Writes are available only during `handle`.
 var Cluster clusterImports
 
-// clusterImports holds the functions of the imported interface `kubewasm:plugin/cluster@0.3.0`.
+// clusterImports holds the functions of the imported interface `kubewasm:plugin/cluster@0.4.0`.
 type clusterImports struct{}
 
 // Server-side apply of `json` (a partial object with apiVersion, kind and name) with
@@ -1260,7 +1289,7 @@ func (clusterImports) Apply(target Target, json string) error {
 	var p15 uint32
 	p14, p15 = stringArg(json)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_3_0_apply(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_4_0_apply(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1276,8 +1305,8 @@ func (clusterImports) Apply(target Target, json string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.3.0 apply
-func wasmimport_kubewasm_plugin_cluster_0_3_0_apply(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.4.0 apply
+func wasmimport_kubewasm_plugin_cluster_0_4_0_apply(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
 
 // A JSON merge patch (RFC 7386).
 func (clusterImports) MergePatch(target Target, patch string) error {
@@ -1312,7 +1341,7 @@ func (clusterImports) MergePatch(target Target, patch string) error {
 	var p15 uint32
 	p14, p15 = stringArg(patch)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_3_0_merge_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_4_0_merge_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1328,8 +1357,8 @@ func (clusterImports) MergePatch(target Target, patch string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.3.0 merge-patch
-func wasmimport_kubewasm_plugin_cluster_0_3_0_merge_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.4.0 merge-patch
+func wasmimport_kubewasm_plugin_cluster_0_4_0_merge_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
 
 // A JSON patch (RFC 6902).
 func (clusterImports) JsonPatch(target Target, patch string) error {
@@ -1364,7 +1393,7 @@ func (clusterImports) JsonPatch(target Target, patch string) error {
 	var p15 uint32
 	p14, p15 = stringArg(patch)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_3_0_json_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_4_0_json_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1380,8 +1409,8 @@ func (clusterImports) JsonPatch(target Target, patch string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.3.0 json-patch
-func wasmimport_kubewasm_plugin_cluster_0_3_0_json_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.4.0 json-patch
+func wasmimport_kubewasm_plugin_cluster_0_4_0_json_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
 
 // Creates an object.
 func (clusterImports) Create(gvk Gvk, namespace *string, json string) error {
@@ -1406,7 +1435,7 @@ func (clusterImports) Create(gvk Gvk, namespace *string, json string) error {
 	var p10 uint32
 	p9, p10 = stringArg(json)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_3_0_create(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_4_0_create(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1423,8 +1452,8 @@ func (clusterImports) Create(gvk Gvk, namespace *string, json string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.3.0 create
-func wasmimport_kubewasm_plugin_cluster_0_3_0_create(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.4.0 create
+func wasmimport_kubewasm_plugin_cluster_0_4_0_create(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
 
 // Deletes an object, only if its uid is still `uid` when one is given.
 func (clusterImports) Delete(target Target, uid *string) error {
@@ -1433,7 +1462,7 @@ func (clusterImports) Delete(target Target, uid *string) error {
 	lowerTarget(params+0, target)
 	lowerOptionString(params+56, uid)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_3_0_delete(uint32(params), uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_4_0_delete(uint32(params), uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1449,8 +1478,8 @@ func (clusterImports) Delete(target Target, uid *string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.3.0 delete
-func wasmimport_kubewasm_plugin_cluster_0_3_0_delete(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.4.0 delete
+func wasmimport_kubewasm_plugin_cluster_0_4_0_delete(p0 uint32, p1 uint32)
 
 // Records an Event (events.k8s.io/v1) about `regarding`, with reporting controller
 // `kubewasm` and the plugin as reporting instance; repeats are aggregated.
@@ -1467,7 +1496,7 @@ func (clusterImports) RecordEvent(regarding Object, eventType EventType, reason 
 	var p5 uint32
 	p4, p5 = stringArg(note)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_3_0_record_event(p0, p1, p2, p3, p4, p5, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_4_0_record_event(p0, p1, p2, p3, p4, p5, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1485,15 +1514,15 @@ func (clusterImports) RecordEvent(regarding Object, eventType EventType, reason 
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.3.0 record-event
-func wasmimport_kubewasm_plugin_cluster_0_3_0_record_event(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.4.0 record-event
+func wasmimport_kubewasm_plugin_cluster_0_4_0_record_event(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32)
 
 // Why writes sent by the previous attempt of this event failed (empty on a first
 // attempt), so a retry can adapt.
 func (clusterImports) PreviousFailures() []WriteFailure {
 	mark := keptMark()
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_3_0_previous_failures(uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_4_0_previous_failures(uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1503,13 +1532,13 @@ func (clusterImports) PreviousFailures() []WriteFailure {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.3.0 previous-failures
-func wasmimport_kubewasm_plugin_cluster_0_3_0_previous_failures(p0 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.4.0 previous-failures
+func wasmimport_kubewasm_plugin_cluster_0_4_0_previous_failures(p0 uint32)
 
 // Ways to be called again, during `handle`.
 var Triggers triggersImports
 
-// triggersImports holds the functions of the imported interface `kubewasm:plugin/triggers@0.3.0`.
+// triggersImports holds the functions of the imported interface `kubewasm:plugin/triggers@0.4.0`.
 type triggersImports struct{}
 
 // Calls `handle` again for the object of the event being handled, `seconds` from now,
@@ -1521,7 +1550,7 @@ func (triggersImports) RequeueAfter(seconds uint32) error {
 	var p0 uint32
 	p0 = uint32(seconds)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_triggers_0_3_0_requeue_after(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_triggers_0_4_0_requeue_after(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1536,8 +1565,8 @@ func (triggersImports) RequeueAfter(seconds uint32) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/triggers@0.3.0 requeue-after
-func wasmimport_kubewasm_plugin_triggers_0_3_0_requeue_after(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/triggers@0.4.0 requeue-after
+func wasmimport_kubewasm_plugin_triggers_0_4_0_requeue_after(p0 uint32, p1 uint32)
 
 // A small key-value map of the plugin's own, kept by the host: it survives instance
 // recycling, idle release, hot swaps to a new version and, on a cluster, a change of leader
@@ -1549,7 +1578,7 @@ func wasmimport_kubewasm_plugin_triggers_0_3_0_requeue_after(p0 uint32, p1 uint3
 // operator's `stateKiB`, and per value and entry count.
 var State stateImports
 
-// stateImports holds the functions of the imported interface `kubewasm:plugin/state@0.3.0`.
+// stateImports holds the functions of the imported interface `kubewasm:plugin/state@0.4.0`.
 type stateImports struct{}
 
 // The value of `key`.
@@ -1559,7 +1588,7 @@ func (stateImports) Get(key string) *string {
 	var p1 uint32
 	p0, p1 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_3_0_get(p0, p1, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_4_0_get(p0, p1, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1570,8 +1599,8 @@ func (stateImports) Get(key string) *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/state@0.3.0 get
-func wasmimport_kubewasm_plugin_state_0_3_0_get(p0 uint32, p1 uint32, p2 uint32)
+//go:wasmimport kubewasm:plugin/state@0.4.0 get
+func wasmimport_kubewasm_plugin_state_0_4_0_get(p0 uint32, p1 uint32, p2 uint32)
 
 // Sets `key` to `value`.
 func (stateImports) Set(key string, value string) error {
@@ -1583,7 +1612,7 @@ func (stateImports) Set(key string, value string) error {
 	var p3 uint32
 	p2, p3 = stringArg(value)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_3_0_set(p0, p1, p2, p3, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_4_0_set(p0, p1, p2, p3, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1599,8 +1628,8 @@ func (stateImports) Set(key string, value string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/state@0.3.0 set
-func wasmimport_kubewasm_plugin_state_0_3_0_set(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
+//go:wasmimport kubewasm:plugin/state@0.4.0 set
+func wasmimport_kubewasm_plugin_state_0_4_0_set(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
 
 // Removes `key`.
 func (stateImports) Remove(key string) error {
@@ -1609,7 +1638,7 @@ func (stateImports) Remove(key string) error {
 	var p1 uint32
 	p0, p1 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_3_0_remove(p0, p1, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_4_0_remove(p0, p1, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1624,8 +1653,8 @@ func (stateImports) Remove(key string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/state@0.3.0 remove
-func wasmimport_kubewasm_plugin_state_0_3_0_remove(p0 uint32, p1 uint32, p2 uint32)
+//go:wasmimport kubewasm:plugin/state@0.4.0 remove
+func wasmimport_kubewasm_plugin_state_0_4_0_remove(p0 uint32, p1 uint32, p2 uint32)
 
 // Every key starting with `prefix`, sorted.
 func (stateImports) Keys(prefix string) []string {
@@ -1634,7 +1663,7 @@ func (stateImports) Keys(prefix string) []string {
 	var p1 uint32
 	p0, p1 = stringArg(prefix)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_3_0_keys(p0, p1, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_4_0_keys(p0, p1, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1645,13 +1674,13 @@ func (stateImports) Keys(prefix string) []string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/state@0.3.0 keys
-func wasmimport_kubewasm_plugin_state_0_3_0_keys(p0 uint32, p1 uint32, p2 uint32)
+//go:wasmimport kubewasm:plugin/state@0.4.0 keys
+func wasmimport_kubewasm_plugin_state_0_4_0_keys(p0 uint32, p1 uint32, p2 uint32)
 
 // Structured logging into the host's log, tagged with the plugin's name.
 var Logging loggingImports
 
-// loggingImports holds the functions of the imported interface `kubewasm:plugin/logging@0.3.0`.
+// loggingImports holds the functions of the imported interface `kubewasm:plugin/logging@0.4.0`.
 type loggingImports struct{}
 
 // Writes one log line with key and value fields.
@@ -1666,7 +1695,7 @@ func (loggingImports) Log(level Level, message string, fields [][2]string) {
 	var p4 uint32
 	p3, p4 = lowerListArgTuple2String(fields)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_logging_0_3_0_log(p0, p1, p2, p3, p4)
+	wasmimport_kubewasm_plugin_logging_0_4_0_log(p0, p1, p2, p3, p4)
 	if wasOn {
 		guestWindow()
 	}
@@ -1676,8 +1705,8 @@ func (loggingImports) Log(level Level, message string, fields [][2]string) {
 	keptRelease(mark)
 }
 
-//go:wasmimport kubewasm:plugin/logging@0.3.0 log
-func wasmimport_kubewasm_plugin_logging_0_3_0_log(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
+//go:wasmimport kubewasm:plugin/logging@0.4.0 log
+func wasmimport_kubewasm_plugin_logging_0_4_0_log(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
 
 // What every plugin exports.
 type Handler interface {
@@ -1705,13 +1734,13 @@ type Handler interface {
 
 var handlerImpl Handler
 
-// ExportHandler sets the implementation of the exported interface `kubewasm:plugin/handler@0.3.0`; call it from an
+// ExportHandler sets the implementation of the exported interface `kubewasm:plugin/handler@0.4.0`; call it from an
 // `init` function.
 func ExportHandler(impl Handler) {
 	handlerImpl = impl
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.3.0#init
+//go:wasmexport kubewasm:plugin/handler@0.4.0#init
 func wasmexport_init(a0 uint32, a1 uint32) uint32 {
 	config := liftString(a0, a1)
 	releaseAllocs()
@@ -1730,7 +1759,7 @@ func wasmexport_init(a0 uint32, a1 uint32) uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.3.0#describe
+//go:wasmexport kubewasm:plugin/handler@0.4.0#describe
 func wasmexport_describe() uint32 {
 	releaseAllocs()
 	defer returnBorrowed()
@@ -1743,7 +1772,7 @@ func wasmexport_describe() uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.3.0#handle
+//go:wasmexport kubewasm:plugin/handler@0.4.0#handle
 func wasmexport_handle(a0 uint32, a1 uint32, a2 uint32) uint32 {
 	event := liftFlatEvent(a0, a1, a2)
 	releaseAllocs()
@@ -1762,7 +1791,7 @@ func wasmexport_handle(a0 uint32, a1 uint32, a2 uint32) uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.3.0#synced
+//go:wasmexport kubewasm:plugin/handler@0.4.0#synced
 func wasmexport_synced() uint32 {
 	releaseAllocs()
 	defer returnBorrowed()
@@ -1780,7 +1809,7 @@ func wasmexport_synced() uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.3.0#tick
+//go:wasmexport kubewasm:plugin/handler@0.4.0#tick
 func wasmexport_tick(a0 uint32, a1 uint32) uint32 {
 	schedule := liftString(a0, a1)
 	releaseAllocs()
@@ -1799,7 +1828,7 @@ func wasmexport_tick(a0 uint32, a1 uint32) uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.3.0#admit
+//go:wasmexport kubewasm:plugin/handler@0.4.0#admit
 func wasmexport_admit(a0 uint32) uint32 {
 	request := liftAdmissionRequest(uintptr(a0) + 0)
 	releaseAllocs()
@@ -1991,6 +2020,8 @@ func liftQueryError(p uintptr) QueryError {
 		v.TooLarge = loadString(p + 4)
 	case QueryErrorTooManyHandles:
 		v.TooManyHandles = loadString(p + 4)
+	case QueryErrorUndeclared:
+		v.Undeclared = loadString(p + 4)
 	}
 	return v
 }
@@ -2179,9 +2210,9 @@ func lowerListString(p uintptr, v []string) {
 }
 
 func lowerListSubscription(p uintptr, v []Subscription) {
-	base := allocKept(uintptr(len(v))*52, 4)
+	base := allocKept(uintptr(len(v))*64, 4)
 	for i := range v {
-		lowerSubscription(base+uintptr(i)*52, v[i])
+		lowerSubscription(base+uintptr(i)*64, v[i])
 	}
 	store32(p, uint32(base))
 	store32(p+4, uint32(len(v)))
@@ -2259,6 +2290,8 @@ func lowerSubscription(p uintptr, v Subscription) {
 	lowerListString(p+24, v.Namespaces)
 	lowerOptionString(p+32, v.LabelSelector)
 	lowerListString(p+44, v.Changes)
+	lowerListString(p+52, v.Fields)
+	store8(p+60, b2u8(v.MetadataOnly))
 }
 
 func lowerTarget(p uintptr, v Target) {

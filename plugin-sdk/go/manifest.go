@@ -67,6 +67,21 @@ func (s Subscription) OnGenerationChange() Subscription {
 	return s.OnChanges("/metadata/generation")
 }
 
+// ReadFields declares the JSON pointers the plugin reads (`/status/phase`, `/spec/nodeName`)
+// besides metadata, which is always there: the host keeps only what its plugins declared, and
+// a read of anything else answers QueryErrorUndeclared.
+func (s Subscription) ReadFields(pointers ...string) Subscription {
+	s.Fields = append(s.Fields, pointers...)
+	return s
+}
+
+// ReadMetadataOnly declares that the plugin reads metadata only (names, labels, annotations,
+// owners): where every plugin of the type says so, the API server sends only metadata.
+func (s Subscription) ReadMetadataOnly() Subscription {
+	s.MetadataOnly = true
+	return s
+}
+
 // Validating is a validating webhook over these rules, failing closed with the API server's
 // default timeout.
 func Validating(rules ...AdmissionRule) Admission {

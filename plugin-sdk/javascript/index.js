@@ -1,4 +1,4 @@
-// Helpers for kubewasm plugins in JavaScript (contract kubewasm:plugin@0.3.0).
+// Helpers for kubewasm plugins in JavaScript (contract kubewasm:plugin@0.4.0).
 //
 // componentize-js bundles what a plugin imports by relative path only (a package name fails
 // with "Error loading module") and only inside the project folder: install it as a copy
@@ -10,9 +10,9 @@
 // and retry false (given up at once); a thrown string or other value traps, which discards the
 // instance and is retried. `fail` and `handleErrors` make this explicit.
 
-import { log as hostLog } from "kubewasm:plugin/logging@0.3.0";
-import * as hostState from "kubewasm:plugin/state@0.3.0";
-import { requeueAfter as hostRequeueAfter } from "kubewasm:plugin/triggers@0.3.0";
+import { log as hostLog } from "kubewasm:plugin/logging@0.4.0";
+import * as hostState from "kubewasm:plugin/state@0.4.0";
+import { requeueAfter as hostRequeueAfter } from "kubewasm:plugin/triggers@0.4.0";
 
 export { Selector } from "./selector.js";
 
@@ -64,10 +64,16 @@ export function key(namespace, name) {
 /**
  * A subscription: every object of `gvk`, or only those in `namespaces` matching the label
  * `selector`; with `changes` (JSON pointers such as `/spec`), an update is delivered only when
- * a value there changed (`/metadata/generation`: the spec).
+ * a value there changed (`/metadata/generation`: the spec). `fields` (JSON pointers such as
+ * `/status/phase`) or `metadataOnly` declare what the plugin reads besides metadata: the host
+ * keeps only that, and reading anything else (`field` elsewhere, `json()`) throws an
+ * `undeclared` query error.
  */
-export function subscribe(gvk, { namespaces = [], selector = undefined, changes = [] } = {}) {
-  return { gvk, namespaces, labelSelector: selector, changes };
+export function subscribe(
+  gvk,
+  { namespaces = [], selector = undefined, changes = [], fields = [], metadataOnly = false } = {},
+) {
+  return { gvk, namespaces, labelSelector: selector, changes, fields, metadataOnly };
 }
 
 /**
@@ -225,6 +231,7 @@ const ERRORS = {
   "invalid-argument": ["invalid argument", false],
   "too-large": ["too large", false],
   "too-many-handles": ["too many handles", true],
+  undeclared: ["undeclared", false],
   "not-leader": ["not leader", true],
   unsupported: ["unsupported", false],
   "not-declared": ["not declared", false],

@@ -360,7 +360,24 @@ impl Subscription {
             namespaces: Vec::new(),
             label_selector: None,
             changes: Vec::new(),
+            fields: Vec::new(),
+            metadata_only: false,
         }
+    }
+
+    /// Declares the JSON pointers the plugin reads (`/status/phase`, `/spec/nodeName`),
+    /// besides metadata, which is always there: the host keeps only what its plugins declared,
+    /// and a read of anything else answers [`QueryError::Undeclared`].
+    pub fn fields(mut self, pointers: &[&str]) -> Self {
+        self.fields = pointers.iter().map(|p| (*p).into()).collect();
+        self
+    }
+
+    /// Declares that the plugin reads metadata only (names, labels, annotations, owners):
+    /// where every plugin of the type says so, the API server sends only metadata.
+    pub fn metadata_only(mut self) -> Self {
+        self.metadata_only = true;
+        self
     }
 
     /// Only updates that change a value at one of these JSON pointers (`/spec`,
@@ -392,9 +409,11 @@ impl Subscription {
 impl Object {
     /// Parses the whole object into any deserializable type (`serde_json::Value`, a struct of
     /// your own, or a k8s-openapi type with the `k8s` feature). Copies the object's JSON; to
-    /// read a few fields, [`Object::field`] and [`Object::text`] are cheaper.
-    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(&self.json())
+    /// read a few fields, [`Object::field`] and [`Object::text`] are cheaper. A plugin that
+    /// declared `fields` for the type gets [`ParseError::Read`] (`undeclared`).
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ParseError> {
+        let json = self.json().map_err(ParseError::Read)?;
+        serde_json::from_str(&json).map_err(ParseError::Json)
     }
 
     /// The string at a JSON pointer (`/status/phase`), or none when nothing, or something
@@ -503,10 +522,31 @@ impl QueryError {
             QueryError::InvalidArgument(d) => ("invalid argument", d),
             QueryError::TooLarge(d) => ("too large", d),
             QueryError::TooManyHandles(d) => ("too many handles", d),
+            QueryError::Undeclared(d) => ("undeclared", d),
         };
         format!("{what}: {detail}")
     }
 }
+
+/// Why [`Object::parse`] failed.
+#[derive(Debug)]
+pub enum ParseError {
+    /// The object could not be read whole (the plugin declared the fields it reads).
+    Read(QueryError),
+    /// Its JSON does not fit the type asked for.
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Read(e) => f.write_str(&e.explain()),
+            ParseError::Json(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
 
 impl From<QueryError> for HandleError {
     /// A failed query: retried, unless the request itself is wrong or forbidden.

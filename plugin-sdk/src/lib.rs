@@ -9,10 +9,11 @@
 //! typed view (`pod.parse::<k8s::api::core::v1::Pod>()`). Instances are disposable (after a trap, on a
 //! reload): what must outlive one (an alert already sent) goes in [`state`].
 //!
-//! Contract `kubewasm:plugin@0.3.0`. Besides events: change filters
-//! ([`Subscription::on_changes`]), requeues ([`triggers::requeue_after`]), [`Plugin::synced`],
-//! schedules ([`Manifest::schedule`], [`Plugin::tick`]), [`state`], and admission
-//! ([`Manifest::admission`], [`Plugin::admit`]).
+//! Contract `kubewasm:plugin@0.4.0`. Besides events: change filters
+//! ([`Subscription::on_changes`]), declared reads ([`Subscription::fields`],
+//! [`Subscription::metadata_only`]), requeues ([`triggers::requeue_after`]),
+//! [`Plugin::synced`], schedules ([`Manifest::schedule`], [`Plugin::tick`]), [`state`], and
+//! admission ([`Manifest::admission`], [`Plugin::admit`]).
 //!
 //! ```no_run
 //! use kubewasm_sdk::{Event, Gvk, HandleError, Manifest, Plugin, Subscription, export_plugin, log};

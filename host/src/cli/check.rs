@@ -84,6 +84,10 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             queried.join(", ")
         }
     ));
+    // What of each object the plugin declared it reads: all the host keeps for it.
+    for gvk in &m.cached {
+        line(format!("reads of each {gvk}: {}", m.scope(gvk).keep()));
+    }
     for index in &m.indexes {
         if let IndexFunc::JsonPointer(pointer) = &index.func {
             line(format!(

@@ -61,11 +61,17 @@ impl Keep {
         matches!(self, Keep::Whole)
     }
 
-    /// True when the value at `pointer` is kept whole (metadata always is).
+    /// True when the value at `pointer` is kept whole (`apiVersion`, `kind` and `metadata`
+    /// always are).
     pub fn holds(&self, pointer: &str) -> bool {
         match self {
             Keep::Whole => true,
-            _ if within(pointer, "/metadata") => true,
+            _ if ["/metadata", "/kind", "/apiVersion"]
+                .iter()
+                .any(|always| within(pointer, always)) =>
+            {
+                true
+            }
             Keep::MetadataOnly => false,
             Keep::Fields(kept) => kept.iter().any(|k| within(pointer, k)),
         }
@@ -163,6 +169,11 @@ mod tests {
         assert!(phase.holds("/metadata/labels/app"));
         assert!(!phase.holds("/status") && !phase.holds("/spec") && !phase.holds(""));
         assert!(!Keep::MetadataOnly.holds("/spec/nodeName"));
+        assert!(phase.holds("/kind") && Keep::MetadataOnly.holds("/apiVersion"));
+        assert!(
+            !phase.holds("/kindly"),
+            "a member's name, not a prefix of it"
+        );
         assert_eq!(phase.to_string(), "metadata and /status/phase");
     }
 

@@ -8,6 +8,7 @@ use kubewasm_sdk::selector::Selector;
 use crate::gvk::Gvk;
 use crate::informer::Filter;
 use crate::informer::index::{IndexFunc, is_builtin};
+use crate::object::Keep;
 use crate::source::Scope;
 use crate::text;
 use crate::wasm::bindings::kubewasm::plugin::types as wit;
@@ -27,6 +28,8 @@ pub const MAX_INDEXES: usize = 16;
 pub const MAX_NAME_BYTES: usize = 253;
 /// Most change-filter pointers one subscription may name.
 pub const MAX_CHANGES: usize = 16;
+/// Most field pointers one subscription may declare it reads.
+pub const MAX_FIELDS: usize = 32;
 /// Most schedules one plugin may declare.
 pub const MAX_SCHEDULES: usize = 16;
 /// Most admission rules, and match conditions, one plugin may declare.
@@ -209,6 +212,47 @@ fn check_name(field: String, text: &str) -> Result<(), ManifestError> {
     check_printable(&field, text)
 }
 
+/// A checked RFC 6901 pointer (not the whole object).
+fn check_pointer(field: String, pointer: &str) -> Result<(), ManifestError> {
+    check_name(field.clone(), pointer)?;
+    if !pointer.starts_with('/') {
+        return Err(error(
+            field,
+            format!("{pointer:?} is not a JSON pointer (it must start with `/`)"),
+        ));
+    }
+    crate::object::pointer::tokens(pointer)
+        .map(drop)
+        .map_err(|e| error(field, format!("{pointer:?}: {e}")))
+}
+
+/// What subscription `i` says it reads of each object.
+fn declared_keep(i: usize, s: &wit::Subscription) -> Result<Keep, ManifestError> {
+    for (j, pointer) in s.fields.iter().enumerate() {
+        check_pointer(format!("subscriptions[{i}].fields[{j}]"), pointer)?;
+    }
+    match (s.metadata_only, s.fields.is_empty()) {
+        (true, false) => Err(error(
+            format!("subscriptions[{i}].metadata-only"),
+            "set together with `fields`: declare one or the other".to_owned(),
+        )),
+        (true, true) => Ok(Keep::MetadataOnly),
+        (false, true) => Ok(Keep::Whole),
+        (false, false) => Ok(Keep::fields(&s.fields)),
+    }
+}
+
+/// A pointer the host reads for the plugin (a change filter, an index) that its own
+/// declaration leaves out: the host would compare or index nothing.
+fn undeclared(field: String, pointer: &str, keep: &Keep) -> ManifestError {
+    error(
+        field,
+        format!(
+            "{pointer:?} is outside what the subscription declares it reads ({keep}): add it to `fields`"
+        ),
+    )
+}
+
 impl PluginManifest {
     /// Validates what a plugin's `describe` returned.
     /// Counts are checked before any entry is looked at; identical subscriptions are folded
@@ -242,6 +286,11 @@ impl PluginManifest {
                 s.changes.len(),
                 MAX_CHANGES,
             )?;
+            check_count(
+                &format!("subscriptions[{i}].fields"),
+                s.fields.len(),
+                MAX_FIELDS,
+            )?;
         }
         let mut seen = HashSet::new();
         let distinct: Vec<&wit::Subscription> = m
@@ -253,6 +302,8 @@ impl PluginManifest {
                     &s.namespaces,
                     &s.label_selector,
                     &s.changes,
+                    &s.fields,
+                    s.metadata_only,
                 ))
             })
             .collect();
@@ -275,12 +326,15 @@ impl PluginManifest {
                 None => Selector::everything(),
             };
             for (j, pointer) in s.changes.iter().enumerate() {
-                let field = format!("subscriptions[{i}].changes[{j}]");
-                check_name(field.clone(), pointer)?;
-                if !pointer.starts_with('/') {
-                    return Err(error(
-                        field,
-                        format!("{pointer:?} is not a JSON pointer (it must start with `/`)"),
+                check_pointer(format!("subscriptions[{i}].changes[{j}]"), pointer)?;
+            }
+            let keep = declared_keep(i, s)?;
+            for (j, pointer) in s.changes.iter().enumerate() {
+                if !keep.holds(pointer) {
+                    return Err(undeclared(
+                        format!("subscriptions[{i}].changes[{j}]"),
+                        pointer,
+                        &keep,
                     ));
                 }
             }
@@ -294,7 +348,7 @@ impl PluginManifest {
             if !cached.contains(&gvk) {
                 cached.push(gvk.clone());
             }
-            let scope = Scope::of(&s.namespaces, &selector);
+            let scope = Scope::of(&s.namespaces, &selector).keeping(keep);
             scopes
                 .entry(gvk.clone())
                 .and_modify(|all: &mut Scope| *all = all.union(&scope))
@@ -333,13 +387,17 @@ impl PluginManifest {
                     format!("{:?} is empty or a built-in index name", x.name),
                 ));
             }
-            if !x.json_pointer.starts_with('/') {
-                return Err(error(
+            check_pointer(format!("indexes[{i}].json-pointer"), &x.json_pointer)?;
+            let keep = scopes
+                .get(&gvk)
+                .map(Scope::keep)
+                .cloned()
+                .unwrap_or_default();
+            if !keep.holds(&x.json_pointer) {
+                return Err(undeclared(
                     format!("indexes[{i}].json-pointer"),
-                    format!(
-                        "{:?} is not a JSON pointer (it must start with `/`)",
-                        x.json_pointer
-                    ),
+                    &x.json_pointer,
+                    &keep,
                 ));
             }
             indexes.push(DeclaredIndex {
@@ -526,6 +584,8 @@ mod tests {
             namespaces: Vec::new(),
             label_selector: selector.map(str::to_owned),
             changes: Vec::new(),
+            fields: Vec::new(),
+            metadata_only: false,
         }
     }
 
@@ -545,6 +605,46 @@ mod tests {
             state: false,
             admission: None,
         }
+    }
+
+    #[test]
+    fn declared_fields_become_the_types_keep_and_bound_what_the_host_reads() {
+        let declaring = |fields: &[&str], metadata_only: bool| wit::Subscription {
+            fields: fields.iter().map(|f| (*f).to_owned()).collect(),
+            metadata_only,
+            ..subscription("Pod", None)
+        };
+        let phase = declaring(&["/status/phase", "/spec/nodeName"], false);
+        let m = PluginManifest::validate(&manifest(vec![phase.clone()], 1)).expect("valid");
+        assert_eq!(
+            m.scope(&Gvk::new("", "v1", "Pod")).keep(),
+            &Keep::fields(&["/spec/nodeName", "/status/phase"])
+        );
+        // With a subscription that declares nothing, the plugin reads whole pods.
+        let both = vec![phase.clone(), subscription("Pod", Some("app=web"))];
+        let m = PluginManifest::validate(&manifest(both, 0)).expect("valid");
+        assert!(m.scope(&Gvk::new("", "v1", "Pod")).keep().is_whole());
+        let meta = PluginManifest::validate(&manifest(vec![declaring(&[], true)], 0));
+        let pod = Gvk::new("", "v1", "Pod");
+        assert_eq!(meta.expect("valid").scope(&pod).keep(), &Keep::MetadataOnly);
+
+        let refused = |s: wit::Subscription, indexes: usize| {
+            PluginManifest::validate(&manifest(vec![s], indexes)).expect_err("refused")
+        };
+        let e = refused(declaring(&["/status"], true), 0);
+        assert_eq!(e.field, "subscriptions[0].metadata-only");
+        let e = refused(declaring(&["status"], false), 0);
+        assert_eq!(e.field, "subscriptions[0].fields[0]");
+        let filtered = wit::Subscription {
+            changes: vec!["/spec".into()],
+            ..declaring(&["/status/phase"], false)
+        };
+        let e = refused(filtered, 0);
+        assert_eq!(e.field, "subscriptions[0].changes[0]");
+        assert!(e.reason.contains("add it to `fields`"), "{e}");
+        // The index reads /spec/nodeName, which a metadata-only subscription leaves out.
+        let e = refused(declaring(&[], true), 1);
+        assert_eq!(e.field, "indexes[0].json-pointer");
     }
 
     #[test]

@@ -158,7 +158,8 @@ enum Touched {
 struct State {
     files: BTreeMap<PathBuf, FileEntry>,
     objects: BTreeMap<Id, Reported>,
-    watchers: Vec<(Gvk, UnboundedSender<SourceEvent>)>,
+    /// Each watch: its type, what it keeps of each object, where its events go.
+    watchers: Vec<(Gvk, crate::object::Keep, UnboundedSender<SourceEvent>)>,
     version: u64,
     /// Entries passed over, already reported.
     skipped: BTreeMap<PathBuf, Skipped>,
@@ -306,16 +307,18 @@ impl ManifestFolder {
 }
 
 impl Source for ManifestFolder {
-    /// The whole folder's objects of `gvk`: a folder has no server to filter, so the informer
-    /// keeps only what is in the scope.
-    fn watch(&self, gvk: &Gvk, _scope: &super::Scope) -> BoxStream<'static, SourceEvent> {
+    /// The whole folder's objects of `gvk`, each cut to what `scope` keeps (as a server's
+    /// decode would be): a folder has no server to filter, so the informer keeps only what is
+    /// in the scope.
+    fn watch(&self, gvk: &Gvk, scope: &super::Scope) -> BoxStream<'static, SourceEvent> {
+        let keep = scope.keep().clone();
         let (tx, mut rx) = unbounded_channel();
         let mut state = self.shared.state();
         let listed = state
             .objects
             .iter()
             .filter(|((g, _), _)| g == gvk)
-            .map(|(_, r)| SourceEvent::Listed(r.object.clone()));
+            .map(|(_, r)| SourceEvent::Listed(r.object.kept(&keep)));
         // The receiver is still in hand, so these sends cannot fail.
         for event in std::iter::once(SourceEvent::ListStarted)
             .chain(listed)
@@ -323,8 +326,25 @@ impl Source for ManifestFolder {
         {
             let _ = tx.send(event);
         }
-        state.watchers.push((gvk.clone(), tx));
+        state.watchers.push((gvk.clone(), keep, tx));
         Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    }
+}
+
+impl State {
+    /// Sends `event` to the watchers of `gvk`, its object cut to what each keeps; forgets
+    /// the watchers that are gone.
+    fn notify(&mut self, gvk: &Gvk, event: &SourceEvent) {
+        self.watchers.retain(|(g, keep, tx)| {
+            g != gvk
+                || tx
+                    .send(match event {
+                        SourceEvent::Applied(o) => SourceEvent::Applied(o.kept(keep)),
+                        SourceEvent::Deleted(o) => SourceEvent::Deleted(o.kept(keep)),
+                        other => other.clone(),
+                    })
+                    .is_ok()
+        });
     }
 }
 
@@ -564,9 +584,7 @@ impl Shared {
             }
         }
         for (gvk, event) in events {
-            state
-                .watchers
-                .retain(|(g, tx)| g != &gvk || tx.send(event.clone()).is_ok());
+            state.notify(&gvk, &event);
         }
     }
 

@@ -11,7 +11,7 @@ use crate::gvk::Gvk;
 use crate::object::KubeObject;
 use crate::text;
 use crate::wasm::bindings::kubewasm::plugin::types as wit;
-use crate::wasm::{Exports, Instance};
+use crate::wasm::{Exports, Instance, compat};
 
 /// An operation admission reviews.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -152,9 +152,9 @@ impl Instance {
         request: &AdmitRequest,
         deadline: Duration,
     ) -> wasmtime::Result<Verdict> {
-        if !matches!(self.plugin, Exports::V3(_)) {
+        if matches!(self.plugin, Exports::V2(_)) {
             return Err(wasmtime::Error::msg(
-                "built for contract 0.2, which has no admit: rebuild it against 0.3",
+                "built for contract 0.2, which has no admit: rebuild it against 0.4",
             ));
         }
         let own = self.store.data().ctx.limits.deadline;
@@ -174,8 +174,11 @@ impl Instance {
             subresource: request.subresource.clone(),
             namespace: request.namespace.clone(),
             name: request.name.clone(),
-            object: request.object.as_ref().map(|o| handles.lend(o)),
-            old_object: request.old_object.as_ref().map(|o| handles.lend(o)),
+            object: request.object.as_ref().map(|o| handles.lend_uncached(o)),
+            old_object: request
+                .old_object
+                .as_ref()
+                .map(|o| handles.lend_uncached(o)),
             user_info: wit::UserInfo {
                 username: request.username.clone(),
                 uid: request.user_uid.clone(),
@@ -184,9 +187,13 @@ impl Instance {
             dry_run: request.dry_run,
         };
         let outcome = match &self.plugin {
-            Exports::V3(p) => p
+            Exports::V4(p) => p
                 .kubewasm_plugin_handler()
                 .call_admit(&mut self.store, &wit_request),
+            Exports::V3(p) => p
+                .kubewasm_plugin_handler()
+                .call_admit(&mut self.store, &compat::v3::admission_request(wit_request))
+                .map(Into::into),
             Exports::V2(_) => unreachable!("checked above"),
         };
         let state = self.store.data_mut();

@@ -21,6 +21,9 @@ pub struct Handles {
     free: Vec<u32>,
     /// Slots lent for the current call, freed when it returns.
     lent: Vec<u32>,
+    /// Of those, the slots holding objects that did not come from the cache (an admission
+    /// review's): whole, whatever the plugin declared it reads.
+    uncached: Vec<u32>,
     /// Handles the guest owns now.
     owned: usize,
 }
@@ -61,8 +64,22 @@ impl Handles {
         Resource::new_borrow(slot)
     }
 
+    /// A borrowed handle to `object`, which is not from the cache, valid until
+    /// [`Self::end_call`].
+    pub fn lend_uncached(&mut self, object: &Arc<KubeObject>) -> Resource<Object> {
+        let handle = self.lend(object);
+        self.uncached.push(handle.rep());
+        handle
+    }
+
+    /// True when `handle` was lent by [`Self::lend_uncached`].
+    pub fn is_uncached(&self, handle: &Resource<Object>) -> bool {
+        self.uncached.contains(&handle.rep())
+    }
+
     /// Frees the handles lent for the call that just returned.
     pub fn end_call(&mut self) {
+        self.uncached.clear();
         // Popped, not taken: the list keeps its capacity for the next call's lends.
         while let Some(slot) = self.lent.pop() {
             self.release(slot);

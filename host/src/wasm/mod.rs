@@ -44,8 +44,8 @@ use crate::gvk::Gvk;
 use crate::informer::Informer;
 use logging::PluginLogger;
 
-/// Bindings generated from `wit/plugin.wit` (the contract, 0.3), and in [`bindings::v2`] from
-/// the frozen 0.2 contract, for components built before 0.3.
+/// Bindings generated from `wit/plugin.wit` (the contract, 0.4), and in [`bindings::v3`] and
+/// [`bindings::v2`] from the frozen earlier contracts, for components built before 0.4.
 #[allow(missing_docs)]
 pub mod bindings {
     wasmtime::component::bindgen!({
@@ -56,7 +56,20 @@ pub mod bindings {
         imports: { default: trappable },
     });
 
-    /// The 0.2 contract (`wit/compat/0.2`): its imports are answered by 0.3's (`compat.rs`).
+    /// The 0.3 contract (`wit/compat/0.3`): its imports are answered by 0.4's
+    /// (`compat/v3.rs`).
+    pub mod v3 {
+        wasmtime::component::bindgen!({
+            path: "../wit/compat/0.3",
+            world: "kubewasm:plugin/plugin",
+            imports: { default: trappable },
+            // One host type for an object handle, whichever contract lends it.
+            with: { "kubewasm:plugin/types.object": super::kubewasm::plugin::types::Object },
+        });
+    }
+
+    /// The 0.2 contract (`wit/compat/0.2`): its imports are answered by 0.4's
+    /// (`compat/v2.rs`).
     pub mod v2 {
         wasmtime::component::bindgen!({
             path: "../wit/compat/0.2",
@@ -292,15 +305,18 @@ const MAX_COMPILES: usize = 2;
 
 /// Pre-linked code, for the contract version the component was built for.
 pub enum Code {
-    /// `kubewasm:plugin@0.3.0`.
-    V3(bindings::PluginPre<HostState>),
-    /// `kubewasm:plugin@0.2.0`: its imports answered by 0.3's (`compat.rs`).
+    /// `kubewasm:plugin@0.4.0`.
+    V4(bindings::PluginPre<HostState>),
+    /// `kubewasm:plugin@0.3.0`: its imports answered by 0.4's (`compat/v3.rs`).
+    V3(bindings::v3::PluginPre<HostState>),
+    /// `kubewasm:plugin@0.2.0`: its imports answered by 0.4's (`compat/v2.rs`).
     V2(bindings::v2::PluginPre<HostState>),
 }
 
 impl Code {
     fn instance_pre(&self) -> &wasmtime::component::InstancePre<HostState> {
         match self {
+            Code::V4(pre) => pre.instance_pre(),
             Code::V3(pre) => pre.instance_pre(),
             Code::V2(pre) => pre.instance_pre(),
         }
@@ -351,7 +367,8 @@ impl Engine {
         // After everything that links WASI's I/O: every blocking wait ends at the deadline.
         waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
-        // Components built for 0.2 keep loading: its imports, answered by 0.3's.
+        // Components built for 0.3 and 0.2 keep loading: their imports, answered by 0.4's.
+        bindings::v3::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         bindings::v2::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Self {
             engine,
@@ -527,7 +544,8 @@ impl Engine {
             .map_err(|found| LoadError::WrongVersion { found })?;
         let linked = self.linker.instantiate_pre(&component);
         let pre = match contract {
-            version::Contract::V3 => linked.and_then(bindings::PluginPre::new).map(Code::V3),
+            version::Contract::V4 => linked.and_then(bindings::PluginPre::new).map(Code::V4),
+            version::Contract::V3 => linked.and_then(bindings::v3::PluginPre::new).map(Code::V3),
             version::Contract::V2 => linked.and_then(bindings::v2::PluginPre::new).map(Code::V2),
         }
         .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
@@ -613,6 +631,7 @@ impl Engine {
         let first = store.data_mut().clock.start();
         store.set_epoch_deadline(first);
         let plugin = match &*code.pre {
+            Code::V4(pre) => Exports::V4(pre.instantiate(&mut store)?),
             Code::V3(pre) => Exports::V3(pre.instantiate(&mut store)?),
             Code::V2(pre) => Exports::V2(pre.instantiate(&mut store)?),
         };
@@ -643,7 +662,8 @@ pub struct Instance {
 
 /// An instance's exports, for the contract it was built for.
 enum Exports {
-    V3(bindings::Plugin),
+    V4(bindings::Plugin),
+    V3(bindings::v3::Plugin),
     V2(bindings::v2::Plugin),
 }
 
@@ -678,11 +698,15 @@ impl Instance {
         self.store.set_epoch_deadline(first);
     }
 
-    /// Calls `describe` (a 0.2 manifest reads as 0.3's with none of its additions).
+    /// Calls `describe` (an earlier manifest reads as 0.4's with none of the additions).
     pub fn describe(&mut self) -> wasmtime::Result<Manifest> {
         self.arm();
         match &self.plugin {
-            Exports::V3(p) => p.kubewasm_plugin_handler().call_describe(&mut self.store),
+            Exports::V4(p) => p.kubewasm_plugin_handler().call_describe(&mut self.store),
+            Exports::V3(p) => p
+                .kubewasm_plugin_handler()
+                .call_describe(&mut self.store)
+                .map(Into::into),
             Exports::V2(p) => p
                 .kubewasm_plugin_handler()
                 .call_describe(&mut self.store)
@@ -690,10 +714,11 @@ impl Instance {
         }
     }
 
-    /// The contract version the component was built for (`0.3.0`, `0.2.0`).
+    /// The contract version the component was built for (`0.4.0`, `0.3.0`, `0.2.0`).
     pub fn contract(&self) -> &'static str {
         match self.plugin {
-            Exports::V3(_) => version::CONTRACT,
+            Exports::V4(_) => version::CONTRACT,
+            Exports::V3(_) => "0.3.0",
             Exports::V2(_) => "0.2.0",
         }
     }
@@ -703,6 +728,9 @@ impl Instance {
         let (wall, cpu) = (std::time::Instant::now(), deadline::cpu_now());
         self.arm();
         let outcome = match &self.plugin {
+            Exports::V4(p) => p
+                .kubewasm_plugin_handler()
+                .call_init(&mut self.store, config),
             Exports::V3(p) => p
                 .kubewasm_plugin_handler()
                 .call_init(&mut self.store, config),
@@ -760,19 +788,33 @@ impl Instance {
         state.staging.open(previous);
         state.call.open(matches!(call, Call::Event(_)));
         let outcome = match (&self.plugin, call) {
-            (Exports::V3(p), Call::Event(n)) => {
+            (Exports::V4(p), Call::Event(n)) => {
                 let event = convert::event(n, &mut state.handles);
                 p.kubewasm_plugin_handler()
                     .call_handle(&mut self.store, event)
             }
-            (Exports::V3(p), Call::Synced) => {
+            (Exports::V4(p), Call::Synced) => {
                 p.kubewasm_plugin_handler().call_synced(&mut self.store)
             }
-            (Exports::V3(p), Call::Tick(name)) => {
+            (Exports::V4(p), Call::Tick(name)) => {
                 p.kubewasm_plugin_handler().call_tick(&mut self.store, name)
             }
+            (Exports::V3(p), Call::Event(n)) => {
+                let event = compat::v3::event(n, &mut state.handles);
+                p.kubewasm_plugin_handler()
+                    .call_handle(&mut self.store, event)
+                    .map(|r| r.map_err(Into::into))
+            }
+            (Exports::V3(p), Call::Synced) => p
+                .kubewasm_plugin_handler()
+                .call_synced(&mut self.store)
+                .map(|r| r.map_err(Into::into)),
+            (Exports::V3(p), Call::Tick(name)) => p
+                .kubewasm_plugin_handler()
+                .call_tick(&mut self.store, name)
+                .map(|r| r.map_err(Into::into)),
             (Exports::V2(p), Call::Event(n)) => {
-                let event = compat::event(n, &mut state.handles);
+                let event = compat::v2::event(n, &mut state.handles);
                 p.kubewasm_plugin_handler()
                     .call_handle(&mut self.store, event)
                     .map(|r| r.map_err(Into::into))

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use wasmtime::component::Resource;
 
-use crate::object::{KubeObject, OwnerRef, pointer};
+use crate::object::{Keep, KubeObject, OwnerRef, pointer};
 use crate::wasm::HostState;
 use crate::wasm::bindings::kubewasm::plugin::types::{
     self, Gvk as WitGvk, HostObject, Object, OwnerReference, QueryError, Value,
@@ -14,6 +14,17 @@ use crate::wasm::bindings::kubewasm::plugin::types::{
 impl HostState {
     fn object(&self, handle: &Resource<Object>) -> wasmtime::Result<&Arc<KubeObject>> {
         self.handles.get(handle)
+    }
+
+    /// What the plugin declared it reads of `object`'s type, when that is not all of it: its
+    /// reads are checked against this, whatever other plugins made the cache keep, so its
+    /// answers never depend on who else is loaded.
+    fn declared(&self, handle: &Resource<Object>, object: &KubeObject) -> Option<&Keep> {
+        if self.ctx.scopes.is_empty() || self.handles.is_uncached(handle) {
+            return None;
+        }
+        let keep = self.ctx.scopes.get(object.gvk())?.keep();
+        (!keep.is_whole()).then_some(keep)
     }
 }
 
@@ -133,12 +144,30 @@ impl HostObject for HostState {
             Ok(tokens) => tokens,
             Err(e) => return Ok(Err(QueryError::InvalidArgument(e.to_string()))),
         };
-        Ok(Ok(self.object(&this)?.field(&tokens).map(value)))
+        let object = self.object(&this)?;
+        if let Some(keep) = self.declared(&this, object)
+            && !keep.holds(&pointer)
+        {
+            return Ok(Err(QueryError::Undeclared(format!(
+                "{pointer:?} of {} is outside what plugin {} declared it reads ({keep}): add it to the subscription's fields",
+                object.gvk(),
+                self.ctx.name
+            ))));
+        }
+        Ok(Ok(object.field(&tokens).map(value)))
     }
 
-    fn json(&mut self, this: Resource<Object>) -> wasmtime::Result<String> {
+    fn json(&mut self, this: Resource<Object>) -> wasmtime::Result<Result<String, QueryError>> {
         let _call = self.host_calls.start();
-        Ok(self.object(&this)?.json())
+        let object = self.object(&this)?;
+        if let Some(keep) = self.declared(&this, object) {
+            return Ok(Err(QueryError::Undeclared(format!(
+                "the whole {} is outside what plugin {} declared it reads ({keep}): read fields one by one, or declare no fields to receive whole objects",
+                object.gvk(),
+                self.ctx.name
+            ))));
+        }
+        Ok(Ok(object.json()))
     }
 
     fn drop(&mut self, this: Resource<Object>) -> wasmtime::Result<()> {

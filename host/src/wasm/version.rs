@@ -6,16 +6,18 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 /// The contract version this host speaks and plugins are built against.
-pub const CONTRACT: &str = "0.3.0";
+pub const CONTRACT: &str = "0.4.0";
 
-/// The versions the host runs: the current one, and 0.2 (its imports answered by 0.3's).
-const RUNS: [&str; 2] = [CONTRACT, "0.2.0"];
+/// The versions the host runs: the current one, 0.3 and 0.2 (their imports answered by 0.4's).
+const RUNS: [&str; 3] = [CONTRACT, "0.3.0", "0.2.0"];
 
 const PACKAGE: &str = "kubewasm:plugin/";
 
 /// A contract version the host runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contract {
+    /// 0.4.
+    V4,
     /// 0.3.
     V3,
     /// 0.2.
@@ -43,10 +45,10 @@ pub fn of(component: &Component, engine: &wasmtime::Engine) -> Result<Contract, 
             _ => found = Some(version),
         }
     }
-    Ok(if found == Some("0.2.0") {
-        Contract::V2
-    } else {
-        Contract::V3
+    Ok(match found {
+        Some("0.2.0") => Contract::V2,
+        Some("0.3.0") => Contract::V3,
+        _ => Contract::V4,
     })
 }
 
@@ -86,7 +88,7 @@ mod tests {
         let message = error.to_string();
         assert!(
             message.contains("built for kubewasm:plugin@0.1.0")
-                && message.contains("kubewasm:plugin@0.3.0"),
+                && message.contains("kubewasm:plugin@0.4.0"),
             "{message}"
         );
     }
@@ -101,9 +103,10 @@ mod tests {
             super::of(&component, &engine.engine)
         };
         let import = |v: &str| format!(r#"(import "kubewasm:plugin/logging@{v}" (instance))"#);
+        assert_eq!(of(&import("0.4.0")), Ok(super::Contract::V4));
         assert_eq!(of(&import("0.3.0")), Ok(super::Contract::V3));
         assert_eq!(of(&import("0.2.0")), Ok(super::Contract::V2));
-        assert_eq!(of(""), Ok(super::Contract::V3), "imports nothing of ours");
+        assert_eq!(of(""), Ok(super::Contract::V4), "imports nothing of ours");
         let mixed = of(&format!(
             "{} {}",
             import("0.2.0"),

@@ -1,4 +1,4 @@
-"""Helpers for kubewasm plugins in Python (contract kubewasm:plugin@0.3.0).
+"""Helpers for kubewasm plugins in Python (contract kubewasm:plugin@0.4.0).
 
 Import it next to the bindings componentize-py generates; build with both folders on the path:
 ``componentize-py -d wit -w kubewasm:plugin/plugin componentize -p . -p SDK app -o plugin.wasm``
@@ -10,7 +10,8 @@ What it gives:
 - ``Plugin``: a base class with ``synced``, ``tick`` and ``admit`` that do nothing (allow), so
   a handler writes only what it uses: ``class Handler(Plugin, exports.Handler)``;
 - ``manifest(...)`` and ``subscribe(...)``: the manifest and its subscriptions with every
-  field defaulted (``changes=["/spec"]`` for a change filter);
+  field defaulted (``changes=["/spec"]`` for a change filter, ``fields=["/status/phase"]``
+  or ``metadata_only=True`` to declare what the plugin reads);
 - ``state``: the plugin's own key-value map kept by the host (``state.get``, ``state.set``,
   ``state.remove``, ``state.keys``); ``requeue_after(seconds)`` during ``handle``;
 - admission answers: ``allow()``, ``deny(message)``, ``patch_to(obj)``; ``Selector`` to match
@@ -119,15 +120,23 @@ def subscribe(
     namespaces: Sequence[str] = (),
     selector: Optional[str] = None,
     changes: Sequence[str] = (),
+    fields: Sequence[str] = (),
+    metadata_only: bool = False,
 ) -> types.Subscription:
     """A subscription: every object of ``resource``, or only those in ``namespaces``,
     matching the label ``selector``; with ``changes`` (JSON pointers such as ``/spec``), an
-    update is delivered only when a value there changed (``/metadata/generation``: the spec)."""
+    update is delivered only when a value there changed (``/metadata/generation``: the spec).
+
+    ``fields`` (JSON pointers such as ``/status/phase``) or ``metadata_only`` declare what the
+    plugin reads besides metadata: the host keeps only that, and reading anything else
+    (``field`` elsewhere, ``json()``) raises ``Err(QueryError_Undeclared)``."""
     return types.Subscription(
         gvk=resource,
         namespaces=list(namespaces),
         label_selector=selector,
         changes=list(changes),
+        fields=list(fields),
+        metadata_only=metadata_only,
     )
 
 
@@ -321,6 +330,7 @@ _ERRORS = {
     "InvalidArgument": ("invalid argument", False),
     "TooLarge": ("too large", None),
     "TooManyHandles": ("too many handles", True),
+    "Undeclared": ("undeclared", False),
     "NotLeader": ("not leader", True),
     "Unsupported": ("unsupported", False),
     "NotDeclared": ("not declared", False),

@@ -45,8 +45,12 @@ func (p podDefaults) review(request kw.AdmissionRequest) (kw.AdmissionResponse, 
 		return kw.Allow(), nil
 	}
 	object := *request.Object
+	text, err := object.Json()
+	if err != nil {
+		return kw.AdmissionResponse{}, err
+	}
 	var pod map[string]any
-	if err := json.Unmarshal([]byte(object.Json()), &pod); err != nil {
+	if err := json.Unmarshal([]byte(text), &pod); err != nil {
 		return kw.AdmissionResponse{}, err
 	}
 	var changed []string

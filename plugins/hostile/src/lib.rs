@@ -3,7 +3,10 @@
 //! It subscribes to ConfigMaps and misbehaves as its configuration says:
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
 //! "secret" | "big-query" | "scoped" | "count" | "slow" | ..., "key": "ns/name"}` (`key` for
-//! `panic-on`; `scoped` subscribes to namespace t only and queries beyond it; `count`
+//! `panic-on`; `scoped` subscribes to namespace t only and queries beyond it; `declared`
+//! declares it reads `/data/v` only and reads that, `/data`, the whole object and, through
+//! a query, its own object's `/binaryData`, logging each answer's value; `metadata-only`
+//! declares metadata only and reads the same; `count`
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
 //! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 1 MiB
 //! arguments to every query; `huge-log` logs a 1 MiB message with 48 fields of 16 KiB and
@@ -125,6 +128,13 @@ impl Plugin for Hostile {
                 .with_state()
                 .admission(admission.timeout_seconds(5));
         }
+        if mode == "declared" {
+            return Manifest::new()
+                .subscribe(Subscription::to(Gvk::config_map()).fields(&["/data/v"]));
+        }
+        if mode == "metadata-only" {
+            return Manifest::new().subscribe(Subscription::to(Gvk::config_map()).metadata_only());
+        }
         if mode == "scoped" {
             // Sees ConfigMaps of namespace t only, and queries past that.
             return Manifest::new()
@@ -179,6 +189,36 @@ impl Plugin for Hostile {
                 report("secret list", cache::list(&secret(), None, None));
             }
             "big-query" => report("big list", cache::list(&Gvk::config_map(), None, None)),
+            "declared" | "metadata-only" => {
+                let object = event.object();
+                let read = |what: &str, answer: Result<Option<String>, QueryError>| {
+                    let (detail, value) = match answer {
+                        Ok(value) => ("ok".to_owned(), value.unwrap_or_default()),
+                        Err(e) => (e.explain(), String::new()),
+                    };
+                    let outcome = detail.split(':').next().unwrap_or("").to_owned();
+                    let fields = [
+                        ("outcome", &outcome),
+                        ("detail", &detail),
+                        ("value", &value),
+                    ];
+                    log::warn(what, &fields.map(|(k, v)| (k, v.as_str())));
+                };
+                read("v", object.text("/data/v"));
+                read("name", object.text("/metadata/name"));
+                read(
+                    "data",
+                    object.field("/data").map(|v| v.map(|_| "some".into())),
+                );
+                read("json", object.json().map(Some));
+                // Not there once deleted.
+                let namespace = object.namespace();
+                if let Ok(Some(own)) =
+                    cache::get(&Gvk::config_map(), namespace.as_deref(), &object.name())
+                {
+                    read("queried", own.text("/binaryData"));
+                }
+            }
             "scoped" => {
                 let cm = Gvk::config_map();
                 report("outside", cache::get(&cm, Some("elsewhere"), "x"));

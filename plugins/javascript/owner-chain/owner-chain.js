@@ -6,8 +6,8 @@
 // pod=... replicaset=... deployment=... siblings=N`. Build: node build.mjs (componentize-js
 // against ../../../wit).
 
-import { indexKeys } from "kubewasm:plugin/cache@0.3.0";
-import { log } from "kubewasm:plugin/logging@0.3.0";
+import { indexKeys } from "kubewasm:plugin/cache@0.4.0";
+import { log } from "kubewasm:plugin/logging@0.4.0";
 
 const POD = { group: "", version: "v1", kind: "Pod" };
 const REPLICA_SET = { group: "apps", version: "v1", kind: "ReplicaSet" };
@@ -18,7 +18,16 @@ export const handler = {
 
   describe() {
     return {
-      subscriptions: [{ gvk: POD, namespaces: [], labelSelector: undefined, changes: [] }],
+      subscriptions: [
+        {
+          gvk: POD,
+          namespaces: [],
+          labelSelector: undefined,
+          changes: [],
+          fields: [],
+          metadataOnly: false,
+        },
+      ],
       queries: [REPLICA_SET, DEPLOYMENT],
       indexes: [],
       resyncSeconds: 0,

@@ -15,7 +15,8 @@ struct PodPhase;
 
 impl Plugin for PodPhase {
     fn describe() -> Manifest {
-        Manifest::new().subscribe(Subscription::to(Gvk::pod()))
+        // It reads the phase only: the host keeps no more of each pod for it.
+        Manifest::new().subscribe(Subscription::to(Gvk::pod()).fields(&["/status/phase"]))
     }
 
     fn handle(event: Event<'_>) -> Result<(), HandleError> {

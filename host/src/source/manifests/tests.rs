@@ -807,3 +807,51 @@ fn a_plugins_write_to_the_folder_is_logged_at_info() {
         "{line}"
     );
 }
+
+#[test]
+fn each_watch_gets_objects_cut_to_what_its_scope_keeps() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("a.yaml");
+    let two = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: ns\n  labels:\n    team: shop\ndata:\n  k: \"1\"\n  other: \"2\"\n";
+    fs::write(&file, two).expect("write");
+    let mut opened = None;
+    let lines = logged(|| {
+        opened = Some(ManifestFolder::snapshot(dir.path(), Transform::default()).expect("open"));
+    });
+    let folder = opened.expect("opened");
+    assert_eq!(folder.len(), 1, "{lines:?}");
+    let keep_k =
+        crate::source::Scope::everything().keeping(crate::object::Keep::fields(&["/data/k"]));
+    let meta = crate::source::Scope::everything().keeping(crate::object::Keep::MetadataOnly);
+    let mut whole = folder.watch(&configmaps(), &crate::source::Scope::everything());
+    let mut cut = folder.watch(&configmaps(), &keep_k);
+    let mut bare = folder.watch(&configmaps(), &meta);
+    let objects = |stream: &mut BoxStream<'static, SourceEvent>| -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        while let Some(Some(e)) = stream.next().now_or_never() {
+            if let SourceEvent::Listed(o) | SourceEvent::Applied(o) = e {
+                out.push(serde_json::from_str(&o.json()).expect("json"));
+            }
+        }
+        out
+    };
+    let data = |v: &serde_json::Value| v.get("data").cloned().unwrap_or_default();
+    assert_eq!(
+        data(&objects(&mut whole)[0]),
+        serde_json::json!({"k": "1", "other": "2"})
+    );
+    assert_eq!(data(&objects(&mut cut)[0]), serde_json::json!({"k": "1"}));
+    let listed = objects(&mut bare);
+    assert!(listed[0].get("data").is_none(), "{}", listed[0]);
+    assert_eq!(
+        listed[0]["metadata"]["labels"]["team"], "shop",
+        "metadata is kept"
+    );
+
+    // A change reaches each watch cut its own way too.
+    fs::write(&file, two.replace("k: \"1\"", "k: \"3\"")).expect("write");
+    folder.rescan();
+    assert_eq!(data(&objects(&mut whole)[0])["other"], "2");
+    assert_eq!(data(&objects(&mut cut)[0]), serde_json::json!({"k": "3"}));
+    assert!(objects(&mut bare)[0].get("data").is_none());
+}

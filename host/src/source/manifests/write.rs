@@ -195,9 +195,7 @@ impl Shared {
                 SourceEvent::Applied(object)
             }
         };
-        state
-            .watchers
-            .retain(|(g, tx)| g != &id.0 || tx.send(event.clone()).is_ok());
+        state.notify(&id.0, &event);
         // Against a folder nothing else shows a plugin's writes (the files do not change).
         tracing::info!(plugin, verb = write.verb(), target = %write.target, "write applied to the folder's objects (its files are not changed)");
         Ok(())

@@ -1,0 +1,203 @@
+//! Components built for earlier contracts, run by the current host: each file answers one
+//! version's imports with 0.4's implementation and converts what changed since. The types of
+//! two contracts are the same shapes under two names: the macros here convert them.
+
+/// Field-by-field conversions between two records of the same shape.
+macro_rules! same_record {
+    ($from:ty => $to:ty { $($field:ident),* $(,)? }) => {
+        impl From<$from> for $to {
+            fn from(x: $from) -> Self {
+                Self { $($field: x.$field.into()),* }
+            }
+        }
+    };
+}
+
+/// Case-by-case conversions between two variants of the same shape (each case carries one
+/// value, or none).
+macro_rules! same_cases {
+    ($from:ty => $to:ty { $($case:ident $(($x:ident))?),* $(,)? }) => {
+        impl From<$from> for $to {
+            fn from(x: $from) -> Self {
+                type F = $from;
+                match x {
+                    $(F::$case $(($x))? => Self::$case $(($x.into()))?),*
+                }
+            }
+        }
+    };
+}
+
+/// The imports every earlier contract shares with 0.4 (`object`, `cache`, `cluster`,
+/// `logging`), answered by 0.4's implementation: arguments converted in, answers out (a query
+/// error without 0.4's `undeclared` case). The
+/// caller's module names the two contracts `$v` and `v4`, and has the conversions (`From`) and
+/// [`v3::total_json`].
+macro_rules! forward_shared {
+    ($v:ident) => {
+        type R<T> = wasmtime::Result<T>;
+        type Handle = wasmtime::component::Resource<v4::types::Object>;
+        type Answer<T> = R<Result<T, $v::types::QueryError>>;
+        type Written = R<Result<(), $v::cluster::WriteError>>;
+        type Gvk = $v::types::Gvk;
+        type Target = $v::cluster::Target;
+
+        impl From<v4::types::QueryError> for $v::types::QueryError {
+            fn from(e: v4::types::QueryError) -> Self {
+                use v4::types::QueryError as E;
+                match e {
+                    E::Denied(m) => Self::Denied(m),
+                    E::NotCached(m) => Self::NotCached(m),
+                    E::UnknownIndex(m) => Self::UnknownIndex(m),
+                    E::InvalidArgument(m) => Self::InvalidArgument(m),
+                    E::TooLarge(m) => Self::TooLarge(m),
+                    E::TooManyHandles(m) => Self::TooManyHandles(m),
+                    // Never answered to a component that declares no fields; were it, the
+                    // nearest earlier case says the same.
+                    E::Undeclared(m) => Self::NotCached(m),
+                }
+            }
+        }
+
+        impl $v::types::HostObject for HostState {
+            fn gvk(&mut self, this: Handle) -> R<Gvk> {
+                v4::types::HostObject::gvk(self, this).map(Into::into)
+            }
+            fn namespace(&mut self, this: Handle) -> R<Option<String>> {
+                v4::types::HostObject::namespace(self, this)
+            }
+            fn name(&mut self, this: Handle) -> R<String> {
+                v4::types::HostObject::name(self, this)
+            }
+            fn key(&mut self, this: Handle) -> R<String> {
+                v4::types::HostObject::key(self, this)
+            }
+            fn uid(&mut self, this: Handle) -> R<String> {
+                v4::types::HostObject::uid(self, this)
+            }
+            fn resource_version(&mut self, this: Handle) -> R<String> {
+                v4::types::HostObject::resource_version(self, this)
+            }
+            fn label(&mut self, this: Handle, key: String) -> R<Option<String>> {
+                v4::types::HostObject::label(self, this, key)
+            }
+            fn labels(&mut self, this: Handle) -> R<Vec<(String, String)>> {
+                v4::types::HostObject::labels(self, this)
+            }
+            fn annotation(&mut self, this: Handle, key: String) -> R<Option<String>> {
+                v4::types::HostObject::annotation(self, this, key)
+            }
+            fn owner_references(&mut self, this: Handle) -> R<Vec<$v::types::OwnerReference>> {
+                let refs = v4::types::HostObject::owner_references(self, this)?;
+                Ok(refs.into_iter().map(Into::into).collect())
+            }
+            fn controller(&mut self, this: Handle) -> R<Option<$v::types::OwnerReference>> {
+                Ok(v4::types::HostObject::controller(self, this)?.map(Into::into))
+            }
+            fn owner(&mut self, this: Handle, gvk: Gvk) -> Answer<Option<Handle>> {
+                Ok(v4::types::HostObject::owner(self, this, gvk.into())?.map_err(Into::into))
+            }
+            fn field(&mut self, this: Handle, pointer: String) -> Answer<Option<$v::types::Value>> {
+                let answer = v4::types::HostObject::field(self, this, pointer)?;
+                Ok(answer.map(|v| v.map(Into::into)).map_err(Into::into))
+            }
+            fn json(&mut self, this: Handle) -> R<String> {
+                crate::wasm::compat::v3::total_json(v4::types::HostObject::json(self, this)?)
+            }
+            fn drop(&mut self, this: Handle) -> R<()> {
+                v4::types::HostObject::drop(self, this)
+            }
+        }
+
+        impl $v::types::Host for HostState {}
+
+        impl $v::cache::Host for HostState {
+            fn get(
+                &mut self,
+                gvk: Gvk,
+                namespace: Option<String>,
+                name: String,
+            ) -> Answer<Option<Handle>> {
+                Ok(v4::cache::Host::get(self, gvk.into(), namespace, name)?.map_err(Into::into))
+            }
+            fn list_objects(
+                &mut self,
+                gvk: Gvk,
+                namespace: Option<String>,
+                label_selector: Option<String>,
+            ) -> Answer<Vec<Handle>> {
+                let answer =
+                    v4::cache::Host::list_objects(self, gvk.into(), namespace, label_selector)?;
+                Ok(answer.map_err(Into::into))
+            }
+            fn by_index(&mut self, gvk: Gvk, index: String, value: String) -> Answer<Vec<Handle>> {
+                Ok(v4::cache::Host::by_index(self, gvk.into(), index, value)?.map_err(Into::into))
+            }
+            fn index_keys(
+                &mut self,
+                gvk: Gvk,
+                index: String,
+                value: String,
+            ) -> Answer<Vec<String>> {
+                let answer = v4::cache::Host::index_keys(self, gvk.into(), index, value)?;
+                Ok(answer.map_err(Into::into))
+            }
+            fn index_values(&mut self, gvk: Gvk, index: String) -> Answer<Vec<String>> {
+                Ok(v4::cache::Host::index_values(self, gvk.into(), index)?.map_err(Into::into))
+            }
+        }
+
+        impl $v::cluster::Host for HostState {
+            fn apply(&mut self, target: Target, json: String) -> Written {
+                Ok(v4::cluster::Host::apply(self, target.into(), json)?.map_err(Into::into))
+            }
+            fn merge_patch(&mut self, target: Target, patch: String) -> Written {
+                Ok(v4::cluster::Host::merge_patch(self, target.into(), patch)?.map_err(Into::into))
+            }
+            fn json_patch(&mut self, target: Target, patch: String) -> Written {
+                Ok(v4::cluster::Host::json_patch(self, target.into(), patch)?.map_err(Into::into))
+            }
+            fn create(&mut self, gvk: Gvk, namespace: Option<String>, json: String) -> Written {
+                let created = v4::cluster::Host::create(self, gvk.into(), namespace, json)?;
+                Ok(created.map_err(Into::into))
+            }
+            fn delete(&mut self, target: Target, uid: Option<String>) -> Written {
+                Ok(v4::cluster::Host::delete(self, target.into(), uid)?.map_err(Into::into))
+            }
+            fn record_event(
+                &mut self,
+                regarding: Handle,
+                event_type: $v::cluster::EventType,
+                reason: String,
+                note: String,
+            ) -> Written {
+                let recorded = v4::cluster::Host::record_event(
+                    self,
+                    regarding,
+                    event_type.into(),
+                    reason,
+                    note,
+                )?;
+                Ok(recorded.map_err(Into::into))
+            }
+            fn previous_failures(&mut self) -> R<Vec<$v::cluster::WriteFailure>> {
+                let failures = v4::cluster::Host::previous_failures(self)?;
+                Ok(failures.into_iter().map(Into::into).collect())
+            }
+        }
+
+        impl $v::logging::Host for HostState {
+            fn log(
+                &mut self,
+                level: $v::logging::Level,
+                message: String,
+                fields: Vec<(String, String)>,
+            ) -> R<()> {
+                v4::logging::Host::log(self, level.into(), message, fields)
+            }
+        }
+    };
+}
+
+pub mod v2;
+pub mod v3;

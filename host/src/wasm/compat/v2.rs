@@ -1,0 +1,88 @@
+//! Components built for contract 0.2: its imports are answered by 0.4's implementation
+//! (0.3 and 0.4 only added to them), and its exports are called with what 0.2 knows. The
+//! types of the two contracts are the same shapes under two names; this file converts between
+//! them and holds nothing else.
+
+use crate::informer::Notification;
+use crate::wasm::HostState;
+use crate::wasm::bindings::kubewasm::plugin as v4;
+use crate::wasm::bindings::v2::kubewasm::plugin as v2;
+use crate::wasm::handles::Handles;
+
+same_record!(v2::types::Gvk => v4::types::Gvk { group, version, kind });
+same_record!(v4::types::Gvk => v2::types::Gvk { group, version, kind });
+same_record!(v4::types::OwnerReference => v2::types::OwnerReference {
+    api_version, kind, name, uid, controller,
+});
+same_record!(v2::types::HandleError => v4::types::HandleError { message, retry });
+same_record!(v2::types::Index => v4::types::Index { gvk, name, json_pointer });
+same_record!(v2::cluster::Target => v4::cluster::Target {
+    gvk, namespace, name, subresource,
+});
+same_record!(v4::cluster::Target => v2::cluster::Target {
+    gvk, namespace, name, subresource,
+});
+same_record!(v4::cluster::WriteFailure => v2::cluster::WriteFailure {
+    target, verb, reason, message,
+});
+
+same_cases!(v4::types::Value => v2::types::Value {
+    Null, Boolean(b), Integer(i), Number(n), Text(t), Json(j),
+});
+same_cases!(v4::cluster::WriteError => v2::cluster::WriteError {
+    Denied(m), NotLeader(m), InvalidArgument(m), TooLarge(m), Unsupported(m),
+});
+same_cases!(v2::cluster::EventType => v4::cluster::EventType { Normal, Warning });
+same_cases!(v2::logging::Level => v4::logging::Level { Trace, Debug, Info, Warn, Error });
+
+impl From<v2::types::Subscription> for v4::types::Subscription {
+    fn from(s: v2::types::Subscription) -> Self {
+        Self {
+            gvk: s.gvk.into(),
+            namespaces: s.namespaces,
+            label_selector: s.label_selector,
+            changes: Vec::new(),
+            fields: Vec::new(),
+            metadata_only: false,
+        }
+    }
+}
+
+impl From<v2::types::Manifest> for v4::types::Manifest {
+    fn from(m: v2::types::Manifest) -> Self {
+        Self {
+            subscriptions: m.subscriptions.into_iter().map(Into::into).collect(),
+            queries: m.queries.into_iter().map(Into::into).collect(),
+            indexes: m.indexes.into_iter().map(Into::into).collect(),
+            resync_seconds: m.resync_seconds,
+            schedules: Vec::new(),
+            state: false,
+            admission: None,
+        }
+    }
+}
+
+/// The 0.2 event for a notification, its objects lent from `handles` for one call. A requeue
+/// is 0.3's: a 0.2 plugin cannot ask for one, and is never sent one (a resync if it were).
+pub fn event(n: &Notification, handles: &mut Handles) -> v2::types::Event {
+    use v2::types::{Added, Deleted, Event, Updated};
+    match n {
+        Notification::Added { object, initial } => Event::Added(Added {
+            object: handles.lend(object),
+            initial: *initial,
+        }),
+        Notification::Updated { old, new } => Event::Updated(Updated {
+            old: handles.lend(old),
+            new: handles.lend(new),
+        }),
+        Notification::Deleted { object, stale } => Event::Deleted(Deleted {
+            object: handles.lend(object),
+            stale: *stale,
+        }),
+        Notification::Sync(object) | Notification::Requeue(object) => {
+            Event::Sync(handles.lend(object))
+        }
+    }
+}
+
+forward_shared!(v2);
