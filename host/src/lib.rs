@@ -32,6 +32,7 @@ pub mod rate;
 pub mod rbac;
 pub mod schedule;
 pub mod serve;
+pub mod shard;
 pub mod source;
 pub mod testing;
 pub mod text;

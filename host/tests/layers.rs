@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 27] = [
+const LAYERS: [&str; 28] = [
     "text",
     "priority",
     "rate",
@@ -15,6 +15,7 @@ const LAYERS: [&str; 27] = [
     "gvk",
     "yaml",
     "object",
+    "shard",
     "write",
     "histogram",
     "watch",

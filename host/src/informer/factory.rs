@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::gvk::Gvk;
 use crate::informer::Informer;
+use crate::shard::Share;
 use crate::source::{Scope, Source};
 
 /// Most source events applied under one lock: bounds how long a subscriber waits for the
@@ -61,6 +62,8 @@ pub struct InformerFactory {
     tasks: Handle,
     entries: Mutex<HashMap<Gvk, Entry>>,
     next_lease: std::sync::atomic::AtomicU64,
+    /// This replica's share of the namespaced objects, when replicas split the work.
+    share: Mutex<Option<Share>>,
 }
 
 impl InformerFactory {
@@ -71,7 +74,24 @@ impl InformerFactory {
             tasks,
             entries: Mutex::new(HashMap::new()),
             next_lease: std::sync::atomic::AtomicU64::new(1),
+            share: Mutex::new(None),
         })
+    }
+
+    /// This replica's share of the namespaced objects (`None`: all of them).
+    pub fn share(&self) -> Option<Share> {
+        *self.share.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps only `share` of the namespaced objects from now on: every informer whose scope
+    /// moves lists its new scope. Objects taken over arrive as initial adds; objects given
+    /// up leave the cache without an event.
+    pub fn set_share(&self, share: Option<Share>) {
+        *self.share.lock().unwrap_or_else(PoisonError::into_inner) = share;
+        let share = self.share();
+        for entry in self.entries().values_mut() {
+            self.rescope_if_moved(entry, share);
+        }
     }
 
     fn entries(&self) -> MutexGuard<'_, HashMap<Gvk, Entry>> {
@@ -84,12 +104,14 @@ impl InformerFactory {
         let id = self
             .next_lease
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let share = self.share();
         let mut entries = self.entries();
         let entry = entries.entry(gvk.clone()).or_insert_with(|| {
+            let scope = scope.clone().sharing(share);
             tracing::info!(resource = %gvk, %scope, "starting informer");
             let informer = Arc::new(Informer::scoped(gvk.clone(), scope.clone()));
             Entry {
-                task: self.feed(&informer, scope),
+                task: self.feed(&informer, &scope),
                 informer,
                 users: HashMap::new(),
                 started: std::time::Instant::now(),
@@ -98,7 +120,7 @@ impl InformerFactory {
         });
         entry.users.insert(id, scope.clone());
         let informer = entry.informer.clone();
-        self.rescope_if_moved(entry);
+        self.rescope_if_moved(entry, share);
         Lease {
             factory: self.clone(),
             informer,
@@ -107,9 +129,10 @@ impl InformerFactory {
         }
     }
 
-    /// Watches the union of the users' scopes, when that is no longer what the informer keeps.
-    fn rescope_if_moved(&self, entry: &mut Entry) {
-        let wanted = Scope::union_of(entry.users.values());
+    /// Watches the union of the users' scopes within `share`, when that is no longer what
+    /// the informer keeps.
+    fn rescope_if_moved(&self, entry: &mut Entry, share: Option<Share>) {
+        let wanted = Scope::union_of(entry.users.values()).sharing(share);
         let informer = &entry.informer;
         let current = informer.scope();
         if wanted == current {
@@ -153,6 +176,7 @@ impl InformerFactory {
     }
 
     fn release(&self, gvk: &Gvk, id: u64) {
+        let share = self.share();
         let mut entries = self.entries();
         let Some(entry) = entries.get_mut(gvk) else {
             return;
@@ -164,7 +188,7 @@ impl InformerFactory {
                 entry.task.abort();
             }
         } else {
-            self.rescope_if_moved(entry);
+            self.rescope_if_moved(entry, share);
         }
     }
 

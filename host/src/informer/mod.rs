@@ -214,6 +214,9 @@ struct State {
     scope: Scope,
     /// The list of the current scope still streaming in, if any.
     round: Option<Round>,
+    /// The current scope took over part of the replica's share: what its list adds was not
+    /// created, it is state another replica had, so it goes out as initial adds.
+    taking_over: bool,
     /// Keys listed so far while a (re)list is streaming in; `None` between lists.
     listing: Option<HashSet<Key>>,
     /// The same per namespace, for sources that list a scope's namespaces one by one.
@@ -281,19 +284,22 @@ impl Informer {
     }
 
     /// Keeps the objects of `scope` from now on; the source's next list (of the new scope)
-    /// must follow. Stored objects outside it go at once (their deletes reach no subscriber
-    /// whose filter is within the new scope); objects it adds arrive with that list, as adds
-    /// to the subscribers whose filters hold them and nothing to the others, and a
+    /// must follow. Stored objects outside it go at once, without an event; objects it adds
+    /// arrive with that list, as adds to the subscribers whose filters hold them (initial
+    /// ones when the replica's share took them over) and nothing to the others, and a
     /// subscriber registered before that list completes gets its end-of-initial-state mark
     /// only then.
     pub fn rescope(&self, scope: Scope) {
         let mut state = self.state();
+        // Silently: no subscriber's filter holds what its plugin's scope left out, and what a
+        // share gives up is another replica's to deliver now, not gone.
         for object in self.store.list() {
             if !scope.admits(&object) {
-                self.drop_stored(&mut state, object.key(), false);
+                self.store.remove(object.key());
             }
         }
         state.round = Some(Round::of(&scope));
+        state.taking_over = takes_over(state.scope.share(), scope.share());
         state.scope = scope;
         state.listing = None;
         state.listing_namespace.clear();
@@ -357,7 +363,7 @@ impl Informer {
                     // Not named: a list's end deletes it if it was stored.
                     return;
                 }
-                let initial = !state.synced;
+                let initial = !state.synced || (state.round.is_some() && state.taking_over);
                 let key = self.apply_one(state, object, initial);
                 // A namespaced object's key is `namespace/name` (a name has no `/`).
                 let namespace = key.split_once('/').map(|(ns, _)| ns);
@@ -618,6 +624,15 @@ impl State {
         for (sub, class) in self.subscribers.iter_mut().zip(classes) {
             sub.changes_class = class;
         }
+    }
+}
+
+/// True when going from share `old` to `new` (`None`: everything) gains objects.
+fn takes_over(old: Option<&crate::shard::Share>, new: Option<&crate::shard::Share>) -> bool {
+    match (old, new) {
+        (_, None) => old.is_some(),
+        (None, Some(_)) => false,
+        (Some(old), Some(new)) => old.key != new.key || new.slices.bits() & !old.slices.bits() != 0,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Which objects of a type are watched and cached, and what of them: namespaces and a label
 //! selector, the union of what the loaded plugins subscribe to, sent to the API server where
-//! it can filter; and the fields kept ([`Keep`]), cut at decode, or asked of the server as
-//! metadata only.
+//! it can filter; the replica's share of the key space when replicas split the work
+//! ([`Share`]), sent as a shard selector; and the fields kept ([`Keep`]), cut at decode, or
+//! asked of the server as metadata only.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -9,6 +10,7 @@ use std::fmt;
 use kubewasm_sdk::selector::Selector;
 
 use crate::object::{Keep, KubeObject};
+use crate::shard::Share;
 
 /// The objects of one resource type that are watched and cached.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,6 +21,8 @@ pub struct Scope {
     selector: Option<Selector>,
     /// What of each object is kept.
     keep: Keep,
+    /// Only namespaced objects in this replica's share; `None`: all of them.
+    share: Option<Share>,
 }
 
 impl Scope {
@@ -33,7 +37,18 @@ impl Scope {
             namespaces: (!namespaces.is_empty()).then(|| namespaces.iter().cloned().collect()),
             selector: (!selector.is_empty()).then(|| selector.clone()),
             keep: Keep::Whole,
+            share: None,
         }
+    }
+
+    /// The same objects, only those of `share` among the namespaced ones.
+    pub fn sharing(self, share: Option<Share>) -> Self {
+        Self { share, ..self }
+    }
+
+    /// The replica's share, when replicas split the work.
+    pub fn share(&self) -> Option<&Share> {
+        self.share.as_ref()
     }
 
     /// The same objects, keeping of each only what `keep` says.
@@ -61,6 +76,8 @@ impl Scope {
             namespaces,
             selector,
             keep: self.keep.union(&other.keep),
+            // A replica has one share; scopes of two shares hold both (as none).
+            share: self.share.filter(|s| other.share == Some(*s)),
         }
     }
 
@@ -75,7 +92,10 @@ impl Scope {
 
     /// True when the scope holds every object of the type, whole.
     pub fn is_everything(&self) -> bool {
-        self.namespaces.is_none() && self.selector.is_none() && self.keep.is_whole()
+        self.namespaces.is_none()
+            && self.selector.is_none()
+            && self.keep.is_whole()
+            && self.share.is_none()
     }
 
     /// The namespaces, when the scope is limited to some.
@@ -101,6 +121,7 @@ impl Scope {
     pub fn admits(&self, object: &KubeObject) -> bool {
         self.holds_namespace(object.namespace())
             && self.selector.as_ref().is_none_or(|s| s.matches(object))
+            && self.share.is_none_or(|s| s.admits(object))
     }
 }
 
@@ -116,6 +137,9 @@ impl fmt::Display for Scope {
         }
         if !self.keep.is_whole() {
             parts.push(self.keep.to_string());
+        }
+        if let Some(share) = &self.share {
+            parts.push(format!("share {share}"));
         }
         match parts.is_empty() {
             true => f.write_str("everything"),
@@ -175,5 +199,24 @@ mod tests {
             "a cluster-scoped name is in no namespace"
         );
         assert!(Scope::everything().admits(&pod("z", "")));
+    }
+
+    #[test]
+    fn a_share_admits_its_slices_namespaces_and_two_shares_join_as_none() {
+        use crate::shard::{ShardKey, Slices, fnv1a64};
+        // fnv1a64("shop") = 0x46dc..., slice 17 of 64.
+        assert_eq!(fnv1a64("shop") >> 58, 17);
+        let share = |slices| Share {
+            key: ShardKey::Namespace,
+            slices,
+        };
+        let mine = Scope::everything().sharing(Some(share(Slices::range(0..32))));
+        assert!(mine.admits(&pod("shop", "")));
+        let theirs = Scope::everything().sharing(Some(share(Slices::range(32..64))));
+        assert!(!theirs.admits(&pod("shop", "")));
+        assert!(!mine.is_everything());
+        assert_eq!(mine.to_string(), "share 32 of 64 slices by namespace");
+        assert_eq!(mine.union(&theirs).share(), None);
+        assert_eq!(mine.union(&mine).share(), mine.share());
     }
 }

@@ -128,7 +128,9 @@ impl Source for KubeSource {
                     stats.clone(),
                     health.clone(),
                 )
-                .within(namespace, selector.clone());
+                .within(namespace, selector.clone())
+                // Cluster-scoped objects are every replica's: no shard selector for them.
+                .sharded(scope.share().copied().filter(|_| namespaced));
                 reflectors.spawn_on(reflector.run(), &tasks);
             }
             // The reflectors go as soon as the stream is dropped (a rescope, the informer

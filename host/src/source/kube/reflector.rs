@@ -33,10 +33,11 @@ use tokio::sync::mpsc::Sender;
 
 use crate::gvk::Gvk;
 use crate::object::{Keep, Transform};
+use crate::shard::Share;
 use crate::source::SourceEvent;
 use crate::source::kube::lines::Lines;
 use crate::source::kube::reconnect::{Backoff, Health};
-use crate::source::kube::stats::ReflectorStats;
+use crate::source::kube::stats::{ReflectorStats, ShardFilter};
 use crate::source::kube::wire::{self, Page, Status, WatchEvent};
 use crate::text::{MAX_MESSAGE_BYTES, cut};
 
@@ -205,6 +206,12 @@ pub struct Reflector {
     namespace: Option<Arc<str>>,
     /// The label selector sent with every list and watch.
     selector: Option<String>,
+    /// The replica's share, sent as a shard selector with every list and watch.
+    shard: Option<Share>,
+    /// That selector's text.
+    shard_selector: Option<String>,
+    /// Whether an object out of the share arrived (the server did not filter).
+    unfiltered: bool,
 }
 
 impl Reflector {
@@ -232,7 +239,33 @@ impl Reflector {
             resource: resource.clone(),
             namespace: None,
             selector: None,
+            shard: None,
+            shard_selector: None,
+            unfiltered: false,
         }
+    }
+
+    /// The same reflector sending `shard` (a `shardSelector`) with every list and watch: a
+    /// server with `ShardedListAndWatch` sends only the replica's share, another everything
+    /// (the informer drops the rest before the store). Which it was shows in the stats.
+    pub fn sharded(mut self, shard: Option<Share>) -> Self {
+        self.shard_selector = shard.as_ref().and_then(Share::selector);
+        self.shard = shard;
+        self
+    }
+
+    /// Adds the shard selector to a request's query.
+    fn ask_shard<B>(&self, request: &mut http::Request<B>) -> Result<(), Stop> {
+        let Some(shard) = &self.shard_selector else {
+            return Ok(());
+        };
+        let uri = request.uri().to_string();
+        let encoded: String = form_urlencoded::byte_serialize(shard.as_bytes()).collect();
+        let joiner = if uri.contains('?') { '&' } else { '?' };
+        *request.uri_mut() = format!("{uri}{joiner}shardSelector={encoded}")
+            .parse()
+            .map_err(|e| Stop::Failed(format!("cannot add the shard selector: {e}")))?;
+        Ok(())
     }
 
     /// The same reflector watching only `namespace` (if given), and only objects matching
@@ -335,6 +368,14 @@ impl Reflector {
 
     /// Queues `event` for the informer, handing the batch over once it is full.
     async fn send(&mut self, event: SourceEvent) -> Result<(), Stop> {
+        if let (Some(share), false, SourceEvent::Listed(o) | SourceEvent::Applied(o)) =
+            (&self.shard, self.unfiltered, &event)
+            && self.shard_selector.is_some()
+            && !share.admits(o)
+        {
+            self.unfiltered = true;
+            self.stats.note_shard_filter(ShardFilter::Client);
+        }
         self.pending.push(event);
         if self.pending.len() >= BATCH {
             self.flush().await?;
@@ -368,6 +409,7 @@ impl Reflector {
                 .list(&params)
                 .map_err(|e| Stop::Failed(format!("cannot build list request: {e}")))?;
             self.ask_metadata_only(&mut request, true);
+            self.ask_shard(&mut request)?;
             let text = tokio::time::timeout(PAGE_TIMEOUT, self.client.request_text(request))
                 .await
                 .map_err(|_| Stop::Failed(format!("list: no answer within {PAGE_TIMEOUT:?}")))?
@@ -391,6 +433,13 @@ impl Reflector {
                     params.version_match = None;
                 }
                 None => {
+                    if self.shard_selector.is_some() {
+                        self.stats
+                            .note_shard_filter(match page.metadata.shard_info {
+                                Some(_) => ShardFilter::Server,
+                                None => ShardFilter::Client,
+                            });
+                    }
                     let rv = page.metadata.resource_version.filter(|v| !v.is_empty());
                     let Some(rv) = rv else {
                         return Err(Stop::Failed("list response has no resourceVersion".into()));
@@ -429,6 +478,7 @@ impl Reflector {
             http::HeaderValue::from_static("identity"),
         );
         self.ask_metadata_only(&mut request, false);
+        self.ask_shard(&mut request)?;
         let started = Instant::now();
         let answer = tokio::time::timeout(ANSWER_TIMEOUT, self.client.request_stream(request));
         let Ok(answer) = answer.await else {

@@ -12,6 +12,20 @@ pub struct ReflectorStats {
     errors: AtomicU64,
     silences: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// How the last sharded list was filtered (`None`: no shard selector sent).
+    shard_filter: Mutex<Option<ShardFilter>>,
+}
+
+/// Where a replica's share of a type is filtered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShardFilter {
+    /// The API server applied the shard selector (its list answered with `shardInfo`): only
+    /// the share is sent and decoded.
+    Server,
+    /// The API server ignored it (no `ShardedListAndWatch`): everything is sent, and what is
+    /// out of the share is dropped at decode, before the store.
+    Client,
 }
 
 /// A snapshot of [`ReflectorStats`].
@@ -29,6 +43,9 @@ pub struct ReflectorSnapshot {
     pub silences: u64,
     /// The latest failure, if any.
     pub last_error: Option<String>,
+    /// Where the replica's share is filtered, when replicas split the work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_filter: Option<ShardFilter>,
 }
 
 impl ReflectorStats {
@@ -46,6 +63,13 @@ impl ReflectorStats {
 
     pub(super) fn note_silence(&self) {
         self.silences.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn note_shard_filter(&self, filter: ShardFilter) {
+        *self
+            .shard_filter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(filter);
     }
 
     pub(super) fn note_error(&self, reason: &str) {
@@ -69,6 +93,10 @@ impl ReflectorStats {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
+            shard_filter: *self
+                .shard_filter
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
         }
     }
 }

@@ -128,6 +128,9 @@ pub struct ListMeta {
     /// Token for the next page; empty or absent on the last.
     #[serde(default, rename = "continue")]
     pub continue_token: Option<String>,
+    /// Present when the server applied the request's shard selector (KEP-5866).
+    #[serde(default, rename = "shardInfo")]
+    pub shard_info: Option<serde::de::IgnoredAny>,
 }
 
 /// One line of a watch stream.

@@ -1,0 +1,170 @@
+//! Shares of the key space (issue 60): which namespaced objects a replica caches and
+//! delivers when replicas split the work. The hash and the selector text are the API
+//! server's (KEP-5866, `shardSelector`), so client and server agree on every object.
+
+mod assign;
+mod hash;
+mod slices;
+
+pub use assign::rendezvous;
+pub use hash::fnv1a64;
+pub use slices::{SLICES, Slices};
+
+use crate::object::KubeObject;
+
+/// What an object's share is decided by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ShardKey {
+    /// Its namespace: a namespace's objects land together, so owner and index queries stay
+    /// on one replica.
+    #[default]
+    Namespace,
+    /// Its uid: an even spread where nothing needs objects kept together.
+    Uid,
+}
+
+impl ShardKey {
+    /// The field path the API server's selector names.
+    pub fn field(self) -> &'static str {
+        match self {
+            ShardKey::Namespace => "object.metadata.namespace",
+            ShardKey::Uid => "object.metadata.uid",
+        }
+    }
+}
+
+/// The slices of the key space a replica owns, and what places an object in one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Share {
+    /// What an object is hashed by.
+    pub key: ShardKey,
+    /// The slices owned.
+    pub slices: Slices,
+}
+
+impl Share {
+    /// True when `object` is in the share; a cluster-scoped object always is (every replica
+    /// caches cluster-scoped types).
+    pub fn admits(&self, object: &KubeObject) -> bool {
+        let Some(namespace) = object.namespace() else {
+            return true;
+        };
+        let value = match self.key {
+            ShardKey::Namespace => namespace,
+            ShardKey::Uid => object.uid(),
+        };
+        self.slices.holds(fnv1a64(value))
+    }
+
+    /// The `shardSelector` a list or watch sends for this share; `None` when it owns every
+    /// slice (nothing to filter) or none (a selector cannot say nothing).
+    pub fn selector(&self) -> Option<String> {
+        if self.slices.is_all() || self.slices.is_empty() {
+            return None;
+        }
+        let ranges: Vec<String> = self
+            .slices
+            .ranges()
+            .map(|(start, end)| {
+                format!(
+                    "shardRange({}, '{}', '{}')",
+                    self.key.field(),
+                    hex(start),
+                    hex(end)
+                )
+            })
+            .collect();
+        Some(ranges.join(" || "))
+    }
+}
+
+impl std::fmt::Display for Share {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = match self.key {
+            ShardKey::Namespace => "namespace",
+            ShardKey::Uid => "uid",
+        };
+        write!(f, "{} of {SLICES} slices by {key}", self.slices.count())
+    }
+}
+
+/// A bound as the API server parses it: `0x` and 16 hex digits, or 2^64 written out.
+fn hex(bound: u128) -> String {
+    if bound > u128::from(u64::MAX) {
+        "0x10000000000000000".to_owned()
+    } else {
+        format!("0x{bound:016x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(namespace: Option<&str>, uid: &str) -> KubeObject {
+        let ns = namespace.map_or(String::new(), |n| format!(r#","namespace":"{n}""#));
+        let text = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"x"{ns},"uid":"{uid}"}}}}"#
+        );
+        KubeObject::from_json(&text, &crate::object::Transform::default()).expect("an object")
+    }
+
+    #[test]
+    fn selectors_are_written_as_the_api_server_parses_them() {
+        let low = Share {
+            key: ShardKey::Namespace,
+            slices: Slices::range(0..SLICES / 2),
+        };
+        assert_eq!(
+            low.selector().as_deref(),
+            Some(
+                "shardRange(object.metadata.namespace, '0x0000000000000000', '0x8000000000000000')"
+            )
+        );
+        let ends = Share {
+            key: ShardKey::Uid,
+            slices: Slices::range(0..1).union(Slices::range(SLICES - 1..SLICES)),
+        };
+        assert_eq!(
+            ends.selector().as_deref(),
+            Some(
+                "shardRange(object.metadata.uid, '0x0000000000000000', '0x0400000000000000') || \
+                 shardRange(object.metadata.uid, '0xfc00000000000000', '0x10000000000000000')"
+            )
+        );
+        let all = Share {
+            key: ShardKey::Namespace,
+            slices: Slices::all(),
+        };
+        assert_eq!(all.selector(), None, "nothing to filter");
+        assert_eq!(
+            Share {
+                slices: Slices::none(),
+                ..all
+            }
+            .selector(),
+            None
+        );
+    }
+
+    #[test]
+    fn objects_are_placed_by_their_namespace_or_uid_and_cluster_scoped_ones_everywhere() {
+        // fnv1a64("shop") = 0x46dc5e18e28e2409: slice 17 of 64.
+        let shop = object(Some("shop"), "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
+        let by_namespace = |slices| Share {
+            key: ShardKey::Namespace,
+            slices,
+        };
+        assert!(by_namespace(Slices::range(17..18)).admits(&shop));
+        assert!(!by_namespace(Slices::range(18..64)).admits(&shop));
+        // fnv1a64 of that uid = 0x93754b7248a00eb9: slice 36.
+        let by_uid = |slices| Share {
+            key: ShardKey::Uid,
+            slices,
+        };
+        assert!(by_uid(Slices::range(36..37)).admits(&shop));
+        assert!(!by_uid(Slices::range(17..18)).admits(&shop));
+        let node = object(None, "n");
+        assert!(by_namespace(Slices::none()).admits(&node));
+    }
+}
