@@ -145,11 +145,20 @@ async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_
         .iter()
         .map(|(m, share)| (m.clone(), Replica::start(&client, *share)))
         .collect();
-    let holdings = wait("each replica synced its share", || {
+    let namespaces_cached = |r: &Replica| {
+        r.factory
+            .get(&Gvk::new("", "v1", "Namespace"))
+            .map(|i| i.store().list().len())
+            .unwrap_or_default()
+    };
+    let holdings = wait("each replica synced its share and the namespaces", || {
         let held: BTreeMap<&String, BTreeSet<String>> =
             replicas.iter().map(|(m, r)| (m, r.cached())).collect();
         let total: usize = held.values().map(BTreeSet::len).sum();
-        (total == all.len()).then_some(held)
+        let namespaces = replicas
+            .values()
+            .all(|r| namespaces_cached(r) >= NAMESPACES);
+        (total == all.len() && namespaces).then_some(held)
     })
     .await?;
     // Exactly one owner per object, and the union is every object.
@@ -168,16 +177,8 @@ async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_
     }
     assert_eq!(union, all);
     for (m, r) in &replicas {
-        // Cluster-scoped objects are everyone's.
-        let namespaces = r
-            .factory
-            .get(&Gvk::new("", "v1", "Namespace"))
-            .map(|i| i.store().list().len())
-            .unwrap_or_default();
-        assert!(
-            namespaces >= NAMESPACES,
-            "{m} caches {namespaces} namespaces"
-        );
+        // Cluster-scoped objects are everyone's (waited for above).
+        assert!(namespaces_cached(r) >= NAMESPACES, "{m}");
         // This server ignores the selector: the share was kept at decode, and said so.
         let mode = r
             .source
