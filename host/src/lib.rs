@@ -24,6 +24,7 @@ pub mod histogram;
 pub mod informer;
 pub mod keeper;
 pub mod leader;
+pub mod members;
 pub mod object;
 pub mod oci;
 pub mod plugins;

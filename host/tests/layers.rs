@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 28] = [
+const LAYERS: [&str; 29] = [
     "text",
     "priority",
     "rate",
@@ -20,6 +20,7 @@ const LAYERS: [&str; 28] = [
     "histogram",
     "watch",
     "leader",
+    "members",
     "rbac",
     "oci",
     "traces",

@@ -1,0 +1,250 @@
+//! Replicas that split the work announce themselves through `coordination.k8s.io/v1` Leases,
+//! one each (issue 60): a member renews its own Lease every `retry` period and lists the
+//! group's; a Lease whose record has not changed for `lease_duration` by this replica's
+//! clock is a member gone (as in leader election, clocks need not agree). Each Lease also
+//! carries the slices its member delivers now, the fencing of the hand-over
+//! (docs/design/sharding.md). A member that cannot renew for `renew_deadline` says so in its
+//! view: it must stop delivering before the others may take its slices. On shutdown it
+//! deletes its Lease, so the others take over at once.
+//!
+//! This knows nothing of informers or plugins: it keeps the Leases and publishes what it sees.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use tokio::sync::watch;
+
+use crate::shard::Slices;
+
+/// The label naming a member Lease's group.
+pub const GROUP_LABEL: &str = "kubewasm.dev/members";
+
+/// The annotation holding the slices a member delivers now (a 64-bit mask, hexadecimal).
+pub const DELIVERING: &str = "kubewasm.dev/delivering";
+
+/// Naming and timing of a group of members.
+#[derive(Debug, Clone)]
+pub struct MembersConfig {
+    /// Namespace of the Leases.
+    pub namespace: String,
+    /// The group's name: the value of [`GROUP_LABEL`] on its Leases.
+    pub group: String,
+    /// This replica's identity (the pod name by default).
+    pub identity: String,
+    /// How long a Lease stays valid without renewal (15 s, as the leader's).
+    pub lease_duration: Duration,
+    /// How long a member keeps trying to renew before it counts itself out (10 s).
+    pub renew_deadline: Duration,
+    /// How often to renew and look (2 s).
+    pub retry: Duration,
+}
+
+impl MembersConfig {
+    /// The leader election's default timings for `identity` in `group`.
+    pub fn new(namespace: &str, group: &str, identity: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            group: group.to_owned(),
+            identity: identity.to_owned(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry: Duration::from_secs(2),
+        }
+    }
+
+    /// The name of `identity`'s Lease.
+    pub fn lease_name(&self, identity: &str) -> String {
+        format!("{}-member-{identity}", self.group)
+    }
+}
+
+/// What a member sees of its group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    /// The live members, by identity, with the slices each says it delivers.
+    pub members: BTreeMap<String, Slices>,
+    /// Whether this member's own Lease is current: when false it must deliver nothing.
+    pub renewed: bool,
+}
+
+/// Why one round with the API server failed.
+#[derive(Debug, thiserror::Error)]
+enum MembersError {
+    /// The API server refused or failed the request.
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    /// The API server did not answer in time.
+    #[error("no answer from the API server within {0:?}")]
+    NoAnswer(Duration),
+}
+
+/// One replica's membership: its Lease, and what it sees of the others.
+pub struct Membership {
+    api: Api<Lease>,
+    config: MembersConfig,
+    /// Each Lease's record (holder and renew time) as last seen, and when it last changed.
+    observed: HashMap<String, (String, Instant)>,
+    /// When this member last renewed its own Lease.
+    renewed: Option<Instant>,
+    delivering: watch::Receiver<Slices>,
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+impl Membership {
+    /// A member using `client`; `delivering` is what it delivers now, written into its Lease
+    /// at each renewal.
+    pub fn new(
+        client: kube::Client,
+        config: MembersConfig,
+        delivering: watch::Receiver<Slices>,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            observed: HashMap::new(),
+            renewed: None,
+            delivering,
+        }
+    }
+
+    /// Renews its Lease and publishes what it sees into `view` every `retry` period, until
+    /// `stop` resolves; then deletes its Lease.
+    pub async fn run(mut self, view: watch::Sender<View>, stop: impl std::future::Future) {
+        tokio::pin!(stop);
+        loop {
+            let round = tokio::time::timeout(self.config.renew_deadline, self.round()).await;
+            let seen = match round {
+                Ok(Ok(seen)) => Some(seen),
+                Ok(Err(e)) => {
+                    tracing::warn!(group = %self.config.group, identity = %self.config.identity, "membership: {e}");
+                    None
+                }
+                Err(_) => {
+                    let e = MembersError::NoAnswer(self.config.renew_deadline);
+                    tracing::warn!(group = %self.config.group, identity = %self.config.identity, "membership: {e}");
+                    None
+                }
+            };
+            let renewed = self
+                .renewed
+                .is_some_and(|at| at.elapsed() < self.config.renew_deadline);
+            view.send_if_modified(|v| {
+                let next = View {
+                    members: seen.unwrap_or_else(|| v.members.clone()),
+                    renewed,
+                };
+                let changed = *v != next;
+                *v = next;
+                changed
+            });
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = tokio::time::sleep(self.config.retry) => {}
+            }
+        }
+        let name = self.config.lease_name(&self.config.identity);
+        let deleted = tokio::time::timeout(
+            self.config.renew_deadline,
+            self.api.delete(&name, &DeleteParams::default()),
+        )
+        .await;
+        if !matches!(deleted, Ok(Ok(_))) {
+            tracing::warn!(lease = %name, "membership Lease not deleted: the others take over when it expires");
+        }
+        view.send_modify(|v| v.renewed = false);
+    }
+
+    /// Renews this member's Lease, then lists the group: the live members and their slices.
+    async fn round(&mut self) -> Result<BTreeMap<String, Slices>, MembersError> {
+        self.renew().await?;
+        let selector = format!("{GROUP_LABEL}={}", self.config.group);
+        let leases = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let mut live = BTreeMap::new();
+        let mut present = Vec::new();
+        for lease in leases {
+            let Some(spec) = &lease.spec else { continue };
+            let Some(holder) = spec.holder_identity.clone() else {
+                continue;
+            };
+            let record = spec
+                .renew_time
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            let since = match self.observed.get(&holder) {
+                Some((seen, since)) if *seen == record => *since,
+                _ => Instant::now(),
+            };
+            self.observed.insert(holder.clone(), (record, since));
+            present.push(holder.clone());
+            let own = holder == self.config.identity;
+            if own || since.elapsed() <= self.config.lease_duration {
+                let slices = lease
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(DELIVERING))
+                    .and_then(|bits| u64::from_str_radix(bits, 16).ok())
+                    .map(Slices::from_bits)
+                    .unwrap_or_default();
+                live.insert(holder, slices);
+            }
+        }
+        self.observed.retain(|holder, _| present.contains(holder));
+        Ok(live)
+    }
+
+    /// Creates or renews this member's Lease, with the slices it delivers now.
+    async fn renew(&mut self) -> Result<(), MembersError> {
+        let name = self.config.lease_name(&self.config.identity);
+        let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let delivering = format!("{:016x}", self.delivering.borrow().bits());
+        let mut lease = match self.api.get_opt(&name).await? {
+            Some(lease) => lease,
+            None => Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: None,
+            },
+        };
+        let exists = lease.metadata.resource_version.is_some();
+        lease
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(GROUP_LABEL.to_owned(), self.config.group.clone());
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(DELIVERING.to_owned(), delivering);
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = Some(self.config.identity.clone());
+        spec.lease_duration_seconds = Some(duration);
+        spec.renew_time = Some(now());
+        if exists {
+            // The resourceVersion makes this a compare-and-swap: a conflict is retried next
+            // round.
+            self.api
+                .replace(&name, &PostParams::default(), &lease)
+                .await?;
+        } else {
+            spec.acquire_time = Some(now());
+            self.api.create(&PostParams::default(), &lease).await?;
+        }
+        self.renewed = Some(Instant::now());
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+//! Members of a group through their Leases on a real kube-apiserver (kubewasm-testenv): three
+//! members see each other and the slices each says it delivers; one stopping is gone for the
+//! others at once (its Lease deleted), one killed is gone once its Lease has not changed for
+//! the lease duration; a member that cannot renew says so in its own view.
+
+use std::time::{Duration, Instant};
+
+use kubewasm::members::{MembersConfig, Membership, View};
+use kubewasm::shard::Slices;
+use kubewasm_testenv::TestEnv;
+use tokio::sync::{oneshot, watch};
+
+const WAIT: Duration = Duration::from_secs(30);
+const LEASE: Duration = Duration::from_secs(3);
+
+struct Member {
+    view: watch::Receiver<View>,
+    delivering: watch::Sender<Slices>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn config(identity: &str) -> MembersConfig {
+    MembersConfig {
+        lease_duration: LEASE,
+        renew_deadline: Duration::from_secs(2),
+        retry: Duration::from_millis(250),
+        ..MembersConfig::new("default", "kubewasm", identity)
+    }
+}
+
+fn start(client: &kube::Client, identity: &str) -> Member {
+    let (delivering, slices) = watch::channel(Slices::none());
+    let (view_tx, view) = watch::channel(View::default());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let membership = Membership::new(client.clone(), config(identity), slices);
+    let task = tokio::spawn(membership.run(view_tx, stopped));
+    Member {
+        view,
+        delivering,
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// Waits until `member`'s view satisfies `check`; the time it took.
+async fn until(member: &Member, what: &str, check: impl Fn(&View) -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        if check(&member.view.borrow()) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "{what}: {:?}",
+            *member.view.borrow()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn names(view: &View) -> Vec<&str> {
+    view.members.keys().map(String::as_str).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_see_each_other_and_notice_one_leaving_or_dying() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let client = env.client().await?;
+    let mut members: Vec<Member> = ["a", "b", "c"].iter().map(|m| start(&client, m)).collect();
+    for m in &members {
+        until(m, "all three seen", |v| {
+            v.renewed && names(v) == ["a", "b", "c"]
+        })
+        .await;
+    }
+    // What a member delivers reaches the others through its Lease.
+    members[0]
+        .delivering
+        .send(Slices::range(0..8))
+        .expect("a's membership runs");
+    until(&members[1], "a's slices seen by b", |v| {
+        v.members.get("a") == Some(&Slices::range(0..8))
+    })
+    .await;
+
+    // c stops: its Lease is deleted, and the others see two members within a few rounds.
+    let mut c = members.pop().expect("c");
+    let _ = c.stop.take().expect("running").send(());
+    c.task.await?;
+    assert!(
+        !c.view.borrow().renewed,
+        "a stopped member delivers nothing"
+    );
+    for m in &members {
+        let took = until(m, "c gone", |v| names(v) == ["a", "b"]).await;
+        assert!(took < LEASE, "a deleted Lease needs no expiry: {took:?}");
+    }
+
+    // b dies (its task aborted, its Lease left behind): a sees it gone once the Lease has
+    // not changed for the lease duration, and not before.
+    let b = members.pop().expect("b");
+    b.task.abort();
+    let died = Instant::now();
+    until(&members[0], "b gone", |v| names(v) == ["a"]).await;
+    let took = died.elapsed();
+    assert!(
+        took >= LEASE - Duration::from_millis(250) && took < LEASE + Duration::from_secs(3),
+        "b expired after {took:?} (lease {LEASE:?})"
+    );
+    Ok(())
+}
