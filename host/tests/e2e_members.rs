@@ -15,7 +15,7 @@ const LEASE: Duration = Duration::from_secs(3);
 
 struct Member {
     view: watch::Receiver<View>,
-    delivering: watch::Sender<Slices>,
+    claims: watch::Sender<Slices>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -30,14 +30,14 @@ fn config(identity: &str) -> MembersConfig {
 }
 
 fn start(client: &kube::Client, identity: &str) -> Member {
-    let (delivering, slices) = watch::channel(Slices::none());
+    let (claims, slices) = watch::channel(Slices::none());
     let (view_tx, view) = watch::channel(View::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let membership = Membership::new(client.clone(), config(identity), slices);
     let task = tokio::spawn(membership.run(view_tx, stopped));
     Member {
         view,
-        delivering,
+        claims,
         stop: Some(stop),
         task,
     }
@@ -74,9 +74,9 @@ async fn members_see_each_other_and_notice_one_leaving_or_dying() -> anyhow::Res
         })
         .await;
     }
-    // What a member delivers reaches the others through its Lease.
+    // What a member claims reaches the others through its Lease.
     members[0]
-        .delivering
+        .claims
         .send(Slices::range(0..8))
         .expect("a's membership runs");
     until(&members[1], "a's slices seen by b", |v| {

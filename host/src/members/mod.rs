@@ -2,8 +2,8 @@
 //! one each (issue 60): a member renews its own Lease every `retry` period and lists the
 //! group's; a Lease whose record has not changed for `lease_duration` by this replica's
 //! clock is a member gone (as in leader election, clocks need not agree). Each Lease also
-//! carries the slices its member delivers now, the fencing of the hand-over
-//! (docs/design/sharding.md). A member that cannot renew for `renew_deadline` says so in its
+//! carries the slices its member claims, the fencing of the hand-over ([`handover`],
+//! docs/design/sharding.md). A member that cannot renew for `renew_deadline` says so in its
 //! view: it must stop delivering before the others may take its slices. On shutdown it
 //! deletes its Lease, so the others take over at once.
 //!
@@ -19,11 +19,14 @@ use tokio::sync::watch;
 
 use crate::shard::Slices;
 
+pub mod handover;
+
 /// The label naming a member Lease's group.
 pub const GROUP_LABEL: &str = "kubewasm.dev/members";
 
-/// The annotation holding the slices a member delivers now (a 64-bit mask, hexadecimal).
-pub const DELIVERING: &str = "kubewasm.dev/delivering";
+/// The annotation holding the slices a member claims (a 64-bit mask, hexadecimal): those it
+/// delivers, and those it will deliver once no other member claims them ([`handover`]).
+pub const CLAIMS: &str = "kubewasm.dev/claims";
 
 /// Naming and timing of a group of members.
 #[derive(Debug, Clone)]
@@ -64,7 +67,7 @@ impl MembersConfig {
 /// What a member sees of its group.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct View {
-    /// The live members, by identity, with the slices each says it delivers.
+    /// The live members, by identity, with the slices each claims (as its Lease says).
     pub members: BTreeMap<String, Slices>,
     /// Whether this member's own Lease is current: when false it must deliver nothing.
     pub renewed: bool,
@@ -89,7 +92,7 @@ pub struct Membership {
     observed: HashMap<String, (String, Instant)>,
     /// When this member last renewed its own Lease.
     renewed: Option<Instant>,
-    delivering: watch::Receiver<Slices>,
+    claims: watch::Receiver<Slices>,
 }
 
 fn now() -> MicroTime {
@@ -97,19 +100,19 @@ fn now() -> MicroTime {
 }
 
 impl Membership {
-    /// A member using `client`; `delivering` is what it delivers now, written into its Lease
-    /// at each renewal.
+    /// A member using `client`; `claims` are the slices it claims, written into its Lease at
+    /// each renewal.
     pub fn new(
         client: kube::Client,
         config: MembersConfig,
-        delivering: watch::Receiver<Slices>,
+        claims: watch::Receiver<Slices>,
     ) -> Self {
         Self {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: HashMap::new(),
             renewed: None,
-            delivering,
+            claims,
         }
     }
 
@@ -192,7 +195,7 @@ impl Membership {
                     .metadata
                     .annotations
                     .as_ref()
-                    .and_then(|a| a.get(DELIVERING))
+                    .and_then(|a| a.get(CLAIMS))
                     .and_then(|bits| u64::from_str_radix(bits, 16).ok())
                     .map(Slices::from_bits)
                     .unwrap_or_default();
@@ -203,11 +206,11 @@ impl Membership {
         Ok(live)
     }
 
-    /// Creates or renews this member's Lease, with the slices it delivers now.
+    /// Creates or renews this member's Lease, with the slices it claims.
     async fn renew(&mut self) -> Result<(), MembersError> {
         let name = self.config.lease_name(&self.config.identity);
         let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
-        let delivering = format!("{:016x}", self.delivering.borrow().bits());
+        let claims = format!("{:016x}", self.claims.borrow().bits());
         let mut lease = match self.api.get_opt(&name).await? {
             Some(lease) => lease,
             None => Lease {
@@ -229,7 +232,7 @@ impl Membership {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(DELIVERING.to_owned(), delivering);
+            .insert(CLAIMS.to_owned(), claims);
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(self.config.identity.clone());
         spec.lease_duration_seconds = Some(duration);
