@@ -1,7 +1,8 @@
 //! Members of a group through their Leases on a real kube-apiserver (kubewasm-testenv): three
 //! members see each other and the slices each says it delivers; one stopping is gone for the
 //! others at once (its Lease deleted), one killed is gone once its Lease has not changed for
-//! the lease duration; a member that cannot renew says so in its own view.
+//! the lease duration; a member cut off by a hung API server counts itself out (it must then
+//! deliver nothing) before the others see it gone.
 
 use std::time::{Duration, Instant};
 
@@ -107,6 +108,41 @@ async fn members_see_each_other_and_notice_one_leaving_or_dying() -> anyhow::Res
     assert!(
         took >= LEASE - Duration::from_millis(250) && took < LEASE + Duration::from_secs(3),
         "b expired after {took:?} (lease {LEASE:?})"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_by_a_hung_api_server_counts_itself_out_before_the_others_do()
+-> anyhow::Result<()> {
+    // a reaches the API server through a proxy that then holds every byte: its renewals get
+    // no answer. Its own view must say it is not renewed (so it delivers nothing) before b,
+    // reaching the server directly, sees it gone and takes its slices.
+    let env = TestEnv::start().await?;
+    let client = env.client().await?;
+    let proxy = kubewasm_testenv::proxy::FreezableProxy::start(env.addr()).await?;
+    let through_proxy = env.admin_client_via(proxy.addr()).await?;
+    let a = start(&through_proxy, "a");
+    let b = start(&client, "b");
+    for m in [&a, &b] {
+        until(m, "both seen", |v| v.renewed && names(v) == ["a", "b"]).await;
+    }
+    proxy.freeze(true);
+    let frozen = Instant::now();
+    // Both measured from the freeze; b is still seeing a when a counts itself out.
+    until(&a, "a counts itself out", |v| !v.renewed).await;
+    let a_out = frozen.elapsed();
+    assert_eq!(names(&b.view.borrow()), ["a", "b"], "b saw a gone first");
+    until(&b, "b sees a gone", |v| names(v) == ["b"]).await;
+    let b_sees = frozen.elapsed();
+    assert!(
+        a_out < b_sees,
+        "a counted itself out {a_out:?} after the freeze, b saw it gone {b_sees:?} after"
+    );
+    // Its renew deadline (2 s) after its last renewal, which was at most a round before.
+    assert!(
+        a_out < Duration::from_secs(2) + Duration::from_secs(1),
+        "a counted itself out {a_out:?} after the freeze"
     );
     Ok(())
 }
