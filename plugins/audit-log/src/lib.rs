@@ -1,8 +1,9 @@
 //! Logs one line per event of the resource types it is configured for: an audit trail.
 //!
 //! Configuration: `{"resources": ["v1/ConfigMap", "example.com/v1/Backup"], "namespaces": ["a"],
-//! "selector": "tier=web"}` (`apiVersion/Kind`, any type including custom resources; namespaces
-//! and selector optional). Without configuration it audits ConfigMaps.
+//! "selector": "tier=web", "fields": ["/data"]}` (`apiVersion/Kind`, any type including custom
+//! resources; namespaces, selector and fields optional: `fields` declares what it reads besides
+//! metadata, so the host keeps only that). Without configuration it audits ConfigMaps.
 
 use std::sync::OnceLock;
 
@@ -18,13 +19,18 @@ struct Config {
     namespaces: Vec<String>,
     #[serde(default)]
     selector: Option<String>,
+    #[serde(default)]
+    fields: Vec<String>,
 }
 
 fn default_resources() -> Vec<String> {
     vec!["v1/ConfigMap".into()]
 }
 
-static CONFIG: OnceLock<(Vec<Gvk>, Vec<String>, Option<String>)> = OnceLock::new();
+/// The parsed configuration: types, namespaces, selector, declared fields.
+type Parsed = (Vec<Gvk>, Vec<String>, Option<String>, Vec<String>);
+
+static CONFIG: OnceLock<Parsed> = OnceLock::new();
 
 /// `group/version/Kind` or `version/Kind` to a resource type.
 fn parse_gvk(text: &str) -> Result<Gvk, String> {
@@ -46,18 +52,21 @@ impl Plugin for AuditLog {
             .iter()
             .map(|r| parse_gvk(r))
             .collect::<Result<Vec<_>, _>>()?;
-        let _ = CONFIG.set((gvks, config.namespaces, config.selector));
+        let _ = CONFIG.set((gvks, config.namespaces, config.selector, config.fields));
         Ok(())
     }
 
     fn describe() -> Manifest {
-        let (gvks, namespaces, selector) = CONFIG
+        let (gvks, namespaces, selector, fields) = CONFIG
             .get()
             .cloned()
-            .unwrap_or_else(|| (vec![Gvk::config_map()], Vec::new(), None));
+            .unwrap_or_else(|| (vec![Gvk::config_map()], Vec::new(), None, Vec::new()));
         let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
         gvks.into_iter().fold(Manifest::new(), |m, gvk| {
-            let subscription = Subscription::to(gvk).in_namespaces(&namespaces);
+            let subscription = Subscription::to(gvk)
+                .in_namespaces(&namespaces)
+                .fields(&fields);
             m.subscribe(match &selector {
                 Some(s) => subscription.selector(s),
                 None => subscription,
