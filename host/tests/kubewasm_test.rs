@@ -226,3 +226,41 @@ fn a_broken_test_file_or_plugin_is_named() {
         "{stderr}"
     );
 }
+
+#[test]
+fn schedules_run_only_when_a_step_asks_however_often_their_cron_falls_due() {
+    // pod-age's summary on a cron due every second, and three seconds between the steps: a
+    // test still runs it once, when the second step asks.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("pod-age.test.yaml");
+    let text = r#"name: pod-age
+host: {plugins: {pod-age: {schedules: {summary: {cron: "@every 1s"}}}}}
+steps:
+  - name: a pending pod
+    apply:
+      - {apiVersion: v1, kind: Pod, metadata: {name: stuck, namespace: shop, creationTimestamp: "2020-01-01T00:00:00Z"}, status: {phase: Pending}}
+    expect:
+      logs:
+        - {message: pod pending too long, level: warn, fields: {pod: shop/stuck}}
+        - {message: pods by phase, level: info, fields: {phases: Pending=1}}
+  - name: the summary, asked once
+    tick: summary
+    expect:
+      logs:
+        - {message: pods by phase, level: info, fields: {phases: Pending=1}}
+"#;
+    std::fs::write(&file, text).expect("write the test file");
+    let spec =
+        Spec::load(&file, Some(Path::new(kubewasm_plugin_artifacts::POD_AGE))).expect("test file");
+    let tasks = tokio::runtime::Runtime::new().expect("runtime");
+    let results = tasks
+        .block_on(run(&spec, &options(), |_| {
+            // Between the steps: three of the cron's seconds.
+            std::thread::sleep(std::time::Duration::from_secs(3));
+        }))
+        .expect("the test runs");
+    assert_eq!(results.len(), 2);
+    for step in &results {
+        assert!(step.passed(), "{step:#?}");
+    }
+}

@@ -156,6 +156,8 @@ struct LoadFailure {
 /// so status never shows a leader that is not delivering or the reverse.
 struct Plugins {
     leading: bool,
+    /// Schedules run only when asked ([`PluginHost::tick`]), never on their crons.
+    on_demand_schedules: bool,
     running: BTreeMap<String, Running>,
     /// Prepared while not leading: caches warm, nothing delivered.
     standby: BTreeMap<String, Prepared>,
@@ -204,6 +206,7 @@ impl PluginHost {
             settings: std::sync::RwLock::new(Arc::new(settings)),
             plugins: Mutex::new(Plugins {
                 leading: role == Role::Leader,
+                on_demand_schedules: false,
                 running: BTreeMap::new(),
                 standby: BTreeMap::new(),
             }),
@@ -259,6 +262,13 @@ impl PluginHost {
             .iter()
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect()
+    }
+
+    /// From now on, plugins' schedules run only through [`Self::tick`], never on their crons:
+    /// `kubewasm test` runs them on demand, and a real schedule falling due while a test runs
+    /// would add a tick the test did not ask for.
+    pub fn run_schedules_on_demand_only(&self) {
+        self.plugins().on_demand_schedules = true;
     }
 
     /// Runs schedule `schedule` of running plugin `name` once, as if it were due (for
@@ -808,7 +818,11 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
         claims: p.claims,
         rx,
         initial_lists,
-        schedules: runs,
+        schedules: if plugins.on_demand_schedules {
+            Vec::new()
+        } else {
+            runs
+        },
         subscriptions: subscriptions.clone(),
         stats: stats.clone(),
         stop: stop.clone(),
