@@ -632,7 +632,7 @@ fn takes_over(old: Option<&crate::shard::Share>, new: Option<&crate::shard::Shar
     match (old, new) {
         (_, None) => old.is_some(),
         (None, Some(_)) => false,
-        (Some(old), Some(new)) => old.key != new.key || new.slices.bits() & !old.slices.bits() != 0,
+        (Some(old), Some(new)) => old.key != new.key || !new.slices.minus(old.slices).is_empty(),
     }
 }
 

@@ -43,21 +43,13 @@ pub fn next(me: &str, view: &View, delivering: Slices) -> Step {
             others = others.union(*claims);
         }
     }
-    let claim = minus(target, smaller);
+    let claim = target.minus(smaller);
     let written = view.members.get(me).copied().unwrap_or_default();
-    let free = minus(intersect(claim, written), others);
+    let free = claim.intersect(written).minus(others);
     Step {
         claim,
-        deliver: intersect(delivering, claim).union(free),
+        deliver: delivering.intersect(claim).union(free),
     }
-}
-
-fn intersect(a: Slices, b: Slices) -> Slices {
-    Slices::from_bits(a.bits() & b.bits())
-}
-
-fn minus(a: Slices, b: Slices) -> Slices {
-    Slices::from_bits(a.bits() & !b.bits())
 }
 
 #[cfg(test)]
@@ -124,7 +116,7 @@ mod tests {
             let mut seen = Slices::none();
             for (m, d) in &self.delivering {
                 assert_eq!(
-                    d.bits() & seen.bits(),
+                    d.intersect(seen).count(),
                     0,
                     "{m} delivers a slice another does"
                 );
@@ -223,7 +215,7 @@ mod tests {
             renewed: true,
         };
         let step_b = next("b", &view_b, step_b.deliver);
-        assert_eq!(step_b.deliver.bits() & step_a.claim.bits(), 0);
+        assert!(step_b.deliver.intersect(step_a.claim).is_empty());
         // A member whose own Lease is not current delivers nothing.
         let lapsed = View {
             renewed: false,

@@ -121,19 +121,13 @@ impl Membership {
     pub async fn run(mut self, view: watch::Sender<View>, stop: impl std::future::Future) {
         tokio::pin!(stop);
         loop {
-            let round = tokio::time::timeout(self.config.renew_deadline, self.round()).await;
-            let seen = match round {
-                Ok(Ok(seen)) => Some(seen),
-                Ok(Err(e)) => {
-                    tracing::warn!(group = %self.config.group, identity = %self.config.identity, "membership: {e}");
-                    None
-                }
-                Err(_) => {
-                    let e = MembersError::NoAnswer(self.config.renew_deadline);
-                    tracing::warn!(group = %self.config.group, identity = %self.config.identity, "membership: {e}");
-                    None
-                }
-            };
+            let deadline = self.config.renew_deadline;
+            let round = tokio::time::timeout(deadline, self.round())
+                .await
+                .unwrap_or(Err(MembersError::NoAnswer(deadline)));
+            let seen = round
+                .inspect_err(|e| tracing::warn!(group = %self.config.group, identity = %self.config.identity, "membership: {e}"))
+                .ok();
             let renewed = self
                 .renewed
                 .is_some_and(|at| at.elapsed() < self.config.renew_deadline);

@@ -7,6 +7,9 @@ use serde_json::{Map, Value};
 
 use crate::object::pointer;
 
+/// The top-level members every object keeps, whatever else is cut.
+const ALWAYS: [&str; 3] = ["apiVersion", "kind", "metadata"];
+
 /// What of each object is kept besides `metadata` (always kept whole, less what the transform
 /// drops from it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -66,9 +69,9 @@ impl Keep {
     pub fn holds(&self, pointer: &str) -> bool {
         match self {
             Keep::Whole => true,
-            _ if ["/metadata", "/kind", "/apiVersion"]
+            _ if ALWAYS
                 .iter()
-                .any(|always| within(pointer, always)) =>
+                .any(|always| pointer.strip_prefix('/').is_some_and(|p| within(p, always))) =>
             {
                 true
             }
@@ -99,11 +102,19 @@ impl Keep {
             return;
         };
         map.retain(|key, value| {
-            if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+            if ALWAYS.contains(&key.as_str()) {
                 return true;
             }
             retain_in(key, value, &paths)
         });
+    }
+}
+
+impl Keep {
+    /// [`Keep`]'s description cut to a bound (a declaration of many long pointers is long),
+    /// for messages.
+    pub fn described(&self) -> String {
+        crate::text::cut(self.to_string(), 1024)
     }
 }
 

@@ -248,7 +248,8 @@ fn undeclared(field: String, pointer: &str, keep: &Keep) -> ManifestError {
     error(
         field,
         format!(
-            "{pointer:?} is outside what the subscription declares it reads ({keep}): add it to `fields`"
+            "{pointer:?} is outside what the subscription declares it reads ({}): add it to `fields`",
+            keep.described()
         ),
     )
 }

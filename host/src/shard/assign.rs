@@ -90,7 +90,7 @@ mod tests {
                 .iter()
                 .map(|(m, slices)| {
                     let now = after.get(m).copied().unwrap_or_default();
-                    slices.count() - Slices::from_bits(slices.bits() & now.bits()).count()
+                    slices.minus(now).count()
                 })
                 .sum();
             // The newcomer's share, plus 5 % of the slices, plus two for the rounding of

@@ -46,6 +46,16 @@ impl Slices {
         Self(self.0 | other.0)
     }
 
+    /// Those of these that are also in `other`.
+    pub fn intersect(self, other: Slices) -> Self {
+        Self(self.0 & other.0)
+    }
+
+    /// These less those in `other`.
+    pub fn minus(self, other: Slices) -> Self {
+        Self(self.0 & !other.0)
+    }
+
     /// True when slice `i` is in the set.
     pub fn contains(self, i: u32) -> bool {
         i < SLICES && self.0 & (1 << i) != 0

@@ -149,9 +149,11 @@ impl HostObject for HostState {
             && !keep.holds(&pointer)
         {
             return Ok(Err(QueryError::Undeclared(format!(
-                "{pointer:?} of {} is outside what plugin {} declared it reads ({keep}): add it to the subscription's fields",
+                "{:?} of {} is outside what plugin {} declared it reads ({}): add it to the subscription's fields",
+                crate::text::cut(pointer, 256),
                 object.gvk(),
-                self.ctx.name
+                self.ctx.name,
+                keep.described()
             ))));
         }
         Ok(Ok(object.field(&tokens).map(value)))
@@ -162,9 +164,10 @@ impl HostObject for HostState {
         let object = self.object(&this)?;
         if let Some(keep) = self.declared(&this, object) {
             return Ok(Err(QueryError::Undeclared(format!(
-                "the whole {} is outside what plugin {} declared it reads ({keep}): read fields one by one, or declare no fields to receive whole objects",
+                "the whole {} is outside what plugin {} declared it reads ({}): read fields one by one, or declare no fields to receive whole objects",
                 object.gvk(),
-                self.ctx.name
+                self.ctx.name,
+                keep.described()
             ))));
         }
         Ok(Ok(object.json()))

@@ -31,8 +31,7 @@ macro_rules! same_cases {
 /// The imports every earlier contract shares with 0.4 (`object`, `cache`, `cluster`,
 /// `logging`), answered by 0.4's implementation: arguments converted in, answers out (a query
 /// error without 0.4's `undeclared` case). The
-/// caller's module names the two contracts `$v` and `v4`, and has the conversions (`From`) and
-/// [`v3::total_json`].
+/// caller's module names the two contracts `$v` and `v4`, and has the conversions (`From`).
 macro_rules! forward_shared {
     ($v:ident) => {
         type R<T> = wasmtime::Result<T>;
@@ -102,7 +101,7 @@ macro_rules! forward_shared {
                 Ok(answer.map(|v| v.map(Into::into)).map_err(Into::into))
             }
             fn json(&mut self, this: Handle) -> R<String> {
-                crate::wasm::compat::v3::total_json(v4::types::HostObject::json(self, this)?)
+                crate::wasm::compat::total_json(v4::types::HostObject::json(self, this)?)
             }
             fn drop(&mut self, this: Handle) -> R<()> {
                 v4::types::HostObject::drop(self, this)
@@ -199,5 +198,13 @@ macro_rules! forward_shared {
     };
 }
 
+use crate::wasm::bindings::kubewasm::plugin::types::QueryError;
+
 pub mod v2;
 pub mod v3;
+
+/// The whole JSON of an object for a contract whose `json` cannot fail: components built
+/// before 0.4 declare no fields, so they only ever hold whole objects.
+pub fn total_json(answer: Result<String, QueryError>) -> wasmtime::Result<String> {
+    answer.map_err(|e| wasmtime::format_err!("a whole-object read was refused: {e:?}"))
+}

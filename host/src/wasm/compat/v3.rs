@@ -146,12 +146,6 @@ pub fn event(n: &Notification, handles: &mut Handles) -> v3::types::Event {
     }
 }
 
-/// The whole JSON of an object for a contract whose `json` cannot fail: components built
-/// before 0.4 declare no fields, so they only ever hold whole objects.
-pub fn total_json(answer: Result<String, v4::types::QueryError>) -> wasmtime::Result<String> {
-    answer.map_err(|e| wasmtime::format_err!("a whole-object read was refused: {e:?}"))
-}
-
 forward_shared!(v3);
 
 impl v3::triggers::Host for HostState {
