@@ -26,6 +26,7 @@ use crate::source::Source;
 use crate::source::kube::KubeSource;
 use crate::source::kube::write::KubeWriter;
 use crate::source::manifests::ManifestFolder;
+use crate::split::{Sharding, Split};
 use crate::wasm::logging::LogSink;
 use crate::wasm::{Compiler, Engine};
 use crate::write::Writer;
@@ -62,6 +63,9 @@ pub struct AgentOptions {
     pub metrics_address: Option<SocketAddr>,
     /// Leader election (API server only): only the leader delivers.
     pub election: Option<ElectionConfig>,
+    /// Replicas splitting the work (API server only, with an election for the
+    /// cluster-scoped work): each delivers its slices of the namespaced objects.
+    pub sharding: Option<Sharding>,
     /// Where plugins are compiled: `kubewasm run` uses child processes of its own binary.
     pub compiler: Compiler,
 }
@@ -78,6 +82,7 @@ impl AgentOptions {
             log,
             metrics_address: None,
             election: None,
+            sharding: None,
             compiler: Compiler::InProcess,
         }
     }
@@ -123,6 +128,14 @@ struct Shared {
     readiness_follows_api_server: bool,
     /// Keeps plugin state on the API server, when the cluster is one.
     keeper: Option<Arc<Keeper>>,
+    /// This replica's membership, when replicas split the work (taken at shutdown).
+    split: std::sync::Mutex<Option<Split>>,
+}
+
+impl Shared {
+    fn sharded(&self) -> bool {
+        self.plugins.duty().shard_key().is_some()
+    }
 }
 
 impl Report for Shared {
@@ -138,6 +151,12 @@ impl Report for Shared {
             reflectors: self.kube.as_ref().map(|k| k.stats()).unwrap_or_default(),
             api_server_reachable: self.kube.as_ref().map(|k| k.reachable()),
             readiness_follows_api_server: self.readiness_follows_api_server,
+            sharding: self
+                .split
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .map(Split::status),
         };
         Status::new(parts, self.sync_timeout)
     }
@@ -157,12 +176,22 @@ impl LeaderCallbacks for Shared {
                 ),
             }
         }
-        self.plugins.lead();
+        if self.sharded() {
+            // Members deliver their slices already: leading adds the cluster-scoped work.
+            self.plugins.duty().set_leading(true);
+        } else {
+            self.plugins.lead();
+        }
     }
 
     fn stopped_leading(&self) {
-        tracing::error!("lost the leadership: delivery stopped");
-        self.plugins.stop_leading();
+        if self.sharded() {
+            tracing::error!("lost the leadership: cluster-scoped delivery stopped");
+            self.plugins.duty().set_leading(false);
+        } else {
+            tracing::error!("lost the leadership: delivery stopped");
+            self.plugins.stop_leading();
+        }
     }
 }
 
@@ -263,6 +292,10 @@ impl Agent {
             options.election.is_none() || client.is_some(),
             "leader election needs a Kubernetes API server, not a manifests folder"
         );
+        anyhow::ensure!(
+            options.sharding.is_none() || (client.is_some() && options.election.is_some()),
+            "sharding needs a Kubernetes API server and leader election (the leader delivers the cluster-scoped work)"
+        );
         let config = options.config.clone();
         let client_for_status = client.clone();
         let factory = InformerFactory::new(source, tasks);
@@ -273,9 +306,10 @@ impl Agent {
             )?
             .compile_in(options.compiler),
         );
-        let role = match options.election {
-            Some(_) => Role::Follower,
-            None => Role::Leader,
+        let role = match (&options.sharding, &options.election) {
+            (Some(sharding), _) => Role::Member(sharding.key),
+            (None, Some(_)) => Role::Follower,
+            (None, None) => Role::Leader,
         };
         let state_namespace = options
             .election
@@ -333,7 +367,21 @@ impl Agent {
             sync_timeout: options.config.sync_timeout,
             readiness_follows_api_server: options.config.readiness_follows_api_server,
             keeper,
+            split: std::sync::Mutex::new(None),
         });
+        if let (Some(sharding), Some(client)) = (options.sharding, &client) {
+            tracing::info!(group = %sharding.members.group, identity = %sharding.members.identity, "sharding on: joining the group");
+            let split = Split::start(
+                client.clone(),
+                sharding,
+                shared.plugins.duty().clone(),
+                shared.factory.clone(),
+            );
+            *shared
+                .split
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(split);
+        }
         let _ = endpoints.shared.set(shared.clone());
         let election = match (options.election, client) {
             (Some(config), Some(client)) => {
@@ -341,8 +389,15 @@ impl Agent {
                 let elector = Arc::new(tokio::sync::Mutex::new(Elector::new(client, config)));
                 let (lost_tx, lost) = tokio::sync::oneshot::channel();
                 let (running, callbacks) = (elector.clone(), shared.clone());
+                let sharded = shared.sharded();
                 let task = tokio::spawn(async move {
-                    running.lock().await.run(callbacks).await;
+                    loop {
+                        running.lock().await.run(callbacks.clone()).await;
+                        // A member goes on delivering its slices and stands again.
+                        if !sharded {
+                            break;
+                        }
+                    }
                     let _ = lost_tx.send(());
                 });
                 Some(Election {
@@ -491,6 +546,15 @@ impl Agent {
             keeper.write_changed().await;
         }
         // Only now, with delivery stopped, may another replica take over.
+        let split = self
+            .shared
+            .split
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(split) = split {
+            split.leave().await;
+        }
         if let Some(election) = &self.election {
             election.elector.lock().await.release().await;
         }

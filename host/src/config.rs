@@ -31,6 +31,11 @@
 //!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
 //!   name: kubewasm             # of the Lease
 //!   leaseDurationSeconds: 15   # a follower takes over this long after the leader vanished
+//! sharding:                    # replicas split namespaced objects between them, each
+//!   enabled: true              # delivering its slices; off when absent. Implies leader
+//!                              # election (cluster-scoped work stays with the leader)
+//!   key: namespace             # what decides an object's slice: namespace or uid
+//!   group: kubewasm            # of the members' Leases (default: the election's name)
 //! defaults:                    # every plugin; each field optional
 //!   resyncSeconds: 36000       # resync period for plugins whose manifest sets none (0: off);
 //!                              # controller-runtime's 10 h: an event given up is made good
@@ -108,9 +113,11 @@ use std::time::Duration;
 use crate::admission::ServeConfig;
 use crate::gvk::Gvk;
 use crate::leader::ElectionConfig;
+use crate::members::MembersConfig;
 use crate::oci;
 use crate::plugins::manifest::{MAX_SCHEDULES, Schedule};
 use crate::plugins::{Grants, PluginSettings, PluginsConfig};
+use crate::shard::ShardKey;
 use crate::source::manifests::scope::DEFAULT_NAMESPACE;
 use crate::traces::TracesConfig;
 use crate::wasm::http::AllowedHost;
@@ -400,6 +407,31 @@ pub struct LeaderElectionConfig {
     pub lease_duration_seconds: Option<u64>,
 }
 
+/// How replicas split the work.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShardingConfig {
+    /// Whether replicas split namespaced objects between them (implies leader election).
+    #[serde(default)]
+    pub enabled: bool,
+    /// What a namespaced object's slice is decided by: `namespace` (default) or `uid`.
+    #[serde(default)]
+    pub key: ShardKeyName,
+    /// The group of the members' Leases (default: the election Lease's name).
+    pub group: Option<String>,
+}
+
+/// What objects are hashed by, as written.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardKeyName {
+    /// By namespace.
+    #[default]
+    Namespace,
+    /// By uid.
+    Uid,
+}
+
 /// One plugin's overrides.
 #[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -599,6 +631,8 @@ struct FileConfig {
     #[serde(default)]
     leader_election: LeaderElectionConfig,
     #[serde(default)]
+    sharding: ShardingConfig,
+    #[serde(default)]
     defaults: DefaultsConfig,
     #[serde(default)]
     plugins: BTreeMap<String, PluginConfig>,
@@ -625,6 +659,8 @@ pub struct HostConfig {
     pub default_namespace: String,
     /// Leader election.
     pub leader_election: LeaderElectionConfig,
+    /// Replicas splitting the work.
+    pub sharding: ShardingConfig,
     /// Whether plugins are also declared by `KubewasmPlugin` objects.
     pub plugin_resources: bool,
     /// Whether `/readyz` answers 503 while the API server does not answer.
@@ -664,6 +700,7 @@ impl Default for HostConfig {
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             default_namespace: DEFAULT_NAMESPACE.to_owned(),
             leader_election: LeaderElectionConfig::default(),
+            sharding: ShardingConfig::default(),
             plugin_resources: false,
             readiness_follows_api_server: false,
             traces: None,
@@ -743,6 +780,7 @@ impl HostConfig {
             default_namespace,
             shutdown_timeout: Duration::from_secs(file.shutdown_timeout_seconds.unwrap_or(10)),
             leader_election: file.leader_election,
+            sharding: file.sharding,
             plugin_resources: file.plugin_resources,
             readiness_follows_api_server: file.readiness_follows_api_server,
             traces: file.traces.map(TracesFile::parse).transpose()?,
@@ -804,6 +842,29 @@ impl HostConfig {
         }
         election
     }
+
+    /// Whether this replica elects a leader: asked for, or implied by sharding.
+    pub fn elects(&self) -> bool {
+        self.leader_election.enabled || self.sharding.enabled
+    }
+
+    /// The members' Leases of this replica's group when sharding is on: beside the
+    /// election's Lease, with its timings.
+    pub fn members(&self, identity: &str) -> Option<(MembersConfig, ShardKey)> {
+        if !self.sharding.enabled {
+            return None;
+        }
+        let election = self.election(identity);
+        let group = self.sharding.group.as_deref().unwrap_or(&election.name);
+        let mut members = MembersConfig::new(&election.namespace, group, identity);
+        members.lease_duration = election.lease_duration;
+        members.renew_deadline = election.renew_deadline;
+        let key = match self.sharding.key {
+            ShardKeyName::Namespace => ShardKey::Namespace,
+            ShardKeyName::Uid => ShardKey::Uid,
+        };
+        Some((members, key))
+    }
 }
 
 #[cfg(test)]
@@ -843,6 +904,29 @@ pub(crate) mod tests {
             .step_by(2)
             .map(str::to_owned)
             .collect()
+    }
+
+    #[test]
+    fn sharding_implies_an_election_and_shares_its_lease_settings() {
+        let host = HostConfig::parse(
+            "leaderElection: {namespace: ops, name: agents, leaseDurationSeconds: 6}\nsharding: {enabled: true, key: uid}\n",
+        )
+        .expect("valid");
+        assert!(host.elects(), "sharding implies an election");
+        let (members, key) = host.members("pod-1").expect("sharding is on");
+        assert_eq!(key, ShardKey::Uid);
+        assert_eq!(
+            (members.namespace.as_str(), members.group.as_str()),
+            ("ops", "agents")
+        );
+        assert_eq!(members.lease_duration, Duration::from_secs(6));
+        assert_eq!(members.renew_deadline, Duration::from_secs(4));
+        assert!(HostConfig::default().members("pod-1").is_none());
+        let bad = HostConfig::parse("sharding: {enabled: true, key: name}\n").expect_err("key");
+        assert!(
+            bad.contains("sharding.key") || bad.contains("unknown variant `name`"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod schedule;
 pub mod serve;
 pub mod shard;
 pub mod source;
+pub mod split;
 pub mod testing;
 pub mod text;
 pub mod traces;

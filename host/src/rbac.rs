@@ -25,6 +25,9 @@ pub struct Identity {
     pub service_account: String,
     /// Whether leader election is on (adds a Role on Leases in `namespace`).
     pub leader_election: bool,
+    /// Whether replicas split the work (the Role on Leases also lists and deletes the
+    /// members' Leases).
+    pub sharding: bool,
     /// Whether the host follows `KubewasmPlugin` objects (adds reading them and writing
     /// their status).
     pub plugin_resources: bool,
@@ -130,6 +133,7 @@ pub fn render(types: &Reads, writes: &[WriteGrant], identity: &Identity, sources
         namespace,
         service_account,
         leader_election,
+        sharding,
         plugin_resources,
         plugin_state,
     } = identity;
@@ -249,16 +253,23 @@ pub fn render(types: &Reads, writes: &[WriteGrant], identity: &Identity, sources
             read_rules(groups),
         ));
     }
-    if *leader_election {
+    if *leader_election || *sharding {
+        let (what, verbs): (&str, &[&str]) = if *sharding {
+            (
+                "Leader election and sharding: the leader's Lease and one per member, in the host's namespace.",
+                &["get", "list", "create", "update", "delete"],
+            )
+        } else {
+            (
+                "Leader election: one Lease in the host's namespace.",
+                &["get", "create", "update"],
+            )
+        };
         documents.extend(bound_role(
-            "Leader election: one Lease in the host's namespace.".into(),
+            what.into(),
             &format!("{name}-leader-election"),
             namespace,
-            vec![rule(
-                "coordination.k8s.io",
-                vec!["leases".into()],
-                &["get", "create", "update"],
-            )],
+            vec![rule("coordination.k8s.io", vec!["leases".into()], verbs)],
         ));
     }
     if *plugin_state {
@@ -320,6 +331,7 @@ mod tests {
             namespace: "ops".into(),
             service_account: "agent".into(),
             leader_election: false,
+            sharding: false,
             plugin_resources: false,
             plugin_state: false,
         }
@@ -406,6 +418,19 @@ mod tests {
             Some(&["leases".to_owned()][..])
         );
         assert_eq!(binding.role_ref.name, "kubewasm-leader-election");
+        assert_eq!(
+            rules[0].verbs,
+            ["get", "create", "update"],
+            "an election lists and deletes nothing"
+        );
+        let mut member = identity("kubewasm");
+        member.sharding = true;
+        let (_, _, election) = read_back(&render(&types, &[], &member, "test"));
+        let (role, _) = election.expect("members need the Lease role too");
+        let verbs = &role.rules.expect("rules")[0].verbs;
+        for verb in ["list", "delete", "update"] {
+            assert!(verbs.iter().any(|v| v == verb), "{verb} in {verbs:?}");
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::informer::queue::{self, Delivery, QueueReceiver};
 use kubewasm::informer::{Filter, Notification, Subscription};
 use kubewasm::object::Transform;
-use kubewasm::shard::{ShardKey, Share, rendezvous};
+use kubewasm::shard::{ShardKey, Share, Slices, settle};
 use kubewasm::source::Scope;
 use kubewasm::source::kube::KubeSource;
 use kubewasm_testenv::{TestEnv, resources};
@@ -99,13 +99,21 @@ fn config_maps() -> Gvk {
     Gvk::new("", "v1", "ConfigMap")
 }
 
-/// Each member's share among `members`, by namespace.
-fn shares(members: &[&str]) -> BTreeMap<String, Share> {
-    rendezvous(members.iter().copied())
+/// Each member's share among `members`, by namespace, settled from the shares `before`
+/// (a member new to the group claims nothing yet).
+fn shares(before: &BTreeMap<String, Share>, members: &[&str]) -> BTreeMap<String, Share> {
+    let claims = members
+        .iter()
+        .map(|m| {
+            let held = before.get(*m).map_or(Slices::none(), |s| s.slices);
+            ((*m).to_owned(), held)
+        })
+        .collect();
+    settle(claims)
         .into_iter()
         .map(|(m, slices)| {
             (
-                m.to_owned(),
+                m,
                 Share {
                     key: ShardKey::Namespace,
                     slices,
@@ -140,7 +148,7 @@ async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_
         }
     }
 
-    let three = shares(&["a", "b", "c"]);
+    let three = shares(&BTreeMap::new(), &["a", "b", "c"]);
     let replicas: BTreeMap<String, Replica> = three
         .iter()
         .map(|(m, share)| (m.clone(), Replica::start(&client, *share)))
@@ -199,7 +207,7 @@ async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_
     }
 
     // A fourth member: each old replica gives up what moves, the newcomer takes it over.
-    let four = shares(&["a", "b", "c", "d"]);
+    let four = shares(&three, &["a", "b", "c", "d"]);
     let newcomer = Replica::start(&client, four["d"]);
     for (m, r) in &replicas {
         r.factory.set_share(Some(four[m]));
@@ -223,13 +231,8 @@ async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_
             .then_some(())
     })
     .await?;
-    // About a quarter of the slices moved (rendezvous with balanced loads): 16 is the fair
-    // share of 64.
-    let slices_moved = four["d"].slices.count();
-    assert!(
-        (15..=17).contains(&slices_moved),
-        "{slices_moved} of 64 slices moved"
-    );
+    // Exactly the newcomer's fair share of the slices moved, and only to it.
+    assert_eq!(four["d"].slices.count(), 16, "slices moved");
     std::thread::sleep(Duration::from_millis(500));
     for (m, r) in &replicas {
         assert_eq!(
@@ -251,7 +254,7 @@ async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_
     let b = replicas.remove("b").expect("b");
     let b_held = b.cached();
     drop(b);
-    let three_again = shares(&["a", "c", "d"]);
+    let three_again = shares(&four, &["a", "c", "d"]);
     for (m, r) in &replicas {
         r.factory.set_share(Some(three_again[m]));
     }

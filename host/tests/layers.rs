@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 29] = [
+const LAYERS: [&str; 30] = [
     "text",
     "priority",
     "rate",
@@ -32,6 +32,7 @@ const LAYERS: [&str; 29] = [
     "admission",
     "config",
     "crd",
+    "split",
     "serve",
     "agent",
     "testing",

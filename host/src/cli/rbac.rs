@@ -69,7 +69,8 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         name: args.name,
         namespace: args.namespace,
         service_account: args.service_account,
-        leader_election: args.leader_elect || config.leader_election.enabled,
+        leader_election: args.leader_elect || config.elects(),
+        sharding: config.sharding.enabled,
         plugin_resources: config.plugin_resources,
         plugin_state,
     };

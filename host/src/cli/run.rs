@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use kubewasm::agent::{Agent, AgentOptions, Cluster, Exit, identity, kube_client};
 use kubewasm::object::Transform;
+use kubewasm::split::Sharding;
 use kubewasm::traces::Traces;
 use kubewasm::wasm::logging::TracingSink;
 use kubewasm::wasm::{Compiler, Engine};
@@ -56,8 +57,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Cluster::Kube(kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?)
         }
     };
-    let election =
-        (args.leader_elect || config.leader_election.enabled).then(|| config.election(&identity()));
+    let identity = identity();
+    let election = (args.leader_elect || config.elects()).then(|| config.election(&identity));
+    let sharding = config
+        .members(&identity)
+        .map(|(members, key)| Sharding { members, key });
     let options = AgentOptions {
         transform: if args.keep_managed_fields {
             Transform::keep_everything()
@@ -67,6 +71,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         compiled_cache: args.cache_dir.or_else(Engine::default_cache_dir),
         metrics_address: args.metrics_address.or(config.metrics_address),
         election,
+        sharding,
         compiler: Compiler::child_of_this_binary(config.compile_memory_bytes)?,
         ..AgentOptions::new(cluster, config, Arc::new(TracingSink))
     };

@@ -43,15 +43,39 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     })
     .await??;
     let status: Status = serde_json::from_str(&body).context("malformed /status")?;
+    let role = match (&status.sharding, status.leader) {
+        (Some(_), true) => "a member and the leader (cluster-scoped work)",
+        (Some(_), false) => "a member",
+        (None, true) => "delivering",
+        (None, false) => "follower (standby)",
+    };
     println!(
-        "host: {}, {}",
+        "host: {}, {role}",
         if status.ready { "ready" } else { "not ready" },
-        if status.leader {
-            "delivering"
-        } else {
-            "follower (standby)"
-        }
     );
+    if let Some(split) = &status.sharding {
+        println!(
+            "  sharding by {} in group {}: delivering {} of 64 slices, {} hand-overs, {} members{}",
+            split.key,
+            split.group,
+            split.delivering,
+            split.handovers,
+            split.members.len(),
+            if split.renewed {
+                ""
+            } else {
+                " (own Lease not current: delivering nothing)"
+            }
+        );
+        for (member, claims) in &split.members {
+            let me = if *member == split.identity {
+                " (this one)"
+            } else {
+                ""
+            };
+            println!("    {member}{me}: claims {claims} slices");
+        }
+    }
     for reason in &status.not_ready {
         println!("  not ready: {reason}");
     }

@@ -1,9 +1,9 @@
 //! The hand-over rules: from what a member sees of its group, the slices it claims and the
 //! slices it delivers next, so that no slice is ever delivered by two members at once.
 //!
-//! - A member claims the slices the assignment ([`rendezvous`] of the live members) gives it,
-//!   less those a member with a smaller name also claims (a tie between stale views is
-//!   settled by name, the same way on both sides).
+//! - A member claims what [`rebalance`] gives it (what it claims now, trimmed to or filled
+//!   up to its fair number), less those a member with a smaller name also claims (a tie
+//!   between stale views is settled by name, the same way on both sides).
 //! - It delivers a slice only once its own Lease, as listed from the API server, carries the
 //!   claim, and no other live member's does. A member that claims later sees that claim and
 //!   waits; one with a smaller name makes the deliverer yield.
@@ -13,7 +13,7 @@
 //!   slices once its Lease expires, which is after its renew deadline.
 
 use crate::members::View;
-use crate::shard::{Slices, rendezvous};
+use crate::shard::{Slices, rebalance};
 
 /// What a member claims and delivers next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,10 +29,7 @@ pub fn next(me: &str, view: &View, delivering: Slices) -> Step {
     if !view.renewed || !view.members.contains_key(me) {
         return Step::default();
     }
-    let target = rendezvous(view.members.keys().map(String::as_str))
-        .get(me)
-        .copied()
-        .unwrap_or_default();
+    let target = rebalance(me, &view.members);
     let mut smaller = Slices::none();
     let mut others = Slices::none();
     for (member, claims) in &view.members {
@@ -146,39 +143,63 @@ mod tests {
         }
     }
 
+    /// Every slice delivered once, each member its fair number within one.
+    fn balanced(g: &Group) {
+        let counts: Vec<u32> = g.delivering.values().map(|d| d.count()).collect();
+        let (min, max) = (counts.iter().min(), counts.iter().max());
+        assert!(
+            g.delivered().is_all() && max.zip(min).is_some_and(|(a, b)| a - b <= 1),
+            "{counts:?}"
+        );
+    }
+
+    /// Rounds until nothing changes any more.
+    fn quiet(g: &mut Group, order: &[&str]) {
+        for _ in 0..10 {
+            let before = g.delivering.clone();
+            for m in order {
+                g.round(m);
+            }
+            if g.delivering == before && g.pending == g.leases {
+                return;
+            }
+        }
+        panic!("still moving: {:?}", g.delivering);
+    }
+
     #[test]
     fn members_converge_to_their_shares_and_never_deliver_a_slice_twice() {
         let mut g = Group::new(&["a", "b", "c"]);
-        assert!(g.settle(&["c", "a", "b"]) <= 3);
-        let shares = rendezvous(["a", "b", "c"]);
-        for (m, d) in &g.delivering {
-            assert_eq!(*d, shares[m.as_str()], "{m}");
-        }
+        // Starting together, they pick at once and settle the few slices two picked by
+        // name: a few rounds.
+        let rounds = g.settle(&["c", "a", "b"]);
+        assert!(rounds <= 6, "{rounds} rounds");
+        quiet(&mut g, &["c", "a", "b"]);
+        balanced(&g);
 
-        // A fourth joins: the others give up what moves before it takes it.
+        // A fourth joins: the others give up only what moves to it, before it takes it.
+        let three = g.delivering.clone();
         g.join("d");
         g.settle(&["d", "b", "a", "c"]);
-        let shares = rendezvous(["a", "b", "c", "d"]);
-        for _ in 0..2 {
-            for m in ["a", "b", "c", "d"] {
-                g.round(m);
-            }
+        quiet(&mut g, &["d", "b", "a", "c"]);
+        balanced(&g);
+        for (m, before) in &three {
+            assert_eq!(
+                before.intersect(g.delivering[m]),
+                g.delivering[m],
+                "{m} took a slice"
+            );
         }
-        for (m, d) in &g.delivering {
-            assert_eq!(*d, shares[m.as_str()], "{m} after d joined");
-        }
+        assert_eq!(g.delivering["d"].count(), 16);
 
-        // b dies: the others take its slices over.
+        // b dies: the others take its slices over and keep their own.
+        let four = g.delivering.clone();
         g.kill("b");
         g.settle(&["a", "c", "d"]);
-        for _ in 0..2 {
-            for m in ["a", "c", "d"] {
-                g.round(m);
-            }
-        }
-        let shares = rendezvous(["a", "c", "d"]);
-        for (m, d) in &g.delivering {
-            assert_eq!(*d, shares[m.as_str()], "{m} after b died");
+        quiet(&mut g, &["a", "c", "d"]);
+        balanced(&g);
+        for (m, now) in &g.delivering {
+            assert_eq!(four[m].minus(*now).count(), 0, "{m} lost a slice");
         }
     }
 

@@ -122,9 +122,25 @@ impl Membership {
         tokio::pin!(stop);
         loop {
             let deadline = self.config.renew_deadline;
-            let round = tokio::time::timeout(deadline, self.round())
-                .await
-                .unwrap_or(Err(MembersError::NoAnswer(deadline)));
+            // A round that hangs past the renew deadline counts this member out at the
+            // deadline itself, not when the round gives up.
+            let mut expires = self
+                .renewed
+                .map(|at| tokio::time::Instant::from_std(at + deadline));
+            let round = {
+                let round = tokio::time::timeout(deadline, self.round());
+                tokio::pin!(round);
+                loop {
+                    let at = expires.unwrap_or_else(tokio::time::Instant::now);
+                    tokio::select! {
+                        done = &mut round => break done.unwrap_or(Err(MembersError::NoAnswer(deadline))),
+                        () = tokio::time::sleep_until(at), if expires.is_some() => {
+                            expires = None;
+                            view.send_if_modified(|v| std::mem::replace(&mut v.renewed, false));
+                        }
+                    }
+                }
+            };
             let seen = round
                 .inspect_err(|e| tracing::warn!(group = %self.config.group, identity = %self.config.identity, "membership: {e}"))
                 .ok();
@@ -143,6 +159,8 @@ impl Membership {
             tokio::select! {
                 _ = &mut stop => break,
                 _ = tokio::time::sleep(self.config.retry) => {}
+                // A new claim goes out at once: a hand-over waits on it.
+                Ok(()) = self.claims.changed() => {}
             }
         }
         let name = self.config.lease_name(&self.config.identity);
@@ -204,7 +222,7 @@ impl Membership {
     async fn renew(&mut self) -> Result<(), MembersError> {
         let name = self.config.lease_name(&self.config.identity);
         let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
-        let claims = format!("{:016x}", self.claims.borrow().bits());
+        let claims = format!("{:016x}", self.claims.borrow_and_update().bits());
         let mut lease = match self.api.get_opt(&name).await? {
             Some(lease) => lease,
             None => Lease {

@@ -25,6 +25,7 @@ use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::throttle::{Bucket, Loops};
 use crate::plugins::triggers::{Requeue, Requeues, Schedules};
 use crate::plugins::{Delivery, PluginStats};
+use crate::shard::Duty;
 use crate::text::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
@@ -147,6 +148,8 @@ pub struct Setup {
     pub stats: Arc<PluginStats>,
     /// Set to stop the worker.
     pub stop: Arc<AtomicBool>,
+    /// What this replica delivers: work outside it is dropped, writes outside it not sent.
+    pub duty: Arc<Duty>,
 }
 
 /// What a worker counts locally between [`Worker::publish`]es.
@@ -200,6 +203,7 @@ struct Worker {
     in_flight: HashMap<String, String>,
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
+    duty: Arc<Duty>,
 }
 
 /// Why an attempt failed, and whether trying again may help.
@@ -283,6 +287,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         in_flight: HashMap::new(),
         stats: setup.stats,
         stop: setup.stop,
+        duty: setup.duty,
     };
     // Below the host: the informers every plugin waits on go first (`priority.rs`).
     crate::priority::spawn_below_host(format!("plugin-{name}"), move || worker.run())
@@ -291,6 +296,16 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
 impl Worker {
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// True when this replica delivers `work` now: an event of an object it delivers, a
+    /// tick while it leads, `synced` always.
+    fn ours(&self, work: &Work) -> bool {
+        match work {
+            Work::Event(n) => self.duty.delivers(n.object()),
+            Work::Tick(_) => self.duty.leading(),
+            Work::Synced => true,
+        }
     }
 
     fn run(mut self) {
@@ -486,6 +501,15 @@ impl Worker {
                 return;
             }
             self.pause_if_degraded();
+            // Handed over (another replica delivers it now) or no longer leading: dropped.
+            // Counted while it runs, so a hand-over waits for it.
+            let duty = self.duty.clone();
+            let Some(call) = duty.begin(|_| self.ours(&n)) else {
+                tracing::debug!(plugin = %self.ctx.name, key = %n.key(), "not delivered: this replica no longer delivers it");
+                next = rest.pop_front();
+                failures = None;
+                continue;
+            };
             // A real event for an object takes the place of a requeue waiting for it.
             if let Work::Event(event) = &n
                 && !matches!(event, Notification::Requeue(_))
@@ -495,6 +519,7 @@ impl Worker {
             }
             self.ctx.log.set_retrying(failures.is_some());
             let attempt = self.attempt(&n);
+            drop(call);
             self.ctx.log.set_retrying(false);
             let Err(failure) = attempt else {
                 self.take_write_failures(&n);
@@ -835,11 +860,13 @@ impl Worker {
         let total = staged.writes.len();
         let handling = n.id();
         for (i, write) in staged.writes.iter().enumerate() {
-            // Leadership lost between staging and sending: nothing more goes out.
-            if self.stopped() || !access.leading() {
+            // Leadership or the object's slice lost between staging and sending: nothing
+            // more goes out.
+            if self.stopped() || !self.ours(n) {
                 return Err(AttemptFailure {
                     reason: format!(
-                        "no longer the leader: {} of {total} staged writes not sent",
+                        "this replica no longer delivers {}: {} of {total} staged writes not sent",
+                        n.key(),
                         total - i
                     ),
                     retry: true,

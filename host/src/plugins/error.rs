@@ -52,6 +52,9 @@ pub enum Reason {
         /// The type, as `apiVersion/Kind`.
         gvk: String,
     },
+    /// The plugin needs what the host does not offer in the mode it runs in.
+    #[error("not supported here: {0}")]
+    NotSupported(String),
     /// `init` refused or trapped (it runs before `describe`).
     #[error("init failed: {0}")]
     Init(String),

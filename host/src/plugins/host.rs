@@ -19,6 +19,7 @@ use crate::plugins::{
     FailedPlugin, PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus, Version,
 };
 use crate::plugins::{PluginsConfig, Reason};
+use crate::shard::{Duty, ShardKey};
 use crate::wasm::logging::{LogSink, PluginLogger};
 use crate::wasm::state::StateStore;
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, WriteAccess};
@@ -32,6 +33,10 @@ pub enum Role {
     /// Prepares plugins and keeps their caches warm, delivering nothing until
     /// [`PluginHost::lead`].
     Follower,
+    /// One of replicas splitting the work by this key: plugins run from the start, and
+    /// deliver what the host's [`Duty`] says (its slices; cluster-scoped work while it
+    /// leads).
+    Member(ShardKey),
 }
 
 /// What applying a plugin file did.
@@ -182,8 +187,8 @@ pub struct PluginHost {
     admitters: Mutex<BTreeMap<String, Arc<Admitter>>>,
     /// The cluster plugins write to; `None` when it takes no writes.
     writer: Option<Arc<dyn Writer>>,
-    /// Set while this replica leads, read by writes as they are staged and sent.
-    leading: Arc<AtomicBool>,
+    /// What this replica delivers, read by workers before each call and write.
+    duty: Arc<Duty>,
 }
 
 impl PluginHost {
@@ -199,13 +204,17 @@ impl PluginHost {
     ) -> Self {
         Self {
             writer,
-            leading: Arc::new(AtomicBool::new(role == Role::Leader)),
+            duty: Arc::new(match role {
+                Role::Leader => Duty::whole(true),
+                Role::Follower => Duty::whole(false),
+                Role::Member(key) => Duty::sharded(key),
+            }),
             engine,
             factory,
             log,
             settings: std::sync::RwLock::new(Arc::new(settings)),
             plugins: Mutex::new(Plugins {
-                leading: role == Role::Leader,
+                leading: role != Role::Follower,
                 on_demand_schedules: false,
                 running: BTreeMap::new(),
                 standby: BTreeMap::new(),
@@ -516,6 +525,12 @@ impl PluginHost {
             self.log.clone(),
             file,
         )?;
+        if manifest.state && self.duty.shard_key().is_some() {
+            return Err(Reason::NotSupported(
+                "manifest field `state`: plugin state is not kept yet when replicas split the work (sharding is on); run this plugin on a host without sharding".into(),
+            )
+            .of(file));
+        }
         let leases: Vec<Lease> = manifest
             .cached
             .iter()
@@ -556,7 +571,7 @@ impl PluginHost {
             Arc::new(WriteAccess::new(
                 settings.grants.writes.clone(),
                 writer.clone(),
-                self.leading.clone(),
+                self.duty.clone(),
             ))
         });
         let ctx = Arc::new(ctx);
@@ -599,7 +614,7 @@ impl PluginHost {
     fn activate_or_hold(&self, p: Prepared) -> Result<Outcome, Reason> {
         let mut plugins = self.plugins();
         if plugins.leading {
-            return activate(&self.engine, &mut plugins, p);
+            return activate(&self.engine, &self.duty, &mut plugins, p);
         }
         tracing::info!(plugin = %p.file.name, digest = %p.file.digest(), "plugin on standby: this replica is not the leader");
         let replaced = plugins.standby.insert(p.file.name.clone(), p).is_some();
@@ -715,20 +730,20 @@ impl PluginHost {
     pub fn lead(&self) {
         let mut plugins = self.plugins();
         for (name, prepared) in std::mem::take(&mut plugins.standby) {
-            match activate(&self.engine, &mut plugins, prepared) {
+            match activate(&self.engine, &self.duty, &mut plugins, prepared) {
                 Ok(_) => tracing::info!(plugin = %name, "now leading: delivering"),
                 Err(e) => tracing::error!(plugin = %name, "cannot start delivering: {e}"),
             }
         }
         plugins.leading = true;
-        self.leading.store(true, Ordering::SeqCst);
+        self.duty.set_leading(true);
     }
 
     /// Stops every delivery at once (no new call starts; calls in flight finish on their
     /// own threads): for a replica that lost the leadership. The plugins are unloaded.
     pub fn stop_leading(&self) {
         // Writes staged from now on are refused, and none staged before is sent.
-        self.leading.store(false, Ordering::SeqCst);
+        self.duty.set_leading(false);
         let mut plugins = self.plugins();
         plugins.leading = false;
         plugins.standby.clear();
@@ -742,9 +757,15 @@ impl PluginHost {
         }
     }
 
-    /// Whether this replica delivers events (not a follower waiting on standby).
+    /// Whether this replica leads: delivers every event (not a follower waiting on
+    /// standby), or, when replicas split the work, the cluster-scoped ones.
     pub fn leading(&self) -> bool {
-        self.plugins().leading
+        self.duty.leading()
+    }
+
+    /// What this replica delivers now.
+    pub fn duty(&self) -> &Arc<Duty> {
+        &self.duty
     }
 
     /// Unloads every plugin, waiting for each worker's call in flight.
@@ -764,7 +785,12 @@ impl PluginHost {
 /// version's subscriptions is swapped for the new one's in one step per informer: events
 /// before the swap finish on the old version (its worker drains, then exits), events after go
 /// to the new one, which starts from the current state as initial adds.
-fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<Outcome, Reason> {
+fn activate(
+    engine: &Arc<Engine>,
+    duty: &Arc<Duty>,
+    plugins: &mut Plugins,
+    p: Prepared,
+) -> Result<Outcome, Reason> {
     let delivery = &p.settings.delivery;
     let (tx, rx) = queue(delivery.backlog, delivery.backlog_bytes);
     let settings = p.settings.clone();
@@ -826,6 +852,7 @@ fn activate(engine: &Arc<Engine>, plugins: &mut Plugins, p: Prepared) -> Result<
         subscriptions: subscriptions.clone(),
         stats: stats.clone(),
         stop: stop.clone(),
+        duty: duty.clone(),
     })
     .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
     let (outcome, reloads) = match old {

@@ -80,6 +80,26 @@ pub fn render(status: &Status) -> String {
         "1 when this replica delivers events (leader, or leader election off)",
     );
     w.sample("kubewasm_leader", &[], u8::from(status.leader));
+    if let Some(split) = &status.sharding {
+        w.header(
+            "kubewasm_shard_members",
+            "gauge",
+            "Live members of this replica's group, as it last listed their Leases",
+        );
+        w.sample("kubewasm_shard_members", &[], split.members.len());
+        w.header(
+            "kubewasm_shard_slices_delivering",
+            "gauge",
+            "Slices of the key space (of 64) this replica delivers",
+        );
+        w.sample("kubewasm_shard_slices_delivering", &[], split.delivering);
+        w.header(
+            "kubewasm_shard_handovers_total",
+            "counter",
+            "Slices this replica took over or gave up since it started",
+        );
+        w.sample("kubewasm_shard_handovers_total", &[], split.handovers);
+    }
     w.header(
         "kubewasm_abandoned_workers_total",
         "counter",

@@ -16,6 +16,7 @@ use crate::gvk::Gvk;
 use crate::informer::factory::InformerStats;
 use crate::plugins::{FailedPlugin, PluginStatus};
 use crate::source::kube::stats::ReflectorSnapshot;
+use crate::split::SplitStatus;
 
 /// How long a client may take to send a request's headers before it is disconnected (a
 /// client that opens connections and sends nothing would otherwise hold them forever).
@@ -49,6 +50,8 @@ pub struct Parts {
     pub api_server_reachable: Option<bool>,
     /// Whether an API server that does not answer makes the host unready.
     pub readiness_follows_api_server: bool,
+    /// This replica's part when replicas split the work.
+    pub sharding: Option<SplitStatus>,
 }
 
 impl Parts {
@@ -65,6 +68,7 @@ impl Parts {
             reflectors: Vec::new(),
             api_server_reachable: None,
             readiness_follows_api_server: false,
+            sharding: None,
         }
     }
 }
@@ -97,6 +101,9 @@ pub struct Status {
     /// Whether the API server answers (absent for a manifests folder).
     #[serde(default)]
     pub api_server_reachable: Option<bool>,
+    /// This replica's part when replicas split the work (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<SplitStatus>,
 }
 
 impl Status {
@@ -118,6 +125,7 @@ impl Status {
             reflectors,
             api_server_reachable,
             readiness_follows_api_server,
+            sharding,
         } = parts;
         let timeout = sync_timeout.as_secs();
         let mut not_ready = Vec::new();
@@ -160,6 +168,7 @@ impl Status {
             informers,
             reflectors,
             api_server_reachable,
+            sharding,
         }
     }
 
@@ -255,6 +264,7 @@ mod tests {
             abandoned_memory_bytes: 0,
             api_server_reachable: None,
             readiness_follows_api_server: false,
+            sharding: None,
             plugins: vec![PluginStatus {
                 name: "stuck".into(),
                 running_seconds: plugin_age,

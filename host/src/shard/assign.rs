@@ -1,46 +1,73 @@
-//! Which member owns each slice: rendezvous (highest random weight) hashing with bounded
-//! loads, a pure function of the member names, so every replica computes the same answer.
-//! Every member gets its fair number of slices (within one), and a member joining or
-//! leaving moves about its share of slices.
+//! Which member claims each slice: every member holds its fair number (within one), and a
+//! join or leave moves only the slices it must. What a member claims next depends on what
+//! the members claim now (as their Leases say), not only on who they are: a member gives up
+//! only its excess and takes only slices nobody claims, so a join moves exactly the
+//! newcomer's share and a leave exactly the leaver's slices. Preferences among slices come
+//! from rendezvous weights, so a fresh group spreads slices evenly and repeatably.
 
 use std::collections::BTreeMap;
 
 use super::hash::fnv1a64;
 use super::slices::{SLICES, Slices};
 
-/// Each member's slices. Every (member, slice) pair is weighed by
-/// `fnv1a64("{member}/{slice}")`; from the heaviest pair down, a slice goes to the member of
-/// the pair unless it is taken or the member has its fair number (`SLICES / n`, the first
-/// `SLICES % n` members by name one more). No member: nothing.
-pub fn rendezvous<'a>(members: impl IntoIterator<Item = &'a str>) -> BTreeMap<&'a str, Slices> {
-    let mut members: Vec<&str> = members.into_iter().collect();
-    members.sort_unstable();
-    members.dedup();
-    let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
-    let mut owned: BTreeMap<&str, Slices> = members.iter().map(|m| (*m, Slices::none())).collect();
-    if n == 0 {
-        return owned;
-    }
-    let fair = |i: usize| SLICES / n + u32::from((i as u32) < SLICES % n);
-    let mut pairs: Vec<(u64, usize, u32)> = members
-        .iter()
-        .enumerate()
-        .flat_map(|(i, m)| (0..SLICES).map(move |s| (score(m, s), i, s)))
+/// The number of slices `me` should hold among `members`: an equal part, the first
+/// `SLICES % n` members by name one more.
+fn quota(me: &str, members: &BTreeMap<String, Slices>) -> u32 {
+    let n = u32::try_from(members.len()).unwrap_or(u32::MAX).max(1);
+    let rank = members.keys().take_while(|m| m.as_str() < me).count();
+    SLICES / n + u32::from(u32::try_from(rank).unwrap_or(u32::MAX) < SLICES % n)
+}
+
+/// `set`'s slices, those `me` weighs most among `members` first (where it outweighs every
+/// other member, then where one outweighs it, ...), then by its own weight: members picking
+/// at the same moment mostly pick different slices.
+fn by_preference(me: &str, members: &BTreeMap<String, Slices>, set: Slices) -> Vec<u32> {
+    let mut slices: Vec<(usize, std::cmp::Reverse<u64>, u32)> = (0..SLICES)
+        .filter(|s| set.contains(*s))
+        .map(|s| {
+            let mine = score(me, s);
+            let above = members.keys().filter(|m| score(m, s) > mine).count();
+            (above, std::cmp::Reverse(mine), s)
+        })
         .collect();
-    // Heaviest first; ties (never seen) by member, then slice.
-    pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let mut taken = Slices::none();
-    for (_, i, slice) in pairs {
-        let Some(slices) = owned.get_mut(members[i]) else {
-            continue;
-        };
-        if taken.contains(slice) || slices.count() >= fair(i) {
-            continue;
+    slices.sort_unstable();
+    slices.into_iter().map(|(_, _, s)| s).collect()
+}
+
+/// What `me` claims next, given every live member's claims (its own included): what it
+/// claims now less its least preferred slices beyond its quota, plus slices no member
+/// claims, its most preferred first, up to its quota.
+pub fn rebalance(me: &str, claims: &BTreeMap<String, Slices>) -> Slices {
+    let quota = quota(me, claims) as usize;
+    let mine = claims.get(me).copied().unwrap_or_default();
+    let claimed = claims.values().fold(Slices::none(), |a, c| a.union(*c));
+    let mut keep = by_preference(me, claims, mine);
+    keep.truncate(quota);
+    let room = quota.saturating_sub(keep.len());
+    let free = by_preference(me, claims, Slices::all().minus(claimed));
+    keep.extend(free.into_iter().take(room));
+    keep.into_iter().fold(Slices::none(), Slices::with)
+}
+
+/// Where members starting from `claims` settle when each in turn, by name, claims what
+/// [`rebalance`] gives it and yields what a member with a smaller name claims: what a group
+/// converges to when nothing else moves meanwhile.
+pub fn settle(mut claims: BTreeMap<String, Slices>) -> BTreeMap<String, Slices> {
+    for _ in 0..=claims.len() * 2 {
+        let before = claims.clone();
+        let names: Vec<String> = claims.keys().cloned().collect();
+        for me in &names {
+            let smaller = claims
+                .range::<String, _>(..me.clone())
+                .fold(Slices::none(), |a, (_, c)| a.union(*c));
+            let next = rebalance(me, &claims).minus(smaller);
+            claims.insert(me.clone(), next);
         }
-        *slices = slices.with(slice);
-        taken = taken.with(slice);
+        if claims == before {
+            break;
+        }
     }
-    owned
+    claims
 }
 
 /// The weight of `member` for `slice`, mixed so that member names differing in one byte
@@ -56,47 +83,66 @@ fn score(member: &str, slice: u32) -> u64 {
 mod tests {
     use super::*;
 
-    fn members(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("kubewasm-{i}")).collect()
+    fn fresh(names: &[String]) -> BTreeMap<String, Slices> {
+        settle(names.iter().map(|m| (m.clone(), Slices::none())).collect())
+    }
+
+    fn members(n: usize, salt: &str) -> Vec<String> {
+        (0..n).map(|i| format!("kubewasm-{salt}-{i}")).collect()
+    }
+
+    fn check_partition(owned: &BTreeMap<String, Slices>) {
+        let mut all = Slices::none();
+        for slices in owned.values() {
+            assert_eq!(all.union(*slices).count(), all.count() + slices.count());
+            all = all.union(*slices);
+        }
+        assert!(all.is_all(), "{owned:?}");
+        let counts: Vec<u32> = owned.values().map(|s| s.count()).collect();
+        let (min, max) = (counts.iter().min(), counts.iter().max());
+        assert!(max.zip(min).is_some_and(|(a, b)| a - b <= 1), "{counts:?}");
     }
 
     #[test]
     fn every_slice_has_one_owner_and_every_member_its_fair_number() {
         for n in 1..=8 {
-            let names = members(n);
-            let owned = rendezvous(names.iter().map(String::as_str));
+            let owned = fresh(&members(n, "a"));
             assert_eq!(owned.len(), n);
-            let mut all = Slices::none();
-            for slices in owned.values() {
-                assert_eq!(all.union(*slices).count(), all.count() + slices.count());
-                all = all.union(*slices);
-            }
-            assert!(all.is_all(), "{n} members");
-            let counts: Vec<u32> = owned.values().map(|s| s.count()).collect();
-            let (min, max) = (counts.iter().min(), counts.iter().max());
-            assert!(max.zip(min).is_some_and(|(a, b)| a - b <= 1), "{counts:?}");
+            check_partition(&owned);
         }
-        assert!(rendezvous(std::iter::empty()).is_empty());
+        assert!(settle(BTreeMap::new()).is_empty());
     }
 
     #[test]
-    fn a_member_joining_moves_about_its_share() {
-        for n in 1..=8u32 {
-            let before_names = members(n as usize);
-            let after_names = members(n as usize + 1);
-            let before = rendezvous(before_names.iter().map(String::as_str));
-            let after = rendezvous(after_names.iter().map(String::as_str));
-            let moved: u32 = before
-                .iter()
-                .map(|(m, slices)| {
-                    let now = after.get(m).copied().unwrap_or_default();
-                    slices.minus(now).count()
-                })
-                .sum();
-            // The newcomer's share, plus 5 % of the slices, plus two for the rounding of
-            // fair numbers on either side.
-            let bound = SLICES.div_ceil(n + 1) + SLICES / 20 + 2;
-            assert!(moved <= bound, "{n}→{}: {moved} of {SLICES} moved", n + 1);
+    fn a_join_moves_exactly_the_newcomers_share_and_a_leave_exactly_the_leavers() {
+        for salt in ["a", "b", "c", "d", "e"] {
+            for n in 1..=8usize {
+                let names = members(n + 1, salt);
+                let before = fresh(&names[..n]);
+                let mut joined = before.clone();
+                joined.insert(names[n].clone(), Slices::none());
+                let after = settle(joined);
+                check_partition(&after);
+                let moved: u32 = before.iter().map(|(m, s)| s.minus(after[m]).count()).sum();
+                assert_eq!(moved, after[&names[n]].count(), "{n}→{} ({salt})", n + 1);
+                assert_eq!(moved, SLICES / (n as u32 + 1), "{n}→{} ({salt})", n + 1);
+                // The first member leaves: only its slices move.
+                let mut left = after.clone();
+                let gone = left.remove(&names[0]).unwrap_or_default();
+                if left.is_empty() {
+                    continue;
+                }
+                let settled = settle(left.clone());
+                check_partition(&settled);
+                for (m, s) in &left {
+                    assert_eq!(s.minus(settled[m]).count(), 0, "{m} lost a slice ({salt})");
+                }
+                assert_eq!(
+                    settled.values().map(|s| s.count()).sum::<u32>()
+                        - left.values().map(|s| s.count()).sum::<u32>(),
+                    gone.count()
+                );
+            }
         }
     }
 }

@@ -3,10 +3,12 @@
 //! server's (KEP-5866, `shardSelector`), so client and server agree on every object.
 
 mod assign;
+mod duty;
 mod hash;
 mod slices;
 
-pub use assign::rendezvous;
+pub use assign::{rebalance, settle};
+pub use duty::Duty;
 pub use hash::fnv1a64;
 pub use slices::{SLICES, Slices};
 

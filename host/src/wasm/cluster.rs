@@ -271,9 +271,9 @@ impl HostState {
                 write.verb()
             )));
         };
-        if !writes.leading() {
+        if !writes.duty.delivers_any() {
             return Err(WriteError::NotLeader(format!(
-                "{}: this replica is not the leader; only the leader writes",
+                "{}: this replica delivers nothing now (not the leader, no slice of its own); only a delivering replica writes",
                 write.verb()
             )));
         }

@@ -170,30 +170,25 @@ pub struct WriteAccess {
     pub grants: Vec<crate::write::WriteGrant>,
     /// The cluster that takes the writes.
     pub writer: Arc<dyn crate::write::Writer>,
-    /// Whether this replica leads (only the leader writes).
-    pub leading: Arc<std::sync::atomic::AtomicBool>,
+    /// What this replica delivers: writes go out only for what it delivers.
+    pub duty: Arc<crate::shard::Duty>,
     /// Denials already logged.
     logged: Mutex<HashSet<String>>,
 }
 
 impl WriteAccess {
-    /// Access through `writer` under `grants` while `leading` is set.
+    /// Access through `writer` under `grants` for what `duty` delivers.
     pub fn new(
         grants: Vec<crate::write::WriteGrant>,
         writer: Arc<dyn crate::write::Writer>,
-        leading: Arc<std::sync::atomic::AtomicBool>,
+        duty: Arc<crate::shard::Duty>,
     ) -> Self {
         Self {
             grants,
             writer,
-            leading,
+            duty,
             logged: Mutex::default(),
         }
-    }
-
-    /// True while this replica leads.
-    pub fn leading(&self) -> bool {
-        self.leading.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// True the first time this denial is seen (a bounded number are remembered).

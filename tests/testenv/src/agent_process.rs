@@ -79,6 +79,15 @@ impl AgentProcess {
     }
 }
 
+impl AgentProcess {
+    /// Kills it with SIGKILL (no shutdown step runs) and reaps it.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().context("SIGKILL")?;
+        self.child.wait().context("reaping it")?;
+        Ok(())
+    }
+}
+
 impl Drop for AgentProcess {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {

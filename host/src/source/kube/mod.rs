@@ -102,11 +102,17 @@ impl Source for KubeSource {
             else {
                 return;
             };
-            if scope.namespaces().is_some() && !namespaced {
-                // A cluster-scoped type has nothing in any namespace: nothing to watch, and
-                // no cluster-wide right needed for it.
-                tracing::info!(resource = %gvk, %scope, "cluster-scoped type read only in namespaces: nothing to watch");
-                if tx.send(vec![SourceEvent::ListStarted, SourceEvent::ListDone]).await.is_ok() {
+            let no_slice = scope.share().is_some_and(|s| s.slices.is_empty());
+            if (scope.namespaces().is_some() && !namespaced) || (no_slice && namespaced) {
+                // A cluster-scoped type has nothing in any namespace, and a replica holding
+                // no slice has no namespaced object: nothing to watch, and no cluster-wide
+                // right needed for it.
+                tracing::info!(resource = %gvk, %scope, "nothing in scope: nothing to watch");
+                if tx
+                    .send(vec![SourceEvent::ListStarted, SourceEvent::ListDone])
+                    .await
+                    .is_ok()
+                {
                     tx.closed().await;
                 }
                 return;

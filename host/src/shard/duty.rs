@@ -1,0 +1,217 @@
+//! What this replica delivers now: everything while it leads (one replica delivers, the
+//! others wait), or, when replicas split the work, the events of the namespaced objects in
+//! its slices, and the cluster-scoped work (cluster-scoped objects, schedules) while it
+//! leads. Workers ask before each call ([`Duty::begin`]) and before sending each write, so a
+//! slice handed over stops at once, queued events and staged writes included; the calls
+//! already running when it changed are counted, so a hand-over can wait for them
+//! ([`Duty::calls_before_change`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::object::KubeObject;
+use crate::shard::{ShardKey, Share, Slices};
+
+/// This replica's part of the delivering, changed as leadership and slices move.
+#[derive(Debug)]
+pub struct Duty {
+    /// Whether it holds the leader Lease.
+    leading: AtomicBool,
+    /// What namespaced objects are hashed by, when replicas split the work.
+    sharded: Option<ShardKey>,
+    /// The slices it delivers (bits), when replicas split the work.
+    slices: AtomicU64,
+    /// Changes of the slices so far: calls count in the half of `in_flight` of the parity
+    /// current when they began.
+    epoch: AtomicU64,
+    /// Calls in flight, by the parity of the epoch they began in.
+    in_flight: [AtomicU64; 2],
+}
+
+/// A call under way that [`Duty::begin`] admitted; counted until dropped.
+#[derive(Debug)]
+pub struct Call<'a> {
+    duty: &'a Duty,
+    half: usize,
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        self.duty.in_flight[self.half].fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Duty {
+    /// One replica delivers everything while it leads.
+    pub fn whole(leading: bool) -> Self {
+        Self {
+            leading: AtomicBool::new(leading),
+            sharded: None,
+            slices: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            in_flight: Default::default(),
+        }
+    }
+
+    /// Replicas split namespaced objects by `key`; this one delivers none until told.
+    pub fn sharded(key: ShardKey) -> Self {
+        Self {
+            leading: AtomicBool::new(false),
+            sharded: Some(key),
+            slices: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            in_flight: Default::default(),
+        }
+    }
+
+    /// What namespaced objects are hashed by, when replicas split the work.
+    pub fn shard_key(&self) -> Option<ShardKey> {
+        self.sharded
+    }
+
+    /// Whether this replica holds the leader Lease (or needs none).
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// Leads from now on, or stops leading.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::SeqCst);
+    }
+
+    /// The slices delivered now (none when replicas do not split the work).
+    pub fn slices(&self) -> Slices {
+        Slices::from_bits(self.slices.load(Ordering::SeqCst))
+    }
+
+    /// Delivers `slices` from now on: no call begins for what it no longer holds (those
+    /// already running: [`Self::calls_before_change`]).
+    pub fn set_slices(&self, slices: Slices) {
+        self.slices.store(slices.bits(), Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A call for work that `admits` accepts under the current duty, counted while it runs;
+    /// `None` when the work is not this replica's now.
+    pub fn begin(&self, admits: impl FnOnce(&Duty) -> bool) -> Option<Call<'_>> {
+        let half = loop {
+            let epoch = self.epoch.load(Ordering::SeqCst);
+            let half = (epoch & 1) as usize;
+            self.in_flight[half].fetch_add(1, Ordering::SeqCst);
+            // Counted in the half of an epoch that had not ended when it was counted: a
+            // change waits for it.
+            if self.epoch.load(Ordering::SeqCst) == epoch {
+                break half;
+            }
+            self.in_flight[half].fetch_sub(1, Ordering::SeqCst);
+        };
+        let call = Call { duty: self, half };
+        admits(self).then_some(call)
+    }
+
+    /// Calls begun before the last [`Self::set_slices`] and still running.
+    pub fn calls_before_change(&self) -> u64 {
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        self.in_flight[((epoch + 1) & 1) as usize].load(Ordering::SeqCst)
+    }
+
+    /// The share delivered now, when replicas split the work.
+    pub fn share(&self) -> Option<Share> {
+        self.sharded.map(|key| Share {
+            key,
+            slices: self.slices(),
+        })
+    }
+
+    /// True when this replica delivers anything at all.
+    pub fn delivers_any(&self) -> bool {
+        self.leading() || !self.slices().is_empty()
+    }
+
+    /// True when this replica delivers the events of `object` (and sends the writes they
+    /// stage): namespaced objects of its slices, the rest while it leads.
+    pub fn delivers(&self, object: &KubeObject) -> bool {
+        match self.share() {
+            Some(share) if object.namespace().is_some() => share.admits(object),
+            _ => self.leading(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::fnv1a64;
+
+    fn object(namespace: Option<&str>) -> KubeObject {
+        let ns = namespace.map_or(String::new(), |n| format!(r#","namespace":"{n}""#));
+        let text =
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"x"{ns}}}}}"#);
+        KubeObject::from_json(&text, &crate::object::Transform::default()).expect("an object")
+    }
+
+    fn slice_of(namespace: &str) -> u32 {
+        (fnv1a64(namespace) >> 58) as u32
+    }
+
+    #[test]
+    fn one_replica_delivers_everything_while_it_leads() {
+        let duty = Duty::whole(false);
+        assert!(!duty.delivers(&object(Some("a"))));
+        assert!(!duty.delivers_any());
+        duty.set_leading(true);
+        assert!(duty.delivers(&object(Some("a"))));
+        assert!(duty.delivers(&object(None)));
+        // Slices mean nothing without sharding.
+        assert_eq!(duty.share(), None);
+    }
+
+    #[test]
+    fn a_member_delivers_its_slices_and_cluster_scoped_objects_only_while_it_leads() {
+        let duty = Duty::sharded(ShardKey::Namespace);
+        let (shop, other) = (object(Some("shop")), object(Some("payments")));
+        assert_ne!(slice_of("shop"), slice_of("payments"), "distinct slices");
+        assert!(!duty.delivers_any());
+        duty.set_slices(Slices::none().with(slice_of("shop")));
+        assert!(duty.delivers_any());
+        assert!(duty.delivers(&shop));
+        assert!(!duty.delivers(&other));
+        assert!(
+            !duty.delivers(&object(None)),
+            "cluster-scoped: the leader's"
+        );
+        duty.set_leading(true);
+        assert!(duty.delivers(&object(None)));
+        assert!(!duty.delivers(&other), "leading does not take other slices");
+        duty.set_slices(Slices::none());
+        assert!(!duty.delivers(&shop), "a slice handed over stops at once");
+    }
+
+    #[test]
+    fn a_change_counts_the_calls_that_began_before_it_until_they_end() {
+        let duty = Duty::sharded(ShardKey::Namespace);
+        let shop = object(Some("shop"));
+        duty.set_slices(Slices::none().with(slice_of("shop")));
+        let running = duty.begin(|d| d.delivers(&shop)).expect("its slice");
+        assert_eq!(
+            duty.calls_before_change(),
+            0,
+            "nothing changed since it began"
+        );
+        duty.set_slices(Slices::none());
+        assert!(duty.begin(|d| d.delivers(&shop)).is_none(), "no new call");
+        assert_eq!(
+            duty.calls_before_change(),
+            1,
+            "the running call is waited for"
+        );
+        let unrelated = duty.begin(|_| true).expect("admitted");
+        assert_eq!(
+            duty.calls_before_change(),
+            1,
+            "calls begun after do not count"
+        );
+        drop(running);
+        assert_eq!(duty.calls_before_change(), 0);
+        drop(unrelated);
+    }
+}

@@ -1,0 +1,576 @@
+//! Replicas splitting the work, end to end: `kubewasm run` child processes with sharding on,
+//! against a real kube-apiserver (kubewasm-testenv 1.34, which has no `ShardedListAndWatch`:
+//! each replica drops what is not its share at decode). Each replica runs the audit-log
+//! plugin, whose log line per event (JSON logs, timestamped) records what it delivered.
+//! 3,000 ConfigMaps in 100 namespaces. Every test also checks, over everything every replica
+//! delivered, that no object was delivered by two replicas in overlapping time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubewasm::serve::Status;
+use kubewasm::shard::fnv1a64;
+use kubewasm_testenv::agent_process::{AgentProcess, free_address, http_get};
+use kubewasm_testenv::{TestEnv, resources};
+use serde_json::{Value, json};
+
+const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
+const NAMESPACES: usize = 100;
+const PER_NAMESPACE: usize = 30;
+/// The Leases' duration in the test configuration; renew deadline 2/3 of it.
+const LEASE: Duration = Duration::from_secs(6);
+const RENEW_DEADLINE: Duration = Duration::from_secs(4);
+/// How often members renew and list (the host's fixed period).
+const RETRY: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(180);
+
+/// One event a replica's plugin handled, from its log line.
+#[derive(Debug, Clone)]
+struct Delivered {
+    at: jiff::Timestamp,
+    initial: bool,
+    key: String,
+    rv: u64,
+}
+
+/// A `delivering N of 64 slices` line of a replica.
+#[derive(Debug, Clone)]
+struct Step {
+    at: jiff::Timestamp,
+    /// The slices delivered from then on.
+    slices: u64,
+    took_over: u64,
+}
+
+/// One `kubewasm run` replica and what it printed.
+struct Replica {
+    process: AgentProcess,
+    address: SocketAddr,
+    delivered: Vec<Delivered>,
+    steps: Vec<Step>,
+    alive: bool,
+}
+
+impl Replica {
+    /// Reads what it printed since the last look.
+    fn pump(&mut self) {
+        for (_, line) in self.process.take_lines() {
+            let Ok(record) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            let at = record["timestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let Some(at) = at else { continue };
+            let fields = &record["fields"];
+            let message = fields["message"].as_str().unwrap_or_default();
+            if record["target"] == "plugin" && fields["plugin"] == "audit" {
+                let pairs: BTreeMap<&str, &str> = message
+                    .split_whitespace()
+                    .filter_map(|w| w.split_once('='))
+                    .collect();
+                self.delivered.push(Delivered {
+                    at,
+                    initial: pairs.get("flag") == Some(&"initial"),
+                    key: pairs.get("key").copied().unwrap_or_default().to_owned(),
+                    rv: pairs
+                        .get("rv")
+                        .and_then(|rv| rv.parse().ok())
+                        .unwrap_or_default(),
+                });
+            } else if message.starts_with("delivering ") && message.ends_with(" slices") {
+                let slices = fields["slices"].as_str().unwrap_or_default();
+                self.steps.push(Step {
+                    at,
+                    slices: u64::from_str_radix(slices, 16).unwrap_or_default(),
+                    took_over: fields["took_over"].as_u64().unwrap_or_default(),
+                });
+            }
+        }
+    }
+
+    /// Its `/status`, when it answers.
+    fn status(&self) -> Option<Status> {
+        let (code, body) = http_get(self.address, "/status");
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+}
+
+/// The API server, the objects, and the replicas by name.
+struct Group {
+    env: TestEnv,
+    client: kube::Client,
+    dir: tempfile::TempDir,
+    replicas: BTreeMap<String, Replica>,
+    /// Every object's key.
+    keys: BTreeSet<String>,
+    /// Every object's slice.
+    slice_of: BTreeMap<String, u32>,
+    /// When each replica was killed or cut off (it delivers nothing after).
+    ended: BTreeMap<String, jiff::Timestamp>,
+}
+
+impl Group {
+    /// An API server holding the objects, and the configuration replicas start from.
+    async fn start(key: &str) -> anyhow::Result<Self> {
+        let env = TestEnv::start().await?;
+        let client = env.client().await?;
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir(dir.path().join("plugins"))?;
+        std::fs::copy(
+            kubewasm_plugin_artifacts::AUDIT_LOG,
+            dir.path().join("plugins/audit.wasm"),
+        )?;
+        // A plugin that keeps state: refused while sharding is on (not kept per slice yet).
+        std::fs::copy(
+            kubewasm_plugin_artifacts::SERVICE_ALERT,
+            dir.path().join("plugins/alert.wasm"),
+        )?;
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            format!(
+                "leaderElection: {{enabled: true, namespace: default, name: split, leaseDurationSeconds: {}}}\nsharding: {{enabled: true, key: {key}}}\n\
+                 # Every delivery is logged: no line may be dropped for the rate.\n\
+                 defaults: {{limits: {{logLinesPerSecond: 1000000, logBurst: 1000000}}}}\n",
+                LEASE.as_secs()
+            ),
+        )?;
+        let mut keys = BTreeSet::new();
+        let mut creates = Vec::new();
+        for n in 0..NAMESPACES {
+            // Names that differ early: FNV-1a clumps names that differ in their last bytes
+            // (docs/design/sharding.md).
+            let ns = format!("t-{:08x}", (n as u32).wrapping_mul(0x9e37_79b1));
+            resources::create_namespace(&client, &ns).await?;
+            for i in 0..PER_NAMESPACE {
+                keys.insert(format!("{ns}/m-{i}"));
+                creates.push((ns.clone(), format!("m-{i}")));
+            }
+        }
+        let by_uid = key == "uid";
+        let results: Vec<anyhow::Result<(String, u32)>> = futures::stream::iter(creates)
+            .map(|(ns, name)| {
+                let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+                async move {
+                    let map: ConfigMap = serde_json::from_value(
+                        json!({"metadata": {"name": name}, "data": {"round": "0"}}),
+                    )?;
+                    let made = api.create(&PostParams::default(), &map).await?;
+                    let uid = made.metadata.uid.unwrap_or_default();
+                    // The API server's hash of the field the share is cut by.
+                    let hash = fnv1a64(if by_uid { &uid } else { &ns });
+                    Ok((format!("{ns}/{name}"), (hash >> 58) as u32))
+                }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let slice_of = results.into_iter().collect::<anyhow::Result<_>>()?;
+        Ok(Self {
+            env,
+            client,
+            dir,
+            replicas: BTreeMap::new(),
+            keys,
+            slice_of,
+            ended: BTreeMap::new(),
+        })
+    }
+
+    /// Starts replica `name`, reaching the API server through `kubeconfig`.
+    fn add(&mut self, name: &str, kubeconfig: &std::path::Path) -> anyhow::Result<()> {
+        let address = free_address()?;
+        let path = |p: &str| OsString::from(self.dir.path().join(p));
+        let args: Vec<OsString> = vec![
+            "--kubeconfig".into(),
+            kubeconfig.into(),
+            "--plugins".into(),
+            path("plugins"),
+            "--config".into(),
+            path("config.yaml"),
+            "--cache-dir".into(),
+            path("cache"),
+            "--metrics-address".into(),
+            address.to_string().into(),
+            "--log-format".into(),
+            "json".into(),
+        ];
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(OsString::as_os_str).collect();
+        let process = AgentProcess::start(KUBEWASM.as_ref(), &args)?;
+        self.replicas.insert(
+            name.to_owned(),
+            Replica {
+                process,
+                address,
+                delivered: Vec::new(),
+                steps: Vec::new(),
+                alive: true,
+            },
+        );
+        Ok(())
+    }
+
+    fn pump(&mut self) {
+        for r in self.replicas.values_mut() {
+            r.pump();
+        }
+    }
+
+    /// Waits until `done` holds, reading the replicas' output meanwhile.
+    async fn until<T>(
+        &mut self,
+        what: &str,
+        mut done: impl FnMut(&Self) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            self.pump();
+            if let Some(value) = done(self) {
+                return Ok(value);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "{what} did not happen");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the live replicas see each other, each delivers its fair number of
+    /// slices, and together all 64; returns how long that took.
+    async fn converged(&mut self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let live: Vec<String> = self
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.alive)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let n = live.len() as u32;
+        self.until(&format!("{live:?} converged"), |g| {
+            let shares: Option<Vec<u32>> = live
+                .iter()
+                .map(|name| {
+                    let split = g.replicas[name].status()?.sharding?;
+                    (split.renewed && split.members.len() as u32 == n).then_some(split.delivering)
+                })
+                .collect();
+            let shares = shares?;
+            let fair = |d: &u32| *d == 64 / n || *d == 64 / n + 1;
+            (shares.iter().sum::<u32>() == 64 && shares.iter().all(fair)).then_some(())
+        })
+        .await?;
+        Ok(started.elapsed())
+    }
+
+    /// Writes round `round` into every ConfigMap; each key's new resourceVersion.
+    async fn touch_all(&self, round: u32) -> anyhow::Result<BTreeMap<String, u64>> {
+        let patch = json!({"data": {"round": round.to_string()}});
+        let results: Vec<anyhow::Result<(String, u64)>> = futures::stream::iter(self.keys.clone())
+            .map(|key| {
+                let (ns, name) = key
+                    .split_once('/')
+                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                    .unwrap_or_default();
+                let api = Api::<ConfigMap>::namespaced(self.client.clone(), &ns);
+                let patch = patch.clone();
+                async move {
+                    let map = api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                    let rv = map.metadata.resource_version.unwrap_or_default().parse()?;
+                    Ok((key, rv))
+                }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
+    /// Waits until every key's version `rvs` was delivered, and returns who delivered each.
+    async fn delivered(
+        &mut self,
+        rvs: &BTreeMap<String, u64>,
+    ) -> anyhow::Result<BTreeMap<String, BTreeSet<String>>> {
+        let seen = std::cell::Cell::new(0);
+        let found = self
+            .until("every change delivered", |g| {
+                let mut by: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+                for (name, r) in &g.replicas {
+                    for d in &r.delivered {
+                        if rvs.get(&d.key) == Some(&d.rv) {
+                            by.entry(d.key.clone()).or_default().insert(name.clone());
+                        }
+                    }
+                }
+                seen.set(by.len());
+                (by.len() == rvs.len()).then_some(by)
+            })
+            .await;
+        found.map_err(|e| e.context(format!("{} of {} delivered", seen.get(), rvs.len())))
+    }
+
+    /// Each key delivered by exactly one replica: its owner.
+    fn owners(by: &BTreeMap<String, BTreeSet<String>>) -> anyhow::Result<BTreeMap<String, String>> {
+        by.iter()
+            .map(|(key, who)| {
+                anyhow::ensure!(who.len() == 1, "{key} delivered by {who:?}");
+                Ok((key.clone(), who.iter().next().cloned().unwrap_or_default()))
+            })
+            .collect()
+    }
+
+    /// Replica `name` ends now (killed or cut off): it delivers nothing after.
+    fn end(&mut self, name: &str) {
+        self.pump();
+        self.ended.insert(name.to_owned(), jiff::Timestamp::now());
+        if let Some(r) = self.replicas.get_mut(name) {
+            r.alive = false;
+        }
+    }
+
+    /// No object delivered by two replicas in overlapping time. From each replica's
+    /// `delivering` lines, the spans in which it delivered each slice: per slice, the spans
+    /// of different replicas never overlap, and every event a replica delivered falls in its
+    /// span for the object's slice. Returns the number of spans.
+    fn no_overlap(&mut self) -> anyhow::Result<usize> {
+        self.pump();
+        let now = jiff::Timestamp::now();
+        // (slice) -> [(from, until, replica)]
+        let mut spans: BTreeMap<u32, Vec<(jiff::Timestamp, jiff::Timestamp, &str)>> =
+            BTreeMap::new();
+        for (name, r) in &self.replicas {
+            let end = self.ended.get(name).copied().unwrap_or(now);
+            let mut open: BTreeMap<u32, jiff::Timestamp> = BTreeMap::new();
+            for step in &r.steps {
+                for slice in 0..64 {
+                    let on = step.slices & (1 << slice) != 0;
+                    match (open.get(&slice).copied(), on) {
+                        (None, true) => {
+                            open.insert(slice, step.at);
+                        }
+                        (Some(from), false) => {
+                            open.remove(&slice);
+                            spans.entry(slice).or_default().push((from, step.at, name));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            for (slice, from) in open {
+                spans.entry(slice).or_default().push((from, end, name));
+            }
+        }
+        for (slice, s) in &mut spans {
+            s.sort();
+            for pair in s.windows(2) {
+                anyhow::ensure!(
+                    pair[0].1 <= pair[1].0,
+                    "slice {slice}: {} delivered it until {}, {} from {}",
+                    pair[0].2,
+                    pair[0].1,
+                    pair[1].2,
+                    pair[1].0
+                );
+            }
+        }
+        // A hand-over waits for the calls running on what it gives up before it is logged:
+        // every delivery falls inside a span, with no grace.
+        for (name, r) in &self.replicas {
+            for d in &r.delivered {
+                // The API server's own ConfigMaps are not the test's: their uids are unknown.
+                let Some(&slice) = self.slice_of.get(&d.key) else {
+                    continue;
+                };
+                let own: Vec<_> = spans
+                    .get(&slice)
+                    .map(|s| s.iter().filter(|(_, _, who)| *who == name).collect())
+                    .unwrap_or_default();
+                let inside = own
+                    .iter()
+                    .any(|(from, until, _)| *from <= d.at && d.at <= *until);
+                anyhow::ensure!(
+                    inside,
+                    "{name} delivered {} (slice {slice}) at {} outside its spans {own:?}",
+                    d.key,
+                    d.at
+                );
+            }
+        }
+        Ok(spans.values().map(Vec::len).sum())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_deliver_each_object_once_and_hand_over_on_join_and_kill()
+-> anyhow::Result<()> {
+    // By uid: 3,000 keys spread evenly, so keys move as slices do.
+    let mut g = Group::start("uid").await?;
+    let kubeconfig = g.env.kubeconfig().to_owned();
+    // One first: it delivers everything, then hands slices over as the others join.
+    g.add("a", &kubeconfig)?;
+    g.converged().await?;
+    g.add("b", &kubeconfig)?;
+    g.add("c", &kubeconfig)?;
+    g.converged().await?;
+
+    // Steady state: every change delivered by exactly one replica.
+    let rvs = g.touch_all(1).await?;
+    let three = Group::owners(&g.delivered(&rvs).await?)?;
+    let per: BTreeMap<&String, usize> = three.values().fold(BTreeMap::new(), |mut m, o| {
+        *m.entry(o).or_default() += 1;
+        m
+    });
+    assert_eq!(per.len(), 3, "all three deliver: {per:?}");
+
+    // A fourth joins: about a quarter of the keys move, none is lost.
+    g.add("d", &kubeconfig)?;
+    g.converged().await?;
+    let rvs = g.touch_all(2).await?;
+    let four = Group::owners(&g.delivered(&rvs).await?)?;
+    let moved = three
+        .iter()
+        .filter(|(k, o)| four.get(*k) != Some(*o))
+        .count();
+    eprintln!("a join moved {moved} of {} keys", g.keys.len());
+    let bound = g.keys.len() * 30 / 100;
+    assert!(
+        moved <= bound,
+        "{moved} of {} keys moved on a join (bound {bound})",
+        g.keys.len()
+    );
+    assert!(
+        four.iter().filter(|(_, o)| *o == "d").count() == moved,
+        "only keys moving to the newcomer move"
+    );
+
+    // kill -9 one: the others own its slices again within the lease duration plus the
+    // rounds it takes to notice, and every one of its objects reaches its new owner.
+    let victim = "b";
+    let lost: BTreeSet<String> = four
+        .iter()
+        .filter(|(_, o)| *o == victim)
+        .map(|(k, _)| k.clone())
+        .collect();
+    g.replicas.get_mut(victim).expect("b runs").process.kill()?;
+    g.end(victim);
+    let killed = g.ended[victim];
+    let took = g.converged().await?;
+    eprintln!("b's slices owned again {took:?} after the kill");
+    // A survivor counts b gone once its Lease record has not changed for the lease
+    // duration since it first saw that record (up to a round after b's last renewal) and
+    // it looks once a round: up to two rounds after the lease duration.
+    assert!(
+        took <= LEASE + 2 * RETRY + Duration::from_secs(1),
+        "b's slices owned again {took:?} after the kill (lease {LEASE:?}, rounds {RETRY:?})"
+    );
+    let handed = g
+        .until("b's objects delivered by their new owners", |g| {
+            let seen: BTreeSet<&String> = g
+                .replicas
+                .iter()
+                .filter(|(n, _)| n.as_str() != victim)
+                .flat_map(|(_, r)| &r.delivered)
+                .filter(|d| d.at > killed && d.initial && lost.contains(&d.key))
+                .filter(|d| rvs.get(&d.key) == Some(&d.rv))
+                .map(|d| &d.key)
+                .collect();
+            (seen.len() == lost.len()).then_some(seen.len())
+        })
+        .await?;
+    assert!(handed > 0, "b owned some keys");
+    let spans = g.no_overlap()?;
+    assert!(spans >= 64 + 16, "spans seen: {spans}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_the_api_server_stops_before_another_takes_over()
+-> anyhow::Result<()> {
+    // By namespace (the default): a namespace's objects all land on one replica.
+    let mut g = Group::start("namespace").await?;
+    let proxy = kubewasm_testenv::proxy::FreezableProxy::start(g.env.addr()).await?;
+    let direct = g.env.kubeconfig().to_owned();
+    let text = std::fs::read_to_string(&direct)?;
+    anyhow::ensure!(
+        text.contains(&g.env.url()),
+        "the kubeconfig names the server"
+    );
+    let through_proxy = g.dir.path().join("proxy.kubeconfig");
+    std::fs::write(
+        &through_proxy,
+        text.replace(&g.env.url(), &format!("https://{}", proxy.addr())),
+    )?;
+    g.add("a", &direct)?;
+    g.add("b", &direct)?;
+    g.add("x", &through_proxy)?;
+    g.converged().await?;
+    let rvs = g.touch_all(1).await?;
+    let owners = Group::owners(&g.delivered(&rvs).await?)?;
+    let mut by_namespace: BTreeMap<&str, BTreeSet<&String>> = BTreeMap::new();
+    for (key, owner) in &owners {
+        let ns = key.split('/').next().unwrap_or_default();
+        by_namespace.entry(ns).or_default().insert(owner);
+    }
+    for (ns, who) in &by_namespace {
+        assert_eq!(who.len(), 1, "namespace {ns} delivered by {who:?}");
+    }
+    assert!(
+        owners.values().any(|o| o == "x"),
+        "x delivers a share before the cut"
+    );
+    let status = g.replicas["a"].status().expect("a answers");
+    let refused = status.failed_plugins.iter().find(|p| p.name == "alert");
+    assert!(
+        refused
+            .is_some_and(|p| p.error.contains("manifest field `state`")
+                && p.error.contains("sharding is on")),
+        "a plugin keeping state is refused, naming why: {refused:?}"
+    );
+
+    // The proxy now holds every byte: x's renewals go unanswered.
+    proxy.freeze(true);
+    let frozen = jiff::Timestamp::now();
+    g.replicas.get_mut("x").expect("x").alive = false;
+    g.converged().await?;
+    let stopped = g
+        .until("x stopped delivering", |g| {
+            g.replicas["x"]
+                .steps
+                .iter()
+                .find(|s| s.at > frozen && s.slices == 0)
+                .map(|s| s.at)
+        })
+        .await?;
+    let taken = g
+        .replicas
+        .iter()
+        .filter(|(n, _)| n.as_str() != "x")
+        .flat_map(|(_, r)| &r.steps)
+        .filter(|s| s.at > frozen && s.took_over > 0)
+        .map(|s| s.at)
+        .min()
+        .ok_or_else(|| anyhow::anyhow!("a or b took x's slices"))?;
+    assert!(
+        stopped < taken,
+        "x stopped at {stopped}, another took over at {taken}"
+    );
+    let after = frozen.duration_until(stopped).unsigned_abs();
+    let margin = stopped.duration_until(taken).unsigned_abs();
+    eprintln!("x stopped {after:?} after the freeze, {margin:?} before another took over");
+    assert!(
+        after <= RENEW_DEADLINE + Duration::from_millis(500),
+        "x stopped {after:?} after the freeze (renew deadline {RENEW_DEADLINE:?})"
+    );
+    let late = g.replicas["x"]
+        .delivered
+        .iter()
+        .filter(|d| d.at > stopped)
+        .count();
+    assert_eq!(late, 0, "x delivered after it stopped");
+    g.no_overlap()?;
+    Ok(())
+}
