@@ -132,8 +132,54 @@ fn chart_file(name: &str) -> PathBuf {
 
 #[test]
 fn the_charts_rbac_is_what_kubewasm_rbac_prints_for_its_configuration() {
-    let docs = rendered();
-    let (dir, _) = chart_config(&docs);
+    rbac_matches(&rendered());
+}
+
+#[test]
+fn sharding_adds_a_disruption_budget_and_the_members_lease_rights() {
+    assert!(
+        !rendered()
+            .iter()
+            .any(|d| d["kind"] == "PodDisruptionBudget"),
+        "no budget without sharding"
+    );
+    let docs = rendered_with(&["--set", "config.sharding.enabled=true"]);
+    let (_, config) = chart_config(&docs);
+    assert!(config.sharding.enabled && config.elects());
+    let budget = find(&docs, "PodDisruptionBudget", "kubewasm");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    let pods = &find(&docs, "Deployment", "kubewasm")["spec"]["template"]["metadata"]["labels"];
+    let selector = budget["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("a label selector");
+    assert!(!selector.is_empty());
+    for (label, value) in selector {
+        assert_eq!(
+            &pods[label], value,
+            "the budget selects the pods by {label}"
+        );
+    }
+    let leases = &find(&docs, "Role", "kubewasm-leader-election")["rules"][0]["verbs"];
+    assert!(
+        ["list", "delete"]
+            .iter()
+            .all(|v| leases.as_array().is_some_and(|a| a.iter().any(|x| x == v))),
+        "members list and delete Leases: {leases}"
+    );
+    rbac_matches(&docs);
+    let bad = helm(&[
+        "template",
+        "kubewasm",
+        chart().to_str().expect("utf-8 path"),
+        "--set",
+        "config.sharding.key=name",
+    ]);
+    assert!(!bad.status.success(), "the schema refuses an unknown key");
+}
+
+/// The RBAC of `docs` is exactly what `kubewasm rbac` prints for the configuration they hold.
+fn rbac_matches(docs: &[Value]) {
+    let (dir, _) = chart_config(docs);
     let plugins = support::deployed_plugins();
     let config = dir.path().join("config.yaml");
     let generated = kubewasm_yaml(&[
@@ -152,7 +198,7 @@ fn the_charts_rbac_is_what_kubewasm_rbac_prints_for_its_configuration() {
             object["kind"].as_str().expect("kind"),
             object["metadata"]["name"].as_str().expect("name"),
         );
-        let ours = find(&docs, kind, name);
+        let ours = find(docs, kind, name);
         for field in ["rules", "roleRef", "subjects"] {
             assert_eq!(ours[field], object[field], "{kind} {name}: {field}");
         }
@@ -269,7 +315,8 @@ fn the_charts_webhooks_are_what_kubewasm_webhooks_prints_served_by_its_own_servi
 async fn every_rendered_object_passes_a_server_side_dry_run() {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     use kube::discovery::{Scope, pinned_kind};
-    let docs = rendered();
+    // With sharding: every object of the default rendering, and the disruption budget.
+    let docs = rendered_with(&["--set", "config.sharding.enabled=true"]);
     let env = kubewasm_testenv::TestEnv::start()
         .await
         .expect("test environment");
