@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # Builds pinned etcd and kube-apiserver from the Go module proxy with the machine's Go, into a
 # cache outside the repository keyed by version, and reuses them when present. Prints the
-# folder holding both binaries (what KUBEWASM_SERVERS must point at for the end-to-end tests).
+# folder holding the binaries (what KUBEWASM_SERVERS must point at for the end-to-end tests):
+# etcd, kube-apiserver (1.36: sharded list and watch) and kube-apiserver-1.34 (without it).
 #
-# Sources: tests/k8s-servers/{etcd,kube-apiserver} (wrapper mains and pinned go.mod/go.sum).
+# Sources: tests/k8s-servers/{etcd,kube-apiserver,kube-apiserver-1.34} (wrapper mains and
+# pinned go.mod/go.sum).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The pinned versions, from the go.mod files (`require X vN` or a line of a require block).
 pinned() { awk -v m="$1" '$1 == m || ($1 == "require" && $2 == m) { print $NF; exit }' "$2"; }
 kube_version=$(pinned k8s.io/kubernetes tests/k8s-servers/kube-apiserver/go.mod)
+old_kube_version=$(pinned k8s.io/kubernetes tests/k8s-servers/kube-apiserver-1.34/go.mod)
 etcd_version=$(pinned go.etcd.io/etcd/server/v3 tests/k8s-servers/etcd/go.mod)
-if [[ -z "$kube_version" || -z "$etcd_version" ]]; then
+if [[ -z "$kube_version" || -z "$old_kube_version" || -z "$etcd_version" ]]; then
   echo "k8s-servers: cannot read the pinned versions from tests/k8s-servers/*/go.mod" >&2
   exit 1
 fi
 cache=${KUBEWASM_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubewasm/servers}
-dir="$cache/kube-$kube_version-etcd-$etcd_version"
+dir="$cache/kube-$kube_version-$old_kube_version-etcd-$etcd_version"
+servers=(etcd kube-apiserver kube-apiserver-1.34)
 
-if [[ -x "$dir/etcd" && -x "$dir/kube-apiserver" ]]; then
+built() { for s in "${servers[@]}"; do [[ -x "$dir/$s" ]] || return 1; done; }
+if built; then
   echo "$dir"
   exit 0
 fi
@@ -27,9 +32,10 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 mkdir -p "$dir"
-for server in etcd kube-apiserver; do
+for server in "${servers[@]}"; do
   if [[ ! -x "$dir/$server" ]]; then
-    echo "k8s-servers: building $server ($([[ $server == etcd ]] && echo "$etcd_version" || echo "$kube_version")); the first build takes minutes" >&2
+    version=$(pinned k8s.io/kubernetes "tests/k8s-servers/$server/go.mod")
+    echo "k8s-servers: building $server (${version:-$etcd_version}); the first build takes minutes" >&2
     start=$SECONDS
     (cd "tests/k8s-servers/$server" && go build -trimpath -o "$dir/$server.partial" .)
     mv "$dir/$server.partial" "$dir/$server"

@@ -1,6 +1,8 @@
-//! Replicas' shares of the key space on a real kube-apiserver (kubewasm-testenv, 1.34: no
-//! `ShardedListAndWatch`, so the shard selector is ignored by the server and the share is
-//! kept at decode). Three informer factories, each one replica's, split 300 ConfigMaps in 30
+//! Replicas' shares of the key space on a real kube-apiserver, twice: 1.36 with
+//! `ShardedListAndWatch` (the server sends each replica its share) and 1.34 without it (the
+//! server ignores the selector and the share is kept at decode); the results must be the
+//! same, and each replica says which way it was filtered. Three informer factories, each one
+//! replica's, split 300 ConfigMaps in 30
 //! namespaces between them: every object is cached by exactly one, cluster-scoped objects by
 //! all. A fourth replica's arrival moves a quarter of the slices: the others drop what they
 //! give up without an event. When one leaves, the others take its slices over and hear
@@ -128,9 +130,24 @@ async fn wait<T>(what: &str, check: impl Fn() -> Option<T>) -> anyhow::Result<T>
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_over()
+async fn replicas_split_the_objects_by_namespace_filtered_by_the_server() -> anyhow::Result<()> {
+    split_and_hand_over(true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_split_the_objects_by_namespace_filtered_at_decode_by_an_older_server()
 -> anyhow::Result<()> {
-    let env = TestEnv::start().await?;
+    split_and_hand_over(false).await
+}
+
+/// Three replicas split the objects, a fourth joins, one leaves, on a server with sharded
+/// lists (`sharded`) or without.
+async fn split_and_hand_over(sharded: bool) -> anyhow::Result<()> {
+    let env = TestEnv::start_with(kubewasm_testenv::Options {
+        sharded_lists: sharded,
+        ..Default::default()
+    })
+    .await?;
     let client = env.client().await?;
     let mut all = BTreeSet::new();
     for n in 0..NAMESPACES {
@@ -187,18 +204,19 @@ async fn replicas_split_the_objects_by_namespace_and_a_newcomer_takes_its_share_
     for (m, r) in &replicas {
         // Cluster-scoped objects are everyone's (waited for above).
         assert!(namespaces_cached(r) >= NAMESPACES, "{m}");
-        // This server ignores the selector: the share was kept at decode, and said so.
+        // Filtered where the server can, at decode where it cannot, and said so.
         let mode = r
             .source
             .stats()
             .into_iter()
             .find(|(g, _)| *g == config_maps())
             .and_then(|(_, s)| s.shard_filter);
-        assert_eq!(
-            mode,
-            Some(kubewasm::source::kube::stats::ShardFilter::Client),
-            "{m}"
-        );
+        let expected = if sharded {
+            kubewasm::source::kube::stats::ShardFilter::Server
+        } else {
+            kubewasm::source::kube::stats::ShardFilter::Client
+        };
+        assert_eq!(mode, Some(expected), "{m}");
         let initial = r.heard();
         assert!(
             initial.iter().all(|(kind, _)| kind == "add-initial"),

@@ -1,9 +1,10 @@
 //! Replicas splitting the work, end to end: `kubewasm run` child processes with sharding on,
-//! against a real kube-apiserver (kubewasm-testenv 1.34, which has no `ShardedListAndWatch`:
-//! each replica drops what is not its share at decode). Each replica runs the audit-log
-//! plugin, whose log line per event (JSON logs, timestamped) records what it delivered.
-//! 3,000 ConfigMaps in 100 namespaces. Every test also checks, over everything every replica
-//! delivered, that no object was delivered by two replicas in overlapping time.
+//! against a real kube-apiserver (kubewasm-testenv's 1.36 with `ShardedListAndWatch` on: each
+//! replica lists and watches its share only; `e2e_shard.rs` covers a server without it).
+//! Each replica runs the audit-log plugin, whose log line per event (JSON logs, timestamped)
+//! records what it delivered. 3,000 ConfigMaps in 100 namespaces. Every test also checks,
+//! over everything every replica delivered, that no object was delivered by two replicas in
+//! overlapping time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -15,6 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm::serve::Status;
 use kubewasm::shard::fnv1a64;
+use kubewasm::source::kube::stats::ShardFilter;
 use kubewasm_testenv::agent_process::{AgentProcess, free_address, http_get};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::{Value, json};
@@ -425,6 +427,16 @@ async fn three_replicas_deliver_each_object_once_and_hand_over_on_join_and_kill(
         m
     });
     assert_eq!(per.len(), 3, "all three deliver: {per:?}");
+    // This server (1.36, ShardedListAndWatch on) sends each replica its share only.
+    for (name, r) in &g.replicas {
+        let status = r.status().expect("it answers");
+        let filter = status
+            .reflectors
+            .iter()
+            .find(|(gvk, _)| gvk.kind == "ConfigMap")
+            .and_then(|(_, s)| s.shard_filter);
+        assert_eq!(filter, Some(ShardFilter::Server), "{name}");
+    }
 
     // A fourth joins: about a quarter of the keys move, none is lost.
     g.add("d", &kubeconfig)?;

@@ -1,4 +1,5 @@
-// Command kube-apiserver is the real Kubernetes API server, built from the Go module proxy.
+// Command kube-apiserver is the real Kubernetes API server, built from the Go module proxy:
+// v1.36, the first release serving sharded list and watch (KEP-5866, alpha).
 package main
 
 import (

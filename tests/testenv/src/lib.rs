@@ -41,9 +41,13 @@ pub struct Options {
     /// `false`, watches read etcd directly, so an etcd compaction makes old resource versions
     /// answer 410 Gone at once.
     pub watch_cache: bool,
-    /// Serve streaming lists (`sendInitialEvents`, the WatchList feature, on by default in
-    /// 1.34). With `false`, clients must fall back to paginated lists.
+    /// Serve streaming lists (`sendInitialEvents`, the WatchList feature, on by default
+    /// since 1.34). With `false`, clients must fall back to paginated lists.
     pub streaming_lists: bool,
+    /// Serve sharded list and watch (`shardSelector`, KEP-5866): kube-apiserver 1.36 with
+    /// the `ShardedListAndWatch` gate on. With `false`, kube-apiserver 1.34, which has no
+    /// such feature and ignores the parameter.
+    pub sharded_lists: bool,
 }
 
 impl Default for Options {
@@ -51,6 +55,7 @@ impl Default for Options {
         Self {
             watch_cache: true,
             streaming_lists: true,
+            sharded_lists: true,
         }
     }
 }
@@ -293,7 +298,14 @@ impl TestEnv {
             ),
             format!("--audit-log-path={}", path("audit.log").display()),
             "--audit-log-mode=blocking".into(),
-            format!("--feature-gates=WatchList={}", options.streaming_lists),
+            if options.sharded_lists {
+                format!(
+                    "--feature-gates=WatchList={},ShardedListAndWatch=true",
+                    options.streaming_lists
+                )
+            } else {
+                format!("--feature-gates=WatchList={}", options.streaming_lists)
+            },
         ];
         let apiserver_log = path("kube-apiserver.log");
         let mut env = Self {
@@ -301,7 +313,11 @@ impl TestEnv {
             _etcd: etcd,
             etcd_port,
             port,
-            apiserver_program: servers.join("kube-apiserver"),
+            apiserver_program: servers.join(if options.sharded_lists {
+                "kube-apiserver"
+            } else {
+                "kube-apiserver-1.34"
+            }),
             apiserver_args,
             pki,
             kubeconfig: path("admin.kubeconfig"),

@@ -2,6 +2,7 @@
 //!
 //! - First sync: a streaming list (a watch with `sendInitialEvents`) when the server supports
 //!   it, else a paginated list (500 per page). Both stream into the informer object by object.
+//!   A replica's share lists by pages: only a list answer says whether the server filtered.
 //! - Then a watch from the listed resourceVersion with bookmarks on and a server-side timeout
 //!   drawn from [5, 10) minutes; a watch that ends is resumed from the last version seen
 //!   (an object's or a bookmark's), without a relist. A watch silent for 90 s (no event, no
@@ -250,6 +251,11 @@ impl Reflector {
     /// (the informer drops the rest before the store). Which it was shows in the stats.
     pub fn sharded(mut self, shard: Option<Share>) -> Self {
         self.shard_selector = shard.as_ref().and_then(Share::selector);
+        if self.shard_selector.is_some() {
+            // Only a list answer says whether the server filtered (`metadata.shardInfo`); a
+            // streaming list's events and bookmarks do not.
+            self.state.method = ListMethod::Paginated;
+        }
         self.shard = shard;
         self
     }
