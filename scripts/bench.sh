@@ -20,7 +20,7 @@ if [[ ${new_weval:-} == yes ]]; then touch plugins/javascript/build.mjs; fi
 KUBEWASM_SERVERS=$(bash scripts/k8s-servers.sh)
 export KUBEWASM_SERVERS
 results=target/bench-results
-all=(decode delivery queries contract reload folder admission hostile peers)
+all=(decode delivery queries contract reload folder admission hostile peers sharding)
 if (($#)); then
   benches=("$@")
   for bench in "${all[@]}"; do
@@ -42,7 +42,7 @@ for bench in "${benches[@]}"; do
       echo "bench.sh: peers (kube-rs and client-go side by side)" >&2
       cargo bench --locked -p kubewasm --bench peers 2> >(grep -v '^[IW][0-9]\{4\} ' >&2)
       ;;
-    decode | delivery | queries | contract | reload | folder | admission | hostile)
+    decode | delivery | queries | contract | reload | folder | admission | hostile | sharding)
       echo "bench.sh: $bench" >&2
       cargo bench --locked -p kubewasm --bench "$bench" | tee "$results/$bench.txt"
       ;;

@@ -203,7 +203,7 @@ def main():
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
-        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `delivery.rs`, "
+        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `sharding.rs`, `delivery.rs`, "
         "`reload.rs`; "
         "inputs from `tests/testenv/src/generate.rs`, served by the API server double "
         "(`tests/testenv/src/double.rs`).",
@@ -808,7 +808,52 @@ def main():
             + ".",
             "",
         ]
+    out += sharding_section()
     sys.stdout.write("\n".join(out))
+
+
+def sharding_section():
+    """Section 9: three sharded replicas against one unsharded, side by side."""
+    lines = tagged("sharding", "SHARDING")
+    if not lines:
+        return []
+    out = [
+        "## 9. Sharding: one replica of three against one doing it all",
+        "",
+        f"A real kube-apiserver 1.36 with `ShardedListAndWatch` on (the test environment's, on "
+        f"loopback) holds {lines[0]['objects']:,} ConfigMaps of about 1 KB in as many "
+        "namespaces as `host/benches/sharding.rs` says. Each round syncs, one at a time and "
+        "each from a cold start, one unsharded replica and then each of three sharded "
+        "replicas (shares as three members settle them): its cache bytes, the CPU of the "
+        "benchmark's process from start to synced (list, decode, store), and the bytes the "
+        "API server counts as sent for ConfigMaps meanwhile (its `apiserver_response_sizes` "
+        "and `apiserver_watch_events_sizes` sums). Ratios are each sharded replica's over "
+        "the unsharded one's of the same round; the table gives the median of the rounds "
+        "and, for the replicas, the largest of the three.",
+        "",
+    ]
+    rows = []
+    for key in ("namespace", "uid"):
+        runs = [l for l in lines if l["key"] == key]
+        if not runs:
+            continue
+
+        def ratio(field, pick=max):
+            per_round = [pick(r[field] / u["unsharded"][field] for r in u["replicas"]) for u in runs]
+            return statistics.median(per_round)
+
+        total_sent = statistics.median(
+            sum(r["sent_bytes"] for r in u["replicas"]) / u["unsharded"]["sent_bytes"] for u in runs
+        )
+        slices = ", ".join(str(r["slices"]) for r in runs[0]["replicas"])
+        rows += [
+            [f"by {key}: a replica's cache bytes (largest of three)", f"{ratio('cached_bytes'):.2f}", "0.40"],
+            [f"by {key}: a replica's sync CPU (largest of three)", f"{ratio('cpu_ms'):.2f}", "0.40"],
+            [f"by {key}: bytes sent to the three / to one", f"{total_sent:.2f}", "1.1"],
+            [f"by {key}: slices per replica", slices, ""],
+        ]
+    out += [table(["what", "measured (median of rounds)", "issue's bound"], rows), ""]
+    return out
 
 
 if __name__ == "__main__":
