@@ -825,9 +825,11 @@ def sharding_section():
         "namespaces as `host/benches/sharding.rs` says. Each round syncs, one at a time and "
         "each from a cold start, one unsharded replica and then each of three sharded "
         "replicas (shares as three members settle them): its cache bytes, the CPU of the "
-        "benchmark's process from start to synced (list, decode, store), and the bytes the "
-        "API server counts as sent for ConfigMaps meanwhile (its `apiserver_response_sizes` "
-        "and `apiserver_watch_events_sizes` sums). Ratios are each sharded replica's over "
+        "benchmark's process from start to synced (list, decode, store), and the bytes of the "
+        "HTTP response bodies its client received (counted by a client layer: what the API "
+        "server sent it, by streaming for the unsharded replica, by pages for a sharded one; "
+        "the server's own `apiserver_watch_events_sizes` counted about twice a list item's "
+        "bytes per streamed object, so it cannot compare the two). Ratios are each sharded replica's over "
         "the unsharded one's of the same round; the table gives the median of the rounds "
         "and, for the replicas, the largest of the three.",
         "",
