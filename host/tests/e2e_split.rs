@@ -427,6 +427,33 @@ async fn three_replicas_deliver_each_object_once_and_hand_over_on_join_and_kill(
         m
     });
     assert_eq!(per.len(), 3, "all three deliver: {per:?}");
+    // What an operator sees: `kubewasm status` and `/metrics` show each member's part.
+    for (name, r) in &g.replicas {
+        let out = std::process::Command::new(KUBEWASM)
+            .args(["status", "--address", &r.address.to_string()])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let delivering = r.status().and_then(|s| s.sharding).map(|s| s.delivering);
+        let expected = format!(
+            "sharding by uid in group split: delivering {} of 64 slices",
+            delivering.unwrap_or_default()
+        );
+        assert!(text.contains(&expected), "{name}: {text}");
+        assert!(text.contains("3 members"), "{name}: {text}");
+        let (_, metrics) = http_get(r.address, "/metrics");
+        let sample = format!(
+            "kubewasm_shard_slices_delivering {}",
+            delivering.unwrap_or_default()
+        );
+        assert!(
+            metrics.lines().any(|l| l == sample),
+            "{name}: no {sample:?}"
+        );
+        assert!(
+            metrics.lines().any(|l| l == "kubewasm_shard_members 3"),
+            "{name}"
+        );
+    }
     // This server (1.36, ShardedListAndWatch on) sends each replica its share only.
     for (name, r) in &g.replicas {
         let status = r.status().expect("it answers");
