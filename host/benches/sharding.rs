@@ -153,10 +153,7 @@ fn main() {
             .collect();
         let shares: BTreeMap<String, Slices> = settle(members);
         for key in [ShardKey::Namespace, ShardKey::Uid] {
-            let key_name = match key {
-                ShardKey::Namespace => "namespace",
-                ShardKey::Uid => "uid",
-            };
+            let key_name = key.name();
             for round in 0..ROUNDS {
                 let whole = sync(&env, None).await;
                 let mut line = json!({

@@ -416,20 +416,9 @@ pub struct ShardingConfig {
     pub enabled: bool,
     /// What a namespaced object's slice is decided by: `namespace` (default) or `uid`.
     #[serde(default)]
-    pub key: ShardKeyName,
+    pub key: ShardKey,
     /// The group of the members' Leases (default: the election Lease's name).
     pub group: Option<String>,
-}
-
-/// What objects are hashed by, as written.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ShardKeyName {
-    /// By namespace.
-    #[default]
-    Namespace,
-    /// By uid.
-    Uid,
 }
 
 /// One plugin's overrides.
@@ -859,11 +848,7 @@ impl HostConfig {
         let mut members = MembersConfig::new(&election.namespace, group, identity);
         members.lease_duration = election.lease_duration;
         members.renew_deadline = election.renew_deadline;
-        let key = match self.sharding.key {
-            ShardKeyName::Namespace => ShardKey::Namespace,
-            ShardKeyName::Uid => ShardKey::Uid,
-        };
-        Some((members, key))
+        Some((members, self.sharding.key))
     }
 }
 

@@ -111,10 +111,7 @@ impl Split {
         SplitStatus {
             group: self.group.clone(),
             identity: self.identity.clone(),
-            key: match self.key {
-                ShardKey::Namespace => "namespace".into(),
-                ShardKey::Uid => "uid".into(),
-            },
+            key: self.key.name().into(),
             members: view
                 .members
                 .iter()

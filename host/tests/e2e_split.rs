@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm::serve::Status;
-use kubewasm::shard::fnv1a64;
+use kubewasm::shard::{fnv1a64, slice_of};
 use kubewasm::source::kube::stats::ShardFilter;
 use kubewasm_testenv::agent_process::{AgentProcess, free_address, http_get};
 use kubewasm_testenv::{TestEnv, resources};
@@ -166,7 +166,7 @@ impl Group {
                     let uid = made.metadata.uid.unwrap_or_default();
                     // The API server's hash of the field the share is cut by.
                     let hash = fnv1a64(if by_uid { &uid } else { &ns });
-                    Ok((format!("{ns}/{name}"), (hash >> 58) as u32))
+                    Ok((format!("{ns}/{name}"), slice_of(hash)))
                 }
             })
             .buffer_unordered(16)

@@ -1,9 +1,9 @@
 //! The hand-over rules: from what a member sees of its group, the slices it claims and the
 //! slices it delivers next, so that no slice is ever delivered by two members at once.
 //!
-//! - A member claims what [`rebalance`] gives it (what it claims now, trimmed to or filled
-//!   up to its fair number), less those a member with a smaller name also claims (a tie
-//!   between stale views is settled by name, the same way on both sides).
+//! - A member claims what [`claim`] gives it: what it claims now, trimmed to or filled up to
+//!   its fair number, less those a member with a smaller name also claims (a tie between
+//!   stale views is settled by name, the same way on both sides).
 //! - It delivers a slice only once its own Lease, as listed from the API server, carries the
 //!   claim, and no other live member's does. A member that claims later sees that claim and
 //!   waits; one with a smaller name makes the deliverer yield.
@@ -13,7 +13,7 @@
 //!   slices once its Lease expires, which is after its renew deadline.
 
 use crate::members::View;
-use crate::shard::{Slices, rebalance};
+use crate::shard::{Slices, claim};
 
 /// What a member claims and delivers next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,18 +29,12 @@ pub fn next(me: &str, view: &View, delivering: Slices) -> Step {
     if !view.renewed || !view.members.contains_key(me) {
         return Step::default();
     }
-    let target = rebalance(me, &view.members);
-    let mut smaller = Slices::none();
-    let mut others = Slices::none();
-    for (member, claims) in &view.members {
-        if member.as_str() < me {
-            smaller = smaller.union(*claims);
-        }
-        if member != me {
-            others = others.union(*claims);
-        }
-    }
-    let claim = target.minus(smaller);
+    let claim = claim(me, &view.members);
+    let others = view
+        .members
+        .iter()
+        .filter(|(m, _)| m.as_str() != me)
+        .fold(Slices::none(), |a, (_, c)| a.union(*c));
     let written = view.members.get(me).copied().unwrap_or_default();
     let free = claim.intersect(written).minus(others);
     Step {

@@ -49,18 +49,25 @@ pub fn rebalance(me: &str, claims: &BTreeMap<String, Slices>) -> Slices {
     keep.into_iter().fold(Slices::none(), Slices::with)
 }
 
-/// Where members starting from `claims` settle when each in turn, by name, claims what
-/// [`rebalance`] gives it and yields what a member with a smaller name claims: what a group
-/// converges to when nothing else moves meanwhile.
+/// What `me` writes into its Lease next: what [`rebalance`] gives it, less what a member
+/// with a smaller name claims (a tie between stale views is settled by name, the same way on
+/// both sides).
+pub fn claim(me: &str, claims: &BTreeMap<String, Slices>) -> Slices {
+    let smaller = claims
+        .iter()
+        .take_while(|(m, _)| m.as_str() < me)
+        .fold(Slices::none(), |a, (_, c)| a.union(*c));
+    rebalance(me, claims).minus(smaller)
+}
+
+/// Where members starting from `claims` settle when each in turn, by name, writes its
+/// [`claim`]: what a group converges to when nothing else moves meanwhile.
 pub fn settle(mut claims: BTreeMap<String, Slices>) -> BTreeMap<String, Slices> {
     for _ in 0..=claims.len() * 2 {
         let before = claims.clone();
         let names: Vec<String> = claims.keys().cloned().collect();
         for me in &names {
-            let smaller = claims
-                .range::<String, _>(..me.clone())
-                .fold(Slices::none(), |a, (_, c)| a.union(*c));
-            let next = rebalance(me, &claims).minus(smaller);
+            let next = claim(me, &claims);
             claims.insert(me.clone(), next);
         }
         if claims == before {

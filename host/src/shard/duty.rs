@@ -55,11 +55,8 @@ impl Duty {
     /// Replicas split namespaced objects by `key`; this one delivers none until told.
     pub fn sharded(key: ShardKey) -> Self {
         Self {
-            leading: AtomicBool::new(false),
             sharded: Some(key),
-            slices: AtomicU64::new(0),
-            epoch: AtomicU64::new(0),
-            in_flight: Default::default(),
+            ..Self::whole(false)
         }
     }
 
@@ -140,7 +137,7 @@ impl Duty {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::fnv1a64;
+    use crate::shard::{fnv1a64, slice_of};
 
     fn object(namespace: Option<&str>) -> KubeObject {
         let ns = namespace.map_or(String::new(), |n| format!(r#","namespace":"{n}""#));
@@ -149,8 +146,8 @@ mod tests {
         KubeObject::from_json(&text, &crate::object::Transform::default()).expect("an object")
     }
 
-    fn slice_of(namespace: &str) -> u32 {
-        (fnv1a64(namespace) >> 58) as u32
+    fn slice(namespace: &str) -> u32 {
+        slice_of(fnv1a64(namespace))
     }
 
     #[test]
@@ -169,9 +166,9 @@ mod tests {
     fn a_member_delivers_its_slices_and_cluster_scoped_objects_only_while_it_leads() {
         let duty = Duty::sharded(ShardKey::Namespace);
         let (shop, other) = (object(Some("shop")), object(Some("payments")));
-        assert_ne!(slice_of("shop"), slice_of("payments"), "distinct slices");
+        assert_ne!(slice("shop"), slice("payments"), "distinct slices");
         assert!(!duty.delivers_any());
-        duty.set_slices(Slices::none().with(slice_of("shop")));
+        duty.set_slices(Slices::none().with(slice("shop")));
         assert!(duty.delivers_any());
         assert!(duty.delivers(&shop));
         assert!(!duty.delivers(&other));
@@ -190,7 +187,7 @@ mod tests {
     fn a_change_counts_the_calls_that_began_before_it_until_they_end() {
         let duty = Duty::sharded(ShardKey::Namespace);
         let shop = object(Some("shop"));
-        duty.set_slices(Slices::none().with(slice_of("shop")));
+        duty.set_slices(Slices::none().with(slice("shop")));
         let running = duty.begin(|d| d.delivers(&shop)).expect("its slice");
         assert_eq!(
             duty.calls_before_change(),

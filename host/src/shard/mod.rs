@@ -7,15 +7,16 @@ mod duty;
 mod hash;
 mod slices;
 
-pub use assign::{rebalance, settle};
+pub use assign::{claim, rebalance, settle};
 pub use duty::Duty;
 pub use hash::fnv1a64;
-pub use slices::{SLICES, Slices};
+pub use slices::{SLICES, Slices, slice_of};
 
 use crate::object::KubeObject;
 
-/// What an object's share is decided by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// What an object's share is decided by; written `namespace` or `uid` in the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ShardKey {
     /// Its namespace: a namespace's objects land together, so owner and index queries stay
     /// on one replica.
@@ -26,6 +27,14 @@ pub enum ShardKey {
 }
 
 impl ShardKey {
+    /// Its name, as the configuration writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardKey::Namespace => "namespace",
+            ShardKey::Uid => "uid",
+        }
+    }
+
     /// The field path the API server's selector names.
     pub fn field(self) -> &'static str {
         match self {
@@ -82,11 +91,8 @@ impl Share {
 
 impl std::fmt::Display for Share {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let key = match self.key {
-            ShardKey::Namespace => "namespace",
-            ShardKey::Uid => "uid",
-        };
-        write!(f, "{} of {SLICES} slices by {key}", self.slices.count())
+        let (count, key) = (self.slices.count(), self.key.name());
+        write!(f, "{count} of {SLICES} slices by {key}")
     }
 }
 
