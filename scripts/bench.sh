@@ -7,7 +7,7 @@
 #
 # Each result is kept with the commit it ran on (target/bench-results/NAME.commit), and the
 # page names that commit per benchmark: a partial rerun never passes old numbers off as new.
-# Needs what scripts/setup.sh installs (it is run first) and Go for the client-go peer.
+# Needs what scripts/setup.sh installs (it is run first) and Go for the client-go peer and kwok.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +20,7 @@ if [[ ${new_weval:-} == yes ]]; then touch plugins/javascript/build.mjs; fi
 KUBEWASM_SERVERS=$(bash scripts/k8s-servers.sh)
 export KUBEWASM_SERVERS
 results=target/bench-results
-all=(decode delivery queries contract reload folder admission hostile peers sharding)
+all=(decode delivery queries contract reload folder admission hostile peers sharding cluster)
 if (($#)); then
   benches=("$@")
   for bench in "${all[@]}"; do
@@ -41,6 +41,13 @@ for bench in "${benches[@]}"; do
     peers)
       echo "bench.sh: peers (kube-rs and client-go side by side)" >&2
       cargo bench --locked -p kubewasm --bench peers 2> >(grep -v '^[IW][0-9]\{4\} ' >&2)
+      ;;
+    cluster)
+      # kwok, which simulates the cluster's nodes and pods, built from the Go module proxy.
+      KUBEWASM_KWOK=$(bash scripts/test-tools.sh kwok)
+      export KUBEWASM_KWOK
+      echo "bench.sh: cluster" >&2
+      cargo bench --locked -p kubewasm --bench cluster | tee "$results/cluster.txt"
       ;;
     decode | delivery | queries | contract | reload | folder | admission | hostile | sharding)
       echo "bench.sh: $bench" >&2

@@ -203,7 +203,7 @@ def main():
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
-        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `sharding.rs`, `delivery.rs`, "
+        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `sharding.rs`, `cluster.rs`, `delivery.rs`, "
         "`reload.rs`; "
         "inputs from `tests/testenv/src/generate.rs`, served by the API server double "
         "(`tests/testenv/src/double.rs`).",
@@ -809,6 +809,7 @@ def main():
             "",
         ]
     out += sharding_section()
+    out += cluster_section()
     sys.stdout.write("\n".join(out))
 
 
@@ -855,6 +856,55 @@ def sharding_section():
             [f"by {key}: slices per replica", slices, ""],
         ]
     out += [table(["what", "measured (median of rounds)", "issue's bound"], rows), ""]
+    return out
+
+
+def cluster_section():
+    """Section 10: 1, 2 and 3 replicas on a cluster kwok simulates."""
+    lines = tagged("cluster", "CLUSTER")
+    if not lines:
+        return []
+    first = lines[0]
+    out = [
+        "## 10. Replicas on a simulated cluster (kwok)",
+        "",
+        f"kwok (sigs.k8s.io/kwok, built by `scripts/test-tools.sh kwok`) keeps {first['nodes']:,} "
+        f"fake nodes heartbeating and runs {first['pods']:,} pods in {first['namespaces']} "
+        "namespaces on them, on the test environment's kube-apiserver 1.36 with "
+        "`ShardedListAndWatch` on. Each group of `kubewasm run` replicas (release build, "
+        "sharding by namespace, default Lease settings) starts cold and runs the audit-log "
+        "plugin on Pods: whole objects, one JSON log line per event. Ready: the slowest "
+        "replica's first `/readyz` 200. Slices: until the group delivers all 64. Initial: until "
+        "every pod reached a handler as an initial add. Then "
+        f"{first['churn_writes'] / first['churn_s']:.0f} pod status writes a second churn the "
+        f"cluster for {first['churn_s']:.0f} s; latency runs from just before a write is sent "
+        "to the handler's log line, so it includes the API server's write (whose median round "
+        "trip is given). Peak RSS (`VmHWM`) and CPU are each replica's own, from start to the "
+        "end of the churn. etcd, kube-apiserver, kwok, the replicas and the benchmark share "
+        "the machine's cores: latencies are the whole machine's, not the agent's alone.",
+        "",
+    ]
+    rows = []
+    for l in lines:
+        each = l["each"]
+        mib = lambda b: f"{b / 2**20:.0f}"
+        rows.append([
+            l["replicas"],
+            ", ".join(mib(r["peak_rss_bytes"]) for r in each),
+            ", ".join(f"{r['cpu_s']:.1f}" for r in each),
+            ", ".join(str(r["initial_adds"]) for r in each),
+            f"{max(r['ready_s'] for r in each):.1f}",
+            f"{l['all_slices_s']:.1f}",
+            f"{l['all_delivered_s']:.1f}",
+            f"{l['latency_ms']['p50']:.1f}",
+            f"{l['latency_ms']['p99']:.1f}",
+            f"{l['write_round_trip_ms']['p50']:.1f}",
+        ])
+    out += [
+        table(["replicas", "peak RSS, MiB (each)", "CPU s (each)", "initial adds (each)",
+               "ready s", "slices s", "initial s", "latency p50 ms", "p99 ms", "write p50 ms"], rows),
+        "",
+    ]
     return out
 
 

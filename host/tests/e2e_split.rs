@@ -17,7 +17,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm::serve::Status;
 use kubewasm::shard::{fnv1a64, slice_of};
 use kubewasm::source::kube::stats::ShardFilter;
-use kubewasm_testenv::agent_process::{AgentProcess, free_address, http_get};
+use kubewasm_testenv::agent_process::{AgentProcess, Delivered, free_address, http_get, run_args};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::{Value, json};
 
@@ -30,15 +30,6 @@ const RENEW_DEADLINE: Duration = Duration::from_secs(4);
 /// How often members renew and list (the host's fixed period).
 const RETRY: Duration = Duration::from_secs(2);
 const WAIT: Duration = Duration::from_secs(180);
-
-/// One event a replica's plugin handled, from its log line.
-#[derive(Debug, Clone)]
-struct Delivered {
-    at: jiff::Timestamp,
-    initial: bool,
-    key: String,
-    rv: u64,
-}
 
 /// A `delivering N of 64 slices` line of a replica.
 #[derive(Debug, Clone)]
@@ -71,20 +62,8 @@ impl Replica {
             let Some(at) = at else { continue };
             let fields = &record["fields"];
             let message = fields["message"].as_str().unwrap_or_default();
-            if record["target"] == "plugin" && fields["plugin"] == "audit" {
-                let pairs: BTreeMap<&str, &str> = message
-                    .split_whitespace()
-                    .filter_map(|w| w.split_once('='))
-                    .collect();
-                self.delivered.push(Delivered {
-                    at,
-                    initial: pairs.get("flag") == Some(&"initial"),
-                    key: pairs.get("key").copied().unwrap_or_default().to_owned(),
-                    rv: pairs
-                        .get("rv")
-                        .and_then(|rv| rv.parse().ok())
-                        .unwrap_or_default(),
-                });
+            if let Some(delivered) = Delivered::from_log(&record, "audit") {
+                self.delivered.push(delivered);
             } else if message.starts_with("delivering ") && message.ends_with(" slices") {
                 let slices = fields["slices"].as_str().unwrap_or_default();
                 self.steps.push(Step {
@@ -187,21 +166,7 @@ impl Group {
     /// Starts replica `name`, reaching the API server through `kubeconfig`.
     fn add(&mut self, name: &str, kubeconfig: &std::path::Path) -> anyhow::Result<()> {
         let address = free_address()?;
-        let path = |p: &str| OsString::from(self.dir.path().join(p));
-        let args: Vec<OsString> = vec![
-            "--kubeconfig".into(),
-            kubeconfig.into(),
-            "--plugins".into(),
-            path("plugins"),
-            "--config".into(),
-            path("config.yaml"),
-            "--cache-dir".into(),
-            path("cache"),
-            "--metrics-address".into(),
-            address.to_string().into(),
-            "--log-format".into(),
-            "json".into(),
-        ];
+        let args = run_args(self.dir.path(), kubeconfig, address);
         let args: Vec<&std::ffi::OsStr> = args.iter().map(OsString::as_os_str).collect();
         let process = AgentProcess::start(KUBEWASM.as_ref(), &args)?;
         self.replicas.insert(

@@ -1,7 +1,10 @@
 //! A `kubewasm run` child process for tests and benchmarks that need the real binary: its
 //! output lines as they come, SIGTERM with the time it took to exit, and its resident memory
-//! and open files read from `/proc`.
+//! and open files read from `/proc`; and the events the audit-log plugin logged, read back
+//! from its JSON log lines.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -94,6 +97,63 @@ impl Drop for AgentProcess {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// The arguments of a `kubewasm run` working in `dir` (its `plugins` folder, `config.yaml`
+/// and `cache`), reaching the API server through `kubeconfig`, serving its endpoints on
+/// `address` and logging JSON.
+pub fn run_args(dir: &Path, kubeconfig: &Path, address: SocketAddr) -> Vec<OsString> {
+    let path = |p: &str| OsString::from(dir.join(p));
+    vec![
+        "--kubeconfig".into(),
+        kubeconfig.into(),
+        "--plugins".into(),
+        path("plugins"),
+        "--config".into(),
+        path("config.yaml"),
+        "--cache-dir".into(),
+        path("cache"),
+        "--metrics-address".into(),
+        address.to_string().into(),
+        "--log-format".into(),
+        "json".into(),
+    ]
+}
+
+/// One event the audit-log plugin handled, from its log line.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    /// When the line was logged, during the plugin's call.
+    pub at: jiff::Timestamp,
+    /// Whether it was an initial add (the replay of a list).
+    pub initial: bool,
+    /// The object's `namespace/name`.
+    pub key: String,
+    /// The object's resourceVersion.
+    pub rv: u64,
+}
+
+impl Delivered {
+    /// The event in `record`, one JSON log line of `kubewasm run`, if the audit-log plugin
+    /// loaded as `plugin` logged it.
+    pub fn from_log(record: &serde_json::Value, plugin: &str) -> Option<Self> {
+        let fields = &record["fields"];
+        if record["target"] != "plugin" || fields["plugin"] != plugin {
+            return None;
+        }
+        let at = record["timestamp"].as_str()?.parse().ok()?;
+        let pairs: BTreeMap<&str, &str> = fields["message"]
+            .as_str()?
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .collect();
+        Some(Self {
+            at,
+            initial: pairs.get("flag") == Some(&"initial"),
+            key: (*pairs.get("key")?).to_owned(),
+            rv: pairs.get("rv")?.parse().ok()?,
+        })
     }
 }
 
