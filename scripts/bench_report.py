@@ -880,8 +880,10 @@ def cluster_section():
         f"cluster for {first['churn_s']:.0f} s; latency runs from just before a write is sent "
         "to the handler's log line, so it includes the API server's write (whose median round "
         "trip is given). Peak RSS (`VmHWM`) and CPU are each replica's own, from start to the "
-        "end of the churn. etcd, kube-apiserver, kwok, the replicas and the benchmark share "
-        "the machine's cores: latencies are the whole machine's, not the agent's alone.",
+        "end of the churn. Initial adds count every replay: a slice handed over while the group "
+        "forms is counted at both replicas, so the sum may pass the pods. etcd, "
+        "kube-apiserver, kwok, the replicas and the benchmark share the machine's cores: "
+        "latencies are the whole machine's, not the agent's alone.",
         "",
     ]
     rows = []
