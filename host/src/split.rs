@@ -144,18 +144,18 @@ impl Drop for Split {
     }
 }
 
-/// Longest wait for the calls running when a slice is given up: the longest a call may run
-/// by the wall clock with the default limits (ten 1 s deadlines) and a second more.
-const DRAIN: Duration = Duration::from_secs(11);
+/// Time the calls running when a slice is given up get beyond the longest each may run by
+/// the wall clock (its plugin's deadline times ten), for the writes they stage.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
-/// Waits until the calls that began before the last change of `duty` have ended, or
-/// [`DRAIN`] has passed.
+/// Waits until the calls that began before the last change of `duty` have ended, or the
+/// latest of them has overrun its limit by [`DRAIN_GRACE`].
 async fn drain(duty: &Duty) {
-    let started = tokio::time::Instant::now();
+    let until = duty.running_until() + DRAIN_GRACE;
     while duty.calls_before_change() > 0 {
-        if started.elapsed() >= DRAIN {
+        if std::time::Instant::now() >= until {
             tracing::warn!(
-                "calls still running {DRAIN:?} after their slices were given up: handing over anyway"
+                "calls still running {DRAIN_GRACE:?} past their longest time after their slices were given up: handing over anyway"
             );
             return;
         }
@@ -209,5 +209,44 @@ async fn follow(
         if view.changed().await.is_err() {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_hand_over_waits_for_running_calls_as_long_as_their_limit_allows() {
+        let duty = Duty::sharded(ShardKey::Namespace);
+        duty.set_slices(Slices::none().with(3));
+        // A call that ends on its own, well inside its limit: waited for to the end.
+        let ending = duty
+            .begin(Duration::from_secs(5), |_| true)
+            .expect("admitted");
+        duty.set_slices(Slices::none());
+        let started = std::time::Instant::now();
+        tokio::join!(drain(&duty), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(ending);
+        });
+        let ended = started.elapsed();
+        assert!(ended >= Duration::from_millis(300), "{ended:?}");
+        assert!(ended < Duration::from_secs(5), "{ended:?}");
+
+        // A call that overruns its limit of 100 ms: given up on a grace after it, not after
+        // a fixed time.
+        let _stuck = duty
+            .begin(Duration::from_millis(100), |_| true)
+            .expect("admitted");
+        duty.set_slices(Slices::none().with(3));
+        let started = std::time::Instant::now();
+        drain(&duty).await;
+        let gave_up = started.elapsed();
+        assert!(gave_up >= DRAIN_GRACE, "{gave_up:?}");
+        assert!(
+            gave_up < DRAIN_GRACE + Duration::from_secs(2),
+            "{gave_up:?}"
+        );
     }
 }

@@ -504,7 +504,8 @@ impl Worker {
             // Handed over (another replica delivers it now) or no longer leading: dropped.
             // Counted while it runs, so a hand-over waits for it.
             let duty = self.duty.clone();
-            let Some(call) = duty.begin(|_| self.ours(&n)) else {
+            let longest = crate::wasm::deadline::wall_cap(self.ctx.limits.deadline);
+            let Some(call) = duty.begin(longest, |_| self.ours(&n)) else {
                 tracing::debug!(plugin = %self.ctx.name, key = %n.key(), "not delivered: this replica no longer delivers it");
                 next = rest.pop_front();
                 failures = None;

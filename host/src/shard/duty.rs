@@ -3,10 +3,11 @@
 //! its slices, and the cluster-scoped work (cluster-scoped objects, schedules) while it
 //! leads. Workers ask before each call ([`Duty::begin`]) and before sending each write, so a
 //! slice handed over stops at once, queued events and staged writes included; the calls
-//! already running when it changed are counted, so a hand-over can wait for them
-//! ([`Duty::calls_before_change`]).
+//! already running when it changed are counted, with the latest each may run until, so a
+//! hand-over can wait for them ([`Duty::calls_before_change`], [`Duty::running_until`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::object::KubeObject;
 use crate::shard::{ShardKey, Share, Slices};
@@ -25,6 +26,11 @@ pub struct Duty {
     epoch: AtomicU64,
     /// Calls in flight, by the parity of the epoch they began in.
     in_flight: [AtomicU64; 2],
+    /// The latest any call counted in each half may run until by the wall clock, in
+    /// nanoseconds after `base`.
+    ends: [AtomicU64; 2],
+    /// The moment `ends` count from.
+    base: Instant,
 }
 
 /// A call under way that [`Duty::begin`] admitted; counted until dropped.
@@ -49,6 +55,8 @@ impl Duty {
             slices: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             in_flight: Default::default(),
+            ends: Default::default(),
+            base: Instant::now(),
         }
     }
 
@@ -87,9 +95,10 @@ impl Duty {
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// A call for work that `admits` accepts under the current duty, counted while it runs;
-    /// `None` when the work is not this replica's now.
-    pub fn begin(&self, admits: impl FnOnce(&Duty) -> bool) -> Option<Call<'_>> {
+    /// A call for work that `admits` accepts under the current duty, counted while it runs,
+    /// which may run for `longest` by the wall clock; `None` when the work is not this
+    /// replica's now.
+    pub fn begin(&self, longest: Duration, admits: impl FnOnce(&Duty) -> bool) -> Option<Call<'_>> {
         let half = loop {
             let epoch = self.epoch.load(Ordering::SeqCst);
             let half = (epoch & 1) as usize;
@@ -101,6 +110,8 @@ impl Duty {
             }
             self.in_flight[half].fetch_sub(1, Ordering::SeqCst);
         };
+        let end = self.base.elapsed().saturating_add(longest).as_nanos();
+        self.ends[half].fetch_max(u64::try_from(end).unwrap_or(u64::MAX), Ordering::SeqCst);
         let call = Call { duty: self, half };
         admits(self).then_some(call)
     }
@@ -109,6 +120,16 @@ impl Duty {
     pub fn calls_before_change(&self) -> u64 {
         let epoch = self.epoch.load(Ordering::SeqCst);
         self.in_flight[((epoch + 1) & 1) as usize].load(Ordering::SeqCst)
+    }
+
+    /// The latest the calls counted by [`Self::calls_before_change`] may run until by the
+    /// wall clock (or later: a half is reused every other change, and keeps its latest).
+    pub fn running_until(&self) -> Instant {
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let end = self.ends[((epoch + 1) & 1) as usize].load(Ordering::SeqCst);
+        self.base
+            .checked_add(Duration::from_nanos(end))
+            .unwrap_or_else(|| self.base + Duration::from_secs(86_400 * 365))
     }
 
     /// The share delivered now, when replicas split the work.
@@ -188,20 +209,38 @@ mod tests {
         let duty = Duty::sharded(ShardKey::Namespace);
         let shop = object(Some("shop"));
         duty.set_slices(Slices::none().with(slice("shop")));
-        let running = duty.begin(|d| d.delivers(&shop)).expect("its slice");
+        let running = duty
+            .begin(Duration::from_secs(30), |d| d.delivers(&shop))
+            .expect("its slice");
         assert_eq!(
             duty.calls_before_change(),
             0,
             "nothing changed since it began"
         );
         duty.set_slices(Slices::none());
-        assert!(duty.begin(|d| d.delivers(&shop)).is_none(), "no new call");
+        assert!(
+            duty.begin(Duration::from_secs(1), |d| d.delivers(&shop))
+                .is_none(),
+            "no new call"
+        );
         assert_eq!(
             duty.calls_before_change(),
             1,
             "the running call is waited for"
         );
-        let unrelated = duty.begin(|_| true).expect("admitted");
+        // As long as its own limit allows, not a fixed time.
+        let until = duty.running_until();
+        assert!(
+            until >= Instant::now() + Duration::from_secs(29),
+            "{until:?}"
+        );
+        assert!(
+            until <= Instant::now() + Duration::from_secs(30),
+            "{until:?}"
+        );
+        let unrelated = duty
+            .begin(Duration::from_secs(1), |_| true)
+            .expect("admitted");
         assert_eq!(
             duty.calls_before_change(),
             1,
