@@ -23,7 +23,7 @@ use kube::api::{Api, PostParams};
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::factory::InformerFactory;
 use kubewasm::object::Transform;
-use kubewasm::shard::{ShardKey, Share, Slices, settle};
+use kubewasm::shard::{Cuts, ShardKey, Share, Slices, settle};
 use kubewasm::source::Scope;
 use kubewasm::source::kube::KubeSource;
 use kubewasm_testenv::{TestEnv, resources};
@@ -163,7 +163,12 @@ fn main() {
                     "replicas": [],
                 });
                 for (member, slices) in &shares {
-                    let part = sync(&env, Some(Share { key, slices: *slices })).await;
+                    let share = Share {
+                        key,
+                        slices: *slices,
+                        cuts: Cuts::EQUAL,
+                    };
+                    let part = sync(&env, Some(share)).await;
                     line["replicas"]
                         .as_array_mut()
                         .expect("an array")

@@ -25,9 +25,9 @@ pub struct Identity {
     pub service_account: String,
     /// Whether leader election is on (adds a Role on Leases in `namespace`).
     pub leader_election: bool,
-    /// Whether replicas split the work (the Role on Leases also lists and deletes the
-    /// members' Leases).
-    pub sharding: bool,
+    /// How replicas split the work, if they do (the Role on Leases also lists and deletes
+    /// the members' Leases; by namespace, the namespaces are read, to cut slices by).
+    pub sharding: Option<crate::shard::ShardKey>,
     /// Whether the host follows `KubewasmPlugin` objects (adds reading them and writing
     /// their status).
     pub plugin_resources: bool,
@@ -192,6 +192,10 @@ pub fn render(types: &Reads, writes: &[WriteGrant], identity: &Identity, sources
                 &["patch"],
             )
         }))
+        .chain(
+            (*sharding == Some(crate::shard::ShardKey::Namespace))
+                .then(|| rule("", vec!["namespaces".into()], &["get", "list", "watch"])),
+        )
         .collect();
     // A host whose plugins read and write only in named namespaces needs no cluster-wide
     // rights at all: a team can run it with Roles in its own namespaces.
@@ -253,8 +257,8 @@ pub fn render(types: &Reads, writes: &[WriteGrant], identity: &Identity, sources
             read_rules(groups),
         ));
     }
-    if *leader_election || *sharding {
-        let (what, verbs): (&str, &[&str]) = if *sharding {
+    if *leader_election || sharding.is_some() {
+        let (what, verbs): (&str, &[&str]) = if sharding.is_some() {
             (
                 "Leader election and sharding: the leader's Lease and one per member, in the host's namespace.",
                 &["get", "list", "create", "update", "delete"],
@@ -331,7 +335,7 @@ mod tests {
             namespace: "ops".into(),
             service_account: "agent".into(),
             leader_election: false,
-            sharding: false,
+            sharding: None,
             plugin_resources: false,
             plugin_state: false,
         }
@@ -423,13 +427,29 @@ mod tests {
             ["get", "create", "update"],
             "an election lists and deletes nothing"
         );
-        let mut member = identity("kubewasm");
-        member.sharding = true;
-        let (_, _, election) = read_back(&render(&types, &[], &member, "test"));
-        let (role, _) = election.expect("members need the Lease role too");
-        let verbs = &role.rules.expect("rules")[0].verbs;
-        for verb in ["list", "delete", "update"] {
-            assert!(verbs.iter().any(|v| v == verb), "{verb} in {verbs:?}");
+        let namespaces_read = |role: &ClusterRole| {
+            role.rules.iter().flatten().any(|r| {
+                r.resources.as_deref() == Some(&["namespaces".to_owned()][..])
+                    && r.verbs == ["get", "list", "watch"]
+            })
+        };
+        for key in [
+            crate::shard::ShardKey::Namespace,
+            crate::shard::ShardKey::Uid,
+        ] {
+            let mut member = identity("kubewasm");
+            member.sharding = Some(key);
+            let (cluster, _, election) = read_back(&render(&types, &[], &member, "test"));
+            let (role, _) = election.expect("members need the Lease role too");
+            let verbs = &role.rules.expect("rules")[0].verbs;
+            for verb in ["list", "delete", "update"] {
+                assert!(verbs.iter().any(|v| v == verb), "{verb} in {verbs:?}");
+            }
+            // By namespace, the first member cuts slices by the namespaces there are.
+            assert_eq!(
+                namespaces_read(&cluster),
+                key == crate::shard::ShardKey::Namespace
+            );
         }
     }
 

@@ -2,18 +2,24 @@
 //! applied in order. Giving up a slice stops its delivery (the plugins' [`Duty`]) before the
 //! informers drop it and before the Lease stops claiming it; taking one over opens delivery
 //! before the informers list it, so its objects reach plugins as initial adds.
+//!
+//! Sharding by namespace, the first member by name also watches the namespaces and, when
+//! they clump in the group's slices, proposes balanced cuts (`shard::Cuts`); every member
+//! takes a new table up through the hand-over rules.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::informer::factory::InformerFactory;
-use crate::members::{MembersConfig, Membership, View, handover};
-use crate::shard::{Duty, SLICES, ShardKey, Share, Slices};
+use crate::gvk::Gvk;
+use crate::informer::factory::{InformerFactory, Lease};
+use crate::members::{Claim, MembersConfig, Membership, View, handover};
+use crate::shard::{Cuts, Duty, SLICES, ShardKey, Share, Slices, Table, fnv1a64, needs_recut};
+use crate::source::Scope;
 
 /// How replicas split the work: their group and what objects are hashed by.
 #[derive(Debug, Clone)]
@@ -41,6 +47,9 @@ pub struct SplitStatus {
     pub delivering_mask: String,
     /// Whether its own Lease is current (false: it delivers nothing).
     pub renewed: bool,
+    /// The generation of the cut table it delivers under (0: equal cuts).
+    #[serde(default)]
+    pub cuts_generation: u64,
     /// Slices taken over or given up since it started.
     pub handovers: u64,
 }
@@ -53,6 +62,7 @@ pub struct Split {
     view: watch::Receiver<View>,
     duty: Arc<Duty>,
     handovers: Arc<AtomicU64>,
+    generation: Arc<AtomicU64>,
     stop: Option<oneshot::Sender<()>>,
     membership: JoinHandle<()>,
     follow: JoinHandle<()>,
@@ -69,12 +79,17 @@ impl Split {
     ) -> Self {
         let key = sharding.key;
         // Nothing namespaced is kept or delivered before a slice is handed over.
-        duty.set_slices(Slices::none());
+        duty.set_slices(Slices::none(), Cuts::EQUAL);
         factory.set_share(Some(Share {
             key,
             slices: Slices::none(),
+            cuts: Cuts::EQUAL,
         }));
-        let (claims_tx, claims) = watch::channel(Slices::none());
+        // The namespaces, to cut slices by when they clump (cluster-scoped: every replica
+        // keeps them whole).
+        let namespaces = (key == ShardKey::Namespace)
+            .then(|| factory.acquire(&Gvk::new("", "v1", "Namespace"), &Scope::everything()));
+        let (claims_tx, claims) = watch::channel(Claim::default());
         let (view_tx, view) = watch::channel(View::default());
         let (stop, stopped) = oneshot::channel::<()>();
         let identity = sharding.members.identity.clone();
@@ -82,15 +97,21 @@ impl Split {
         let membership = Membership::new(client, sharding.members, claims);
         let membership = tokio::spawn(membership.run(view_tx, stopped));
         let handovers = Arc::new(AtomicU64::new(0));
-        let follow = tokio::spawn(follow(
-            identity.clone(),
-            key,
-            view.clone(),
-            claims_tx,
-            duty.clone(),
-            factory,
-            handovers.clone(),
-        ));
+        let generation = Arc::new(AtomicU64::new(0));
+        let follow = tokio::spawn(
+            Follower {
+                me: identity.clone(),
+                key,
+                view: view.clone(),
+                claims: claims_tx,
+                duty: duty.clone(),
+                factory,
+                handovers: handovers.clone(),
+                generation: generation.clone(),
+                namespaces,
+            }
+            .run(),
+        );
         Self {
             identity,
             group,
@@ -98,6 +119,7 @@ impl Split {
             view,
             duty,
             handovers,
+            generation,
             stop: Some(stop),
             membership,
             follow,
@@ -121,6 +143,7 @@ impl Split {
             delivering_mask: format!("{:016x}", delivering.bits()),
             renewed: view.renewed,
             handovers: self.handovers.load(Ordering::Relaxed),
+            cuts_generation: self.generation.load(Ordering::Relaxed),
         }
     }
 
@@ -129,7 +152,10 @@ impl Split {
     pub async fn leave(mut self) {
         self.follow.abort();
         let _ = (&mut self.follow).await;
-        self.duty.set_slices(Slices::none());
+        self.duty.set_slices(
+            Slices::none(),
+            self.duty.share().map(|s| s.cuts).unwrap_or_default(),
+        );
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -163,52 +189,137 @@ async fn drain(duty: &Duty) {
     }
 }
 
-/// Applies each hand-over step as the view changes.
-async fn follow(
+/// How often the first member looks at the namespaces for clumping, besides each change
+/// of the view.
+const RECHECK: Duration = Duration::from_secs(5);
+
+/// The least time between two tables this member proposes: each makes every member list its
+/// namespaced types again.
+const RECUT_PAUSE: Duration = Duration::from_secs(60);
+
+/// What applies the hand-over steps of one member.
+struct Follower {
     me: String,
     key: ShardKey,
-    mut view: watch::Receiver<View>,
-    claims: watch::Sender<Slices>,
+    view: watch::Receiver<View>,
+    claims: watch::Sender<Claim>,
     duty: Arc<Duty>,
     factory: Arc<InformerFactory>,
     handovers: Arc<AtomicU64>,
-) {
-    let mut delivering = Slices::none();
-    loop {
-        let seen = view.borrow_and_update().clone();
-        let step = handover::next(&me, &seen, delivering);
-        if step.deliver != delivering {
-            let (gave, took) = (
-                delivering.minus(step.deliver),
-                step.deliver.minus(delivering),
-            );
-            // Delivery first: a slice given up stops before anything else (calls already
-            // running on it end first), one taken over is open before its objects arrive.
-            duty.set_slices(step.deliver);
-            if !gave.is_empty() {
-                drain(&duty).await;
+    /// The generation of the table delivered under.
+    generation: Arc<AtomicU64>,
+    /// The namespaces, when slices are cut by namespace.
+    namespaces: Option<Lease>,
+}
+
+impl Follower {
+    /// Applies each hand-over step as the view changes.
+    async fn run(mut self) {
+        let mut delivering = Slices::none();
+        let mut cuts = Cuts::EQUAL;
+        let mut proposal: Option<Table> = None;
+        let mut proposed_at: Option<Instant> = None;
+        loop {
+            let seen = self.view.borrow_and_update().clone();
+            if proposal.is_none() && proposed_at.is_none_or(|t| t.elapsed() >= RECUT_PAUSE) {
+                proposal = self.recut(&seen);
+                if proposal.is_some() {
+                    proposed_at = Some(Instant::now());
+                }
             }
-            factory.set_share(Some(Share {
-                key,
-                slices: step.deliver,
-            }));
-            handovers.fetch_add(u64::from(gave.count() + took.count()), Ordering::Relaxed);
-            tracing::info!(
-                identity = %me,
-                delivering = step.deliver.count(),
-                gave_up = gave.count(),
-                took_over = took.count(),
-                slices = %format!("{:016x}", step.deliver.bits()),
-                "delivering {} of {SLICES} slices",
-                step.deliver.count()
-            );
-            delivering = step.deliver;
+            let step = handover::next(&self.me, &seen, delivering, proposal);
+            // Proposed until this member's own Lease, as listed, carries it (or a newer one).
+            if let Some(p) = proposal
+                && seen
+                    .tables
+                    .get(&self.me)
+                    .is_some_and(|own| !p.newer_than(own))
+            {
+                proposal = None;
+            }
+            if step.deliver != delivering || step.table.cuts != cuts {
+                // Under new cuts, the same slice numbers are other hashes: all given up.
+                let kept = if step.table.cuts == cuts {
+                    delivering
+                } else {
+                    Slices::none()
+                };
+                let (gave, took) = (
+                    delivering.minus(kept.intersect(step.deliver)),
+                    step.deliver.minus(kept),
+                );
+                // Delivery first: a slice given up stops before anything else (calls already
+                // running on it end first), one taken over is open before its objects arrive.
+                self.duty.set_slices(step.deliver, step.table.cuts);
+                if !gave.is_empty() {
+                    drain(&self.duty).await;
+                }
+                self.factory.set_share(Some(Share {
+                    key: self.key,
+                    slices: step.deliver,
+                    cuts: step.table.cuts,
+                }));
+                self.handovers
+                    .fetch_add(u64::from(gave.count() + took.count()), Ordering::Relaxed);
+                self.generation
+                    .store(step.table.generation, Ordering::Relaxed);
+                tracing::info!(
+                    identity = %self.me,
+                    delivering = step.deliver.count(),
+                    gave_up = gave.count(),
+                    took_over = took.count(),
+                    slices = %format!("{:016x}", step.deliver.bits()),
+                    generation = step.table.generation,
+                    cuts = %step.table.cuts.to_text(),
+                    "delivering {} of {SLICES} slices",
+                    step.deliver.count()
+                );
+                delivering = step.deliver;
+                cuts = step.table.cuts;
+            }
+            // Written with the next renewal, after the delivery above has stopped.
+            let claim = (step.claim, step.table);
+            self.claims
+                .send_if_modified(|c| std::mem::replace(c, claim) != claim);
+            let recheck = self.namespaces.is_some();
+            tokio::select! {
+                changed = self.view.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(RECHECK), if recheck => {}
+            }
         }
-        // Written with the next renewal, after the delivery above has stopped.
-        claims.send_if_modified(|c| std::mem::replace(c, step.claim) != step.claim);
-        if view.changed().await.is_err() {
-            break;
+    }
+
+    /// A table to propose: balanced cuts, when this member is the first by name, sees the
+    /// namespaces whole, and they clump under the group's table.
+    fn recut(&self, seen: &View) -> Option<Table> {
+        let namespaces = self.namespaces.as_ref()?;
+        let first = seen.members.keys().next();
+        if !seen.renewed || first != Some(&self.me) || !namespaces.informer().has_synced() {
+            return None;
         }
+        let hashes: Vec<u64> = namespaces
+            .informer()
+            .store()
+            .list()
+            .iter()
+            .map(|n| fnv1a64(n.name()))
+            .collect();
+        let group = handover::group_table(seen, None);
+        if !needs_recut(&group.cuts, &hashes) {
+            return None;
+        }
+        let table = Table {
+            generation: group.generation + 1,
+            cuts: Cuts::balanced(&hashes),
+        };
+        tracing::info!(
+            identity = %self.me,
+            namespaces = hashes.len(),
+            fullest = group.cuts.fullest(&hashes),
+            generation = table.generation,
+            "namespaces clump in the group's slices: proposing cuts balanced over them"
+        );
+        Some(table)
     }
 }
 
@@ -219,12 +330,12 @@ mod tests {
     #[tokio::test]
     async fn a_hand_over_waits_for_running_calls_as_long_as_their_limit_allows() {
         let duty = Duty::sharded(ShardKey::Namespace);
-        duty.set_slices(Slices::none().with(3));
+        duty.set_slices(Slices::none().with(3), Cuts::EQUAL);
         // A call that ends on its own, well inside its limit: waited for to the end.
         let ending = duty
             .begin(Duration::from_secs(5), |_| true)
             .expect("admitted");
-        duty.set_slices(Slices::none());
+        duty.set_slices(Slices::none(), Cuts::EQUAL);
         let started = std::time::Instant::now();
         tokio::join!(drain(&duty), async {
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -239,7 +350,7 @@ mod tests {
         let _stuck = duty
             .begin(Duration::from_millis(100), |_| true)
             .expect("admitted");
-        duty.set_slices(Slices::none().with(3));
+        duty.set_slices(Slices::none().with(3), Cuts::EQUAL);
         let started = std::time::Instant::now();
         drain(&duty).await;
         let gave_up = started.elapsed();

@@ -216,7 +216,7 @@ async fn generated_rbac_suffices_endpoints_tell_the_truth_and_a_missing_permissi
         namespace: "kubewasm".into(),
         service_account: name.into(),
         leader_election: false,
-        sharding: false,
+        sharding: None,
         plugin_resources: false,
         plugin_state: false,
     };

@@ -6,8 +6,9 @@
 
 use std::time::{Duration, Instant};
 
+use kubewasm::members::Claim;
 use kubewasm::members::{MembersConfig, Membership, View};
-use kubewasm::shard::Slices;
+use kubewasm::shard::{Cuts, Slices, Table, fnv1a64};
 use kubewasm_testenv::TestEnv;
 use tokio::sync::{oneshot, watch};
 
@@ -16,7 +17,7 @@ const LEASE: Duration = Duration::from_secs(3);
 
 struct Member {
     view: watch::Receiver<View>,
-    claims: watch::Sender<Slices>,
+    claims: watch::Sender<Claim>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -31,7 +32,7 @@ fn config(identity: &str) -> MembersConfig {
 }
 
 fn start(client: &kube::Client, identity: &str) -> Member {
-    let (claims, slices) = watch::channel(Slices::none());
+    let (claims, slices) = watch::channel(Claim::default());
     let (view_tx, view) = watch::channel(View::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let membership = Membership::new(client.clone(), config(identity), slices);
@@ -75,15 +76,25 @@ async fn members_see_each_other_and_notice_one_leaving_or_dying() -> anyhow::Res
         })
         .await;
     }
-    // What a member claims reaches the others through its Lease.
+    // What a member claims, and the cut table it is under, reach the others through its
+    // Lease.
+    let table = Table {
+        generation: 2,
+        cuts: Cuts::balanced(&[fnv1a64("team-a"), fnv1a64("team-b")]),
+    };
     members[0]
         .claims
-        .send(Slices::range(0..8))
+        .send((Slices::range(0..8), table))
         .expect("a's membership runs");
-    until(&members[1], "a's slices seen by b", |v| {
-        v.members.get("a") == Some(&Slices::range(0..8))
+    until(&members[1], "a's slices and table seen by b", |v| {
+        v.members.get("a") == Some(&Slices::range(0..8)) && v.tables.get("a") == Some(&table)
     })
     .await;
+    assert_eq!(
+        members[1].view.borrow().tables.get("c"),
+        Some(&Table::default()),
+        "c claims under equal cuts"
+    );
 
     // c stops: its Lease is deleted, and the others see two members within a few rounds.
     let mut c = members.pop().expect("c");

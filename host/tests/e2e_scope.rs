@@ -104,7 +104,7 @@ async fn roles_in_the_plugins_namespaces_suffice_and_a_shared_selector_is_filter
         namespace: "kubewasm".into(),
         service_account: "team".into(),
         leader_election: false,
-        sharding: false,
+        sharding: None,
         plugin_resources: false,
         plugin_state: false,
     };

@@ -19,7 +19,7 @@ use kubewasm::informer::factory::{InformerFactory, Lease};
 use kubewasm::informer::queue::{self, Delivery, QueueReceiver};
 use kubewasm::informer::{Filter, Notification, Subscription};
 use kubewasm::object::Transform;
-use kubewasm::shard::{ShardKey, Share, Slices, settle};
+use kubewasm::shard::{Cuts, ShardKey, Share, Slices, settle};
 use kubewasm::source::Scope;
 use kubewasm::source::kube::KubeSource;
 use kubewasm_testenv::{TestEnv, resources};
@@ -119,6 +119,7 @@ fn shares(before: &BTreeMap<String, Share>, members: &[&str]) -> BTreeMap<String
                 Share {
                     key: ShardKey::Namespace,
                     slices,
+                    cuts: Cuts::EQUAL,
                 },
             )
         })
@@ -194,10 +195,7 @@ async fn split_and_hand_over(sharded: bool) -> anyhow::Result<()> {
             assert!(union.insert(key.clone()), "{key} is held twice");
             let ns = key.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
             let share = &three[*m];
-            assert!(
-                share.slices.holds(kubewasm::shard::fnv1a64(ns)),
-                "{key} on {m}"
-            );
+            assert!(share.holds(kubewasm::shard::fnv1a64(ns)), "{key} on {m}");
         }
     }
     assert_eq!(union, all);
@@ -234,7 +232,7 @@ async fn split_and_hand_over(sharded: bool) -> anyhow::Result<()> {
         .iter()
         .filter(|key| {
             let ns = key.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
-            four["d"].slices.holds(kubewasm::shard::fnv1a64(ns))
+            four["d"].holds(kubewasm::shard::fnv1a64(ns))
         })
         .cloned()
         .collect();
@@ -280,7 +278,7 @@ async fn split_and_hand_over(sharded: bool) -> anyhow::Result<()> {
         let ns = key.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
         three_again
             .iter()
-            .find(|(_, s)| s.slices.holds(kubewasm::shard::fnv1a64(ns)))
+            .find(|(_, s)| s.holds(kubewasm::shard::fnv1a64(ns)))
             .map(|(m, _)| m.clone())
             .unwrap_or_default()
     };

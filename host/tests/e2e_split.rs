@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm::serve::Status;
-use kubewasm::shard::{fnv1a64, slice_of};
+use kubewasm::shard::{Cuts, fnv1a64};
 use kubewasm::source::kube::stats::ShardFilter;
 use kubewasm_testenv::agent_process::{AgentProcess, Delivered, free_address, http_get, run_args};
 use kubewasm_testenv::{TestEnv, resources};
@@ -37,7 +37,16 @@ struct Step {
     at: jiff::Timestamp,
     /// The slices delivered from then on.
     slices: u64,
+    /// Where they begin.
+    cuts: Cuts,
     took_over: u64,
+}
+
+impl Step {
+    /// True when this step delivers the objects of `hash`.
+    fn holds(&self, hash: u64) -> bool {
+        self.slices & (1 << self.cuts.slice_of(hash)) != 0
+    }
 }
 
 /// One `kubewasm run` replica and what it printed.
@@ -66,9 +75,11 @@ impl Replica {
                 self.delivered.push(delivered);
             } else if message.starts_with("delivering ") && message.ends_with(" slices") {
                 let slices = fields["slices"].as_str().unwrap_or_default();
+                let cuts = fields["cuts"].as_str().and_then(Cuts::from_text);
                 self.steps.push(Step {
                     at,
                     slices: u64::from_str_radix(slices, 16).unwrap_or_default(),
+                    cuts: cuts.expect("a delivering line names its cuts"),
                     took_over: fields["took_over"].as_u64().unwrap_or_default(),
                 });
             }
@@ -90,8 +101,8 @@ struct Group {
     replicas: BTreeMap<String, Replica>,
     /// Every object's key.
     keys: BTreeSet<String>,
-    /// Every object's slice.
-    slice_of: BTreeMap<String, u32>,
+    /// Every object's hash (of its namespace or uid, as the share is cut).
+    hash_of: BTreeMap<String, u64>,
     /// When each replica was killed or cut off (it delivers nothing after).
     ended: BTreeMap<String, jiff::Timestamp>,
 }
@@ -124,9 +135,10 @@ impl Group {
         let mut keys = BTreeSet::new();
         let mut creates = Vec::new();
         for n in 0..NAMESPACES {
-            // Names that differ early: FNV-1a clumps names that differ in their last bytes
-            // (docs/design/sharding.md).
-            let ns = format!("t-{:08x}", (n as u32).wrapping_mul(0x9e37_79b1));
+            // Names that differ only at the end, as clusters name them: FNV-1a puts them in
+            // two slices of 64 under equal cuts, so by namespace the group must cut slices
+            // by the namespaces there are (shard::Cuts).
+            let ns = format!("team-{n:03}");
             resources::create_namespace(&client, &ns).await?;
             for i in 0..PER_NAMESPACE {
                 keys.insert(format!("{ns}/m-{i}"));
@@ -134,7 +146,7 @@ impl Group {
             }
         }
         let by_uid = key == "uid";
-        let results: Vec<anyhow::Result<(String, u32)>> = futures::stream::iter(creates)
+        let results: Vec<anyhow::Result<(String, u64)>> = futures::stream::iter(creates)
             .map(|(ns, name)| {
                 let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
                 async move {
@@ -145,20 +157,20 @@ impl Group {
                     let uid = made.metadata.uid.unwrap_or_default();
                     // The API server's hash of the field the share is cut by.
                     let hash = fnv1a64(if by_uid { &uid } else { &ns });
-                    Ok((format!("{ns}/{name}"), slice_of(hash)))
+                    Ok((format!("{ns}/{name}"), hash))
                 }
             })
             .buffer_unordered(16)
             .collect()
             .await;
-        let slice_of = results.into_iter().collect::<anyhow::Result<_>>()?;
+        let hash_of = results.into_iter().collect::<anyhow::Result<_>>()?;
         Ok(Self {
             env,
             client,
             dir,
             replicas: BTreeMap::new(),
             keys,
-            slice_of,
+            hash_of,
             ended: BTreeMap::new(),
         })
     }
@@ -232,6 +244,24 @@ impl Group {
         Ok(started.elapsed())
     }
 
+    /// Waits until every live replica delivers under one cut table newer than equal cuts;
+    /// returns its generation.
+    async fn recut(&mut self) -> anyhow::Result<u64> {
+        self.until("the group took balanced cuts up", |g| {
+            let generations: Option<BTreeSet<u64>> = g
+                .replicas
+                .values()
+                .filter(|r| r.alive)
+                .map(|r| Some(r.status()?.sharding?.cuts_generation))
+                .collect();
+            let generations = generations?;
+            (generations.len() == 1)
+                .then(|| generations.first().copied())?
+                .filter(|g| *g > 0)
+        })
+        .await
+    }
+
     /// Writes round `round` into every ConfigMap; each key's new resourceVersion.
     async fn touch_all(&self, round: u32) -> anyhow::Result<BTreeMap<String, u64>> {
         let patch = json!({"data": {"round": round.to_string()}});
@@ -300,43 +330,41 @@ impl Group {
     }
 
     /// No object delivered by two replicas in overlapping time. From each replica's
-    /// `delivering` lines, the spans in which it delivered each slice: per slice, the spans
-    /// of different replicas never overlap, and every event a replica delivered falls in its
-    /// span for the object's slice. Returns the number of spans.
+    /// `delivering` lines (slices and the cuts they begin at), the spans in which it
+    /// delivered each object: per object, the spans of different replicas never overlap,
+    /// and every event a replica delivered falls in its span for that object. Returns the
+    /// number of spans.
     fn no_overlap(&mut self) -> anyhow::Result<usize> {
         self.pump();
         let now = jiff::Timestamp::now();
-        // (slice) -> [(from, until, replica)]
-        let mut spans: BTreeMap<u32, Vec<(jiff::Timestamp, jiff::Timestamp, &str)>> =
+        // (object) -> [(from, until, replica)]
+        let mut spans: BTreeMap<&str, Vec<(jiff::Timestamp, jiff::Timestamp, &str)>> =
             BTreeMap::new();
         for (name, r) in &self.replicas {
             let end = self.ended.get(name).copied().unwrap_or(now);
-            let mut open: BTreeMap<u32, jiff::Timestamp> = BTreeMap::new();
-            for step in &r.steps {
-                for slice in 0..64 {
-                    let on = step.slices & (1 << slice) != 0;
-                    match (open.get(&slice).copied(), on) {
-                        (None, true) => {
-                            open.insert(slice, step.at);
-                        }
+            for (key, hash) in &self.hash_of {
+                let mut open: Option<jiff::Timestamp> = None;
+                for step in &r.steps {
+                    match (open, step.holds(*hash)) {
+                        (None, true) => open = Some(step.at),
                         (Some(from), false) => {
-                            open.remove(&slice);
-                            spans.entry(slice).or_default().push((from, step.at, name));
+                            open = None;
+                            spans.entry(key).or_default().push((from, step.at, name));
                         }
                         _ => {}
                     }
                 }
-            }
-            for (slice, from) in open {
-                spans.entry(slice).or_default().push((from, end, name));
+                if let Some(from) = open {
+                    spans.entry(key).or_default().push((from, end, name));
+                }
             }
         }
-        for (slice, s) in &mut spans {
+        for (key, s) in &mut spans {
             s.sort();
             for pair in s.windows(2) {
                 anyhow::ensure!(
                     pair[0].1 <= pair[1].0,
-                    "slice {slice}: {} delivered it until {}, {} from {}",
+                    "{key}: {} delivered it until {}, {} from {}",
                     pair[0].2,
                     pair[0].1,
                     pair[1].2,
@@ -348,12 +376,12 @@ impl Group {
         // every delivery falls inside a span, with no grace.
         for (name, r) in &self.replicas {
             for d in &r.delivered {
-                // The API server's own ConfigMaps are not the test's: their uids are unknown.
-                let Some(&slice) = self.slice_of.get(&d.key) else {
+                // The API server's own ConfigMaps are not the test's.
+                if !self.hash_of.contains_key(&d.key) {
                     continue;
-                };
+                }
                 let own: Vec<_> = spans
-                    .get(&slice)
+                    .get(d.key.as_str())
                     .map(|s| s.iter().filter(|(_, _, who)| *who == name).collect())
                     .unwrap_or_default();
                 let inside = own
@@ -361,7 +389,7 @@ impl Group {
                     .any(|(from, until, _)| *from <= d.at && d.at <= *until);
                 anyhow::ensure!(
                     inside,
-                    "{name} delivered {} (slice {slice}) at {} outside its spans {own:?}",
+                    "{name} delivered {} at {} outside its spans {own:?}",
                     d.key,
                     d.at
                 );
@@ -487,7 +515,15 @@ async fn three_replicas_deliver_each_object_once_and_hand_over_on_join_and_kill(
         .await?;
     assert!(handed > 0, "b owned some keys");
     let spans = g.no_overlap()?;
-    assert!(spans >= 64 + 16, "spans seen: {spans}");
+    assert!(spans > g.keys.len(), "some objects moved: {spans} spans");
+    for (name, r) in &g.replicas {
+        if let Some(split) = r.status().and_then(|s| s.sharding) {
+            assert_eq!(
+                split.cuts_generation, 0,
+                "{name}: uids need no cuts of their own"
+            );
+        }
+    }
     Ok(())
 }
 
@@ -508,10 +544,18 @@ async fn a_replica_cut_off_from_the_api_server_stops_before_another_takes_over()
         &through_proxy,
         text.replace(&g.env.url(), &format!("https://{}", proxy.addr())),
     )?;
+    let started = Instant::now();
     g.add("a", &direct)?;
     g.add("b", &direct)?;
     g.add("x", &through_proxy)?;
+    // The team-NNN namespaces fill two slices of equal cuts: the first member proposes
+    // balanced ones and every member takes them up before the writes below.
+    let generation = g.recut().await?;
     g.converged().await?;
+    eprintln!(
+        "delivering under cut table generation {generation} {:?} after the start",
+        started.elapsed()
+    );
     let rvs = g.touch_all(1).await?;
     let owners = Group::owners(&g.delivered(&rvs).await?)?;
     let mut by_namespace: BTreeMap<&str, BTreeSet<&String>> = BTreeMap::new();
@@ -519,9 +563,19 @@ async fn a_replica_cut_off_from_the_api_server_stops_before_another_takes_over()
         let ns = key.split('/').next().unwrap_or_default();
         by_namespace.entry(ns).or_default().insert(owner);
     }
+    let mut namespaces_of: BTreeMap<&String, usize> = BTreeMap::new();
     for (ns, who) in &by_namespace {
         assert_eq!(who.len(), 1, "namespace {ns} delivered by {who:?}");
+        *namespaces_of
+            .entry(who.iter().next().copied().expect("one"))
+            .or_default() += 1;
     }
+    eprintln!("namespaces per replica: {namespaces_of:?}");
+    // A fair share is a third of 100; under equal cuts one replica would have half or all.
+    assert!(
+        namespaces_of.len() == 3 && namespaces_of.values().all(|n| (20..=46).contains(n)),
+        "namespaces per replica: {namespaces_of:?}"
+    );
     assert!(
         owners.values().any(|o| o == "x"),
         "x delivers a share before the cut"

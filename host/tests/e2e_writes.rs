@@ -110,7 +110,7 @@ async fn install_rbac(
         namespace: "kubewasm".into(),
         service_account: name.into(),
         leader_election,
-        sharding: false,
+        sharding: None,
         plugin_resources: false,
         plugin_state: false,
     };

@@ -70,7 +70,7 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace,
         service_account: args.service_account,
         leader_election: args.leader_elect || config.elects(),
-        sharding: config.sharding.enabled,
+        sharding: config.sharding.enabled.then_some(config.sharding.key),
         plugin_resources: config.plugin_resources,
         plugin_state,
     };

@@ -55,10 +55,11 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     );
     if let Some(split) = &status.sharding {
         println!(
-            "  sharding by {} in group {}: delivering {} of 64 slices, {} hand-overs, {} members{}",
+            "  sharding by {} in group {}: delivering {} of 64 slices (cut table {}), {} hand-overs, {} members{}",
             split.key,
             split.group,
             split.delivering,
+            split.cuts_generation,
             split.handovers,
             split.members.len(),
             if split.renewed {

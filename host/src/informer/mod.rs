@@ -632,7 +632,9 @@ fn takes_over(old: Option<&crate::shard::Share>, new: Option<&crate::shard::Shar
     match (old, new) {
         (_, None) => old.is_some(),
         (None, Some(_)) => false,
-        (Some(old), Some(new)) => old.key != new.key || !new.slices.minus(old.slices).is_empty(),
+        (Some(old), Some(new)) => {
+            old.key != new.key || old.cuts != new.cuts || !new.slices.minus(old.slices).is_empty()
+        }
     }
 }
 

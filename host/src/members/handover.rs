@@ -11,9 +11,14 @@
 //!   delivering set at once, and the claims go out with the next renewal.
 //! - A member whose own Lease is not current delivers nothing: the others may take its
 //!   slices once its Lease expires, which is after its renew deadline.
+//! - Slices begin where the group's cut table says: the newest table any live Lease
+//!   carries (or this member proposes). A slice under one table may overlap another slice
+//!   under another, so while any live Lease, its own included, carries an older table, a
+//!   member delivers nothing. It writes the new table into its Lease only after it stopped
+//!   delivering under the old one, so no hash is delivered under two tables at once.
 
 use crate::members::View;
-use crate::shard::{Slices, claim};
+use crate::shard::{Slices, Table, claim};
 
 /// What a member claims and delivers next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -22,14 +27,44 @@ pub struct Step {
     pub claim: Slices,
     /// Slices to deliver now.
     pub deliver: Slices,
+    /// The cut table both are under, written into its Lease with the claim.
+    pub table: Table,
 }
 
-/// The next step of member `me`, delivering `delivering` now, given `view`.
-pub fn next(me: &str, view: &View, delivering: Slices) -> Step {
+/// The newest of the tables in `view` and `proposal`.
+pub fn group_table(view: &View, proposal: Option<Table>) -> Table {
+    view.tables
+        .values()
+        .copied()
+        .chain(proposal)
+        .fold(
+            Table::default(),
+            |a, t| if t.newer_than(&a) { t } else { a },
+        )
+}
+
+/// The next step of member `me`, delivering `delivering` now, given `view` and the table
+/// it proposes, if any.
+pub fn next(me: &str, view: &View, delivering: Slices, proposal: Option<Table>) -> Step {
+    let table = group_table(view, proposal);
     if !view.renewed || !view.members.contains_key(me) {
-        return Step::default();
+        return Step {
+            table,
+            ..Step::default()
+        };
     }
     let claim = claim(me, &view.members);
+    let agreed = view
+        .members
+        .keys()
+        .all(|m| view.tables.get(m) == Some(&table));
+    if !agreed {
+        return Step {
+            claim,
+            deliver: Slices::none(),
+            table,
+        };
+    }
     let others = view
         .members
         .iter()
@@ -40,6 +75,7 @@ pub fn next(me: &str, view: &View, delivering: Slices) -> Step {
     Step {
         claim,
         deliver: delivering.intersect(claim).union(free),
+        table,
     }
 }
 
@@ -48,25 +84,24 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::shard::{Cuts, ShardKey, Share};
 
-    /// Members taking steps one at a time against a shared record of their Leases; what each
-    /// sees may lag: `lag[m]` rounds old for member m.
+    /// Members taking steps one at a time against a shared record of their Leases.
+    #[derive(Default)]
     struct Group {
-        /// Each live member's claims as its Lease holds them.
-        leases: BTreeMap<String, Slices>,
-        /// Each member's delivering set.
-        delivering: BTreeMap<String, Slices>,
-        /// Each member's next claims, written at its next renewal.
-        pending: BTreeMap<String, Slices>,
+        /// Each live member's claims and table as its Lease holds them.
+        leases: BTreeMap<String, (Slices, Table)>,
+        /// Each member's delivering set, and the table it is under.
+        delivering: BTreeMap<String, (Slices, Table)>,
+        /// Each member's next claims and table, written at its next renewal.
+        pending: BTreeMap<String, (Slices, Table)>,
+        /// The table a member proposes, if any.
+        proposals: BTreeMap<String, Table>,
     }
 
     impl Group {
         fn new(members: &[&str]) -> Self {
-            let mut g = Self {
-                leases: BTreeMap::new(),
-                delivering: BTreeMap::new(),
-                pending: BTreeMap::new(),
-            };
+            let mut g = Self::default();
             for m in members {
                 g.join(m);
             }
@@ -74,8 +109,8 @@ mod tests {
         }
 
         fn join(&mut self, m: &str) {
-            self.leases.insert(m.to_owned(), Slices::none());
-            self.delivering.insert(m.to_owned(), Slices::none());
+            self.leases.insert(m.to_owned(), Default::default());
+            self.delivering.insert(m.to_owned(), Default::default());
         }
 
         /// `m` is gone: it delivers nothing (it stopped at its renew deadline) and, its
@@ -92,33 +127,54 @@ mod tests {
                 self.leases.insert(m.to_owned(), claims);
             }
             let view = View {
-                members: self.leases.clone(),
+                members: self.leases.iter().map(|(m, c)| (m.clone(), c.0)).collect(),
+                tables: self.leases.iter().map(|(m, c)| (m.clone(), c.1)).collect(),
                 renewed: true,
             };
-            let now = self.delivering.get(m).copied().unwrap_or_default();
-            let step = next(m, &view, now);
-            self.delivering.insert(m.to_owned(), step.deliver);
-            self.pending.insert(m.to_owned(), step.claim);
+            let now = self.delivering.get(m).copied().unwrap_or_default().0;
+            let step = next(m, &view, now, self.proposals.get(m).copied());
+            self.delivering
+                .insert(m.to_owned(), (step.deliver, step.table));
+            self.pending.insert(m.to_owned(), (step.claim, step.table));
             self.check();
         }
 
-        /// No slice is delivered by two members.
+        /// Every member's delivered hash ranges, under its own table.
+        fn ranges(&self) -> Vec<(u128, u128, String)> {
+            let mut ranges: Vec<(u128, u128, String)> = self
+                .delivering
+                .iter()
+                .flat_map(|(m, (slices, table))| {
+                    let share = Share {
+                        key: ShardKey::Namespace,
+                        slices: *slices,
+                        cuts: table.cuts,
+                    };
+                    share
+                        .ranges()
+                        .into_iter()
+                        .map(move |(a, b)| (a, b, m.clone()))
+                })
+                .collect();
+            ranges.sort();
+            ranges
+        }
+
+        /// No hash is delivered by two members, whatever tables they are under.
         fn check(&self) {
-            let mut seen = Slices::none();
-            for (m, d) in &self.delivering {
-                assert_eq!(
-                    d.intersect(seen).count(),
-                    0,
-                    "{m} delivers a slice another does"
+            for pair in self.ranges().windows(2) {
+                assert!(
+                    pair[0].1 <= pair[1].0,
+                    "{} and {} deliver overlapping hashes",
+                    pair[0].2,
+                    pair[1].2
                 );
-                seen = seen.union(*d);
             }
         }
 
-        fn delivered(&self) -> Slices {
-            self.delivering
-                .values()
-                .fold(Slices::none(), |a, d| a.union(*d))
+        /// True when every hash is delivered.
+        fn all_delivered(&self) -> bool {
+            self.ranges().iter().map(|(a, b, _)| b - a).sum::<u128>() == 1 << 64
         }
 
         /// Rounds in `order` until every slice is delivered; how many rounds that took.
@@ -129,7 +185,7 @@ mod tests {
                         self.round(m);
                     }
                 }
-                if self.delivered().is_all() {
+                if self.all_delivered() {
                     return n;
                 }
             }
@@ -139,10 +195,10 @@ mod tests {
 
     /// Every slice delivered once, each member its fair number within one.
     fn balanced(g: &Group) {
-        let counts: Vec<u32> = g.delivering.values().map(|d| d.count()).collect();
+        let counts: Vec<u32> = g.delivering.values().map(|d| d.0.count()).collect();
         let (min, max) = (counts.iter().min(), counts.iter().max());
         assert!(
-            g.delivered().is_all() && max.zip(min).is_some_and(|(a, b)| a - b <= 1),
+            g.all_delivered() && max.zip(min).is_some_and(|(a, b)| a - b <= 1),
             "{counts:?}"
         );
     }
@@ -179,12 +235,12 @@ mod tests {
         balanced(&g);
         for (m, before) in &three {
             assert_eq!(
-                before.intersect(g.delivering[m]),
-                g.delivering[m],
+                before.0.intersect(g.delivering[m].0),
+                g.delivering[m].0,
                 "{m} took a slice"
             );
         }
-        assert_eq!(g.delivering["d"].count(), 16);
+        assert_eq!(g.delivering["d"].0.count(), 16);
 
         // b dies: the others take its slices over and keep their own.
         let four = g.delivering.clone();
@@ -193,18 +249,56 @@ mod tests {
         quiet(&mut g, &["a", "c", "d"]);
         balanced(&g);
         for (m, now) in &g.delivering {
-            assert_eq!(four[m].minus(*now).count(), 0, "{m} lost a slice");
+            assert_eq!(four[m].0.minus(now.0).count(), 0, "{m} lost a slice");
         }
+    }
+
+    #[test]
+    fn a_new_cut_table_is_taken_up_by_all_without_a_hash_delivered_twice() {
+        let mut g = Group::new(&["a", "b", "c"]);
+        g.settle(&["a", "b", "c"]);
+        quiet(&mut g, &["a", "b", "c"]);
+        let names: Vec<u64> = ('a'..='z')
+            .map(|c| crate::shard::fnv1a64(&format!("team-{c}")))
+            .collect();
+        let table = Table {
+            generation: 1,
+            cuts: Cuts::balanced(&names),
+        };
+        // a proposes it; the others see it in a's Lease, in any order of rounds. Every
+        // round checks that no hash is delivered by two members.
+        g.proposals.insert("a".to_owned(), table);
+        let rounds = g.settle(&["b", "a", "c"]);
+        quiet(&mut g, &["c", "b", "a"]);
+        balanced(&g);
+        assert!(rounds <= 4, "{rounds} rounds");
+        for (m, (_, t)) in &g.delivering {
+            assert_eq!(*t, table, "{m} delivers under the new table");
+        }
+        // A member that never saw the proposal joins late: it takes the table up too.
+        g.proposals.clear();
+        g.join("d");
+        g.settle(&["d", "a", "b", "c"]);
+        quiet(&mut g, &["d", "a", "b", "c"]);
+        balanced(&g);
+        assert_eq!(g.delivering["d"].1, table);
     }
 
     #[test]
     fn stale_views_claiming_the_same_slice_settle_by_name_without_overlap() {
         // b believes it is alone (its view lags): it claims everything; a sees both.
+        let tables = |names: &[&str]| {
+            names
+                .iter()
+                .map(|m| ((*m).to_owned(), Table::default()))
+                .collect()
+        };
         let view_b = View {
             members: [("b".to_owned(), Slices::all())].into(),
+            tables: tables(&["b"]),
             renewed: true,
         };
-        let step_b = next("b", &view_b, Slices::all());
+        let step_b = next("b", &view_b, Slices::all(), None);
         assert!(
             step_b.deliver.is_all(),
             "alone, b delivers everything it wrote"
@@ -215,10 +309,11 @@ mod tests {
                 ("b".to_owned(), Slices::all()),
             ]
             .into(),
+            tables: tables(&["a", "b"]),
             renewed: true,
         };
         // a claims its share but delivers none of what b claims.
-        let step_a = next("a", &view_a, Slices::none());
+        let step_a = next("a", &view_a, Slices::none(), None);
         assert!(step_a.deliver.is_empty() && !step_a.claim.is_empty());
         // b, seeing a's claims, yields them (a's name is smaller) before a delivers them.
         let view_b = View {
@@ -227,15 +322,26 @@ mod tests {
                 ("b".to_owned(), Slices::all()),
             ]
             .into(),
+            tables: tables(&["a", "b"]),
             renewed: true,
         };
-        let step_b = next("b", &view_b, step_b.deliver);
+        let step_b = next("b", &view_b, step_b.deliver, None);
         assert!(step_b.deliver.intersect(step_a.claim).is_empty());
         // A member whose own Lease is not current delivers nothing.
         let lapsed = View {
             renewed: false,
+            ..view_b.clone()
+        };
+        assert_eq!(next("b", &lapsed, Slices::all(), None), Step::default());
+        // A member whose table cannot be read: none is agreed on, nothing is delivered.
+        let unreadable = View {
+            tables: tables(&["b"]),
             ..view_b
         };
-        assert_eq!(next("b", &lapsed, Slices::all()), Step::default());
+        assert!(
+            next("b", &unreadable, Slices::all(), None)
+                .deliver
+                .is_empty()
+        );
     }
 }

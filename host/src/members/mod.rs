@@ -2,8 +2,8 @@
 //! one each (issue 60): a member renews its own Lease every `retry` period and lists the
 //! group's; a Lease whose record has not changed for `lease_duration` by this replica's
 //! clock is a member gone (as in leader election, clocks need not agree). Each Lease also
-//! carries the slices its member claims, the fencing of the hand-over ([`handover`],
-//! docs/design/sharding.md). A member that cannot renew for `renew_deadline` says so in its
+//! carries the slices its member claims and the cut table they are under, the fencing of
+//! the hand-over ([`handover`], docs/design/sharding.md). A member that cannot renew for `renew_deadline` says so in its
 //! view: it must stop delivering before the others may take its slices. On shutdown it
 //! deletes its Lease, so the others take over at once.
 //!
@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use tokio::sync::watch;
 
-use crate::shard::Slices;
+use crate::shard::{Slices, Table};
 
 pub mod handover;
 
@@ -27,6 +27,13 @@ pub const GROUP_LABEL: &str = "kubewasm.dev/members";
 /// The annotation holding the slices a member claims (a 64-bit mask, hexadecimal): those it
 /// delivers, and those it will deliver once no other member claims them ([`handover`]).
 pub const CLAIMS: &str = "kubewasm.dev/claims";
+
+/// The annotation holding the cut table a member's claims are under
+/// ([`Table::to_text`]); absent, equal cuts (generation 0).
+pub const CUTS: &str = "kubewasm.dev/cuts";
+
+/// What a member writes into its Lease: the slices it claims and their cut table.
+pub type Claim = (Slices, Table);
 
 /// Naming and timing of a group of members.
 #[derive(Debug, Clone)]
@@ -69,6 +76,9 @@ impl MembersConfig {
 pub struct View {
     /// The live members, by identity, with the slices each claims (as its Lease says).
     pub members: BTreeMap<String, Slices>,
+    /// The cut table each live member's claims are under (as its Lease says; a member
+    /// whose Lease names none readable is missing, and no table is agreed on).
+    pub tables: BTreeMap<String, Table>,
     /// Whether this member's own Lease is current: when false it must deliver nothing.
     pub renewed: bool,
 }
@@ -92,7 +102,7 @@ pub struct Membership {
     observed: HashMap<String, (String, Instant)>,
     /// When this member last renewed its own Lease.
     renewed: Option<Instant>,
-    claims: watch::Receiver<Slices>,
+    claims: watch::Receiver<Claim>,
 }
 
 fn now() -> MicroTime {
@@ -100,12 +110,12 @@ fn now() -> MicroTime {
 }
 
 impl Membership {
-    /// A member using `client`; `claims` are the slices it claims, written into its Lease at
-    /// each renewal.
+    /// A member using `client`; `claims` are the slices it claims and their table, written
+    /// into its Lease at each renewal.
     pub fn new(
         client: kube::Client,
         config: MembersConfig,
-        claims: watch::Receiver<Slices>,
+        claims: watch::Receiver<Claim>,
     ) -> Self {
         Self {
             api: Api::namespaced(client, &config.namespace),
@@ -148,8 +158,11 @@ impl Membership {
                 .renewed
                 .is_some_and(|at| at.elapsed() < self.config.renew_deadline);
             view.send_if_modified(|v| {
+                let (members, tables) =
+                    seen.unwrap_or_else(|| (v.members.clone(), v.tables.clone()));
                 let next = View {
-                    members: seen.unwrap_or_else(|| v.members.clone()),
+                    members,
+                    tables,
                     renewed,
                 };
                 let changed = *v != next;
@@ -175,8 +188,12 @@ impl Membership {
         view.send_modify(|v| v.renewed = false);
     }
 
-    /// Renews this member's Lease, then lists the group: the live members and their slices.
-    async fn round(&mut self) -> Result<BTreeMap<String, Slices>, MembersError> {
+    /// Renews this member's Lease, then lists the group: the live members, their slices
+    /// and their tables.
+    #[allow(clippy::type_complexity)]
+    async fn round(
+        &mut self,
+    ) -> Result<(BTreeMap<String, Slices>, BTreeMap<String, Table>), MembersError> {
         self.renew().await?;
         let selector = format!("{GROUP_LABEL}={}", self.config.group);
         let leases = self
@@ -184,6 +201,7 @@ impl Membership {
             .list(&ListParams::default().labels(&selector))
             .await?;
         let mut live = BTreeMap::new();
+        let mut tables = BTreeMap::new();
         let mut present = Vec::new();
         for lease in leases {
             let Some(spec) = &lease.spec else { continue };
@@ -203,26 +221,38 @@ impl Membership {
             present.push(holder.clone());
             let own = holder == self.config.identity;
             if own || since.elapsed() <= self.config.lease_duration {
-                let slices = lease
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(CLAIMS))
+                let annotation = |key| lease.metadata.annotations.as_ref()?.get(key);
+                let slices = annotation(CLAIMS)
                     .and_then(|bits| u64::from_str_radix(bits, 16).ok())
                     .map(Slices::from_bits)
                     .unwrap_or_default();
+                // Absent: equal cuts. Unreadable: left out, so no table is agreed on and the
+                // others deliver nothing rather than overlap it.
+                let table = match annotation(CUTS) {
+                    None => Some(Table::default()),
+                    Some(text) => Table::from_text(text),
+                };
+                match table {
+                    Some(table) => {
+                        tables.insert(holder.clone(), table);
+                    }
+                    None => {
+                        tracing::warn!(member = %holder, "membership Lease: unreadable {CUTS} annotation")
+                    }
+                }
                 live.insert(holder, slices);
             }
         }
         self.observed.retain(|holder, _| present.contains(holder));
-        Ok(live)
+        Ok((live, tables))
     }
 
     /// Creates or renews this member's Lease, with the slices it claims.
     async fn renew(&mut self) -> Result<(), MembersError> {
         let name = self.config.lease_name(&self.config.identity);
         let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
-        let claims = format!("{:016x}", self.claims.borrow_and_update().bits());
+        let (slices, table) = *self.claims.borrow_and_update();
+        let claims = format!("{:016x}", slices.bits());
         let mut lease = match self.api.get_opt(&name).await? {
             Some(lease) => lease,
             None => Lease {
@@ -244,7 +274,10 @@ impl Membership {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(CLAIMS.to_owned(), claims);
+            .extend([
+                (CLAIMS.to_owned(), claims),
+                (CUTS.to_owned(), table.to_text()),
+            ]);
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(self.config.identity.clone());
         spec.lease_duration_seconds = Some(duration);

@@ -6,11 +6,12 @@
 //! already running when it changed are counted, with the latest each may run until, so a
 //! hand-over can wait for them ([`Duty::calls_before_change`], [`Duty::running_until`]).
 
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::object::KubeObject;
-use crate::shard::{ShardKey, Share, Slices};
+use crate::shard::{Cuts, ShardKey, Share, Slices};
 
 /// This replica's part of the delivering, changed as leadership and slices move.
 #[derive(Debug)]
@@ -21,6 +22,8 @@ pub struct Duty {
     sharded: Option<ShardKey>,
     /// The slices it delivers (bits), when replicas split the work.
     slices: AtomicU64,
+    /// Where they begin; changed only while no slice is delivered.
+    cuts: RwLock<Cuts>,
     /// Changes of the slices so far: calls count in the half of `in_flight` of the parity
     /// current when they began.
     epoch: AtomicU64,
@@ -53,6 +56,7 @@ impl Duty {
             leading: AtomicBool::new(leading),
             sharded: None,
             slices: AtomicU64::new(0),
+            cuts: RwLock::new(Cuts::EQUAL),
             epoch: AtomicU64::new(0),
             in_flight: Default::default(),
             ends: Default::default(),
@@ -88,10 +92,17 @@ impl Duty {
         Slices::from_bits(self.slices.load(Ordering::SeqCst))
     }
 
-    /// Delivers `slices` from now on: no call begins for what it no longer holds (those
-    /// already running: [`Self::calls_before_change`]).
-    pub fn set_slices(&self, slices: Slices) {
+    /// Delivers `slices`, beginning where `cuts` say, from now on: no call begins for what
+    /// it no longer holds (those already running: [`Self::calls_before_change`]). The
+    /// hand-over changes the cuts only after a step that delivered nothing.
+    pub fn set_slices(&self, slices: Slices, cuts: Cuts) {
+        let mut current = self.cuts.write().unwrap_or_else(|e| e.into_inner());
+        if *current != cuts {
+            self.slices.store(0, Ordering::SeqCst);
+            *current = cuts;
+        }
         self.slices.store(slices.bits(), Ordering::SeqCst);
+        drop(current);
         self.epoch.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -137,6 +148,7 @@ impl Duty {
         self.sharded.map(|key| Share {
             key,
             slices: self.slices(),
+            cuts: *self.cuts.read().unwrap_or_else(|e| e.into_inner()),
         })
     }
 
@@ -189,7 +201,7 @@ mod tests {
         let (shop, other) = (object(Some("shop")), object(Some("payments")));
         assert_ne!(slice("shop"), slice("payments"), "distinct slices");
         assert!(!duty.delivers_any());
-        duty.set_slices(Slices::none().with(slice("shop")));
+        duty.set_slices(Slices::none().with(slice("shop")), Cuts::EQUAL);
         assert!(duty.delivers_any());
         assert!(duty.delivers(&shop));
         assert!(!duty.delivers(&other));
@@ -200,7 +212,7 @@ mod tests {
         duty.set_leading(true);
         assert!(duty.delivers(&object(None)));
         assert!(!duty.delivers(&other), "leading does not take other slices");
-        duty.set_slices(Slices::none());
+        duty.set_slices(Slices::none(), Cuts::EQUAL);
         assert!(!duty.delivers(&shop), "a slice handed over stops at once");
     }
 
@@ -208,7 +220,7 @@ mod tests {
     fn a_change_counts_the_calls_that_began_before_it_until_they_end() {
         let duty = Duty::sharded(ShardKey::Namespace);
         let shop = object(Some("shop"));
-        duty.set_slices(Slices::none().with(slice("shop")));
+        duty.set_slices(Slices::none().with(slice("shop")), Cuts::EQUAL);
         let running = duty
             .begin(Duration::from_secs(30), |d| d.delivers(&shop))
             .expect("its slice");
@@ -217,7 +229,7 @@ mod tests {
             0,
             "nothing changed since it began"
         );
-        duty.set_slices(Slices::none());
+        duty.set_slices(Slices::none(), Cuts::EQUAL);
         assert!(
             duty.begin(Duration::from_secs(1), |d| d.delivers(&shop))
                 .is_none(),

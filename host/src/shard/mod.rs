@@ -3,14 +3,16 @@
 //! server's (KEP-5866, `shardSelector`), so client and server agree on every object.
 
 mod assign;
+mod cuts;
 mod duty;
 mod hash;
 mod slices;
 
 pub use assign::{claim, rebalance, settle};
+pub use cuts::{Cuts, Table, needs_recut, slice_of};
 pub use duty::Duty;
 pub use hash::fnv1a64;
-pub use slices::{SLICES, Slices, slice_of};
+pub use slices::{SLICES, Slices};
 
 use crate::object::KubeObject;
 
@@ -51,6 +53,8 @@ pub struct Share {
     pub key: ShardKey,
     /// The slices owned.
     pub slices: Slices,
+    /// Where the slices begin in the hash space.
+    pub cuts: Cuts,
 }
 
 impl Share {
@@ -64,7 +68,34 @@ impl Share {
             ShardKey::Namespace => namespace,
             ShardKey::Uid => object.uid(),
         };
-        self.slices.holds(fnv1a64(value))
+        self.holds(fnv1a64(value))
+    }
+
+    /// True when `hash` falls in one of the share's slices.
+    pub fn holds(&self, hash: u64) -> bool {
+        self.slices.contains(self.cuts.slice_of(hash))
+    }
+
+    /// The share as hash ranges `[start, end)`, neighbours merged, empty slices left out;
+    /// the last end may be 2^64.
+    pub fn ranges(&self) -> Vec<(u128, u128)> {
+        let mut ranges: Vec<(u128, u128)> = Vec::new();
+        for i in (0..SLICES).filter(|i| self.slices.contains(*i)) {
+            let (start, end) = self.cuts.range(i);
+            if start == end {
+                continue;
+            }
+            match ranges.last_mut() {
+                Some(last) if last.1 == start => last.1 = end,
+                _ => ranges.push((start, end)),
+            }
+        }
+        ranges
+    }
+
+    /// True when no hash falls in the share (no slice, or only empty ones).
+    pub fn holds_nothing(&self) -> bool {
+        self.ranges().is_empty()
     }
 
     /// The `shardSelector` a list or watch sends for this share; `None` when it owns every
@@ -74,8 +105,8 @@ impl Share {
             return None;
         }
         let ranges: Vec<String> = self
-            .slices
             .ranges()
+            .into_iter()
             .map(|(start, end)| {
                 format!(
                     "shardRange({}, '{}', '{}')",
@@ -122,6 +153,7 @@ mod tests {
         let low = Share {
             key: ShardKey::Namespace,
             slices: Slices::range(0..SLICES / 2),
+            cuts: Cuts::EQUAL,
         };
         assert_eq!(
             low.selector().as_deref(),
@@ -132,6 +164,7 @@ mod tests {
         let ends = Share {
             key: ShardKey::Uid,
             slices: Slices::range(0..1).union(Slices::range(SLICES - 1..SLICES)),
+            cuts: Cuts::EQUAL,
         };
         assert_eq!(
             ends.selector().as_deref(),
@@ -143,6 +176,7 @@ mod tests {
         let all = Share {
             key: ShardKey::Namespace,
             slices: Slices::all(),
+            cuts: Cuts::EQUAL,
         };
         assert_eq!(all.selector(), None, "nothing to filter");
         assert_eq!(
@@ -162,6 +196,7 @@ mod tests {
         let by_namespace = |slices| Share {
             key: ShardKey::Namespace,
             slices,
+            cuts: Cuts::EQUAL,
         };
         assert!(by_namespace(Slices::range(17..18)).admits(&shop));
         assert!(!by_namespace(Slices::range(18..64)).admits(&shop));
@@ -169,10 +204,47 @@ mod tests {
         let by_uid = |slices| Share {
             key: ShardKey::Uid,
             slices,
+            cuts: Cuts::EQUAL,
         };
         assert!(by_uid(Slices::range(36..37)).admits(&shop));
         assert!(!by_uid(Slices::range(17..18)).admits(&shop));
         let node = object(None, "n");
         assert!(by_namespace(Slices::none()).admits(&node));
+    }
+
+    #[test]
+    fn ranges_merge_neighbours_skip_empty_slices_and_follow_the_cuts() {
+        let share = |slices, cuts| Share {
+            key: ShardKey::Namespace,
+            slices,
+            cuts,
+        };
+        let s = Slices::range(0..2).union(Slices::range(5..6)).with(63);
+        assert_eq!(
+            share(s, Cuts::EQUAL).ranges(),
+            [(0, 2 << 58), (5 << 58, 6 << 58), (63 << 58, 1u128 << 64)]
+        );
+        assert_eq!(
+            share(Slices::all(), Cuts::EQUAL).ranges(),
+            [(0, 1u128 << 64)]
+        );
+        assert!(share(Slices::none(), Cuts::EQUAL).holds_nothing());
+        // Two namespaces: one slice each, the others empty.
+        let (a, b) = (fnv1a64("team-a"), fnv1a64("team-b"));
+        let cuts = Cuts::balanced(&[a, b]);
+        let (sa, sb) = (cuts.slice_of(a), cuts.slice_of(b));
+        assert_ne!(sa, sb);
+        let empty = (0..SLICES).find(|i| {
+            *i != sa && *i != sb && {
+                let (start, end) = cuts.range(*i);
+                start == end
+            }
+        });
+        let empty = empty.expect("an empty slice");
+        assert!(share(Slices::none().with(empty), cuts).holds_nothing());
+        let only_a = share(Slices::none().with(sa), cuts);
+        assert!(only_a.admits(&object(Some("team-a"), "u")));
+        assert!(!only_a.admits(&object(Some("team-b"), "u")));
+        assert_eq!(only_a.ranges().len(), 1);
     }
 }

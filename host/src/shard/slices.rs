@@ -1,10 +1,7 @@
-//! The key space cut into equal slices, and sets of them.
+//! Sets of the key space's slices (where each begins: [`crate::shard::Cuts`]).
 
-/// Slices of the 2^64 hash space; each covers 2^58 hashes.
+/// Slices of the 2^64 hash space.
 pub const SLICES: u32 = 64;
-
-/// Bits of a hash below its slice number.
-const SHIFT: u32 = 64 - SLICES.trailing_zeros();
 
 /// A set of slices, one bit each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -61,11 +58,6 @@ impl Slices {
         i < SLICES && self.0 & (1 << i) != 0
     }
 
-    /// True when the slice of `hash` is in the set.
-    pub fn holds(self, hash: u64) -> bool {
-        self.contains(slice_of(hash))
-    }
-
     /// How many slices are in the set.
     pub fn count(self) -> u32 {
         self.0.count_ones()
@@ -80,31 +72,6 @@ impl Slices {
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
-
-    /// The set as hash ranges `[start, end)`, adjacent slices merged; the last end may be
-    /// 2^64.
-    pub fn ranges(self) -> impl Iterator<Item = (u128, u128)> {
-        let mut i = 0;
-        std::iter::from_fn(move || {
-            while i < SLICES && !self.contains(i) {
-                i += 1;
-            }
-            if i == SLICES {
-                return None;
-            }
-            let start = i;
-            while i < SLICES && self.contains(i) {
-                i += 1;
-            }
-            Some((u128::from(start) << SHIFT, u128::from(i) << SHIFT))
-        })
-    }
-}
-
-/// The slice a hash falls in.
-pub fn slice_of(hash: u64) -> u32 {
-    // SHIFT is 58: the result is below 64.
-    u32::try_from(hash >> SHIFT).unwrap_or(SLICES - 1)
 }
 
 #[cfg(test)]
@@ -112,27 +79,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_merge_neighbours_and_cover_exactly_the_slices() {
+    fn sets_count_join_and_subtract() {
         let s = Slices::range(0..2).union(Slices::range(5..6)).with(63);
-        let ranges: Vec<(u128, u128)> = s.ranges().collect();
-        assert_eq!(
-            ranges,
-            [(0, 2 << 58), (5 << 58, 6 << 58), (63 << 58, 1u128 << 64)]
-        );
         assert_eq!(s.count(), 4);
-        for (hash, held) in [
-            (0, true),
-            ((2u64 << 58) - 1, true),
-            (2u64 << 58, false),
-            (5u64 << 58, true),
-            (u64::MAX, true),
-        ] {
-            assert_eq!(s.holds(hash), held, "{hash:#x}");
-        }
-        assert_eq!(
-            Slices::all().ranges().collect::<Vec<_>>(),
-            [(0, 1u128 << 64)]
-        );
-        assert_eq!(Slices::none().ranges().count(), 0);
+        assert!(s.contains(63) && !s.contains(64) && !s.contains(2));
+        assert_eq!(s.minus(Slices::range(0..6)), Slices::none().with(63));
+        assert_eq!(s.intersect(Slices::range(1..6)).count(), 2);
+        assert!(Slices::all().is_all() && Slices::none().is_empty());
     }
 }

@@ -203,12 +203,13 @@ mod tests {
 
     #[test]
     fn a_share_admits_its_slices_namespaces_and_two_shares_join_as_none() {
-        use crate::shard::{ShardKey, Slices, fnv1a64};
+        use crate::shard::{Cuts, ShardKey, Slices, fnv1a64};
         // fnv1a64("shop") = 0x46dc..., slice 17 of 64.
         assert_eq!(fnv1a64("shop") >> 58, 17);
         let share = |slices| Share {
             key: ShardKey::Namespace,
             slices,
+            cuts: Cuts::EQUAL,
         };
         let mine = Scope::everything().sharing(Some(share(Slices::range(0..32))));
         assert!(mine.admits(&pod("shop", "")));

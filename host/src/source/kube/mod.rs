@@ -102,7 +102,7 @@ impl Source for KubeSource {
             else {
                 return;
             };
-            let no_slice = scope.share().is_some_and(|s| s.slices.is_empty());
+            let no_slice = scope.share().is_some_and(|s| s.holds_nothing());
             if (scope.namespaces().is_some() && !namespaced) || (no_slice && namespaced) {
                 // A cluster-scoped type has nothing in any namespace, and a replica holding
                 // no slice has no namespaced object: nothing to watch, and no cluster-wide
