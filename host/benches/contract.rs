@@ -24,7 +24,7 @@ use kubewasm::gvk::Gvk;
 use kubewasm::informer::{Changes, Informer, Notification};
 use kubewasm::object::{KubeObject, Transform};
 use kubewasm::source::SourceEvent;
-use kubewasm::wasm::state::{StateLimits, StateStore};
+use kubewasm::wasm::state::{PluginState, StateLimits};
 use kubewasm_testenv::generate;
 use serde_json::json;
 
@@ -87,8 +87,8 @@ fn pods() -> Arc<Informer> {
 /// state changes it asked for as the dispatch loop does.
 fn deliver(name: &'static str, work: &str, arg: &str) -> Case<'static> {
     let informer = pods();
-    let store = Arc::new(StateStore::default());
-    let held = store.clone();
+    let held = Arc::new(PluginState::default());
+    let store = held.whole().clone();
     let config = json!({"work": work, "arg": arg}).to_string();
     let mut instance = support::instance::instance_with(
         kubewasm_plugin_artifacts::BENCH,

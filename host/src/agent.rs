@@ -376,6 +376,7 @@ impl Agent {
                 sharding,
                 shared.plugins.duty().clone(),
                 shared.factory.clone(),
+                shared.keeper.clone(),
             );
             *shared
                 .split

@@ -5,6 +5,12 @@
 //! Writes are batched: at most one per plugin per interval, holding the whole map as it is
 //! then (a map is at most `stateKiB`, 64 KiB by default, so one object holds it). Reads stay
 //! local: plugins never wait on the API server for their state.
+//!
+//! When replicas split the work, each part's map (a namespace's, or by uid a slice's:
+//! `shard::Part`) has a ConfigMap of its own, written by the replica delivering it. Taking a
+//! slice over reads the parts in it before its delivery opens ([`Keeper::load_parts`]);
+//! giving one up writes them one last time and drops them before the claim is let go
+//! ([`Keeper::flush_parts`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,10 +22,13 @@ use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 
 use crate::plugins::PluginHost;
+use crate::shard::{Part, Share};
 use crate::wasm::state::StateStore;
 
 /// The label every state ConfigMap carries (with value `kubewasm`), to find them again.
 pub const LABEL: &str = "kubewasm.dev/plugin-state";
+/// The label a part's ConfigMap carries besides (with value `part`).
+pub const PART_LABEL: &str = "kubewasm.dev/state-scope";
 /// The ConfigMap key holding the state as JSON.
 pub const DATA_KEY: &str = "state.json";
 /// How often changed maps are written at most.
@@ -32,9 +41,13 @@ pub const MAX_BYTES: usize = 1_000_000;
 struct Kept {
     /// The plugin's name (ConfigMap names are narrower than plugin names).
     plugin: String,
+    /// The part of the key space the map is for ([`Part::id`]); absent for the whole map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    part: Option<String>,
     /// The plugin's map.
     entries: BTreeMap<String, String>,
-    /// When each schedule last ran, RFC 3339.
+    /// When each schedule last ran, RFC 3339 (the whole map's only).
+    #[serde(default)]
     ticks: BTreeMap<String, String>,
 }
 
@@ -57,10 +70,20 @@ pub fn object_name(plugin: &str) -> String {
     }
 }
 
-/// The ConfigMap data for `plugin`'s `store`: its map and when its schedules last ran.
-fn encode(plugin: &str, store: &StateStore) -> String {
+/// The ConfigMap name for `plugin`'s map of part `part` (its id).
+pub fn part_object_name(plugin: &str, part: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(part.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hex}", object_name(plugin))
+}
+
+/// The ConfigMap data for `plugin`'s `store` (of `part`, or the whole map): its map and
+/// when its schedules last ran.
+fn encode(plugin: &str, part: Option<&str>, store: &StateStore) -> String {
     let kept = Kept {
         plugin: plugin.to_owned(),
+        part: part.map(str::to_owned),
         entries: store.snapshot(),
         ticks: store
             .ticks()
@@ -99,8 +122,10 @@ pub struct Keeper {
     api: Api<ConfigMap>,
     namespace: String,
     plugins: Arc<PluginHost>,
-    /// The change count of each plugin's map when it was last written or read.
-    written: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// The change count of each map (by plugin, and part) when it was last written or read.
+    written: std::sync::Mutex<BTreeMap<(String, Option<String>), u64>>,
+    /// Held while writing: a part given up is written one last time, then never again.
+    writing: tokio::sync::Mutex<()>,
     /// Set once the kept state has been read: nothing is written before (it would overwrite
     /// what an earlier leader kept).
     loaded: std::sync::atomic::AtomicBool,
@@ -116,6 +141,7 @@ impl Keeper {
             namespace: namespace.to_owned(),
             plugins,
             written: std::sync::Mutex::default(),
+            writing: tokio::sync::Mutex::new(()),
             loaded: std::sync::atomic::AtomicBool::new(false),
             writes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -147,14 +173,14 @@ impl Keeper {
     pub async fn load(&self) -> Result<usize, KeeperError> {
         let list = self
             .api
-            .list(&ListParams::default().labels(&format!("{LABEL}=kubewasm")))
+            .list(&ListParams::default().labels(&format!("{LABEL}=kubewasm,!{PART_LABEL}")))
             .await
             .map_err(|e| self.api_error(e))?;
         let mut read = 0;
         for map in list.items {
             match self.parse(&map) {
                 Ok(kept) => {
-                    let store = self.plugins.state_of(&kept.plugin);
+                    let store = self.plugins.state_of(&kept.plugin).whole().clone();
                     store.replace(kept.entries);
                     store.replace_ticks(
                         kept.ticks
@@ -165,7 +191,7 @@ impl Keeper {
                     self.written
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(kept.plugin, store.changes());
+                        .insert((kept.plugin, None), store.changes());
                     read += 1;
                 }
                 Err(e) => tracing::error!("{e}: skipped"),
@@ -190,7 +216,11 @@ impl Keeper {
             .ok_or_else(|| invalid(format!("no {DATA_KEY}")))?;
         let kept: Kept =
             serde_json::from_str(text).map_err(|e| invalid(format!("{DATA_KEY}: {e}")))?;
-        if object_name(&kept.plugin) != name {
+        let expected = match &kept.part {
+            None => object_name(&kept.plugin),
+            Some(part) => part_object_name(&kept.plugin, part),
+        };
+        if expected != name {
             return Err(invalid(format!(
                 "holds the state of plugin {:?}, which is kept under another name",
                 kept.plugin
@@ -199,44 +229,197 @@ impl Keeper {
         Ok(kept)
     }
 
-    /// Writes every map changed since it was last written or read; returns how many.
-    pub async fn write_changed(&self) -> usize {
-        let mut wrote = 0;
-        if !self.loaded.load(Ordering::SeqCst) {
-            return 0;
-        }
-        for (plugin, store) in self.plugins.states() {
-            let count = store.changes();
-            let last = self
-                .written
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(&plugin)
-                .copied();
-            if last == Some(count) || (last.is_none() && count == 0) {
+    /// Reads the part maps that fall in `share` (slices being taken over) and holds them;
+    /// returns how many were read. Nothing is held on an error: the caller tries again
+    /// before it delivers those slices.
+    pub async fn load_parts(&self, share: &Share) -> Result<usize, KeeperError> {
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&format!("{LABEL}=kubewasm,{PART_LABEL}=part")))
+            .await
+            .map_err(|e| self.api_error(e))?;
+        let mut read = 0;
+        for map in list.items {
+            let kept = match self.parse(&map) {
+                Ok(kept) => kept,
+                Err(e) => {
+                    tracing::error!("{e}: skipped");
+                    continue;
+                }
+            };
+            let Some(id) = kept.part else { continue };
+            let Some(part) = Part::from_id(&id) else {
+                tracing::error!(plugin = %kept.plugin, part = %id, "plugin state of an unknown part: skipped");
+                continue;
+            };
+            if !share.holds(part.hash()) {
                 continue;
             }
-            match self.write(&plugin, &store).await {
-                Ok(()) => {
-                    self.written
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(plugin, count);
-                    self.writes.fetch_add(1, Ordering::Relaxed);
-                    wrote += 1;
+            let store = self
+                .plugins
+                .state_of(&kept.plugin)
+                .set_part(&id, kept.entries);
+            self.written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert((kept.plugin, Some(id)), store.changes());
+            read += 1;
+        }
+        Ok(read)
+    }
+
+    /// Writes the part maps held that fall in `share` (slices being given up) if changed,
+    /// then stops holding them. On an error none is dropped: the caller tries again before
+    /// it lets the slices go (or, cut off, [`Self::forget_parts`]).
+    pub async fn flush_parts(&self, share: &Share) -> Result<usize, KeeperError> {
+        let _writing = self.writing.lock().await;
+        let held = self.parts_in(share);
+        let mut wrote = 0;
+        for (plugin, _, id, store) in &held {
+            if self.write_if_changed(plugin, Some(id), store).await? {
+                wrote += 1;
+            }
+        }
+        self.drop_parts(held);
+        Ok(wrote)
+    }
+
+    /// Stops holding the part maps that fall in `share` without writing them: this replica
+    /// lost the slices without handing them over (cut off), and whoever takes them reads
+    /// what was last written.
+    pub async fn forget_parts(&self, share: &Share) {
+        let _writing = self.writing.lock().await;
+        self.drop_parts(self.parts_in(share));
+    }
+
+    /// The part maps held that fall in `share`: plugin, its state, part, map.
+    fn parts_in(
+        &self,
+        share: &Share,
+    ) -> Vec<(
+        String,
+        Arc<crate::wasm::state::PluginState>,
+        String,
+        Arc<StateStore>,
+    )> {
+        let mut held = Vec::new();
+        for (plugin, state) in self.plugins.states() {
+            for (id, store) in state.parts() {
+                if Part::from_id(&id).is_some_and(|p| share.holds(p.hash())) {
+                    held.push((plugin.clone(), state.clone(), id, store));
                 }
-                Err(e) => {
-                    self.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(plugin = %plugin, "{e}: tried again within a second");
+            }
+        }
+        held
+    }
+
+    fn drop_parts(
+        &self,
+        held: Vec<(
+            String,
+            Arc<crate::wasm::state::PluginState>,
+            String,
+            Arc<StateStore>,
+        )>,
+    ) {
+        let mut written = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (plugin, state, id, _) in held {
+            state.drop_part(&id);
+            written.remove(&(plugin, Some(id)));
+        }
+    }
+
+    /// Writes `store` (plugin `plugin`'s whole map, or part `part`'s) if it changed since it
+    /// was last written or read; whether it wrote.
+    async fn write_if_changed(
+        &self,
+        plugin: &str,
+        part: Option<&str>,
+        store: &StateStore,
+    ) -> Result<bool, KeeperError> {
+        let key = (plugin.to_owned(), part.map(str::to_owned));
+        let count = store.changes();
+        let last = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .copied();
+        if last == Some(count) || (last.is_none() && count == 0) {
+            return Ok(false);
+        }
+        match self.write(plugin, part, store).await {
+            Ok(()) => {
+                self.written
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(key, count);
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes every map changed since it was last written or read: the whole maps while
+    /// this replica leads (once they were read), and the part maps it holds; returns how
+    /// many.
+    pub async fn write_changed(&self) -> usize {
+        let _writing = self.writing.lock().await;
+        let whole = self.plugins.leading() && self.loaded.load(Ordering::SeqCst);
+        let mut wrote = 0;
+        for (plugin, state) in self.plugins.states() {
+            let mut maps: Vec<(Option<String>, Arc<StateStore>)> = state
+                .parts()
+                .into_iter()
+                .map(|(id, store)| (Some(id), store))
+                .collect();
+            if whole {
+                maps.push((None, state.whole().clone()));
+            }
+            for (part, store) in maps {
+                match self
+                    .write_if_changed(&plugin, part.as_deref(), &store)
+                    .await
+                {
+                    Ok(true) => wrote += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(plugin = %plugin, part = part.as_deref().unwrap_or("whole"), "{e}: tried again within a second");
+                    }
                 }
             }
         }
         wrote
     }
 
-    async fn write(&self, plugin: &str, store: &StateStore) -> Result<(), KeeperError> {
-        let text = encode(plugin, store);
-        let name = object_name(plugin);
+    async fn write(
+        &self,
+        plugin: &str,
+        part: Option<&str>,
+        store: &StateStore,
+    ) -> Result<(), KeeperError> {
+        let text = encode(plugin, part, store);
+        let name = match part {
+            None => object_name(plugin),
+            Some(part) => part_object_name(plugin, part),
+        };
+        let mut labels = BTreeMap::from([
+            (LABEL.to_owned(), "kubewasm".to_owned()),
+            (
+                "app.kubernetes.io/managed-by".to_owned(),
+                "kubewasm".to_owned(),
+            ),
+        ]);
+        if part.is_some() {
+            labels.insert(PART_LABEL.to_owned(), "part".to_owned());
+        }
         if text.len() > MAX_BYTES {
             return Err(KeeperError::Invalid {
                 namespace: self.namespace.clone(),
@@ -251,13 +434,7 @@ impl Keeper {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(self.namespace.clone()),
-                labels: Some(BTreeMap::from([
-                    (LABEL.to_owned(), "kubewasm".to_owned()),
-                    (
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        "kubewasm".to_owned(),
-                    ),
-                ])),
+                labels: Some(labels),
                 ..ObjectMeta::default()
             },
             data: Some(BTreeMap::from([(DATA_KEY.to_owned(), text)])),
@@ -277,21 +454,19 @@ impl Keeper {
         Ok(())
     }
 
-    /// While this replica leads, writes changed maps every `interval` (reading the kept
-    /// state first if that has not succeeded yet). Runs until dropped.
+    /// Writes changed maps every `interval`: the whole maps while this replica leads
+    /// (reading the kept state first if that has not succeeded yet), and the part maps it
+    /// holds. Runs until dropped.
     pub async fn run(&self, interval: Duration) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            if !self.plugins.leading() {
-                continue;
-            }
-            if !self.loaded.load(Ordering::SeqCst) {
-                if let Err(e) = self.load().await {
-                    tracing::warn!("{e}: plugin state not read yet, nothing written");
-                }
-                continue;
+            if self.plugins.leading()
+                && !self.loaded.load(Ordering::SeqCst)
+                && let Err(e) = self.load().await
+            {
+                tracing::warn!("{e}: plugin state not read yet, nothing written");
             }
             self.write_changed().await;
         }
@@ -331,7 +506,7 @@ mod tests {
             store.set_tick(&name, jiff::Timestamp::MAX);
         }
         let plugin: String = (0..MAX_NAME_BYTES).map(control).collect();
-        let text = encode(&plugin, &store);
+        let text = encode(&plugin, None, &store);
         assert!(
             text.len() <= MAX_BYTES,
             "{} bytes of JSON for {budget} bytes of state",

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::gvk::Gvk;
 use crate::informer::factory::{InformerFactory, Lease};
+use crate::keeper::Keeper;
 use crate::members::{Claim, MembersConfig, Membership, View, handover};
 use crate::shard::{Cuts, Duty, SLICES, ShardKey, Share, Slices, Table, fnv1a64, needs_recut};
 use crate::source::Scope;
@@ -76,6 +77,7 @@ impl Split {
         sharding: Sharding,
         duty: Arc<Duty>,
         factory: Arc<InformerFactory>,
+        keeper: Option<Arc<Keeper>>,
     ) -> Self {
         let key = sharding.key;
         // Nothing namespaced is kept or delivered before a slice is handed over.
@@ -109,6 +111,7 @@ impl Split {
                 handovers: handovers.clone(),
                 generation: generation.clone(),
                 namespaces,
+                keeper,
             }
             .run(),
         );
@@ -210,6 +213,8 @@ struct Follower {
     generation: Arc<AtomicU64>,
     /// The namespaces, when slices are cut by namespace.
     namespaces: Option<Lease>,
+    /// Where plugin state is kept, read when slices are taken over and written when given up.
+    keeper: Option<Arc<Keeper>>,
 }
 
 impl Follower {
@@ -248,43 +253,87 @@ impl Follower {
                     delivering.minus(kept.intersect(step.deliver)),
                     step.deliver.minus(kept),
                 );
-                // Delivery first: a slice given up stops before anything else (calls already
-                // running on it end first), one taken over is open before its objects arrive.
-                self.duty.set_slices(step.deliver, step.table.cuts);
-                if !gave.is_empty() {
-                    drain(&self.duty).await;
-                }
-                self.factory.set_share(Some(Share {
+                let share = |slices| Share {
                     key: self.key,
-                    slices: step.deliver,
+                    slices,
                     cuts: step.table.cuts,
-                }));
+                };
+                // A slice given up stops first (calls already running on it end, its plugin
+                // state is written), then one taken over opens, once its state is read and
+                // before its objects arrive.
+                if !gave.is_empty() {
+                    // Under new cuts nothing stays (`kept` is empty).
+                    self.duty
+                        .set_slices(kept.intersect(step.deliver), step.table.cuts);
+                    drain(&self.duty).await;
+                    let given = Share {
+                        key: self.key,
+                        slices: gave,
+                        cuts,
+                    };
+                    self.hand_state_over(&given).await;
+                }
+                let mut deliver = step.deliver;
+                if !took.is_empty()
+                    && let Some(keeper) = &self.keeper
+                    && let Err(e) = keeper.load_parts(&share(took)).await
+                {
+                    tracing::warn!("{e}: slices taken over wait for their plugin state");
+                    deliver = deliver.minus(took);
+                }
+                self.duty.set_slices(deliver, step.table.cuts);
+                self.factory.set_share(Some(share(deliver)));
                 self.handovers
                     .fetch_add(u64::from(gave.count() + took.count()), Ordering::Relaxed);
                 self.generation
                     .store(step.table.generation, Ordering::Relaxed);
                 tracing::info!(
                     identity = %self.me,
-                    delivering = step.deliver.count(),
+                    delivering = deliver.count(),
                     gave_up = gave.count(),
-                    took_over = took.count(),
-                    slices = %format!("{:016x}", step.deliver.bits()),
+                    took_over = took.intersect(deliver).count(),
+                    slices = %format!("{:016x}", deliver.bits()),
                     generation = step.table.generation,
                     cuts = %step.table.cuts.to_text(),
                     "delivering {} of {SLICES} slices",
-                    step.deliver.count()
+                    deliver.count()
                 );
-                delivering = step.deliver;
+                delivering = deliver;
                 cuts = step.table.cuts;
             }
             // Written with the next renewal, after the delivery above has stopped.
             let claim = (step.claim, step.table);
             self.claims
                 .send_if_modified(|c| std::mem::replace(c, claim) != claim);
-            let recheck = self.namespaces.is_some();
             tokio::select! {
                 changed = self.view.changed() => if changed.is_err() { break },
-                () = tokio::time::sleep(RECHECK), if recheck => {}
+                // Clumping namespaces, or a slice waiting for its state.
+                () = tokio::time::sleep(RECHECK) => {}
+            }
+        }
+    }
+
+    /// Writes the plugin state of `given` (slices given up) before their claim is let go,
+    /// trying again while this replica's Lease is current; cut off, it lets the state go
+    /// unwritten (the next holder reads what was last written, at most a second old).
+    async fn hand_state_over(&self, given: &Share) {
+        let Some(keeper) = &self.keeper else { return };
+        loop {
+            match keeper.flush_parts(given).await {
+                Ok(_) => return,
+                Err(e) if self.view.borrow().renewed => {
+                    tracing::warn!(
+                        "{e}: plugin state of slices given up not written yet; trying again before they are let go"
+                    );
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        "{e}: cut off from the API server, the plugin state of slices given up since the last write is lost"
+                    );
+                    keeper.forget_parts(given).await;
+                    return;
+                }
             }
         }
     }

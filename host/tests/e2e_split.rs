@@ -110,6 +110,11 @@ struct Group {
 impl Group {
     /// An API server holding the objects, and the configuration replicas start from.
     async fn start(key: &str) -> anyhow::Result<Self> {
+        Self::start_with(key, "").await
+    }
+
+    /// As [`Self::start`], the audit plugin configured with `audit` (YAML mapping entries).
+    async fn start_with(key: &str, audit: &str) -> anyhow::Result<Self> {
         let env = TestEnv::start().await?;
         let client = env.client().await?;
         let dir = tempfile::tempdir()?;
@@ -118,7 +123,7 @@ impl Group {
             kubewasm_plugin_artifacts::AUDIT_LOG,
             dir.path().join("plugins/audit.wasm"),
         )?;
-        // A plugin that keeps state: refused while sharding is on (not kept per slice yet).
+        // A plugin that keeps state: its events' state moves with their namespaces.
         std::fs::copy(
             kubewasm_plugin_artifacts::SERVICE_ALERT,
             dir.path().join("plugins/alert.wasm"),
@@ -128,7 +133,8 @@ impl Group {
             format!(
                 "leaderElection: {{enabled: true, namespace: default, name: split, leaseDurationSeconds: {}}}\nsharding: {{enabled: true, key: {key}}}\n\
                  # Every delivery is logged: no line may be dropped for the rate.\n\
-                 defaults: {{limits: {{logLinesPerSecond: 1000000, logBurst: 1000000}}}}\n",
+                 defaults: {{limits: {{logLinesPerSecond: 1000000, logBurst: 1000000}}}}\n\
+                 plugins: {{audit: {{config: {{selector: test=split, {audit}}}}}}}\n",
                 LEASE.as_secs()
             ),
         )?;
@@ -151,7 +157,7 @@ impl Group {
                 let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
                 async move {
                     let map: ConfigMap = serde_json::from_value(
-                        json!({"metadata": {"name": name}, "data": {"round": "0"}}),
+                        json!({"metadata": {"name": name, "labels": {"test": "split"}}, "data": {"round": "0"}}),
                     )?;
                     let made = api.create(&PostParams::default(), &map).await?;
                     let uid = made.metadata.uid.unwrap_or_default();
@@ -581,12 +587,10 @@ async fn a_replica_cut_off_from_the_api_server_stops_before_another_takes_over()
         "x delivers a share before the cut"
     );
     let status = g.replicas["a"].status().expect("a answers");
-    let refused = status.failed_plugins.iter().find(|p| p.name == "alert");
     assert!(
-        refused
-            .is_some_and(|p| p.error.contains("manifest field `state`")
-                && p.error.contains("sharding is on")),
-        "a plugin keeping state is refused, naming why: {refused:?}"
+        status.plugins.iter().any(|p| p.name == "alert"),
+        "a plugin keeping state loads with sharding on: {:?}",
+        status.failed_plugins
     );
 
     // The proxy now holds every byte: x's renewals go unanswered.
@@ -629,6 +633,73 @@ async fn a_replica_cut_off_from_the_api_server_stops_before_another_takes_over()
         .filter(|d| d.at > stopped)
         .count();
     assert_eq!(late, 0, "x delivered after it stopped");
+    g.no_overlap()?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_state_moves_with_its_namespace_when_replicas_join_and_leave() -> anyhow::Result<()>
+{
+    // The audit plugin counts each object's events in its state and logs the count. State is
+    // kept per namespace and handed over with it, so every count it logs equals the events
+    // of that object delivered so far by all replicas together.
+    let mut g = Group::start_with("namespace", "count: true").await?;
+    let kubeconfig = g.env.kubeconfig().to_owned();
+    for name in ["a", "b", "c"] {
+        g.add(name, &kubeconfig)?;
+    }
+    g.recut().await?;
+    g.converged().await?;
+    let rvs = g.touch_all(1).await?;
+    g.delivered(&rvs).await?;
+    // A fourth joins: the namespaces moving to it are written by their old owners before
+    // they let them go, and read by it before it delivers them.
+    g.add("d", &kubeconfig)?;
+    g.converged().await?;
+    let rvs = g.touch_all(2).await?;
+    g.delivered(&rvs).await?;
+    // b leaves (SIGTERM): it writes its state before its Lease goes.
+    let (clean, _) = g
+        .replicas
+        .get_mut("b")
+        .expect("b runs")
+        .process
+        .terminate(Duration::from_secs(30))?;
+    assert!(clean, "b exits cleanly");
+    g.end("b");
+    g.converged().await?;
+    let rvs = g.touch_all(3).await?;
+    g.delivered(&rvs).await?;
+    g.pump();
+    // Per object, every delivery by any replica in time order: each logged count is its
+    // place in that order.
+    // (when, its count, by whom)
+    type Seen<'a> = (jiff::Timestamp, Option<u64>, &'a str);
+    let mut by_key: BTreeMap<&str, Vec<Seen>> = BTreeMap::new();
+    for (name, r) in &g.replicas {
+        for d in r.delivered.iter().filter(|d| g.keys.contains(&d.key)) {
+            by_key
+                .entry(&d.key)
+                .or_default()
+                .push((d.at, d.n, name.as_str()));
+        }
+    }
+    let mut moved = 0;
+    for (key, mut seen) in by_key {
+        seen.sort();
+        for (i, (at, n, who)) in seen.iter().enumerate() {
+            assert_eq!(
+                *n,
+                Some(i as u64 + 1),
+                "{key}: {who} logged count {n:?} at {at}, its event number {} (all: {seen:?})",
+                i + 1
+            );
+        }
+        let owners: BTreeSet<&str> = seen.iter().map(|s| s.2).collect();
+        moved += usize::from(owners.len() > 1);
+    }
+    eprintln!("state carried over for {moved} of {} objects", g.keys.len());
+    assert!(moved > 0, "some objects changed hands");
     g.no_overlap()?;
     Ok(())
 }

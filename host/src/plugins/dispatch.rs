@@ -31,6 +31,7 @@ use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
 use crate::wasm::cluster::{Staged, failure};
 use crate::wasm::logging::Handling;
+use crate::wasm::state::StateScope;
 use crate::wasm::{Call, Engine, Instance, PluginCode, PluginContext};
 use crate::write::{self, Action, Refusal};
 /// Pause before each attempt of a degraded plugin: doubles from this...
@@ -243,6 +244,24 @@ fn timed(
     (outcome, ended)
 }
 
+/// Which state map a call for `work` uses: with sharding, an event of a namespaced object
+/// its part's, the rest the whole map (read only on a replica that does not lead).
+fn state_scope(duty: &Duty, work: &Work) -> StateScope {
+    let Some(share) = duty.share() else {
+        return StateScope::Whole;
+    };
+    if let Work::Event(n) = work
+        && let Some(part) = share.part_of(n.object())
+    {
+        return StateScope::Part(part.id());
+    }
+    if duty.leading() {
+        StateScope::Whole
+    } else {
+        StateScope::WholeReadOnly
+    }
+}
+
 /// Starts a plugin's dispatch thread.
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let name = setup.ctx.name.clone();
@@ -251,7 +270,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let state = setup.ctx.state.clone();
     let schedules = Schedules::new(
         &setup.schedules,
-        |name| state.last_tick(name),
+        |name| state.whole().last_tick(name),
         jiff::Timestamp::now(),
         Instant::now(),
     );
@@ -453,7 +472,10 @@ impl Worker {
         );
         if !asked.is_empty() {
             for name in asked {
-                self.ctx.state.set_tick(&name, jiff::Timestamp::now());
+                self.ctx
+                    .state
+                    .whole()
+                    .set_tick(&name, jiff::Timestamp::now());
                 self.start(Work::Tick(name));
             }
             return true;
@@ -462,7 +484,7 @@ impl Worker {
             let now_ts = jiff::Timestamp::now();
             if let Some((name, due)) = self.schedules.take_due(now_ts, now) {
                 // Noted as run before it runs: a new leader does not run it again.
-                self.ctx.state.set_tick(&name, due);
+                self.ctx.state.whole().set_tick(&name, due);
                 self.start(Work::Tick(name));
                 return true;
             }
@@ -777,6 +799,8 @@ impl Worker {
             });
         };
         instance.set_previous_failures(previous);
+        let scope = state_scope(&self.duty, n);
+        instance.set_state_scope(scope.clone());
         let handling = match n {
             Work::Event(event) => Handling::enter(event.object()),
             other => Handling::enter_key(&other.id()),
@@ -789,7 +813,7 @@ impl Worker {
         match called {
             Ok(Ok(())) => {
                 self.send(n, staged)?;
-                self.apply_effects(n, effects);
+                self.apply_effects(n, effects, scope);
                 Ok(())
             }
             Ok(Err(e)) => {
@@ -814,8 +838,9 @@ impl Worker {
     /// Applies what a successful call asked for besides its writes: its changes to the
     /// plugin's state, and a requeue of its event's object (bounded: requeues waiting count
     /// against the backlog).
-    fn apply_effects(&mut self, n: &Work, effects: crate::wasm::Effects) {
-        if let Err(e) = self.ctx.state.apply(effects.state, &self.ctx.limits.state) {
+    fn apply_effects(&mut self, n: &Work, effects: crate::wasm::Effects, scope: StateScope) {
+        let map = self.ctx.state.scoped(&scope);
+        if let Err(e) = map.apply(effects.state, &self.ctx.limits.state) {
             tracing::error!(plugin = %self.ctx.name, key = %n.key(), "state changes dropped: {e}");
         }
         let (Some(after), Work::Event(event)) = (effects.requeue, n) else {

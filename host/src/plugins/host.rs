@@ -21,7 +21,7 @@ use crate::plugins::{
 use crate::plugins::{PluginsConfig, Reason};
 use crate::shard::{Duty, ShardKey};
 use crate::wasm::logging::{LogSink, PluginLogger};
-use crate::wasm::state::StateStore;
+use crate::wasm::state::PluginState;
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, WriteAccess};
 use crate::write::Writer;
 
@@ -182,7 +182,7 @@ pub struct PluginHost {
     /// Abandoned workers whose threads may still run.
     left_behind: Mutex<Vec<Abandoned>>,
     /// Every plugin's state, by name.
-    states: Mutex<BTreeMap<String, Arc<StateStore>>>,
+    states: Mutex<BTreeMap<String, Arc<PluginState>>>,
     /// The admission side of each loaded plugin that declares admission, by name.
     admitters: Mutex<BTreeMap<String, Arc<Admitter>>>,
     /// The cluster plugins write to; `None` when it takes no writes.
@@ -254,7 +254,7 @@ impl PluginHost {
     }
 
     /// The state of plugin `name` (kept while the host runs, whatever its versions do).
-    pub fn state_of(&self, name: &str) -> Arc<StateStore> {
+    pub fn state_of(&self, name: &str) -> Arc<PluginState> {
         self.states
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -264,7 +264,7 @@ impl PluginHost {
     }
 
     /// Every plugin's state, by name.
-    pub fn states(&self) -> Vec<(String, Arc<StateStore>)> {
+    pub fn states(&self) -> Vec<(String, Arc<PluginState>)> {
         self.states
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -525,12 +525,6 @@ impl PluginHost {
             self.log.clone(),
             file,
         )?;
-        if manifest.state && self.duty.shard_key().is_some() {
-            return Err(Reason::NotSupported(
-                "manifest field `state`: plugin state is not kept yet when replicas split the work (sharding is on); run this plugin on a host without sharding".into(),
-            )
-            .of(file));
-        }
         let leases: Vec<Lease> = manifest
             .cached
             .iter()
@@ -671,10 +665,8 @@ impl PluginHost {
             .unwrap_or_else(PoisonError::into_inner);
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         let reload = |name: &str, s: PluginStatus| {
-            let (state_entries, state_bytes) = states
-                .get(name)
-                .map(|s| s.totals_with(&BTreeMap::new()))
-                .unwrap_or_default();
+            let (state_entries, state_bytes) =
+                states.get(name).map(|s| s.totals()).unwrap_or_default();
             PluginStatus {
                 reload_error: failures.get(name).map(|f| f.error.clone()),
                 reload_failures: failures.get(name).map_or(0, |f| f.count),

@@ -46,6 +46,44 @@ impl ShardKey {
     }
 }
 
+/// Where a namespaced object's plugin state is kept when replicas split the work: with its
+/// namespace (by namespace: a namespace is never split, whatever the cuts) or with its
+/// slice (by uid, whose cuts are always equal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// The objects of one namespace.
+    Namespace(String),
+    /// The objects of one slice of equal cuts.
+    Slice(u32),
+}
+
+impl Part {
+    /// The part as text: `namespace/NAME` or `slice/N`.
+    pub fn id(&self) -> String {
+        match self {
+            Part::Namespace(n) => format!("namespace/{n}"),
+            Part::Slice(s) => format!("slice/{s}"),
+        }
+    }
+
+    /// A part from [`Self::id`].
+    pub fn from_id(id: &str) -> Option<Self> {
+        match id.split_once('/')? {
+            ("namespace", n) if !n.is_empty() => Some(Part::Namespace(n.to_owned())),
+            ("slice", s) => s.parse().ok().filter(|s| *s < SLICES).map(Part::Slice),
+            _ => None,
+        }
+    }
+
+    /// A hash that places the part's objects: whoever holds it delivers them.
+    pub fn hash(&self) -> u64 {
+        match self {
+            Part::Namespace(n) => fnv1a64(n),
+            Part::Slice(s) => u64::try_from(Cuts::EQUAL.range(*s).0).unwrap_or(u64::MAX),
+        }
+    }
+}
+
 /// The slices of the key space a replica owns, and what places an object in one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Share {
@@ -61,14 +99,27 @@ impl Share {
     /// True when `object` is in the share; a cluster-scoped object always is (every replica
     /// caches cluster-scoped types).
     pub fn admits(&self, object: &KubeObject) -> bool {
-        let Some(namespace) = object.namespace() else {
-            return true;
-        };
+        self.slice_of(object)
+            .is_none_or(|slice| self.slices.contains(slice))
+    }
+
+    /// The slice `object` falls in; `None` for a cluster-scoped object.
+    pub fn slice_of(&self, object: &KubeObject) -> Option<u32> {
+        let namespace = object.namespace()?;
         let value = match self.key {
             ShardKey::Namespace => namespace,
             ShardKey::Uid => object.uid(),
         };
-        self.holds(fnv1a64(value))
+        Some(self.cuts.slice_of(fnv1a64(value)))
+    }
+
+    /// Where `object`'s plugin state is kept; `None` for a cluster-scoped object.
+    pub fn part_of(&self, object: &KubeObject) -> Option<Part> {
+        let namespace = object.namespace()?;
+        Some(match self.key {
+            ShardKey::Namespace => Part::Namespace(namespace.to_owned()),
+            ShardKey::Uid => Part::Slice(self.cuts.slice_of(fnv1a64(object.uid()))),
+        })
     }
 
     /// True when `hash` falls in one of the share's slices.
@@ -246,5 +297,39 @@ mod tests {
         assert!(only_a.admits(&object(Some("team-a"), "u")));
         assert!(!only_a.admits(&object(Some("team-b"), "u")));
         assert_eq!(only_a.ranges().len(), 1);
+    }
+
+    #[test]
+    fn parts_read_back_and_fall_where_their_objects_do() {
+        for part in [Part::Namespace("shop".into()), Part::Slice(36)] {
+            assert_eq!(Part::from_id(&part.id()), Some(part));
+        }
+        for bad in ["slice/64", "namespace/", "pod/x", "slice"] {
+            assert_eq!(Part::from_id(bad), None, "{bad}");
+        }
+        let shop = object(Some("shop"), "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
+        for key in [ShardKey::Namespace, ShardKey::Uid] {
+            let share = Share {
+                key,
+                slices: Slices::range(17..18).union(Slices::range(36..37)),
+                cuts: Cuts::EQUAL,
+            };
+            let part = share.part_of(&shop).expect("namespaced");
+            assert!(share.holds(part.hash()), "{part:?}");
+            let other = Share {
+                slices: Slices::all().minus(share.slices),
+                ..share
+            };
+            assert!(!other.holds(part.hash()), "{part:?}");
+        }
+        assert_eq!(
+            Share {
+                key: ShardKey::Namespace,
+                slices: Slices::all(),
+                cuts: Cuts::EQUAL
+            }
+            .part_of(&object(None, "n")),
+            None
+        );
     }
 }

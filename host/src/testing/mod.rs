@@ -323,7 +323,11 @@ pub async fn run(
     // `*/5 * * * *` at a five-minute boundary) would log a tick no step asked for.
     agent.plugins().run_schedules_on_demand_only();
     if let Some(seed) = &spec.state {
-        agent.plugins().state_of(&spec.name).replace(seed.clone());
+        agent
+            .plugins()
+            .state_of(&spec.name)
+            .whole()
+            .replace(seed.clone());
     }
     let file = plugins.0.join(format!("{}.wasm", spec.name));
     std::fs::copy(&spec.plugin, &file)
@@ -401,7 +405,7 @@ pub async fn run(
                 problems.extend(diff.into_iter().map(|l| format!("  {l}")));
             }
         }
-        let kept = agent.plugins().state_of(&spec.name).snapshot();
+        let kept = agent.plugins().state_of(&spec.name).whole().snapshot();
         if let Some(wanted) = &step.expect.state
             && *wanted != kept
         {

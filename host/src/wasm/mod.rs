@@ -156,7 +156,7 @@ pub struct PluginContext {
     /// Its HTTP request rate, shared by its instances.
     pub http_rate: Arc<Mutex<crate::rate::Bucket>>,
     /// Its state, shared by its instances and versions.
-    pub state: Arc<state::StateStore>,
+    pub state: Arc<state::PluginState>,
     /// Whether its manifest declares `state`.
     pub state_declared: bool,
 }
@@ -835,6 +835,11 @@ impl Instance {
     /// The writes the last `handle` call staged (sent only if it returned Ok).
     pub fn take_staged(&mut self) -> cluster::Staged {
         std::mem::take(&mut self.staged)
+    }
+
+    /// Which of the plugin's state maps the next calls use.
+    pub fn set_state_scope(&mut self, scope: state::StateScope) {
+        self.store.data_mut().call.scope = scope;
     }
 
     /// Why the previous attempt's writes failed, for the next `handle` call.

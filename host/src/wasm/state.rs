@@ -3,10 +3,15 @@
 //!
 //! A call's changes to the map are held beside it (reads see them) and applied when the
 //! call returns Ok, with its writes; a failed or retried call changes nothing.
+//!
+//! When replicas split the work, a plugin has one map per part of the key space beside its
+//! whole one ([`PluginState`]): an event of a namespaced object reads and changes its part's
+//! map (its namespace's, or by uid its slice's), which moves with the object; ticks and
+//! cluster-scoped events use the whole map, the leader's ([`StateScope`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::wasm::HostState;
@@ -53,6 +58,80 @@ pub struct StateStore {
     ticks: Mutex<BTreeMap<String, jiff::Timestamp>>,
     /// Moves on every applied change (what persistence watches).
     changes: AtomicU64,
+}
+
+/// Which of a plugin's maps a call reads and changes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StateScope {
+    /// Its whole map: without sharding, every call's; with it, the leader's (ticks,
+    /// cluster-scoped events).
+    #[default]
+    Whole,
+    /// With sharding, the map of one part ([`crate::shard::Part`]): the events of the
+    /// namespaced objects in it.
+    Part(String),
+    /// The whole map, read only: with sharding, a call on a replica that does not lead
+    /// (`synced`).
+    WholeReadOnly,
+}
+
+/// A plugin's state: its whole map and, when replicas split the work, one map per part this
+/// replica holds (read when its slice is taken over, written and dropped when it is given
+/// up). Shared by its instances and versions.
+#[derive(Debug, Default)]
+pub struct PluginState {
+    whole: Arc<StateStore>,
+    parts: Mutex<BTreeMap<String, Arc<StateStore>>>,
+}
+
+impl PluginState {
+    /// The whole map (and when each schedule last ran).
+    pub fn whole(&self) -> &Arc<StateStore> {
+        &self.whole
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<StateStore>>> {
+        self.parts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The map calls in `scope` use (a part's, empty until something is kept in it).
+    pub fn scoped(&self, scope: &StateScope) -> Arc<StateStore> {
+        match scope {
+            StateScope::Whole | StateScope::WholeReadOnly => self.whole.clone(),
+            StateScope::Part(part) => self.held().entry(part.clone()).or_default().clone(),
+        }
+    }
+
+    /// Holds `map` as part `part`'s (read where its last holder kept it).
+    pub fn set_part(&self, part: &str, map: BTreeMap<String, String>) -> Arc<StateStore> {
+        let store = Arc::new(StateStore::default());
+        store.replace(map);
+        self.held().insert(part.to_owned(), store.clone());
+        store
+    }
+
+    /// Stops holding part `part`'s map (given up, after it was written).
+    pub fn drop_part(&self, part: &str) {
+        self.held().remove(part);
+    }
+
+    /// The part maps held, by part.
+    pub fn parts(&self) -> Vec<(String, Arc<StateStore>)> {
+        self.held()
+            .iter()
+            .map(|(p, m)| (p.clone(), m.clone()))
+            .collect()
+    }
+
+    /// Entries and bytes of every map held.
+    pub fn totals(&self) -> (usize, usize) {
+        let none = BTreeMap::new();
+        let whole = self.whole.totals_with(&none);
+        self.held().values().fold(whole, |(e, b), m| {
+            let (me, mb) = m.totals_with(&none);
+            (e + me, b + mb)
+        })
+    }
 }
 
 /// The map and the bytes of its keys and values, kept together.
@@ -204,6 +283,8 @@ fn check_counts(entries: usize, bytes: usize, limits: &StateLimits) -> Result<()
 /// One call's view of the map: changes held until the call returns.
 #[derive(Debug, Default)]
 pub struct StateCall {
+    /// Which map the calls use (set by the dispatcher before each call).
+    pub scope: StateScope,
     /// Changes are possible (during `handle`, `synced`, `tick`).
     open: bool,
     /// The call is `handle` (a requeue names its event's object).
@@ -217,6 +298,7 @@ impl StateCall {
     /// Opens a call that may change the map and, when `handling`, ask for a requeue.
     pub fn open(&mut self, handling: bool) {
         *self = Self {
+            scope: std::mem::take(&mut self.scope),
             open: true,
             handling,
             ..Self::default()
@@ -244,7 +326,19 @@ impl HostState {
                 "state changes are possible in handle, synced and tick only".into(),
             ));
         }
+        if self.call.scope == StateScope::WholeReadOnly {
+            return Some(StateError::Unavailable(
+                "replicas split the work and this one does not lead: the cluster-wide state \
+                 is the leader's (an event's state is its slice's)"
+                    .into(),
+            ));
+        }
         None
+    }
+
+    /// The map this call uses.
+    fn map(&self) -> Arc<StateStore> {
+        self.ctx.state.scoped(&self.call.scope)
     }
 }
 
@@ -253,7 +347,7 @@ impl state::Host for HostState {
         if let Some(change) = self.call.changes.get(&key) {
             return Ok(change.clone());
         }
-        Ok(self.ctx.state.get(&key))
+        Ok(self.map().get(&key))
     }
 
     fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), StateError>> {
@@ -275,7 +369,7 @@ impl state::Host for HostState {
             ))));
         }
         let previous = self.call.changes.insert(key.clone(), Some(value));
-        let (entries, bytes) = self.ctx.state.totals_with(&self.call.changes);
+        let (entries, bytes) = self.map().totals_with(&self.call.changes);
         if let Err(e) = check_counts(entries, bytes, limits) {
             match previous {
                 Some(p) => self.call.changes.insert(key, p),
@@ -296,8 +390,7 @@ impl state::Host for HostState {
 
     fn keys(&mut self, prefix: String) -> wasmtime::Result<Vec<String>> {
         let mut keys: BTreeMap<String, bool> = self
-            .ctx
-            .state
+            .map()
             .keys(&prefix)
             .into_iter()
             .map(|k| (k, true))

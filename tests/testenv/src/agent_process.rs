@@ -132,6 +132,9 @@ pub struct Delivered {
     pub key: String,
     /// The object's resourceVersion.
     pub rv: u64,
+    /// With `count` on, how many events of the object the plugin logged, this one included
+    /// (kept in its state).
+    pub n: Option<u64>,
 }
 
 impl Delivered {
@@ -153,6 +156,7 @@ impl Delivered {
             initial: pairs.get("flag") == Some(&"initial"),
             key: (*pairs.get("key")?).to_owned(),
             rv: pairs.get("rv")?.parse().ok()?,
+            n: pairs.get("n").and_then(|n| n.parse().ok()),
         })
     }
 }
