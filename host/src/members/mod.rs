@@ -35,6 +35,9 @@ pub const CUTS: &str = "kubewasm.dev/cuts";
 /// What a member writes into its Lease: the slices it claims and their cut table.
 pub type Claim = (Slices, Table);
 
+/// How long after a Lease's expiry a member looks again, so the Lease counts as expired.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+
 /// Naming and timing of a group of members.
 #[derive(Debug, Clone)]
 pub struct MembersConfig {
@@ -171,7 +174,7 @@ impl Membership {
             });
             tokio::select! {
                 _ = &mut stop => break,
-                _ = tokio::time::sleep(self.config.retry) => {}
+                _ = tokio::time::sleep(self.next_round()) => {}
                 // A new claim goes out at once: a hand-over waits on it.
                 Ok(()) = self.claims.changed() => {}
             }
@@ -186,6 +189,20 @@ impl Membership {
             tracing::warn!(lease = %name, "membership Lease not deleted: the others take over when it expires");
         }
         view.send_modify(|v| v.renewed = false);
+    }
+
+    /// Time until the next round: the retry period, or sooner when a member's Lease expires
+    /// before then, so its slices are taken over within the lease duration and one retry
+    /// period of its last renewal, not a round later.
+    fn next_round(&self) -> Duration {
+        let now = Instant::now();
+        self.observed
+            .iter()
+            .filter(|(holder, _)| **holder != self.config.identity)
+            .map(|(_, (_, since))| *since + self.config.lease_duration)
+            .filter(|expiry| *expiry > now)
+            .map(|expiry| expiry - now + EXPIRY_MARGIN)
+            .fold(self.config.retry, Duration::min)
     }
 
     /// Renews this member's Lease, then lists the group: the live members, their slices
@@ -294,5 +311,40 @@ impl Membership {
         }
         self.renewed = Some(Instant::now());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_round_is_due_when_a_silent_members_lease_expires() {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let (_claims, receiver) = watch::channel(Claim::default());
+        let mut m = Membership::new(client, MembersConfig::new("ns", "g", "a"), receiver);
+        assert_eq!(m.next_round(), m.config.retry, "alone: every retry period");
+        let now = Instant::now();
+        // b's record last changed 14.5 s ago (lease 15 s): look again as it expires.
+        m.observed.insert(
+            "b".into(),
+            ("t1".into(), now - Duration::from_millis(14_500)),
+        );
+        // c renewed just now, and this member's own record does not count.
+        m.observed.insert("c".into(), ("t2".into(), now));
+        m.observed.insert(
+            "a".into(),
+            ("t3".into(), now - Duration::from_millis(14_900)),
+        );
+        let due = m.next_round();
+        assert!(
+            due > Duration::from_millis(500) && due <= Duration::from_millis(520 + 50),
+            "{due:?}"
+        );
+        // Once expired it no longer shortens the wait.
+        m.observed
+            .insert("b".into(), ("t1".into(), now - Duration::from_secs(20)));
+        assert_eq!(m.next_round(), m.config.retry);
     }
 }
