@@ -9,6 +9,8 @@
 //! second churn the cluster for 30 s, the latency from the write to the handler's log line
 //! (p50, p99). A write's clock starts just before its request is sent, so the latency
 //! includes the API server's write; the median write round trip is reported beside it.
+//! Over the same 30 s, the API server's audit log counts the group's Lease writes: each
+//! member's own Lease, and the election's.
 //!
 //! Everything shares the machine: etcd, kube-apiserver, kwok, the replicas and this process.
 //!
@@ -259,6 +261,25 @@ async fn churn(
     writes.join_all().await
 }
 
+/// Writes to group `group`'s Leases so far (the API server's audit log): its members' Leases
+/// together, and the election's.
+fn lease_writes(env: &TestEnv, group: &str) -> (usize, usize) {
+    let member = format!("{group}-member-");
+    let writes = env.audited_writes().expect("the audit log");
+    let leases = writes
+        .iter()
+        .filter(|w| w.resource == "leases" && w.namespace == "default");
+    leases.fold((0, 0), |(members, election), w| {
+        if w.name.starts_with(&member) {
+            (members + 1, election)
+        } else if w.name == group {
+            (members, election + 1)
+        } else {
+            (members, election)
+        }
+    })
+}
+
 /// One group of `n` replicas from a cold start to the end of its churn: one `CLUSTER` line.
 async fn group(
     env: &TestEnv,
@@ -320,7 +341,12 @@ async fn group(
     .await;
     let all_delivered = started.elapsed();
 
+    let group = format!("cluster-{n}");
+    let (members_before, election_before) = lease_writes(env, &group);
+    let churned = Instant::now();
     let writes = churn(client, keys, n, size.churn).await;
+    let window = churned.elapsed().as_secs_f64();
+    let (members_after, election_after) = lease_writes(env, &group);
     let wanted: HashMap<(String, u64), jiff::Timestamp> = writes
         .iter()
         .map(|(key, rv, sent, _)| ((key.clone(), *rv), *sent))
@@ -368,6 +394,10 @@ async fn group(
         "latency_ms": {"p50": quantile(&latencies, 0.5), "p99": quantile(&latencies, 0.99),
                        "max": latencies.last().copied().unwrap_or(f64::NAN)},
         "write_round_trip_ms": {"p50": quantile(&round_trips, 0.5)},
+        "lease_writes_per_s": {
+            "per_member": (members_after - members_before) as f64 / window / n as f64,
+            "election": (election_after - election_before) as f64 / window,
+        },
         "each": per_replica,
     }))
 }
