@@ -283,15 +283,16 @@ impl Follower {
                 }
                 self.duty.set_slices(deliver, step.table.cuts);
                 self.factory.set_share(Some(share(deliver)));
+                let opened = took.intersect(deliver);
                 self.handovers
-                    .fetch_add(u64::from(gave.count() + took.count()), Ordering::Relaxed);
+                    .fetch_add(u64::from(gave.count() + opened.count()), Ordering::Relaxed);
                 self.generation
                     .store(step.table.generation, Ordering::Relaxed);
                 tracing::info!(
                     identity = %self.me,
                     delivering = deliver.count(),
                     gave_up = gave.count(),
-                    took_over = took.intersect(deliver).count(),
+                    took_over = opened.count(),
                     slices = %format!("{:016x}", deliver.bits()),
                     generation = step.table.generation,
                     cuts = %step.table.cuts.to_text(),

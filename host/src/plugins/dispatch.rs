@@ -799,7 +799,12 @@ impl Worker {
             });
         };
         instance.set_previous_failures(previous);
-        let scope = state_scope(&self.duty, n);
+        // A plugin without state reads and changes none: no part to name.
+        let scope = if self.ctx.state_declared {
+            state_scope(&self.duty, n)
+        } else {
+            StateScope::Whole
+        };
         instance.set_state_scope(scope.clone());
         let handling = match n {
             Work::Event(event) => Handling::enter(event.object()),
