@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plugins::PluginHost;
 use crate::shard::{Part, Share};
-use crate::wasm::state::StateStore;
+use crate::wasm::state::{PluginState, StateStore};
 
 /// The label every state ConfigMap carries (with value `kubewasm`), to find them again.
 pub const LABEL: &str = "kubewasm.dev/plugin-state";
@@ -116,6 +116,9 @@ pub enum KeeperError {
         message: String,
     },
 }
+
+/// A part map held: its plugin, the plugin's state, the part's id, the map.
+type HeldPart = (String, Arc<PluginState>, String, Arc<StateStore>);
 
 /// Reads and writes the plugins' state in one namespace.
 pub struct Keeper {
@@ -292,16 +295,8 @@ impl Keeper {
         self.drop_parts(self.parts_in(share));
     }
 
-    /// The part maps held that fall in `share`: plugin, its state, part, map.
-    fn parts_in(
-        &self,
-        share: &Share,
-    ) -> Vec<(
-        String,
-        Arc<crate::wasm::state::PluginState>,
-        String,
-        Arc<StateStore>,
-    )> {
+    /// The part maps held that fall in `share`.
+    fn parts_in(&self, share: &Share) -> Vec<HeldPart> {
         let mut held = Vec::new();
         for (plugin, state) in self.plugins.states() {
             for (id, store) in state.parts() {
@@ -313,15 +308,8 @@ impl Keeper {
         held
     }
 
-    fn drop_parts(
-        &self,
-        held: Vec<(
-            String,
-            Arc<crate::wasm::state::PluginState>,
-            String,
-            Arc<StateStore>,
-        )>,
-    ) {
+    /// Stops holding `held`, and forgets when they were written.
+    fn drop_parts(&self, held: Vec<HeldPart>) {
         let mut written = self
             .written
             .lock()
@@ -529,5 +517,16 @@ mod tests {
         );
         assert_ne!(odd, object_name("Pod_Phase2"));
         assert_ne!(object_name("-x"), "kubewasm-state--x");
+    }
+
+    #[test]
+    fn part_names_are_distinct_and_fit_an_object_name() {
+        for plugin in ["pod-phase".to_owned(), "p".repeat(MAX_NAME_BYTES)] {
+            let a = part_object_name(&plugin, "namespace/team-a");
+            assert!(a.len() <= 253, "{} bytes", a.len());
+            assert!(a.starts_with(&object_name(&plugin)));
+            assert_ne!(a, part_object_name(&plugin, "namespace/team-b"));
+            assert_ne!(a, object_name(&plugin));
+        }
     }
 }

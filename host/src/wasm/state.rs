@@ -456,4 +456,38 @@ mod tests {
             .expect_err("over the bytes");
         assert!(too_big.contains("stateKiB"), "{too_big}");
     }
+
+    #[test]
+    fn parts_are_maps_of_their_own_beside_the_whole_one() {
+        let state = PluginState::default();
+        let limits = StateLimits::default();
+        let one = |k: &str| BTreeMap::from([(k.to_owned(), Some("1".to_owned()))]);
+        let shop = StateScope::Part("namespace/shop".into());
+        state.scoped(&shop).apply(one("a"), &limits).expect("fits");
+        state
+            .scoped(&StateScope::Whole)
+            .apply(one("w"), &limits)
+            .expect("fits");
+        assert_eq!(state.scoped(&shop).get("a").as_deref(), Some("1"));
+        assert_eq!(
+            state.whole().get("a"),
+            None,
+            "a part's entry is not the whole map's"
+        );
+        assert_eq!(
+            state.scoped(&StateScope::WholeReadOnly).get("w").as_deref(),
+            Some("1")
+        );
+        assert_eq!(state.totals().0, 2);
+        // Read back where the last holder kept it, then given up.
+        state.set_part(
+            "namespace/shop",
+            BTreeMap::from([("b".to_owned(), "2".to_owned())]),
+        );
+        assert_eq!(state.scoped(&shop).get("a"), None);
+        assert_eq!(state.parts().len(), 1);
+        state.drop_part("namespace/shop");
+        assert!(state.parts().is_empty());
+        assert_eq!(state.totals().0, 1);
+    }
 }
