@@ -359,7 +359,7 @@ impl Follower {
             return None;
         }
         let table = Table {
-            generation: group.generation + 1,
+            generation: group.generation.saturating_add(1),
             cuts: Cuts::balanced(&hashes),
         };
         tracing::info!(
