@@ -160,9 +160,14 @@ impl Duty {
     /// True when this replica delivers the events of `object` (and sends the writes they
     /// stage): namespaced objects of its slices, the rest while it leads.
     pub fn delivers(&self, object: &KubeObject) -> bool {
-        match self.share() {
-            Some(share) if object.namespace().is_some() => share.admits(object),
-            _ => self.leading(),
+        // The slice under the cuts in place, read without copying them (once per call and
+        // per staged write).
+        match self.sharded.and_then(|key| key.hash_of(object)) {
+            Some(hash) => {
+                let cuts = self.cuts.read().unwrap_or_else(|e| e.into_inner());
+                self.slices().contains(cuts.slice_of(hash))
+            }
+            None => self.leading(),
         }
     }
 }

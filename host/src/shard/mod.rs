@@ -37,6 +37,16 @@ impl ShardKey {
         }
     }
 
+    /// The hash that places `object`: FNV-1a of its namespace or uid, as the API server
+    /// computes it; `None` for a cluster-scoped object.
+    pub fn hash_of(self, object: &KubeObject) -> Option<u64> {
+        let namespace = object.namespace()?;
+        Some(fnv1a64(match self {
+            ShardKey::Namespace => namespace,
+            ShardKey::Uid => object.uid(),
+        }))
+    }
+
     /// The field path the API server's selector names.
     pub fn field(self) -> &'static str {
         match self {
@@ -105,20 +115,14 @@ impl Share {
 
     /// The slice `object` falls in; `None` for a cluster-scoped object.
     pub fn slice_of(&self, object: &KubeObject) -> Option<u32> {
-        let namespace = object.namespace()?;
-        let value = match self.key {
-            ShardKey::Namespace => namespace,
-            ShardKey::Uid => object.uid(),
-        };
-        Some(self.cuts.slice_of(fnv1a64(value)))
+        Some(self.cuts.slice_of(self.key.hash_of(object)?))
     }
 
     /// Where `object`'s plugin state is kept; `None` for a cluster-scoped object.
     pub fn part_of(&self, object: &KubeObject) -> Option<Part> {
-        let namespace = object.namespace()?;
         Some(match self.key {
-            ShardKey::Namespace => Part::Namespace(namespace.to_owned()),
-            ShardKey::Uid => Part::Slice(self.cuts.slice_of(fnv1a64(object.uid()))),
+            ShardKey::Namespace => Part::Namespace(object.namespace()?.to_owned()),
+            ShardKey::Uid => Part::Slice(self.slice_of(object)?),
         })
     }
 
