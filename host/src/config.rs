@@ -64,7 +64,8 @@
 //!     eventBurst: 25
 //!     httpRequestsPerSecond: 10  # HTTP requests (refused past it; 16 open at once)
 //!     httpBurst: 20
-//!     stateKiB: 64             # the plugin's state map: keys and values together (at most 140)...
+//!     stateKiB: 64             # the plugin's state (all its maps on a replica, when sharded):
+//!                              # keys and values together (at most 140)...
 //!     stateEntries: 1024       # ...entries (at most 8192)...
 //!     stateValueKiB: 16        # ...and one value (a change past them is refused)
 //! plugins:

@@ -110,10 +110,10 @@ struct Group {
 impl Group {
     /// An API server holding the objects, and the configuration replicas start from.
     async fn start(key: &str) -> anyhow::Result<Self> {
-        Self::start_with(key, "").await
+        Self::start_with(key, "{config: {selector: test=split}}").await
     }
 
-    /// As [`Self::start`], the audit plugin configured with `audit` (YAML mapping entries).
+    /// As [`Self::start`], with `audit` the audit plugin's settings (a YAML mapping).
     async fn start_with(key: &str, audit: &str) -> anyhow::Result<Self> {
         let env = TestEnv::start().await?;
         let client = env.client().await?;
@@ -134,7 +134,7 @@ impl Group {
                 "leaderElection: {{enabled: true, namespace: default, name: split, leaseDurationSeconds: {}}}\nsharding: {{enabled: true, key: {key}}}\n\
                  # Every delivery is logged: no line may be dropped for the rate.\n\
                  defaults: {{limits: {{logLinesPerSecond: 1000000, logBurst: 1000000}}}}\n\
-                 plugins: {{audit: {{config: {{selector: test=split, {audit}}}}}}}\n",
+                 plugins: {{audit: {audit}}}\n",
                 LEASE.as_secs()
             ),
         )?;
@@ -645,7 +645,13 @@ async fn plugin_state_moves_with_its_namespace_when_replicas_join_and_leave() ->
     // The audit plugin counts each object's events in its state and logs the count. State is
     // kept per namespace and handed over with it, so every count it logs equals the events
     // of that object delivered so far by all replicas together.
-    let mut g = Group::start_with("namespace", "count: true").await?;
+    // A replica may hold all 100 namespaces' maps (30 entries each) at once: the limits
+    // bound them together.
+    let mut g = Group::start_with(
+        "namespace",
+        "{config: {selector: test=split, count: true}, limits: {stateEntries: 8192, stateKiB: 140}}",
+    )
+    .await?;
     let kubeconfig = g.env.kubeconfig().to_owned();
     for name in ["a", "b", "c"] {
         g.add(name, &kubeconfig)?;

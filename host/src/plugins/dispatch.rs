@@ -844,8 +844,8 @@ impl Worker {
     /// plugin's state, and a requeue of its event's object (bounded: requeues waiting count
     /// against the backlog).
     fn apply_effects(&mut self, n: &Work, effects: crate::wasm::Effects, scope: StateScope) {
-        let map = self.ctx.state.scoped(&scope);
-        if let Err(e) = map.apply(effects.state, &self.ctx.limits.state) {
+        let limits = &self.ctx.limits.state;
+        if let Err(e) = self.ctx.state.apply(&scope, effects.state, limits) {
             tracing::error!(plugin = %self.ctx.name, key = %n.key(), "state changes dropped: {e}");
         }
         let (Some(after), Work::Event(event)) = (effects.requeue, n) else {

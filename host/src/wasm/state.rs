@@ -77,11 +77,14 @@ pub enum StateScope {
 
 /// A plugin's state: its whole map and, when replicas split the work, one map per part this
 /// replica holds (read when its slice is taken over, written and dropped when it is given
-/// up). Shared by its instances and versions.
+/// up). Shared by its instances and versions. The limits bound the maps a replica holds
+/// together, so a plugin touching state in many namespaces holds no more than one map may.
 #[derive(Debug, Default)]
 pub struct PluginState {
     whole: Arc<StateStore>,
     parts: Mutex<BTreeMap<String, Arc<StateStore>>>,
+    /// Held while a call's changes are checked against the maps together and applied.
+    applying: Mutex<()>,
 }
 
 impl PluginState {
@@ -125,12 +128,38 @@ impl PluginState {
 
     /// Entries and bytes of every map held.
     pub fn totals(&self) -> (usize, usize) {
+        let (entries, bytes) = self.besides(&StateScope::Whole);
+        let (we, wb) = self.whole.totals_with(&BTreeMap::new());
+        (entries + we, bytes + wb)
+    }
+
+    /// Entries and bytes of every map held but `scope`'s.
+    pub fn besides(&self, scope: &StateScope) -> (usize, usize) {
         let none = BTreeMap::new();
-        let whole = self.whole.totals_with(&none);
-        self.held().values().fold(whole, |(e, b), m| {
-            let (me, mb) = m.totals_with(&none);
-            (e + me, b + mb)
-        })
+        let (own, mut total) = match scope {
+            StateScope::Part(part) => (Some(part.as_str()), self.whole.totals_with(&none)),
+            StateScope::Whole | StateScope::WholeReadOnly => (None, (0, 0)),
+        };
+        for (id, map) in self.held().iter() {
+            if Some(id.as_str()) != own {
+                let (e, b) = map.totals_with(&none);
+                total = (total.0 + e, total.1 + b);
+            }
+        }
+        total
+    }
+
+    /// Applies a call's changes to `scope`'s map, unless the maps held together would be
+    /// over `limits`.
+    pub fn apply(
+        &self,
+        scope: &StateScope,
+        changes: BTreeMap<String, Option<String>>,
+        limits: &StateLimits,
+    ) -> Result<(), String> {
+        let _one = self.applying.lock().unwrap_or_else(PoisonError::into_inner);
+        let besides = self.besides(scope);
+        self.scoped(scope).apply_besides(changes, limits, besides)
     }
 }
 
@@ -241,12 +270,23 @@ impl StateStore {
         changes: BTreeMap<String, Option<String>>,
         limits: &StateLimits,
     ) -> Result<(), String> {
+        self.apply_besides(changes, limits, (0, 0))
+    }
+
+    /// As [`Self::apply`], with `besides` (entries, bytes) held in the plugin's other maps
+    /// counted against the limits too.
+    fn apply_besides(
+        &self,
+        changes: BTreeMap<String, Option<String>>,
+        limits: &StateLimits,
+        besides: (usize, usize),
+    ) -> Result<(), String> {
         if changes.is_empty() {
             return Ok(());
         }
         let mut held = self.lock();
         let (entries, bytes) = held.totals_with(&changes);
-        check_counts(entries, bytes, limits)?;
+        check_counts(entries + besides.0, bytes + besides.1, limits)?;
         for (key, value) in changes {
             let old = match value {
                 Some(v) => {
@@ -292,6 +332,8 @@ pub struct StateCall {
     changes: BTreeMap<String, Option<String>>,
     /// What `requeue-after` asked for.
     requeue: Option<Duration>,
+    /// Entries and bytes of the plugin's other maps, read at the call's first change.
+    besides: Option<(usize, usize)>,
 }
 
 impl StateCall {
@@ -368,9 +410,16 @@ impl state::Host for HostState {
                 limits.value_bytes
             ))));
         }
+        let besides = match self.call.besides {
+            Some(b) => b,
+            None => *self
+                .call
+                .besides
+                .insert(self.ctx.state.besides(&self.call.scope)),
+        };
         let previous = self.call.changes.insert(key.clone(), Some(value));
         let (entries, bytes) = self.map().totals_with(&self.call.changes);
-        if let Err(e) = check_counts(entries, bytes, limits) {
+        if let Err(e) = check_counts(entries + besides.0, bytes + besides.1, limits) {
             match previous {
                 Some(p) => self.call.changes.insert(key, p),
                 None => self.call.changes.remove(&key),
@@ -489,5 +538,33 @@ mod tests {
         state.drop_part("namespace/shop");
         assert!(state.parts().is_empty());
         assert_eq!(state.totals().0, 1);
+    }
+
+    #[test]
+    fn the_limits_bound_a_plugins_maps_together() {
+        let state = PluginState::default();
+        let limits = StateLimits {
+            bytes: 1 << 10,
+            entries: 2,
+            value_bytes: 64,
+        };
+        let one = |k: &str| BTreeMap::from([(k.to_owned(), Some("1".to_owned()))]);
+        let part = |n: &str| StateScope::Part(format!("namespace/{n}"));
+        state.apply(&part("a"), one("x"), &limits).expect("fits");
+        state.apply(&part("b"), one("x"), &limits).expect("fits");
+        // Each map alone holds one entry: the third entry of the plugin is refused wherever
+        // it goes, a new namespace's map or the whole one.
+        for scope in [part("c"), part("a"), StateScope::Whole] {
+            let refused = state
+                .apply(&scope, one("y"), &limits)
+                .expect_err("a third entry");
+            assert!(refused.contains("stateEntries"), "{refused}");
+        }
+        assert_eq!(state.totals().0, 2);
+        // Replacing an entry in place stays within them.
+        state
+            .apply(&part("a"), one("x"), &limits)
+            .expect("same count");
+        assert_eq!(state.besides(&part("a")), (1, 2));
     }
 }
