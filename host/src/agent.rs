@@ -544,7 +544,8 @@ impl Agent {
             task.abort();
         }
         if let (Some(keeper), Exit::Stopped) = (&self.shared.keeper, exit) {
-            keeper.write_changed().await;
+            // Every map, before another replica may take over.
+            keeper.write_changed(usize::MAX).await;
         }
         // Only now, with delivery stopped, may another replica take over.
         let split = self

@@ -33,6 +33,10 @@ pub const PART_LABEL: &str = "kubewasm.dev/state-scope";
 pub const DATA_KEY: &str = "state.json";
 /// How often changed maps are written at most.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Part maps written per plugin per interval at most: a plugin changing state in every
+/// namespace it sees costs the API server this many writes a second, not one per namespace.
+pub const PART_WRITES: usize = 16;
+
 /// The largest ConfigMap the API server stores, less room for metadata.
 pub const MAX_BYTES: usize = 1_000_000;
 
@@ -117,6 +121,19 @@ pub enum KeeperError {
     },
 }
 
+/// At most `most` of `items`, beginning at turn `round` (each call `most` further on), so
+/// that while the same items wait, each is taken within `items.len() / most + 1` calls.
+fn take_turns<T>(mut items: Vec<T>, round: u64, most: usize) -> Vec<T> {
+    if items.len() <= most {
+        return items;
+    }
+    let len = items.len() as u64;
+    let start = usize::try_from(round.wrapping_mul(most as u64) % len).unwrap_or(0);
+    items.rotate_left(start);
+    items.truncate(most);
+    items
+}
+
 /// A part map held: its plugin, the plugin's state, the part's id, the map.
 type HeldPart = (String, Arc<PluginState>, String, Arc<StateStore>);
 
@@ -134,6 +151,8 @@ pub struct Keeper {
     loaded: std::sync::atomic::AtomicBool,
     writes: AtomicU64,
     failures: AtomicU64,
+    /// Periodic writes so far: where the next one starts among a plugin's changed parts.
+    rounds: AtomicU64,
 }
 
 impl Keeper {
@@ -148,6 +167,7 @@ impl Keeper {
             loaded: std::sync::atomic::AtomicBool::new(false),
             writes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            rounds: AtomicU64::new(0),
         }
     }
 
@@ -171,34 +191,49 @@ impl Keeper {
         }
     }
 
+    /// When each map (by plugin, and part) was last written or read, as its change count.
+    fn written(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, Option<String>), u64>> {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The kept state ConfigMaps `selector` finds, each read; one that does not parse is
+    /// skipped with an error logged.
+    async fn list_kept(&self, selector: &str) -> Result<Vec<Kept>, KeeperError> {
+        let list = self
+            .api
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| self.api_error(e))?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|map| {
+                self.parse(map)
+                    .inspect_err(|e| tracing::error!("{e}: skipped"))
+                    .ok()
+            })
+            .collect())
+    }
+
     /// Replaces every plugin's state with what the cluster keeps (before leading); returns
     /// the plugins read. A ConfigMap that does not parse is skipped with an error logged.
     pub async fn load(&self) -> Result<usize, KeeperError> {
-        let list = self
-            .api
-            .list(&ListParams::default().labels(&format!("{LABEL}=kubewasm,!{PART_LABEL}")))
-            .await
-            .map_err(|e| self.api_error(e))?;
-        let mut read = 0;
-        for map in list.items {
-            match self.parse(&map) {
-                Ok(kept) => {
-                    let store = self.plugins.state_of(&kept.plugin).whole().clone();
-                    store.replace(kept.entries);
-                    store.replace_ticks(
-                        kept.ticks
-                            .iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.parse().ok()?)))
-                            .collect(),
-                    );
-                    self.written
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert((kept.plugin, None), store.changes());
-                    read += 1;
-                }
-                Err(e) => tracing::error!("{e}: skipped"),
-            }
+        let kept = self
+            .list_kept(&format!("{LABEL}=kubewasm,!{PART_LABEL}"))
+            .await?;
+        let read = kept.len();
+        for kept in kept {
+            let store = self.plugins.state_of(&kept.plugin).whole().clone();
+            store.replace(kept.entries);
+            store.replace_ticks(
+                kept.ticks
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.parse().ok()?)))
+                    .collect(),
+            );
+            self.written().insert((kept.plugin, None), store.changes());
         }
         self.loaded.store(true, Ordering::SeqCst);
         tracing::info!(plugins = read, namespace = %self.namespace, "plugin state read");
@@ -236,20 +271,11 @@ impl Keeper {
     /// returns how many were read. Nothing is held on an error: the caller tries again
     /// before it delivers those slices.
     pub async fn load_parts(&self, share: &Share) -> Result<usize, KeeperError> {
-        let list = self
-            .api
-            .list(&ListParams::default().labels(&format!("{LABEL}=kubewasm,{PART_LABEL}=part")))
-            .await
-            .map_err(|e| self.api_error(e))?;
+        let kept = self
+            .list_kept(&format!("{LABEL}=kubewasm,{PART_LABEL}=part"))
+            .await?;
         let mut read = 0;
-        for map in list.items {
-            let kept = match self.parse(&map) {
-                Ok(kept) => kept,
-                Err(e) => {
-                    tracing::error!("{e}: skipped");
-                    continue;
-                }
-            };
+        for kept in kept {
             let Some(id) = kept.part else { continue };
             let Some(part) = Part::from_id(&id) else {
                 tracing::error!(plugin = %kept.plugin, part = %id, "plugin state of an unknown part: skipped");
@@ -262,9 +288,7 @@ impl Keeper {
                 .plugins
                 .state_of(&kept.plugin)
                 .set_part(&id, kept.entries);
-            self.written
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
+            self.written()
                 .insert((kept.plugin, Some(id)), store.changes());
             read += 1;
         }
@@ -310,13 +334,21 @@ impl Keeper {
 
     /// Stops holding `held`, and forgets when they were written.
     fn drop_parts(&self, held: Vec<HeldPart>) {
-        let mut written = self
-            .written
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut written = self.written();
         for (plugin, state, id, _) in held {
             state.drop_part(&id);
             written.remove(&(plugin, Some(id)));
+        }
+    }
+
+    /// True when `store` (plugin `plugin`'s whole map, or part `part`'s) changed since it
+    /// was last written or read.
+    fn changed(&self, plugin: &str, part: Option<&str>, store: &StateStore) -> bool {
+        let count = store.changes();
+        let key = (plugin.to_owned(), part.map(str::to_owned));
+        match self.written().get(&key) {
+            Some(last) => *last != count,
+            None => count != 0,
         }
     }
 
@@ -328,23 +360,14 @@ impl Keeper {
         part: Option<&str>,
         store: &StateStore,
     ) -> Result<bool, KeeperError> {
-        let key = (plugin.to_owned(), part.map(str::to_owned));
-        let count = store.changes();
-        let last = self
-            .written
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key)
-            .copied();
-        if last == Some(count) || (last.is_none() && count == 0) {
+        if !self.changed(plugin, part, store) {
             return Ok(false);
         }
+        let key = (plugin.to_owned(), part.map(str::to_owned));
+        let count = store.changes();
         match self.write(plugin, part, store).await {
             Ok(()) => {
-                self.written
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(key, count);
+                self.written().insert(key, count);
                 self.writes.fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
@@ -356,18 +379,22 @@ impl Keeper {
     }
 
     /// Writes every map changed since it was last written or read: the whole maps while
-    /// this replica leads (once they were read), and the part maps it holds; returns how
-    /// many.
-    pub async fn write_changed(&self) -> usize {
+    /// this replica leads (once they were read), and the part maps it holds, at most
+    /// `most_parts` of those per plugin (the rest wait for a later call, which starts where
+    /// this one stopped); returns how many.
+    pub async fn write_changed(&self, most_parts: usize) -> usize {
         let _writing = self.writing.lock().await;
         let whole = self.plugins.leading() && self.loaded.load(Ordering::SeqCst);
+        let round = self.rounds.fetch_add(1, Ordering::Relaxed);
         let mut wrote = 0;
         for (plugin, state) in self.plugins.states() {
-            let mut maps: Vec<(Option<String>, Arc<StateStore>)> = state
+            let changed: Vec<(Option<String>, Arc<StateStore>)> = state
                 .parts()
                 .into_iter()
                 .map(|(id, store)| (Some(id), store))
+                .filter(|(part, store)| self.changed(&plugin, part.as_deref(), store))
                 .collect();
+            let mut maps = take_turns(changed, round, most_parts);
             if whole {
                 maps.push((None, state.whole().clone()));
             }
@@ -456,7 +483,7 @@ impl Keeper {
             {
                 tracing::warn!("{e}: plugin state not read yet, nothing written");
             }
-            self.write_changed().await;
+            self.write_changed(PART_WRITES).await;
         }
     }
 }
@@ -528,5 +555,22 @@ mod tests {
             assert_ne!(a, part_object_name(&plugin, "namespace/team-b"));
             assert_ne!(a, object_name(&plugin));
         }
+    }
+
+    #[test]
+    fn changed_parts_take_turns_and_all_are_written_within_a_few_rounds() {
+        let parts: Vec<u32> = (0..40).collect();
+        assert_eq!(
+            take_turns(parts[..10].to_vec(), 7, 16),
+            parts[..10],
+            "few: all"
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        for round in 0..3 {
+            let taken = take_turns(parts.clone(), round, 16);
+            assert_eq!(taken.len(), 16);
+            seen.extend(taken);
+        }
+        assert_eq!(seen.len(), 40, "every part within 40 / 16 + 1 rounds");
     }
 }
