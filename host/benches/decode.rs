@@ -1,6 +1,7 @@
 //! Decoding what the API server sends into cached objects: one MODIFIED watch line of a
 //! generated pod (managedFields as a server sends them, dropped on the way in as by default)
-//! against a serde_json tree of the same line, and a list page of 500 pods read in one pass
+//! against a serde_json tree of the same line, the same pod's metadata as a metadata watch
+//! sends it, and a list page of 500 pods read in one pass
 //! against reading it into a copy of each item first.
 //!
 //! Run with `cargo bench -p kubewasm --bench decode`.
@@ -8,7 +9,7 @@
 use std::sync::Arc;
 
 use kubewasm::gvk::Gvk;
-use kubewasm::object::Transform;
+use kubewasm::object::{Keep, Transform};
 use kubewasm::source::kube::wire::{self, WatchEvent};
 use kubewasm_testenv::generate;
 
@@ -31,6 +32,25 @@ fn watch_line(bencher: divan::Bencher, bytes: usize) {
     let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
     let line = line(bytes);
     let transform = Transform::default();
+    bencher.bench_local(|| {
+        let event = wire::watch_line(&gvk, &line, &transform).expect("decodes");
+        assert!(matches!(event, WatchEvent::Modified(_)));
+        event
+    });
+}
+
+/// The same line as a metadata watch sends it (`PartialObjectMetadata`, managedFields
+/// included), decoded keeping metadata only.
+#[divan::bench(args = [4096], sample_count = 100, sample_size = 50)]
+fn watch_line_metadata(bencher: divan::Bencher, bytes: usize) {
+    let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+    let pod = generate::pod(7, bytes, 42);
+    let line = format!(
+        r#"{{"type":"MODIFIED","object":{}}}"#,
+        serde_json::json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                           "metadata": pod["metadata"]})
+    );
+    let transform = Transform::default().keeping(Keep::MetadataOnly);
     bencher.bench_local(|| {
         let event = wire::watch_line(&gvk, &line, &transform).expect("decodes");
         assert!(matches!(event, WatchEvent::Modified(_)));

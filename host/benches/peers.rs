@@ -25,10 +25,9 @@
 //! Results are printed and written to `target/bench-results/peers.json`, which
 //! `scripts/bench.sh` turns into docs/BENCHMARKS.md. `KUBEWASM_BENCH_QUICK=1` runs small sizes.
 //! `KUBEWASM_BENCH_ONLY=LABEL` runs only the throughput row of that client (`kubewasm + 10 noop
-//! plugins`, say), `idle` only the idle rows, or `status` the status stream's rows, for
-//! side-by-side runs and profiles; several
-//! labels are separated by `|` (`kubewasm|kubewasm + 10 noop plugins`); its results file is
-//! partial.
+//! plugins`, say), `memory:LABEL` only that client's memory rows, `idle` only the idle rows,
+//! or `status` the status stream's rows, for side-by-side runs and profiles; several labels
+//! are separated by `|` (`kubewasm|kubewasm + 10 noop plugins`); its results file is partial.
 //!
 //! Run with `cargo bench -p kubewasm --bench peers` (needs Go for client-go).
 
@@ -959,9 +958,10 @@ fn main() {
             kept: Kept::PhaseAndNode,
         },
     ];
-    for &(objects, size) in cases.iter().filter(|_| only.is_none()) {
+    for &(objects, size) in cases {
         let extra = if size == 4096 { &projected[..] } else { &[] };
-        for &kind in cache_only.iter().chain(extra) {
+        let rows = cache_only.iter().chain(extra);
+        for &kind in rows.filter(|k| chosen(&format!("memory:{}", k.label()))) {
             let row = memory(&rig, kind, objects, size);
             println!(
                 "memory      {:<36} {:>7} x {:>5} B: {:>7.0} B/object = {:.2} x JSON, relist peak {:.2} x steady",
