@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::gvk::Gvk;
 use meta::Meta;
 
+mod compact;
 mod keep;
 mod meta;
 pub mod names;
@@ -140,13 +141,17 @@ pub struct KubeObject {
     key: Key,
     /// Bytes of `key` that are the namespace (0 when cluster-scoped).
     namespace_len: u32,
-    /// Read through [`Meta::view`] with `body`, where its strings usually lie.
+    /// Read through [`Meta::view`] with `body`, where its strings usually lie; also says
+    /// where `metadata`, `spec` and `status` lie in `body`, when the decoder noted it.
     meta: Meta,
     /// The JSON text after the transform, less `apiVersion` and `kind`: `gvk` says them, and
-    /// [`Self::json`] writes them back in front (about 30 bytes fewer per object).
+    /// [`Self::json`] writes them back in front (about 30 bytes fewer per object). When
+    /// `compact`, the keys of `metadata`, `spec` and `status` and of the members of
+    /// `metadata` are each one byte: read it through [`Self::text`].
     body: Box<str>,
-    /// Where `metadata`, `spec` and `status` lie in `body`, when the decoder noted it.
-    sections: Sections,
+    /// Whether `body` has keys written as one byte (see `compact`); never inside the `spec`
+    /// or `status` value.
+    compact: bool,
 }
 
 /// Byte ranges of an object's `metadata`, `spec` and `status` values in its stored text, noted
@@ -156,6 +161,8 @@ pub struct KubeObject {
 /// starts with `{`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sections {
+    /// Per name in [`Self::NAMES`]: start and end, `(0, 0)` when not known, `(1, 1)` when
+    /// absent.
     spans: [(u32, u32); 3],
 }
 
@@ -230,7 +237,7 @@ impl Key {
 
 impl From<&str> for Key {
     fn from(key: &str) -> Self {
-        Self::new(key.to_owned())
+        Self(arcstr::ArcStr::from(key))
     }
 }
 
@@ -461,10 +468,10 @@ impl KubeObject {
         let meta = Meta::new(
             &body,
             locate,
-            fields.uid,
-            fields.resource_version,
+            (fields.uid, fields.resource_version),
             &fields.labels,
             &fields.owners,
+            &sections,
         )?;
         let namespace_len = match namespace {
             Some(ns) => u32::try_from(ns.len()).map_err(|_| ObjectError::TooLarge)?,
@@ -472,11 +479,11 @@ impl KubeObject {
         };
         Ok(Self {
             gvk,
-            key: Key::new(object_key(namespace, fields.name)),
+            key: with_object_key(namespace, fields.name, |k| Key::from(k)),
             namespace_len,
             meta,
             body,
-            sections,
+            compact: false,
         })
     }
 
@@ -578,7 +585,9 @@ impl KubeObject {
             .strip_prefix('{')
             .unwrap_or(&self.body)
             .trim_start();
-        let mut json = String::with_capacity(26 + api_version.len() + kind.len() + rest.len());
+        let names = if self.compact { 256 } else { 0 };
+        let mut json =
+            String::with_capacity(26 + api_version.len() + kind.len() + rest.len() + names);
         json.push_str("{\"apiVersion\":");
         json.push_str(&api_version);
         json.push_str(",\"kind\":");
@@ -586,7 +595,11 @@ impl KubeObject {
         if !rest.starts_with('}') {
             json.push(',');
         }
-        json.push_str(rest);
+        if self.compact {
+            compact::expand_into(rest, self.whose(), &mut json);
+        } else {
+            json.push_str(rest);
+        }
         json
     }
 
@@ -599,19 +612,54 @@ impl KubeObject {
                 (tokens.len() == 1).then(|| Value::String(self.gvk.api_version()))
             }
             Some("kind") => (tokens.len() == 1).then(|| Value::String(self.gvk.kind.clone())),
-            Some(_) => pointer::lookup(&self.body, tokens),
+            Some(_) => pointer::lookup(&self.text(), tokens),
+        }
+    }
+
+    /// Where `metadata`, `spec` and `status` lie in `body`.
+    fn sections(&self) -> Sections {
+        self.meta.sections(&self.body)
+    }
+
+    /// The stored text as JSON: `body` with its one-byte keys written out.
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        if self.compact {
+            compact::expand(&self.body, self.whose())
+        } else {
+            std::borrow::Cow::Borrowed(&self.body)
+        }
+    }
+
+    /// What the stored text's bytes for the object's name and namespace stand for.
+    fn whose(&self) -> compact::Whose<'_> {
+        compact::Whose {
+            name: self.name(),
+            namespace: self.namespace().unwrap_or_default(),
         }
     }
 
     /// The JSON text of the value at `tokens` as the object holds it; none when nothing is
     /// there (`apiVersion` and `kind` are not in the text: ask [`Self::gvk`]).
-    pub fn raw_field(&self, tokens: &[std::borrow::Cow<'_, str>]) -> Option<&str> {
-        if let Some((first, rest)) = tokens.split_first()
-            && let Some(section) = self.sections.of(first)
-        {
-            return pointer::raw(self.body.get(section?)?, rest);
+    pub fn raw_field(
+        &self,
+        tokens: &[std::borrow::Cow<'_, str>],
+    ) -> Option<std::borrow::Cow<'_, str>> {
+        use std::borrow::Cow;
+        let (text, rest, plain) = match tokens.split_first() {
+            Some((first, rest)) if let Some(section) = self.sections().of(first) => {
+                // The spec and status values never have one-byte keys.
+                let plain = !self.compact || matches!(first.as_ref(), "spec" | "status");
+                (self.body.get(section?)?, rest, plain)
+            }
+            _ => (&*self.body, tokens, !self.compact),
+        };
+        if plain {
+            return pointer::raw(text, rest).map(Cow::Borrowed);
         }
-        pointer::raw(&self.body, tokens)
+        match compact::expand(text, self.whose()) {
+            Cow::Borrowed(text) => pointer::raw(text, rest).map(Cow::Borrowed),
+            Cow::Owned(text) => pointer::raw(&text, rest).map(|r| Cow::Owned(r.to_owned())),
+        }
     }
 
     /// True when `other`'s `metadata` is written the same but for `resourceVersion` (as after
@@ -619,7 +667,7 @@ impl KubeObject {
     pub fn same_metadata_but_version(&self, other: &Self) -> bool {
         // The text before and after the version's string, within the metadata section.
         fn parts(o: &KubeObject) -> Option<(&str, &str)> {
-            let meta = o.sections.of("metadata")??;
+            let meta = o.sections().of("metadata")??;
             let rv = o.resource_version();
             let at = (rv.as_ptr() as usize).checked_sub(o.body.as_ptr() as usize)?;
             let end = at.checked_add(rv.len())?;
@@ -868,6 +916,68 @@ mod tests {
             Some(json!("apps/v1"))
         );
         assert!(!d.same_json(&KubeObject::from_value(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "d"}}), &Transform::default()).expect("valid")));
+    }
+
+    #[test]
+    fn metadata_keys_are_stored_as_one_byte_and_read_back_as_sent() {
+        let plain = r#"{"metadata":{"name":"web-1","namespace":"shop","uid":"u-1","resourceVersion":"7","labels":{"name":"x"},"finalizers":["a"],"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-abc","uid":"rs-1","controller":true}]},"spec":{"name":"spec keeps its keys","nodeName":"n1"},"status":{"phase":"Running"}}"#;
+        let sent = format!(r#"{{"apiVersion":"v1","kind":"Pod",{}"#, &plain[1..]);
+        let gvk = Arc::new(Gvk::new("", "v1", "Pod"));
+        let o = KubeObject::from_server_json(&sent, &gvk, &Transform::default()).expect("pod");
+        assert!(o.compact);
+        // Every cached object pays for its struct: positions and copies live on the heap.
+        assert!(std::mem::size_of::<KubeObject>() <= 64);
+        // 12 keys of one byte each: metadata, spec, status, 5 in metadata, 4 in the owner;
+        // and three members whole: name, namespace and the owner's controller mark.
+        let keys = [
+            "metadata",
+            "spec",
+            "status",
+            "uid",
+            "resourceVersion",
+            "labels",
+        ]
+        .iter()
+        .chain(&["finalizers", "ownerReferences"])
+        .chain(&["apiVersion", "kind", "name", "uid"])
+        .map(|k| k.len() + 2)
+        .sum::<usize>()
+            + [
+                r#""name":"web-1""#,
+                r#""namespace":"shop""#,
+                r#""controller":true"#,
+            ]
+            .iter()
+            .map(|m| m.len() - 1)
+            .sum::<usize>();
+        assert_eq!(o.text_len(), plain.len() - keys);
+        assert_eq!(o.text(), plain);
+        assert_eq!(o.json(), sent);
+        let read = |p: &str| {
+            o.raw_field(&pointer::tokens(p).expect("pointer"))
+                .map(|r| r.into_owned())
+        };
+        assert_eq!(read("/metadata/labels").as_deref(), Some(r#"{"name":"x"}"#));
+        assert_eq!(
+            read("/metadata/ownerReferences/0/uid").as_deref(),
+            Some(r#""rs-1""#)
+        );
+        assert_eq!(read("/spec/nodeName").as_deref(), Some(r#""n1""#));
+        assert_eq!(read("/metadata/generation"), None);
+        let field = |p: &str| o.field(&pointer::tokens(p).expect("pointer"));
+        assert_eq!(field("/metadata/finalizers"), Some(json!(["a"])));
+        assert_eq!(
+            field(""),
+            Some(serde_json::from_str::<Value>(&sent).expect("json"))
+        );
+        assert_eq!((o.uid(), o.resource_version()), ("u-1", "7"));
+        assert_eq!(o.label("name"), Some("x"));
+        assert_eq!(o.controller().map(|c| c.uid), Some("rs-1"));
+        // Spaces around a colon keep the key as sent.
+        let spaced = sent.replacen(r#""uid":"u-1""#, r#""uid" : "u-1""#, 1);
+        let o = KubeObject::from_server_json(&spaced, &gvk, &Transform::default()).expect("pod");
+        assert!(o.text().contains(r#""uid" : "u-1""#), "{}", o.text());
+        assert_eq!(o.uid(), "u-1");
     }
 
     #[test]

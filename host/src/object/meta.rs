@@ -1,9 +1,10 @@
 //! An object's uid, resourceVersion, labels and owner references in compact form: where each
 //! string lies in the object's own JSON text, four bytes per string, instead of a copy of it.
 //! Strings the text does not hold verbatim (escaped ones, or all of them when the text was
-//! written again from a JSON tree) are copied once into one allocation of their own.
+//! written again from a JSON tree) are copied once into one allocation of their own. Where the
+//! `metadata`, `spec` and `status` values lie in the text is kept in the same numbers.
 
-use crate::object::{ObjectError, OwnerRef};
+use crate::object::{ObjectError, OwnerRef, Sections};
 
 /// Strings per owner reference: apiVersion, kind, name, uid.
 const PER_OWNER: usize = 4;
@@ -14,32 +15,44 @@ const CONTROLLER: u32 = 1 << 31;
 /// Texts at least this long need four numbers per span instead of two.
 const LONG_TEXT: usize = 1 << 15;
 
-/// The label count, then where each string starts and how long it is: two bytes per number
-/// when the text is under 32 KiB (it nearly always is; the controller mark is bit 15 of the
-/// length), else each number as two halves, high first (the mark is bit 31). Which of the two
-/// follows from the text's length, so the slice is all there is: no tag.
+/// Numbers before the strings' spans: the label count, then each section's start and end.
+const HEAD: usize = 1 + 2 * Sections::NAMES.len();
+
+/// The label count, each section's start and end (see [`Sections`]), then where each string
+/// starts and how long it is: two bytes per number when the texts are under 32 KiB (they
+/// nearly always are; the controller mark is bit 15 of the length), else each number as two
+/// halves, high first (the mark is bit 31). Which of the two follows from the texts' lengths,
+/// so the slice is all there is: no tag.
 #[derive(Debug)]
 struct Spans(Box<[u16]>);
 
 impl Spans {
-    fn new(labels: u32, spans: &[[u32; 2]], text_len: usize) -> Self {
-        if text_len < LONG_TEXT {
-            // Every number is at most `text_len` (a label takes bytes of text), so bits 15 to
-            // 30 are clear and the mark moves from bit 31 to bit 15.
+    fn new(labels: u32, sections: &Sections, spans: &[[u32; 2]], long: bool) -> Self {
+        let head = std::iter::once(labels).chain(sections.spans.iter().flat_map(|&(a, b)| [a, b]));
+        if !long {
+            // Every number is at most the texts' length (a label takes bytes of text), so bits
+            // 15 to 30 are clear and the mark moves from bit 31 to bit 15.
             let numbers = spans.iter().flat_map(|&[start, len]| {
                 [
                     start as u16,
                     ((len & !CONTROLLER) | ((len & CONTROLLER) >> 16)) as u16,
                 ]
             });
-            Self(std::iter::once(labels as u16).chain(numbers).collect())
+            Self(head.map(|n| n as u16).chain(numbers).collect())
         } else {
             let halves = |n: u32| [(n >> 16) as u16, n as u16];
-            let numbers = std::iter::once(labels)
-                .chain(spans.iter().flatten().copied())
-                .flat_map(halves);
+            let numbers = head.chain(spans.iter().flatten().copied()).flat_map(halves);
             Self(numbers.collect())
         }
+    }
+
+    /// The sections, as noted.
+    fn sections(&self, long: bool) -> Sections {
+        let mut sections = Sections::default();
+        for (i, span) in sections.spans.iter_mut().enumerate() {
+            *span = (self.number(1 + 2 * i, long), self.number(2 + 2 * i, long));
+        }
+        sections
     }
 
     /// Number `i` (the label count is number 0).
@@ -59,13 +72,13 @@ impl Spans {
 
     /// How many strings.
     fn len(&self, long: bool) -> usize {
-        (self.0.len() / if long { 2 } else { 1 } - 1) / 2
+        (self.0.len() / if long { 2 } else { 1 } - HEAD) / 2
     }
 
     /// Where string `i` starts and ends, and whether it carries the controller mark.
     fn get(&self, i: usize, long: bool) -> (usize, usize, bool) {
-        let start = self.number(1 + 2 * i, long) as usize;
-        let len = self.number(2 + 2 * i, long);
+        let start = self.number(HEAD + 2 * i, long) as usize;
+        let len = self.number(HEAD + 1 + 2 * i, long);
         (
             start,
             start + (len & !CONTROLLER) as usize,
@@ -78,12 +91,17 @@ impl Spans {
     }
 }
 
-/// uid, resourceVersion, labels (sorted by key) and owners, read through [`View`].
+/// Strings copied out of a JSON text, one after another.
+#[derive(Debug)]
+struct Copied(Box<str>);
+
+/// uid, resourceVersion, labels (sorted by key) and owners, read through [`View`], and the
+/// sections.
 #[derive(Debug)]
 pub(super) struct Meta {
-    /// The strings, one after another, when the JSON text does not hold every one verbatim;
-    /// `None`: the spans are in the JSON text.
-    own: Option<Box<str>>,
+    /// The strings, when the JSON text does not hold every one verbatim (behind one pointer:
+    /// the rare case does not widen every object); `None`: the spans are in the JSON text.
+    own: Option<Box<Copied>>,
     /// The label count; then uid, resourceVersion, each label's key and value, each owner's
     /// four fields (the last one marked when it is the controller).
     spans: Spans,
@@ -123,14 +141,15 @@ fn span(start: usize, len: usize, controller: bool) -> Option<[u32; 2]> {
 
 impl Meta {
     /// Locates the strings in `json` (`locate` says where a string would be; it is checked)
-    /// or else copies them. `labels` must be sorted by key with no key twice.
+    /// or else copies them, and keeps `sections` (of `json`). `labels` must be sorted by key
+    /// with no key twice.
     pub(super) fn new(
         json: &str,
         locate: impl Fn(&str) -> Option<usize>,
-        uid: &str,
-        resource_version: &str,
+        (uid, resource_version): (&str, &str),
         labels: &[(&str, &str)],
         owners: &[OwnerRef<'_>],
+        sections: &Sections,
     ) -> Result<Self, ObjectError> {
         let count = 2 + 2 * labels.len() + PER_OWNER * owners.len();
         let labels_len = u32::try_from(labels.len()).map_err(|_| ObjectError::TooLarge)?;
@@ -145,7 +164,7 @@ impl Meta {
         if found.is_some() {
             return Ok(Self {
                 own: None,
-                spans: Spans::new(labels_len, &spans, json.len()),
+                spans: Spans::new(labels_len, sections, &spans, json.len() >= LONG_TEXT),
             });
         }
         spans.clear();
@@ -156,25 +175,39 @@ impl Meta {
             Some(())
         })
         .ok_or(ObjectError::TooLarge)?;
+        let long = text.len().max(json.len()) >= LONG_TEXT;
         Ok(Self {
-            spans: Spans::new(labels_len, &spans, text.len()),
-            own: Some(text.into_boxed_str()),
+            spans: Spans::new(labels_len, sections, &spans, long),
+            own: Some(Box::new(Copied(text.into_boxed_str()))),
         })
+    }
+
+    /// Whether the numbers are in their long form, given `json`.
+    fn long(&self, json: &str) -> bool {
+        let own = self.own.as_ref().map_or(0, |t| t.0.len());
+        own.max(json.len()) >= LONG_TEXT
     }
 
     /// The strings read from `json`, the text of the object this metadata belongs to.
     pub(super) fn view<'a>(&'a self, json: &'a str) -> View<'a> {
-        let text = self.own.as_deref().unwrap_or(json);
         View {
             spans: &self.spans,
-            text,
-            long: text.len() >= LONG_TEXT,
+            text: self.own.as_ref().map_or(json, |t| &t.0),
+            long: self.long(json),
         }
+    }
+
+    /// Where the sections lie in `json`, the text of the object this metadata belongs to.
+    pub(super) fn sections(&self, json: &str) -> Sections {
+        self.spans.sections(self.long(json))
     }
 
     /// Heap bytes held.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.own.as_ref().map_or(0, |t| t.len()) + self.spans.heap_bytes()
+        self.own
+            .as_ref()
+            .map_or(0, |t| std::mem::size_of::<Copied>() + t.0.len())
+            + self.spans.heap_bytes()
     }
 
     /// True when the strings are read from the object's JSON, not a copy.
@@ -275,15 +308,25 @@ mod tests {
 
     /// Metadata whose strings cannot be located: copied.
     fn copied(uid: &str, rv: &str, labels: &[(&str, &str)], owners: &[OwnerRef<'_>]) -> Meta {
-        Meta::new("", |_| None, uid, rv, labels, owners).expect("small enough")
+        Meta::new("", |_| None, (uid, rv), labels, owners, &sections()).expect("small enough")
+    }
+
+    /// Sections of a text, each noted a different way.
+    fn sections() -> Sections {
+        let mut sections = Sections::default();
+        sections.note("metadata", Some(1..30));
+        sections.note("status", None);
+        sections
     }
 
     #[test]
     fn every_string_reads_back_as_packed() {
         let owners = [owner("a", "u-a", false), owner("b", "", true)];
         let meta = copied("uid-1", "", &[("app", "web"), ("tier", "")], &owners);
-        // 54 bytes of text; the label count and two numbers per string, two bytes each.
-        assert_eq!(meta.heap_bytes(), 54 + 2 * (1 + 2 * 14));
+        // 54 bytes of text behind a pointer; the label count, two numbers per section and per
+        // string, two bytes each.
+        assert_eq!(meta.heap_bytes(), 16 + 54 + 2 * (1 + 2 * 3 + 2 * 14));
+        assert_eq!(meta.sections(""), sections());
         assert!(!meta.in_json());
         let view = meta.view("");
         assert_eq!(view.uid(), "uid-1");
@@ -302,6 +345,7 @@ mod tests {
         let meta = copied("uid", "7", &[("k", "v")], &owners);
         assert!(meta.view("").long, "text of 40,000 bytes");
         assert_eq!(meta.spans.len(true), 12);
+        assert_eq!(meta.sections(""), sections());
         let view = meta.view("");
         assert_eq!(view.owner_at(0), owners[0]);
         assert_eq!(view.owner_at(1), owners[1]);
@@ -319,24 +363,41 @@ mod tests {
         let owners = [owner("rs-1", "u-rs", true)];
         let labels = [("app", "web")];
         // apiVersion and kind of the owner are not in this text: everything is copied.
-        let meta = Meta::new(json, at, "u-1", "", &labels, &owners).expect("packed");
+        let meta = Meta::new(json, at, ("u-1", ""), &labels, &owners, &sections()).expect("packed");
         assert!(!meta.in_json());
         assert_eq!(meta.view(json).owner_at(0), owners[0]);
         // With them in the text, nothing is copied and every string reads back.
         let json = format!(r#"{json},"a":"apps/v1","k":"ReplicaSet"}}"#);
         let at = |s: &str| json.find(&format!("\"{s}\"")).map(|i| i + 1);
-        let meta = Meta::new(&json, at, "u-1", "", &labels, &owners).expect("packed");
+        let meta =
+            Meta::new(&json, at, ("u-1", ""), &labels, &owners, &sections()).expect("packed");
         assert!(meta.in_json());
-        assert_eq!(meta.heap_bytes(), 2 + 4 * 8, "four bytes per string");
+        assert_eq!(meta.heap_bytes(), 2 * 7 + 4 * 8, "four bytes per string");
+        assert_eq!(meta.sections(&json), sections());
         let view = meta.view(&json);
         assert_eq!((view.uid(), view.resource_version()), ("u-1", ""));
         assert_eq!(view.label("app"), Some("web"));
         assert_eq!(view.owner_at(0), owners[0]);
         // A wrong location is caught: the strings are copied instead.
-        let meta = Meta::new(&json, |_| Some(2), "u-1", "", &labels, &owners).expect("packed");
+        let meta = Meta::new(
+            &json,
+            |_| Some(2),
+            ("u-1", ""),
+            &labels,
+            &owners,
+            &sections(),
+        )
+        .expect("packed");
         assert!(!meta.in_json());
         assert_eq!(meta.view(&json).label("app"), Some("web"));
-        let past_the_end = Meta::new(&json, |_| Some(usize::MAX), "u-1", "", &[], &[]);
+        let past_the_end = Meta::new(
+            &json,
+            |_| Some(usize::MAX),
+            ("u-1", ""),
+            &[],
+            &[],
+            &sections(),
+        );
         assert_eq!(past_the_end.expect("copied").view(&json).uid(), "u-1");
     }
 

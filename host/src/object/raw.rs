@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use crate::gvk::{Gvk, split_api_version};
 use crate::object::scan::{self, Member, Refused, Scan};
-use crate::object::skip;
 use crate::object::{
     Fields, Keep, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Sections, Transform,
 };
+use crate::object::{compact, skip};
 
 /// An owner reference as the decoder reads it.
 struct Owner<'a> {
@@ -85,25 +85,54 @@ fn key<'a>(member: &Member<'a>) -> Scan<&'a str> {
     }
 }
 
+/// Member keys to store as the one byte standing for their name, in text order.
+type Names = Vec<(Range<usize>, u8)>;
+
+/// Adds the member whose key `key` starts at `at` and whose value starts at `value` to
+/// `names` when its name has a byte (see `compact`) and its key is written plainly.
+fn name(names: &mut Names, key: &str, escaped: bool, at: usize, value: usize) {
+    if let Some(code) = compact::code(key)
+        && !escaped
+        && value - at == compact::written_len(key)
+    {
+        names.push((at..value, code));
+    }
+}
+
+/// Makes the key just noted in `names`, of the member from `at` to `end`, the whole member,
+/// standing for `code`.
+fn whole(names: &mut Names, at: usize, end: usize, code: u8) {
+    if let Some(last) = names.last_mut()
+        && last.0.start == at
+    {
+        *last = (at..end, code);
+    }
+}
+
+/// True when a string read is written plainly and is not empty: the object's key then holds
+/// it as written.
+fn in_key(value: Option<&Cow<str>>) -> bool {
+    matches!(value, Some(Cow::Borrowed(v)) if !v.is_empty())
+}
+
 /// Reads the members of the `metadata` mapping at `at`, checking all of it once (but
 /// `managedFields` only as far as finding its end needs when `skip_managed_fields`: it is
-/// dropped); where it ends.
-fn meta(text: &str, at: usize, skip_managed_fields: bool) -> Scan<(Meta<'_>, usize)> {
+/// dropped), noting the names to store as one byte in `names`; where it ends.
+fn meta<'a>(
+    text: &'a str,
+    at: usize,
+    skip_managed_fields: bool,
+    names: &mut Names,
+) -> Scan<(Meta<'a>, usize)> {
     let b = text.as_bytes();
     let mut meta = Meta::default();
     let null = |value: usize| b.get(value..value + 4) == Some(b"null");
-    // A string member; `null` reads as absent when `nullable`.
-    let string = |m: &Member, nullable: bool| -> Scan<Option<Cow<'_, str>>> {
-        if nullable && null(m.value.start) {
-            return Ok(None);
-        }
-        scan::string_at(text, m.value.clone()).map(Some)
-    };
     let end = scan::members_read(text, at, |key, escaped, at, value| {
         // Keys are compared as written, so an escaped one must not pass for another.
         if escaped {
             return Err(Refused);
         }
+        name(names, key, escaped, at, value);
         let bit = match key {
             "name" => 0,
             "namespace" => 1,
@@ -119,11 +148,23 @@ fn meta(text: &str, at: usize, skip_managed_fields: bool) -> Scan<(Meta<'_>, usi
             return Err(Refused);
         }
         meta.seen |= 1 << bit;
-        // Labels, owners and annotations are read as they are checked; every other value is
-        // checked first.
+        // Strings, labels, owners and annotations are read as they are checked; every other
+        // value is checked first.
         let end = match bit {
+            0..=3 if !null(value) => {
+                let (read, end) = scan::string_value(text, value)?;
+                let slot = match bit {
+                    0 => &mut meta.name,
+                    1 => &mut meta.namespace,
+                    2 => &mut meta.uid,
+                    _ => &mut meta.resource_version,
+                };
+                *slot = Some(read);
+                end
+            }
+            0 => return Err(Refused),
             4 if !null(value) => labels(text, value, &mut meta.labels)?,
-            5 if !null(value) => owners(text, value, &mut meta.owners)?,
+            5 if !null(value) => owners(text, value, &mut meta.owners, names)?,
             7 if !null(value) => {
                 let (read, end) = annotations(text, value)?;
                 meta.annotations = Some(Annotations {
@@ -135,18 +176,12 @@ fn meta(text: &str, at: usize, skip_managed_fields: bool) -> Scan<(Meta<'_>, usi
             6 if skip_managed_fields => skip::skip_end(b, value)?,
             _ => scan::value_end(b, value)?,
         };
-        let m = Member {
-            key,
-            escaped,
-            span: at..end,
-            value: value..end,
-        };
         match bit {
-            0 => meta.name = string(&m, false)?,
-            1 => meta.namespace = string(&m, true)?,
-            2 => meta.uid = string(&m, true)?,
-            3 => meta.resource_version = string(&m, true)?,
-            6 => meta.managed_fields = Some(m.span),
+            0 if in_key(meta.name.as_ref()) => whole(names, at, end, compact::OBJECT_NAME),
+            1 if in_key(meta.namespace.as_ref()) => {
+                whole(names, at, end, compact::OBJECT_NAMESPACE);
+            }
+            6 => meta.managed_fields = Some(at..end),
             _ => {}
         }
         Ok(end)
@@ -154,38 +189,58 @@ fn meta(text: &str, at: usize, skip_managed_fields: bool) -> Scan<(Meta<'_>, usi
     Ok((meta, end))
 }
 
-/// Reads the owner references list at `at` into `owners`; where it ends. Each is a mapping
-/// with the four strings, `controller` a boolean or null, every key at most once and none
-/// escaped (the tree path reads what this refuses).
-fn owners<'a>(text: &'a str, at: usize, owners: &mut Vec<Owner<'a>>) -> Scan<usize> {
+/// Reads the owner references list at `at` into `owners`, noting the names to store as one
+/// byte in `names`; where it ends. Each is a mapping with the four strings, `controller` a
+/// boolean or null, every key at most once and none escaped (the tree path reads what this
+/// refuses).
+fn owners<'a>(
+    text: &'a str,
+    at: usize,
+    owners: &mut Vec<Owner<'a>>,
+    names: &mut Names,
+) -> Scan<usize> {
     scan::elements_read(text.as_bytes(), at, |item| {
         let mut strings: [Option<Cow<'a, str>>; 4] = Default::default();
         let mut controller = None;
-        let end = scan::members(text, item, |m| {
-            if m.escaped {
+        let b = text.as_bytes();
+        let end = scan::members_read(text, item, |key, escaped, at, value| {
+            if escaped {
                 return Err(Refused);
             }
-            let slot = match m.key {
+            name(names, key, false, at, value);
+            let slot = match key {
                 "apiVersion" => 0,
                 "kind" => 1,
                 "name" => 2,
                 "uid" => 3,
                 "controller" if controller.is_none() => {
-                    controller = match text.get(m.value) {
+                    let end = scan::value_end(b, value)?;
+                    controller = match text.get(value..end) {
                         Some("true") => Some(true),
                         Some("false" | "null") => Some(false),
                         _ => return Err(Refused),
                     };
-                    return Ok(());
+                    if controller == Some(true) {
+                        whole(names, at, end, compact::CONTROLLER);
+                    }
+                    return Ok(end);
                 }
                 "controller" => return Err(Refused),
-                _ => return Ok(()),
+                "blockOwnerDeletion" => {
+                    let end = scan::value_end(b, value)?;
+                    if text.get(value..end) == Some("true") {
+                        whole(names, at, end, compact::BLOCKS_DELETION);
+                    }
+                    return Ok(end);
+                }
+                _ => return scan::value_end(b, value),
             };
             if strings[slot].is_some() {
                 return Err(Refused);
             }
-            strings[slot] = Some(scan::string_at(text, m.value)?);
-            Ok(())
+            let (read, end) = scan::string_value(text, value)?;
+            strings[slot] = Some(read);
+            Ok(end)
         })?;
         let [Some(api_version), Some(kind), Some(name), Some(uid)] = strings else {
             return Err(Refused);
@@ -208,15 +263,16 @@ fn labels<'a>(
     at: usize,
     labels: &mut Vec<(Cow<'a, str>, Cow<'a, str>)>,
 ) -> Scan<usize> {
-    scan::members(text, at, |m| {
-        let key = if m.escaped {
-            let quoted = m.span.start..m.span.start + m.key.len() + 2;
+    scan::members_read(text, at, |key, escaped, at, value| {
+        let key = if escaped {
+            let quoted = at..at + key.len() + 2;
             scan::string_at(text, quoted)?
         } else {
-            Cow::Borrowed(m.key)
+            Cow::Borrowed(key)
         };
-        labels.push((key, scan::string_at(text, m.value)?));
-        Ok(())
+        let (value, end) = scan::string_value(text, value)?;
+        labels.push((key, value));
+        Ok(end)
     })
 }
 
@@ -272,6 +328,8 @@ pub(crate) fn decode_at(
         .map(|paths| paths.iter().map(Vec::as_slice).collect());
     let mut projected: Vec<Range<usize>> = Vec::new();
     let (mut spec_cut, mut status_cut) = (false, false);
+    // Room for a pod's names, so the list is not grown as they are noted.
+    let mut names = Names::with_capacity(32);
     // Checks the whole object, each byte once: what the decoder does not read is still JSON
     // serde_json takes.
     let end = scan::members_read(text, start, |key, escaped, at, value| {
@@ -283,12 +341,14 @@ pub(crate) fn decode_at(
             "kind" => &mut top.kind,
             "metadata" if top.metadata.is_some() => return Err(Refused),
             "metadata" => {
-                let (mut meta, end) = meta(text, value, transform.drop_managed_fields)?;
+                name(&mut names, key, escaped, at, value);
+                let (mut meta, end) = meta(text, value, transform.drop_managed_fields, &mut names)?;
                 meta.span = value..end;
                 top.metadata = Some(meta);
                 return Ok(end);
             }
             "spec" | "status" => {
+                name(&mut names, key, escaped, at, value);
                 let end = scan::value_end(b, value)?;
                 let (slot, cut) = if key == "spec" {
                     (&mut spec, &mut spec_cut)
@@ -379,13 +439,17 @@ pub(crate) fn decode_at(
         status = None;
     }
     let cuts = with_commas(text, members)?;
+    let edits = edits(cuts, names);
     // Allocated at its final length, so keeping it as a boxed str copies nothing more.
-    let cut: usize = cuts.iter().map(|c| c.len()).sum();
+    let cut: usize = edits.iter().map(Edit::shrinks).sum();
     let mut body = String::with_capacity((end - start).checked_sub(cut)?);
     let mut at = start;
-    for cut in &cuts {
-        body.push_str(text.get(at..cut.start)?);
-        at = cut.end;
+    for edit in &edits {
+        body.push_str(text.get(at..edit.range.start)?);
+        if let Some(code) = edit.code {
+            body.push(char::from(code));
+        }
+        at = edit.range.end;
     }
     body.push_str(text.get(at..end)?);
     let labels: Vec<(&str, &str)> = meta
@@ -411,31 +475,36 @@ pub(crate) fn decode_at(
             })
             .collect(),
     };
-    // Where a string borrowed from the object's text lies in the stored text: less the cuts
-    // before it (metadata strings are never inside a cut; one that is stays unlocated).
+    // Where a string borrowed from the object's text lies in the stored text: less what the
+    // edits before it took (metadata strings are never inside an edit; one that is stays
+    // unlocated).
+    // Bytes the edits ending at or before `at` took, and the first edit after them (the
+    // edits are apart and in order: found by bisection).
+    let before = |at: usize| -> (usize, Option<&Edit>) {
+        let i = edits.partition_point(|e| e.range.end <= at);
+        let next = edits.get(i);
+        (next.map_or(cut, |e| e.taken_before), next)
+    };
     let locate = |s: &str| -> Option<usize> {
         let at = (s.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
         let until = at.checked_add(s.len()).filter(|&e| e <= end)?;
-        let mut stored = at.checked_sub(start)?;
-        for cut in &cuts {
-            if cut.end <= at {
-                stored = stored.checked_sub(cut.len())?;
-            } else if cut.start < until {
-                return None;
-            }
+        let (taken, next) = before(at);
+        if next.is_some_and(|e| e.range.start < until) {
+            return None;
         }
-        Some(stored)
+        at.checked_sub(start)?.checked_sub(taken)
     };
-    // A span of `text` in the stored text: less the cuts before it (none falls inside a
-    // section's start, and those inside metadata are before its end).
+    // A span of `text` in the stored text: less what the edits before it took (none falls
+    // inside a section's start, and those inside metadata are before its end).
     let stored = |span: &Range<usize>| -> Option<Range<usize>> {
-        let before =
-            |at: usize| -> usize { cuts.iter().filter(|c| c.end <= at).map(|c| c.len()).sum() };
         let from = span
             .start
             .checked_sub(start)?
-            .checked_sub(before(span.start))?;
-        let to = span.end.checked_sub(start)?.checked_sub(before(span.end))?;
+            .checked_sub(before(span.start).0)?;
+        let to = span
+            .end
+            .checked_sub(start)?
+            .checked_sub(before(span.end).0)?;
         Some(from..to)
     };
     let mut sections = Sections::default();
@@ -454,7 +523,9 @@ pub(crate) fn decode_at(
             None => sections.note(name, None),
         }
     }
-    let object = KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate, sections).ok()?;
+    let mut object =
+        KubeObject::assemble(gvk, fields, body.into_boxed_str(), locate, sections).ok()?;
+    object.compact = edits.iter().any(|e| e.code.is_some());
     Some((object, end))
 }
 
@@ -520,6 +591,53 @@ fn with_commas(text: &str, mut members: Vec<Range<usize>>) -> Option<Vec<Range<u
     Some(cuts)
 }
 
+/// A range of the object's text that is not stored as it is: cut, or a member's key written
+/// as the one byte standing for its name (`compact`).
+struct Edit {
+    range: Range<usize>,
+    code: Option<u8>,
+    /// Bytes the edits before this one took.
+    taken_before: usize,
+}
+
+impl Edit {
+    /// Bytes fewer in the stored text.
+    fn shrinks(&self) -> usize {
+        self.range.len() - usize::from(self.code.is_some())
+    }
+}
+
+/// The cuts (sorted, apart) and the names (in text order) as one list in text order; a name
+/// inside a cut is cut with it.
+fn edits(cuts: Vec<Range<usize>>, names: Names) -> Vec<Edit> {
+    let mut edits: Vec<Edit> = Vec::with_capacity(cuts.len() + names.len());
+    let mut taken = 0;
+    let mut push = |range: Range<usize>, code: Option<u8>| {
+        let edit = Edit {
+            range,
+            code,
+            taken_before: taken,
+        };
+        taken += edit.shrinks();
+        edits.push(edit);
+    };
+    let mut n = 0;
+    for cut in cuts {
+        while let Some((range, code)) = names.get(n).filter(|(r, _)| r.start < cut.start) {
+            push(range.clone(), Some(*code));
+            n += 1;
+        }
+        while names.get(n).is_some_and(|(r, _)| r.start < cut.end) {
+            n += 1;
+        }
+        push(cut, None);
+    }
+    for (range, code) in names.into_iter().skip(n) {
+        push(range, Some(code));
+    }
+    edits
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
@@ -549,7 +667,7 @@ mod tests {
         assert!(json.starts_with(r#"{"apiVersion":"#), "{json}");
         // The stored text leaves the type to `gvk`, both ways.
         for o in [&fast, &tree] {
-            let body = value(&o.body);
+            let body = value(&o.text());
             assert!(
                 body.get("apiVersion").is_none() && body.get("kind").is_none(),
                 "{body}"
@@ -560,7 +678,7 @@ mod tests {
         // parse of the whole stored text finds, present or absent.
         for o in [&fast, &tree] {
             for name in ["metadata", "spec", "status"] {
-                assert!(o.sections.of(name).is_some(), "{name} noted: {text}");
+                assert!(o.sections().of(name).is_some(), "{name} noted: {text}");
             }
         }
         for p in [
@@ -578,11 +696,11 @@ mod tests {
         ] {
             let tokens = crate::object::pointer::tokens(p).expect("pointer");
             for o in [&fast, &tree] {
+                let text = o.text();
                 assert_eq!(
-                    o.raw_field(&tokens),
-                    crate::object::pointer::raw(&o.body, &tokens),
-                    "{p} in {}",
-                    o.body
+                    o.raw_field(&tokens).as_deref(),
+                    crate::object::pointer::raw(&text, &tokens),
+                    "{p} in {text}"
                 );
             }
         }

@@ -207,6 +207,22 @@ fn container(
     }
 }
 
+/// The string whose opening quote is at `i`, checked in one pass, borrowed unless it has
+/// escapes, and where it ends; refused when no string starts there.
+pub(crate) fn string_value(text: &str, i: usize) -> Scan<(Cow<'_, str>, usize)> {
+    if text.as_bytes().get(i) != Some(&b'"') {
+        return Err(Refused);
+    }
+    let (end, escaped) = string_end(text.as_bytes(), i)?;
+    let value = if escaped {
+        let raw = text.get(i..end).ok_or(Refused)?;
+        Cow::Owned(serde_json::from_str::<String>(raw).map_err(|_| Refused)?)
+    } else {
+        Cow::Borrowed(text.get(i + 1..end - 1).ok_or(Refused)?)
+    };
+    Ok((value, end))
+}
+
 /// The string at `value` (a whole value, checked), borrowed unless it has escapes; refused
 /// when the value is no string.
 pub(crate) fn string_at(text: &str, value: Range<usize>) -> Scan<Cow<'_, str>> {

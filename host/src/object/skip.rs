@@ -39,6 +39,14 @@ pub(crate) fn skip_end(b: &[u8], i: usize) -> Scan<usize> {
             }
         };
         let masks = Masks::of(block, &mut carry);
+        if let Some(after) = open_throughout(depth, masks.opens, masks.closes) {
+            if masks.bad != 0 {
+                return Err(Refused);
+            }
+            depth = after;
+            at += 64;
+            continue;
+        }
         // The depth after each byte of brackets; a byte's worth at once when it cannot
         // close the value (fewer closing brackets than are open).
         for byte in 0..8 {
@@ -73,6 +81,36 @@ pub(crate) fn skip_end(b: &[u8], i: usize) -> Scan<usize> {
         }
         at += 64;
     }
+}
+
+/// The depth after a block with these brackets when no byte of it can close the value: every
+/// byte has fewer closing brackets than are open before it (what the byte loop checks first,
+/// for the eight bytes at once); `None` otherwise.
+///
+/// In lane `k` (byte `k` of a `u64`): 64 plus the depth (63 counted for 64: fewer is
+/// stricter), plus the opening brackets of the bytes before `k`, less the closing ones up to
+/// and including `k`. No lane carries or borrows (it stays within 0 to 183), and a lane above
+/// 64 means byte `k` cannot close the value.
+fn open_throughout(depth: usize, opens: u64, closes: u64) -> Option<usize> {
+    const LANES: u64 = 0x0101_0101_0101_0101;
+    if depth > 64 {
+        // A block has 64 bytes: it cannot close this many.
+        return Some(depth + opens.count_ones() as usize - closes.count_ones() as usize);
+    }
+    let (o, c) = (byte_counts(opens), byte_counts(closes));
+    // Counts up to and including each byte (at most 64 in a lane).
+    let (o_to, c_to) = (o.wrapping_mul(LANES), c.wrapping_mul(LANES));
+    let counted = depth.min(63) as u64;
+    let lanes = (64 + counted) * LANES + (o_to - o) - c_to;
+    let all_above_64 = (lanes + 63 * LANES) & (0x80 * LANES) == 0x80 * LANES;
+    all_above_64.then(|| depth + (o_to >> 56) as usize - (c_to >> 56) as usize)
+}
+
+/// The set bits of each byte of `x`, in that byte.
+fn byte_counts(x: u64) -> u64 {
+    let x = x - ((x >> 1) & 0x5555_5555_5555_5555);
+    let x = (x & 0x3333_3333_3333_3333) + ((x >> 2) & 0x3333_3333_3333_3333);
+    (x + (x >> 4)) & 0x0f0f_0f0f_0f0f_0f0f
 }
 
 /// Set bits of each byte value: x86_64 has no instruction for it before `popcnt`, which not
@@ -329,6 +367,42 @@ mod tests {
             }
         }
         assert!(both > 100 && skipped_only > 100, "{both} {skipped_only}");
+    }
+
+    #[test]
+    fn a_block_is_taken_at_once_only_when_no_byte_can_close_the_value() {
+        let mut next = random_below();
+        for _ in 0..20_000 {
+            let (mut opens, mut closes) = (0u64, 0u64);
+            for k in 0..64 {
+                match next(6) {
+                    0 => opens |= 1 << k,
+                    1 => closes |= 1 << k,
+                    _ => {}
+                }
+            }
+            let depth = 1 + next(12);
+            // Byte by byte, as the loop does.
+            let mut d = depth;
+            let mut ok = true;
+            for byte in 0..8 {
+                let o = (opens >> (8 * byte) & 0xff).count_ones() as usize;
+                let c = (closes >> (8 * byte) & 0xff).count_ones() as usize;
+                if d <= c {
+                    ok = false;
+                    break;
+                }
+                d = d + o - c;
+            }
+            let want = ok.then_some(d);
+            assert_eq!(
+                open_throughout(depth, opens, closes),
+                want,
+                "{opens:#x} {closes:#x} {depth}"
+            );
+        }
+        assert_eq!(open_throughout(1000, 0, u64::MAX), Some(936));
+        assert_eq!(open_throughout(64, 0, u64::MAX), None);
     }
 
     #[test]

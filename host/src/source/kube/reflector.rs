@@ -121,6 +121,18 @@ impl Default for State {
 }
 
 impl State {
+    /// [`Self::next`] with [`Input::Seen`]`(rv)`, in place.
+    pub fn seen(&mut self, rv: &str) {
+        match &mut self.phase {
+            Phase::Watch(current) => {
+                current.clear();
+                current.push_str(rv);
+            }
+            // Initial events carry each object's own version: see `next`.
+            Phase::List(_) => {}
+        }
+    }
+
     /// The state after `input`.
     pub fn next(self, input: Input) -> Self {
         let Self { phase, method } = self;
@@ -312,6 +324,13 @@ impl Reflector {
             Some(ns) => SourceEvent::NamespaceListDone(ns.clone()),
             None => SourceEvent::ListDone,
         }
+    }
+
+    /// Notes the version a live event carried: what `on(Input::Seen(..))` does, in the
+    /// watch's string rather than a new one per event.
+    fn seen(&mut self, rv: &str) {
+        self.answered = true;
+        self.state.seen(rv);
     }
 
     /// Moves the state machine on.
@@ -549,11 +568,11 @@ impl Reflector {
                     self.send(SourceEvent::Listed(o)).await?;
                 }
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    self.on(Input::Seen(o.resource_version().to_owned()));
+                    self.seen(o.resource_version());
                     self.send(SourceEvent::Applied(o)).await?;
                 }
                 WatchEvent::Deleted(o) => {
-                    self.on(Input::Seen(o.resource_version().to_owned()));
+                    self.seen(o.resource_version());
                     self.send(SourceEvent::Deleted(o)).await?;
                 }
                 WatchEvent::Bookmark {
@@ -665,6 +684,19 @@ mod tests {
         State {
             phase: Phase::Watch(rv.into()),
             method: ListMethod::Streaming,
+        }
+    }
+
+    #[test]
+    fn seen_in_place_is_the_same_move_as_next() {
+        let listing = State {
+            phase: Phase::List(ListFrom::NotOlderThan("3".into())),
+            method: ListMethod::Paginated,
+        };
+        for state in [watching("41"), State::default(), listing] {
+            let mut in_place = state.clone();
+            in_place.seen("42");
+            assert_eq!(in_place, state.next(Input::Seen("42".into())));
         }
     }
 
