@@ -27,7 +27,7 @@ macro_rules! names {
             } else)* {
                 return None;
             };
-            (self::name(byte) == Some(name)).then_some(byte)
+            same(self::name(byte)?.as_bytes(), name.as_bytes()).then_some(byte)
         }
 
         /// The member name byte `byte` stands for, when it stands for one.
@@ -65,6 +65,42 @@ names! {
     0x17 => "controller",
     0x18 => "blockOwnerDeletion",
     0x19 => "selfLink",
+}
+
+/// The bytes of the names the decoder reads members by.
+pub(super) mod read {
+    pub(in crate::object) const NAME: u8 = 0x04;
+    pub(in crate::object) const NAMESPACE: u8 = 0x06;
+    pub(in crate::object) const UID: u8 = 0x07;
+    pub(in crate::object) const RESOURCE_VERSION: u8 = 0x08;
+    pub(in crate::object) const LABELS: u8 = 0x10;
+    pub(in crate::object) const ANNOTATIONS: u8 = 0x11;
+    pub(in crate::object) const OWNER_REFERENCES: u8 = 0x12;
+    pub(in crate::object) const MANAGED_FIELDS: u8 = 0x14;
+    pub(in crate::object) const API_VERSION: u8 = 0x15;
+    pub(in crate::object) const KIND: u8 = 0x16;
+    pub(in crate::object) const CONTROLLER: u8 = 0x17;
+    pub(in crate::object) const BLOCK_OWNER_DELETION: u8 = 0x18;
+}
+
+/// True when `a` and `b` are the same bytes, compared eight at a time without a call (names
+/// are short; a call to `memcmp` per member cost more than the comparison).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let word = |s: &[u8], at: usize| {
+        s.get(at..at + 8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+    };
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    // Words from the start, and the last (overlapping) one.
+    (0..a.len() - 7)
+        .step_by(8)
+        .chain([a.len() - 8])
+        .all(|at| word(a, at) == word(b, at))
 }
 
 /// Stands for `metadata.name` with its value, the object's name.
@@ -194,6 +230,32 @@ mod tests {
             }
         }
         assert!(seen.len() >= 22);
+        for (byte, n) in [
+            (read::NAME, "name"),
+            (read::NAMESPACE, "namespace"),
+            (read::UID, "uid"),
+            (read::RESOURCE_VERSION, "resourceVersion"),
+            (read::LABELS, "labels"),
+            (read::ANNOTATIONS, "annotations"),
+            (read::OWNER_REFERENCES, "ownerReferences"),
+            (read::MANAGED_FIELDS, "managedFields"),
+            (read::API_VERSION, "apiVersion"),
+            (read::KIND, "kind"),
+            (read::CONTROLLER, "controller"),
+            (read::BLOCK_OWNER_DELETION, "blockOwnerDeletion"),
+        ] {
+            assert_eq!(code(n), Some(byte), "{n}");
+        }
+        // Same length and first letter, other bytes: no name.
+        for other in [
+            "nbme",
+            "namespacf",
+            "resourceVersioo",
+            "metadatb",
+            "deletionGracePeriodSecondz",
+        ] {
+            assert_eq!(code(other), None, "{other}");
+        }
         for byte in [OBJECT_NAME, OBJECT_NAMESPACE, CONTROLLER, BLOCKS_DELETION] {
             assert!(is_code(byte) && name(byte).is_none());
         }

@@ -13,11 +13,12 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::gvk::{Gvk, split_api_version};
+use crate::object::compact::{self, read};
 use crate::object::scan::{self, Member, Refused, Scan};
+use crate::object::skip;
 use crate::object::{
     Fields, Keep, KubeObject, LAST_APPLIED_ANNOTATION, OwnerRef, Sections, Transform,
 };
-use crate::object::{compact, skip};
 
 /// An owner reference as the decoder reads it.
 struct Owner<'a> {
@@ -88,15 +89,16 @@ fn key<'a>(member: &Member<'a>) -> Scan<&'a str> {
 /// Member keys to store as the one byte standing for their name, in text order.
 type Names = Vec<(Range<usize>, u8)>;
 
-/// Adds the member whose key `key` starts at `at` and whose value starts at `value` to
-/// `names` when its name has a byte (see `compact`) and its key is written plainly.
-fn name(names: &mut Names, key: &str, escaped: bool, at: usize, value: usize) {
-    if let Some(code) = compact::code(key)
-        && !escaped
-        && value - at == compact::written_len(key)
-    {
+/// The byte standing for the name of the member whose key `key` starts at `at` and whose
+/// value starts at `value` (see `compact`), when it has one; the member is added to `names`
+/// when its key is also written plainly. Members are then told apart by that byte, without
+/// comparing their key again.
+fn name(names: &mut Names, key: &str, escaped: bool, at: usize, value: usize) -> Option<u8> {
+    let code = compact::code(key)?;
+    if !escaped && value - at == compact::written_len(key) {
         names.push((at..value, code));
     }
+    Some(code)
 }
 
 /// Makes the key just noted in `names`, of the member from `at` to `end`, the whole member,
@@ -132,16 +134,15 @@ fn meta<'a>(
         if escaped {
             return Err(Refused);
         }
-        name(names, key, escaped, at, value);
-        let bit = match key {
-            "name" => 0,
-            "namespace" => 1,
-            "uid" => 2,
-            "resourceVersion" => 3,
-            "labels" => 4,
-            "ownerReferences" => 5,
-            "managedFields" => 6,
-            "annotations" => 7,
+        let bit = match name(names, key, escaped, at, value) {
+            Some(read::NAME) => 0,
+            Some(read::NAMESPACE) => 1,
+            Some(read::UID) => 2,
+            Some(read::RESOURCE_VERSION) => 3,
+            Some(read::LABELS) => 4,
+            Some(read::OWNER_REFERENCES) => 5,
+            Some(read::MANAGED_FIELDS) => 6,
+            Some(read::ANNOTATIONS) => 7,
             _ => return scan::value_end(b, value),
         };
         if meta.seen & (1 << bit) != 0 {
@@ -207,13 +208,13 @@ fn owners<'a>(
             if escaped {
                 return Err(Refused);
             }
-            name(names, key, false, at, value);
-            let slot = match key {
-                "apiVersion" => 0,
-                "kind" => 1,
-                "name" => 2,
-                "uid" => 3,
-                "controller" if controller.is_none() => {
+            let code = name(names, key, false, at, value);
+            let slot = match code {
+                Some(read::API_VERSION) => 0,
+                Some(read::KIND) => 1,
+                Some(read::NAME) => 2,
+                Some(read::UID) => 3,
+                Some(read::CONTROLLER) if controller.is_none() => {
                     let end = scan::value_end(b, value)?;
                     controller = match text.get(value..end) {
                         Some("true") => Some(true),
@@ -225,8 +226,8 @@ fn owners<'a>(
                     }
                     return Ok(end);
                 }
-                "controller" => return Err(Refused),
-                "blockOwnerDeletion" => {
+                Some(read::CONTROLLER) => return Err(Refused),
+                Some(read::BLOCK_OWNER_DELETION) => {
                     let end = scan::value_end(b, value)?;
                     if text.get(value..end) == Some("true") {
                         whole(names, at, end, compact::BLOCKS_DELETION);
@@ -480,8 +481,18 @@ pub(crate) fn decode_at(
     // unlocated).
     // Bytes the edits ending at or before `at` took, and the first edit after them (the
     // edits are apart and in order: found by bisection).
+    // Strings are looked up near the last one (the labels all in one gap between edits, an
+    // owner's strings a few edits apart), so the count is walked from there.
+    let last_gap = std::cell::Cell::new(0);
     let before = |at: usize| -> (usize, Option<&Edit>) {
-        let i = edits.partition_point(|e| e.range.end <= at);
+        let mut i = last_gap.get();
+        while i > 0 && edits.get(i - 1).is_some_and(|e| e.range.end > at) {
+            i -= 1;
+        }
+        while edits.get(i).is_some_and(|e| e.range.end <= at) {
+            i += 1;
+        }
+        last_gap.set(i);
         let next = edits.get(i);
         (next.map_or(cut, |e| e.taken_before), next)
     };
