@@ -689,9 +689,10 @@ def main():
             held = total1 - per_pod * n1
             fixed = (
                 f"Fitted to the metadata-only rows of {n1:,} and {n2:,} pods (derived, not measured "
-                f"apart): {fmt_bytes(held)} held whatever the count, mostly the HTTP connection's read "
-                f"buffer, which hyper grows to about 500 KiB while a list page arrives and keeps with "
-                f"the connection, and {fmt_bytes(per_pod)} per further pod, {per_pod / pod:.2f} of its JSON."
+                f"apart): {fmt_bytes(held)} held whatever the count, most of it one buffer of about 500 "
+                f"KiB (by its size, the HTTP connection's read buffer, which hyper grows while a list "
+                f"page arrives and keeps with the connection), and {fmt_bytes(per_pod)} per further "
+                f"pod, {per_pod / pod:.2f} of its JSON."
             )
         out += [
             "Declared projections (issue 59): metadata only is asked of the server (the "
