@@ -184,11 +184,14 @@ impl Sections {
         };
     }
 
-    /// Where member `name` lies: `Some(None)` when it is known to be absent, `None` when not
-    /// known.
-    fn of(&self, name: &str) -> Option<Option<std::ops::Range<usize>>> {
-        let i = Self::NAMES.iter().position(|n| *n == name)?;
-        match self.spans[i] {
+    /// The place of member `name` in [`Self::NAMES`].
+    fn index(name: &str) -> Option<usize> {
+        Self::NAMES.iter().position(|n| *n == name)
+    }
+
+    /// A noted span as a range: `Some(None)` when the member is absent, `None` when not known.
+    fn range(span: (u32, u32)) -> Option<Option<std::ops::Range<usize>>> {
+        match span {
             (0, 0) => None,
             (start, end) if start == end => Some(None),
             (start, end) => Some(Some(start as usize..end as usize)),
@@ -616,9 +619,10 @@ impl KubeObject {
         }
     }
 
-    /// Where `metadata`, `spec` and `status` lie in `body`.
-    fn sections(&self) -> Sections {
-        self.meta.sections(&self.body)
+    /// Where member `name` (`metadata`, `spec` or `status`) lies in `body`: `Some(None)` when
+    /// it is known to be absent, `None` when not known.
+    fn section(&self, name: &str) -> Option<Option<std::ops::Range<usize>>> {
+        Sections::range(self.meta.section(&self.body, Sections::index(name)?))
     }
 
     /// The stored text as JSON: `body` with its one-byte keys written out.
@@ -646,9 +650,12 @@ impl KubeObject {
     ) -> Option<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
         let (text, rest, plain) = match tokens.split_first() {
-            Some((first, rest)) if let Some(section) = self.sections().of(first) => {
-                // The spec and status values never have one-byte keys.
-                let plain = !self.compact || matches!(first.as_ref(), "spec" | "status");
+            Some((first, rest))
+                if let Some(i) = Sections::index(first)
+                    && let Some(section) = Sections::range(self.meta.section(&self.body, i)) =>
+            {
+                // Only the metadata's value has one-byte keys (spec and status never do).
+                let plain = !self.compact || i != 0;
                 (self.body.get(section?)?, rest, plain)
             }
             _ => (&*self.body, tokens, !self.compact),
@@ -667,7 +674,7 @@ impl KubeObject {
     pub fn same_metadata_but_version(&self, other: &Self) -> bool {
         // The text before and after the version's string, within the metadata section.
         fn parts(o: &KubeObject) -> Option<(&str, &str)> {
-            let meta = o.sections().of("metadata")??;
+            let meta = o.section("metadata")??;
             let rv = o.resource_version();
             let at = (rv.as_ptr() as usize).checked_sub(o.body.as_ptr() as usize)?;
             let end = at.checked_add(rv.len())?;

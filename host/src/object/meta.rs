@@ -46,13 +46,9 @@ impl Spans {
         }
     }
 
-    /// The sections, as noted.
-    fn sections(&self, long: bool) -> Sections {
-        let mut sections = Sections::default();
-        for (i, span) in sections.spans.iter_mut().enumerate() {
-            *span = (self.number(1 + 2 * i, long), self.number(2 + 2 * i, long));
-        }
-        sections
+    /// Section `i`'s span, as noted.
+    fn section(&self, i: usize, long: bool) -> (u32, u32) {
+        (self.number(1 + 2 * i, long), self.number(2 + 2 * i, long))
     }
 
     /// Number `i` (the label count is number 0).
@@ -197,9 +193,20 @@ impl Meta {
         }
     }
 
-    /// Where the sections lie in `json`, the text of the object this metadata belongs to.
-    pub(super) fn sections(&self, json: &str) -> Sections {
-        self.spans.sections(self.long(json))
+    /// Where section `i` (of [`Sections::NAMES`]) lies in `json`, the text of the object this
+    /// metadata belongs to, as noted.
+    pub(super) fn section(&self, json: &str, i: usize) -> (u32, u32) {
+        self.spans.section(i, self.long(json))
+    }
+
+    /// Every section, as noted.
+    #[cfg(test)]
+    fn sections(&self, json: &str) -> Sections {
+        let mut sections = Sections::default();
+        for (i, span) in sections.spans.iter_mut().enumerate() {
+            *span = self.section(json, i);
+        }
+        sections
     }
 
     /// Heap bytes held.

@@ -689,7 +689,7 @@ mod tests {
         // parse of the whole stored text finds, present or absent.
         for o in [&fast, &tree] {
             for name in ["metadata", "spec", "status"] {
-                assert!(o.sections().of(name).is_some(), "{name} noted: {text}");
+                assert!(o.section(name).is_some(), "{name} noted: {text}");
             }
         }
         for p in [
