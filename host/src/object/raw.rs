@@ -476,13 +476,10 @@ pub(crate) fn decode_at(
             })
             .collect(),
     };
-    // Where a string borrowed from the object's text lies in the stored text: less what the
-    // edits before it took (metadata strings are never inside an edit; one that is stays
-    // unlocated).
-    // Bytes the edits ending at or before `at` took, and the first edit after them (the
-    // edits are apart and in order: found by bisection).
-    // Strings are looked up near the last one (the labels all in one gap between edits, an
-    // owner's strings a few edits apart), so the count is walked from there.
+    // Bytes the edits ending at or before `at` took, and the first edit after them. The
+    // edits are apart and in order, and strings are looked up near the last one (the labels
+    // all in one gap between edits, an owner's strings a few edits apart), so the count is
+    // walked from the last one's.
     let last_gap = std::cell::Cell::new(0);
     let before = |at: usize| -> (usize, Option<&Edit>) {
         let mut i = last_gap.get();
@@ -496,6 +493,9 @@ pub(crate) fn decode_at(
         let next = edits.get(i);
         (next.map_or(cut, |e| e.taken_before), next)
     };
+    // Where a string borrowed from the object's text lies in the stored text: less what the
+    // edits before it took (metadata strings are never inside an edit; one that is stays
+    // unlocated).
     let locate = |s: &str| -> Option<usize> {
         let at = (s.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
         let until = at.checked_add(s.len()).filter(|&e| e <= end)?;
