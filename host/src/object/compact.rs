@@ -15,9 +15,15 @@
 
 use std::borrow::Cow;
 
-/// Declares the names and their bytes, both ways.
+/// Declares the names and their bytes, both ways, and a constant in [`read`] for each name
+/// given one.
 macro_rules! names {
-    ($($byte:literal => $name:literal,)*) => {
+    ($($byte:literal => $name:literal $(as $id:ident)?,)*) => {
+        /// The bytes of the names the decoder reads members by.
+        pub(super) mod read {
+            $($(pub(in crate::object) const $id: u8 = $byte;)?)*
+        }
+
         /// The byte standing for the member name `name`, when it has one: the name's length
         /// and first letter pick the one name it can be, then it is compared once.
         pub(super) fn code(name: &str) -> Option<u8> {
@@ -46,41 +52,25 @@ names! {
     0x01 => "metadata",
     0x02 => "spec",
     0x03 => "status",
-    0x04 => "name",
+    0x04 => "name" as NAME,
     0x05 => "generateName",
-    0x06 => "namespace",
-    0x07 => "uid",
-    0x08 => "resourceVersion",
+    0x06 => "namespace" as NAMESPACE,
+    0x07 => "uid" as UID,
+    0x08 => "resourceVersion" as RESOURCE_VERSION,
     0x0b => "generation",
     0x0c => "creationTimestamp",
     0x0e => "deletionTimestamp",
     0x0f => "deletionGracePeriodSeconds",
-    0x10 => "labels",
-    0x11 => "annotations",
-    0x12 => "ownerReferences",
+    0x10 => "labels" as LABELS,
+    0x11 => "annotations" as ANNOTATIONS,
+    0x12 => "ownerReferences" as OWNER_REFERENCES,
     0x13 => "finalizers",
-    0x14 => "managedFields",
-    0x15 => "apiVersion",
-    0x16 => "kind",
-    0x17 => "controller",
-    0x18 => "blockOwnerDeletion",
+    0x14 => "managedFields" as MANAGED_FIELDS,
+    0x15 => "apiVersion" as API_VERSION,
+    0x16 => "kind" as KIND,
+    0x17 => "controller" as CONTROLLER,
+    0x18 => "blockOwnerDeletion" as BLOCK_OWNER_DELETION,
     0x19 => "selfLink",
-}
-
-/// The bytes of the names the decoder reads members by.
-pub(super) mod read {
-    pub(in crate::object) const NAME: u8 = 0x04;
-    pub(in crate::object) const NAMESPACE: u8 = 0x06;
-    pub(in crate::object) const UID: u8 = 0x07;
-    pub(in crate::object) const RESOURCE_VERSION: u8 = 0x08;
-    pub(in crate::object) const LABELS: u8 = 0x10;
-    pub(in crate::object) const ANNOTATIONS: u8 = 0x11;
-    pub(in crate::object) const OWNER_REFERENCES: u8 = 0x12;
-    pub(in crate::object) const MANAGED_FIELDS: u8 = 0x14;
-    pub(in crate::object) const API_VERSION: u8 = 0x15;
-    pub(in crate::object) const KIND: u8 = 0x16;
-    pub(in crate::object) const CONTROLLER: u8 = 0x17;
-    pub(in crate::object) const BLOCK_OWNER_DELETION: u8 = 0x18;
 }
 
 /// True when `a` and `b` are the same bytes, compared eight at a time without a call (names
