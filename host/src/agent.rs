@@ -654,5 +654,5 @@ pub async fn kube_client(
         None if context.is_some() => kube::Config::from_kubeconfig(&options).await?,
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(config)?)
+    Ok(crate::source::kube::client::client(config)?)
 }

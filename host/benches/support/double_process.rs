@@ -62,7 +62,7 @@ impl DoubleProcess {
     /// A client for the double.
     pub fn client(&self) -> kube::Client {
         let config = kube::Config::new(self.url.parse().expect("the double's URL"));
-        kube::Client::try_from(config).expect("client")
+        kubewasm::source::kube::client::client(config).expect("client")
     }
 
     /// Sends `command` and returns what follows `ok` in the answer.

@@ -10,6 +10,7 @@
 //! backoff (800 ms doubling to 30 s, cut short when the API server is seen back:
 //! `reconnect.rs`).
 
+pub mod client;
 mod lines;
 pub mod reconnect;
 pub mod reflector;
