@@ -689,10 +689,11 @@ def main():
             held = total1 - per_pod * n1
             fixed = (
                 f"Fitted to the metadata-only rows of {n1:,} and {n2:,} pods (derived, not measured "
-                f"apart): {fmt_bytes(held)} held whatever the count, most of it one buffer of about 500 "
-                f"KiB (by its size, the HTTP connection's read buffer, which hyper grows while a list "
-                f"page arrives and keeps with the connection), and {fmt_bytes(per_pod)} per further "
-                f"pod, {per_pod / pod:.2f} of its JSON."
+                f"apart): {fmt_bytes(held)} held whatever the count, and {fmt_bytes(per_pod)} per "
+                f"further pod, {per_pod / pod:.2f} of its JSON. The largest part held is the HTTP "
+                f"connection's read buffer, 120 KiB: hyper grows it while a list arrives and keeps it "
+                f"with the connection, to 504 KiB before its reads were bounded to 64 KiB "
+                f"(`source/kube/client.rs`; seen with backtraces from the counting allocator)."
             )
         out += [
             "Declared projections (issue 59): metadata only is asked of the server (the "
