@@ -89,13 +89,14 @@ fn key<'a>(member: &Member<'a>) -> Scan<&'a str> {
 /// Member keys to store as the one byte standing for their name, in text order.
 type Names = Vec<(Range<usize>, u8)>;
 
-/// The byte standing for the name of the member whose key `key` starts at `at` and whose
-/// value starts at `value` (see `compact`), when it has one; the member is added to `names`
-/// when its key is also written plainly. Members are then told apart by that byte, without
-/// comparing their key again.
-fn name(names: &mut Names, key: &str, escaped: bool, at: usize, value: usize) -> Option<u8> {
+/// The byte standing for the name of the member whose unescaped key `key` starts at `at` and
+/// whose value starts at `value` (see `compact`), when it has one; the member is added to
+/// `names` when its key is also written plainly (no space before the colon). Members are then
+/// told apart by that byte, without comparing their key again. Callers refuse escaped keys
+/// first.
+fn name(names: &mut Names, key: &str, at: usize, value: usize) -> Option<u8> {
     let code = compact::code(key)?;
-    if !escaped && value - at == compact::written_len(key) {
+    if value - at == compact::written_len(key) {
         names.push((at..value, code));
     }
     Some(code)
@@ -134,7 +135,7 @@ fn meta<'a>(
         if escaped {
             return Err(Refused);
         }
-        let bit = match name(names, key, escaped, at, value) {
+        let bit = match name(names, key, at, value) {
             Some(read::NAME) => 0,
             Some(read::NAMESPACE) => 1,
             Some(read::UID) => 2,
@@ -208,7 +209,7 @@ fn owners<'a>(
             if escaped {
                 return Err(Refused);
             }
-            let code = name(names, key, false, at, value);
+            let code = name(names, key, at, value);
             let slot = match code {
                 Some(read::API_VERSION) => 0,
                 Some(read::KIND) => 1,
@@ -342,14 +343,14 @@ pub(crate) fn decode_at(
             "kind" => &mut top.kind,
             "metadata" if top.metadata.is_some() => return Err(Refused),
             "metadata" => {
-                name(&mut names, key, escaped, at, value);
+                name(&mut names, key, at, value);
                 let (mut meta, end) = meta(text, value, transform.drop_managed_fields, &mut names)?;
                 meta.span = value..end;
                 top.metadata = Some(meta);
                 return Ok(end);
             }
             "spec" | "status" => {
-                name(&mut names, key, escaped, at, value);
+                name(&mut names, key, at, value);
                 let end = scan::value_end(b, value)?;
                 let (slot, cut) = if key == "spec" {
                     (&mut spec, &mut spec_cut)
