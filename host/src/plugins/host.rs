@@ -721,6 +721,10 @@ impl PluginHost {
     /// async runtime.
     pub fn lead(&self) {
         let mut plugins = self.plugins();
+        // Deliveries are this replica's from now on, before any plugin starts: a dispatch
+        // thread that reached its initial list before this would drop it as not its own.
+        // `leading` still says false until every plugin delivers.
+        self.duty.set_leading(true);
         for (name, prepared) in std::mem::take(&mut plugins.standby) {
             match activate(&self.engine, &self.duty, &mut plugins, prepared) {
                 Ok(_) => tracing::info!(plugin = %name, "now leading: delivering"),
@@ -728,7 +732,6 @@ impl PluginHost {
             }
         }
         plugins.leading = true;
-        self.duty.set_leading(true);
     }
 
     /// Stops every delivery at once (no new call starts; calls in flight finish on their
@@ -752,7 +755,8 @@ impl PluginHost {
     /// Whether this replica leads: delivers every event (not a follower waiting on
     /// standby), or, when replicas split the work, the cluster-scoped ones.
     pub fn leading(&self) -> bool {
-        self.duty.leading()
+        // A replica taking over delivers (its duty) before every plugin of it does.
+        self.duty.leading() && self.plugins().leading
     }
 
     /// What this replica delivers now.
