@@ -13,10 +13,12 @@ cd "$(dirname "$0")/.."
 # lists. scripts/setup.sh installs the Python and JavaScript tool chains the tests need too.
 rustup -q toolchain install >/dev/null
 
+# cargo's own progress shows: the first build of the host takes minutes.
 echo "demo: building the example plugins (wasm32-wasip2)..." >&2
-cargo build --quiet --profile plugin --target wasm32-wasip2 --target-dir target/plugins \
+cargo build --profile plugin --target wasm32-wasip2 --target-dir target/plugins \
   -p pod-phase -p deployment-view -p audit-log
-cargo build --quiet -p kubewasm
+echo "demo: building the host (a debug build: up to 8 minutes the first time, seconds after)..." >&2
+cargo build -p kubewasm
 
 demo=target/demo
 rm -rf "$demo"

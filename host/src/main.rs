@@ -2,6 +2,8 @@
 
 mod cli;
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -28,7 +30,14 @@ fn main() -> std::process::ExitCode {
     // Without RUST_LOG, the subcommand's own filter (`agent::LOG_FILTER` for a run).
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(args.command.default_log_filter()));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    // Logs go to stderr, so that what a command prints on stdout (YAML, a report) pipes
+    // cleanly; colours only on a terminal, and never with NO_COLOR set (no-color.org).
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     match args.log_format {
         cli::LogFormat::Human => logs.init(),
         cli::LogFormat::Json => logs.json().init(),

@@ -498,3 +498,43 @@ fn healthz_answers_from_the_start_while_a_large_folder_is_read() {
         "still reading the folder: {body}"
     );
 }
+
+#[test]
+fn webhooks_print_yaml_alone_on_stdout_and_logs_without_colour_on_stderr() {
+    let plugins = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(
+        kubewasm_plugin_artifacts::IMAGE_POLICY,
+        plugins.path().join("image-policy.wasm"),
+    )
+    .expect("copy");
+    // A cold cache: the compile log lines that used to precede the YAML are written.
+    let cache = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(KUBEWASM)
+        .args(["webhooks", "--plugins"])
+        .arg(plugins.path())
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("kubewasm runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.is_empty(), "the log is on stderr");
+    assert!(
+        !stdout.contains('\u{1b}') && !stderr.contains('\u{1b}'),
+        "no colour codes where no terminal is: {stdout:?} {stderr:?}"
+    );
+    let documents: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).expect("each document is YAML"))
+        .collect();
+    assert!(
+        documents
+            .iter()
+            .all(|d| d["kind"] == "ValidatingWebhookConfiguration"),
+        "stdout holds the configurations and nothing else: {stdout}"
+    );
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-/// A running `kubewasm run`, its standard output read line by line.
+/// A running `kubewasm run`, its log (standard error) read line by line.
 pub struct AgentProcess {
     child: Child,
     lines: Receiver<(Instant, String)>,
@@ -28,13 +28,13 @@ impl AgentProcess {
             .args(args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
-            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {}", program.display()))?;
-        let stdout = child.stdout.take().context("its stdout")?;
+        let log = child.stderr.take().context("its stderr")?;
         let (tx, lines) = channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in BufReader::new(log).lines().map_while(Result::ok) {
                 if tx.send((Instant::now(), line)).is_err() {
                     break;
                 }
