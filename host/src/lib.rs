@@ -7,7 +7,7 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `captured_log` (tests only), `text`, `priority`, `rate`, `schedule`,
+//! `tests/layers.rs`): `captured_log` (tests only), `clock`, `text`, `priority`, `rate`, `schedule`,
 //! `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source`
 //! · `informer` · `wasm` · `plugins` · `keeper`, `admission` · `config` · `crd`, `serve` · `agent` ·
 //! `testing`. [`keeper`] writes plugin state through to the cluster while this replica leads;
@@ -17,6 +17,7 @@ pub mod admission;
 pub mod agent;
 #[cfg(test)]
 pub mod captured_log;
+pub mod clock;
 pub mod config;
 pub mod crd;
 pub mod gvk;

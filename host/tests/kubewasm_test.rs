@@ -264,3 +264,84 @@ steps:
         assert!(step.passed(), "{step:#?}");
     }
 }
+
+/// `now:` sets the wall clock the plugin reads, per file and per step; `tick:` steps run the
+/// tick at once (they used to wait for the worker's 30-second idle timer).
+#[test]
+fn a_test_file_sets_the_clock_and_its_tick_steps_run_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("pod-age.test.yaml");
+    let pod = |name: &str, created: &str| {
+        format!(
+            "      - {{apiVersion: v1, kind: Pod, metadata: {{name: {name}, namespace: shop, creationTimestamp: \"{created}\"}}, status: {{phase: Pending}}}}\n"
+        )
+    };
+    let tick = "  - tick: summary\n    expect: {logs: [{message: pods by phase}]}\n";
+    let text = format!(
+        "name: pod-age
+now: 2030-01-01T00:10:00Z
+steps:
+  - name: ten minutes pending is too long, one minute is not
+    apply:
+{}{}    expect:
+      logs:
+        - {{message: pod pending too long, level: warn, fields: {{pod: shop/stuck}}}}
+        - {{message: pods by phase, level: info, fields: {{phases: Pending=2}}}}
+{tick}{tick}{tick}  - name: an hour later a pod made at half past is too old
+    now: 2030-01-01T01:00:00Z
+    apply:
+{}    expect:
+      logs:
+        - {{message: pod pending too long, level: warn, fields: {{pod: shop/late}}}}
+",
+        pod("stuck", "2030-01-01T00:00:00Z"),
+        pod("fresh", "2030-01-01T00:09:00Z"),
+        pod("late", "2030-01-01T00:30:00Z"),
+    );
+    std::fs::write(&file, text).expect("write the test file");
+    let started = std::time::Instant::now();
+    let out = kubewasm_test(Path::new(kubewasm_plugin_artifacts::POD_AGE), &file);
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("5 steps passed, 0 failed"), "{stdout}");
+    // Three ticks each waited up to 30 s before; now a step ends 250 ms after it settles.
+    assert!(
+        took < Duration::from_secs(25),
+        "three tick steps took {took:?}"
+    );
+}
+
+/// `stateIncludes` checks the keys it names (null: absent) and leaves the others alone.
+#[test]
+fn state_includes_checks_only_the_keys_it_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("alert.test.yaml");
+    let text = "name: service-alert
+host:
+  plugins:
+    service-alert:
+      grants:
+        writes:
+          - {resources: [events.k8s.io/v1/Event], verbs: [create, patch]}
+steps:
+  - apply:
+      - {apiVersion: v1, kind: Service, metadata: {name: web, namespace: shop}, spec: {selector: {app: web}}}
+      - {apiVersion: v1, kind: Pod, metadata: {name: w1, namespace: shop, labels: {app: web}}, status: {conditions: [{type: Ready, status: \"False\"}]}}
+    expect:
+      stateIncludes: {empty/shop/web: \"2\", empty/shop/other: null}
+";
+    std::fs::write(&file, text).expect("write");
+    let out = kubewasm_test(Path::new(kubewasm_plugin_artifacts::SERVICE_ALERT), &file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(r#"state "empty/shop/web": "1", expected "2""#),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("empty/shop/other"), "{stdout}");
+}

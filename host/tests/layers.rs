@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 30] = [
+const LAYERS: [&str; 31] = [
+    "clock",
     "text",
     "priority",
     "rate",

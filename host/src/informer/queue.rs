@@ -94,6 +94,8 @@ struct Inner {
     receiver_waiting: bool,
     /// Set by [`QueueSender::interrupt`]: the receiver stops waiting from then on.
     interrupted: bool,
+    /// Set by [`QueueSender::nudge`]: the receiver's current or next wait ends once.
+    nudged: bool,
 }
 
 struct Shared {
@@ -131,6 +133,7 @@ pub fn queue(threshold: usize, byte_threshold: usize) -> (QueueSender, QueueRece
             receiver: true,
             receiver_waiting: false,
             interrupted: false,
+            nudged: false,
         }),
         ready: Condvar::new(),
         threshold,
@@ -230,6 +233,13 @@ impl QueueSender {
     /// receiver need not wake on a timer to notice a stop.
     pub fn interrupt(&self) {
         self.shared.lock().interrupted = true;
+        self.shared.ready.notify_all();
+    }
+
+    /// Ends the receiver's current wait, or its next one, once: work it finds outside the
+    /// queue (a tick asked for) is then picked up at once rather than at its next timer.
+    pub fn nudge(&self) {
+        self.shared.lock().nudged = true;
         self.shared.ready.notify_all();
     }
 
@@ -422,6 +432,10 @@ impl QueueReceiver {
             if inner.interrupted {
                 return Err(RecvTimeoutError::Timeout);
             }
+            if inner.nudged {
+                inner.nudged = false;
+                return Err(RecvTimeoutError::Timeout);
+            }
             let now = Instant::now();
             let left = deadline
                 .get_or_insert(now + timeout)
@@ -557,6 +571,39 @@ mod tests {
                 Err(RecvTimeoutError::Timeout)
             )
         );
+        receiver.join().expect("joined");
+    }
+
+    #[test]
+    fn a_nudge_ends_one_wait_and_later_waits_wait_again() {
+        let (tx, rx) = queue(100, usize::MAX);
+        let mut into = VecDeque::new();
+        // A nudge before the wait ends that wait at once.
+        tx.nudge();
+        let started = std::time::Instant::now();
+        let first = rx.recv_batch(&mut into, 1, Duration::from_secs(600));
+        assert_eq!(first, Err(RecvTimeoutError::Timeout));
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not its timeout"
+        );
+        // Only once: the next wait runs to its own (short) timeout.
+        let started = std::time::Instant::now();
+        let second = rx.recv_batch(&mut into, 1, Duration::from_millis(50));
+        assert_eq!(second, Err(RecvTimeoutError::Timeout));
+        assert!(started.elapsed() >= Duration::from_millis(50), "waited");
+        // A nudge while waiting ends that wait.
+        let (done, waited) = std::sync::mpsc::channel();
+        let receiver = std::thread::spawn(move || {
+            let mut into = VecDeque::new();
+            let _ = done.send(rx.recv_batch(&mut into, 1, Duration::from_secs(600)));
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        tx.nudge();
+        let answer = waited
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the nudge ended the wait");
+        assert_eq!(answer, Err(RecvTimeoutError::Timeout));
         receiver.join().expect("joined");
     }
 

@@ -271,7 +271,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let schedules = Schedules::new(
         &setup.schedules,
         |name| state.whole().last_tick(name),
-        jiff::Timestamp::now(),
+        crate::clock::now(),
         Instant::now(),
     );
     let worker = Worker {
@@ -472,16 +472,13 @@ impl Worker {
         );
         if !asked.is_empty() {
             for name in asked {
-                self.ctx
-                    .state
-                    .whole()
-                    .set_tick(&name, jiff::Timestamp::now());
+                self.ctx.state.whole().set_tick(&name, crate::clock::now());
                 self.start(Work::Tick(name));
             }
             return true;
         }
         if self.schedules.next_due().is_some_and(|at| at <= now) {
-            let now_ts = jiff::Timestamp::now();
+            let now_ts = crate::clock::now();
             if let Some((name, due)) = self.schedules.take_due(now_ts, now) {
                 // Noted as run before it runs: a new leader does not run it again.
                 self.ctx.state.whole().set_tick(&name, due);

@@ -304,6 +304,8 @@ impl PluginHost {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(schedule.to_owned());
+        // The worker may be in a long idle wait: it runs the tick now, not at its next timer.
+        running.open.nudge();
         Ok(())
     }
 

@@ -257,10 +257,57 @@ pub fn answer(
     problems
 }
 
+/// Where the state differs from the keys a step names (`None`: the key must be absent), one
+/// line each.
+pub fn state_keys(
+    wanted: &std::collections::BTreeMap<String, Option<String>>,
+    got: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    wanted
+        .iter()
+        .filter(|(key, value)| got.get(*key) != value.as_ref())
+        .map(|(key, value)| match (value, got.get(key)) {
+            (Some(want), Some(have)) => format!("state {key:?}: {have:?}, expected {want:?}"),
+            (Some(want), None) => format!("state {key:?}: absent, expected {want:?}"),
+            (None, have) => format!(
+                "state {key:?}: {:?}, expected absent",
+                have.map(String::as_str).unwrap_or_default()
+            ),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn named_state_keys_are_checked_and_others_ignored() {
+        let got: std::collections::BTreeMap<String, String> = [
+            ("count".to_owned(), "3".to_owned()),
+            ("at".to_owned(), "2030-01-01T00:00:07Z".to_owned()),
+        ]
+        .into();
+        let want = |pairs: &[(&str, Option<&str>)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+                .collect()
+        };
+        assert!(state_keys(&want(&[("count", Some("3")), ("gone", None)]), &got).is_empty());
+        assert_eq!(
+            state_keys(
+                &want(&[("count", Some("4")), ("at", None), ("new", Some("1"))]),
+                &got
+            ),
+            [
+                r#"state "at": "2030-01-01T00:00:07Z", expected absent"#,
+                r#"state "count": "3", expected "4""#,
+                r#"state "new": absent, expected "1""#,
+            ]
+        );
+    }
 
     fn record(message: &str, fields: &[(&str, &str)]) -> PluginLogRecord {
         PluginLogRecord {

@@ -296,6 +296,10 @@ pub async fn run(
     }
     let mut steps = spec.steps.iter();
     let first = steps.next().context("no steps")?;
+    // The clock the plugin and the host read, when the file sets it.
+    if let Some(at) = first.now.or(spec.now) {
+        crate::clock::set(at);
+    }
     change(&state.0, first)?;
     let folder = Arc::new(ManifestFolder::snapshot_in(
         &state.0,
@@ -347,7 +351,13 @@ pub async fn run(
     let (mut lines_seen, mut writes_seen, mut given_up) = (0, 0, 0);
     let mut step = first;
     loop {
-        let mut settled = settle(&agent, &spec.name, &sink, &recorder, options.step_timeout).await;
+        // A step that changes nothing starts where the last one settled: a tick runs at once.
+        let unchanged =
+            !std::ptr::eq(step, first) && step.apply.is_empty() && step.delete.is_empty();
+        let mut settled = match status_of(&agent, &spec.name) {
+            Some(status) if unchanged && step.tick.is_some() => Ok(status),
+            _ => settle(&agent, &spec.name, &sink, &recorder, options.step_timeout).await,
+        };
         let mut problems = Vec::new();
         if let (Some(schedule), Ok(before)) = (&step.tick, &settled) {
             match agent.plugins().tick(&spec.name, schedule) {
@@ -415,6 +425,9 @@ pub async fn run(
                 serde_json::to_string(wanted).unwrap_or_default()
             ));
         }
+        if let Some(wanted) = &step.expect.state_includes {
+            problems.extend(check::state_keys(wanted, &kept));
+        }
         if let (Some(wanted), Some(answer)) = (&step.expect.admission, &answer) {
             problems.extend(check::answer(wanted, answer));
         }
@@ -430,6 +443,9 @@ pub async fn run(
         results.push(result);
         let Some(next) = steps.next() else { break };
         step = next;
+        if let Some(at) = step.now {
+            crate::clock::set(at);
+        }
         change(&state.0, step)?;
         let folder = folder.clone();
         tokio::task::spawn_blocking(move || folder.rescan()).await?;

@@ -9,8 +9,10 @@
 //! cluster: cluster/              # manifests the first state starts from (optional)
 //! retries: 0                     # attempts after a failure (default 0: give up at once)
 //! state: {seen/shop/web: "1"}    # the plugin's state when it starts (it must declare state)
+//! now: 2030-01-01T00:00:00Z      # the wall clock the plugin and host read at the start
 //! steps:
 //!   - name: a web pod appears    # the first step is the state the plugin starts on
+//!     now: 2030-01-01T02:00:00Z  # the clock from this step on (before its changes)
 //!     apply:                     # objects created or replaced whole
 //!       - {apiVersion: v1, kind: Pod, metadata: {name: web, namespace: shop}}
 //!     delete:                    # objects removed
@@ -30,6 +32,7 @@
 //!         - {action: record-event, target: v1/Pod shop/web, reason: Crashing}
 //!       givenUp: 0               # events given up (default 0: any is a failure)
 //!       state: {seen/shop/web: "1"}  # the plugin's whole state after the step
+//!       stateIncludes: {seen/shop/web: "1", gone: null}  # these keys (null: absent)
 //!       admission:               # the answer to the step's review
 //!         allowed: false
 //!         message: not allowed   # a part of the refusal's message
@@ -79,6 +82,7 @@ struct SpecFile {
     #[serde(default)]
     retries: u32,
     state: Option<BTreeMap<String, String>>,
+    now: Option<String>,
     steps: Vec<StepFile>,
 }
 
@@ -86,6 +90,7 @@ struct SpecFile {
 #[serde(deny_unknown_fields)]
 struct StepFile {
     name: Option<String>,
+    now: Option<String>,
     #[serde(default)]
     apply: Vec<Value>,
     #[serde(default)]
@@ -187,6 +192,8 @@ pub struct Expect {
     pub given_up: u64,
     /// The plugin's whole state after the step.
     pub state: Option<BTreeMap<String, String>>,
+    /// Some keys of the plugin's state after the step: each with its value, or absent (null).
+    pub state_includes: Option<BTreeMap<String, Option<String>>>,
     /// The answer to the step's review.
     pub admission: Option<ExpectedAnswer>,
 }
@@ -227,6 +234,8 @@ pub struct ExpectedWrite {
 pub struct Step {
     /// Its name in reports (`step N` when the file gives none).
     pub name: String,
+    /// The wall clock from this step on, set before its changes.
+    pub now: Option<jiff::Timestamp>,
     /// Objects created or replaced whole.
     pub apply: Vec<(Reference, Value)>,
     /// Objects removed.
@@ -252,6 +261,8 @@ pub struct Spec {
     pub cluster: Option<PathBuf>,
     /// The plugin's state when it starts.
     pub state: Option<BTreeMap<String, String>>,
+    /// The wall clock the plugin and the host read when the test starts.
+    pub now: Option<jiff::Timestamp>,
     /// The states, in order.
     pub steps: Vec<Step>,
 }
@@ -352,8 +363,15 @@ impl Spec {
                         Ok((reference, object))
                     })
                     .collect::<Result<_, String>>()?;
+                let now = step
+                    .now
+                    .as_deref()
+                    .map(timestamp)
+                    .transpose()
+                    .map_err(|e| format!("{field}.now: {e}"))?;
                 Ok(Step {
                     name,
+                    now,
                     apply,
                     delete: step.delete,
                     tick: step.tick,
@@ -368,9 +386,21 @@ impl Spec {
             host,
             cluster: file.cluster.map(|c| base.join(c)),
             state: file.state,
+            now: file
+                .now
+                .as_deref()
+                .map(timestamp)
+                .transpose()
+                .map_err(|e| format!("now: {e}"))?,
             steps,
         })
     }
+}
+
+/// A time written in a test file: RFC 3339, as Kubernetes writes timestamps.
+fn timestamp(text: &str) -> Result<jiff::Timestamp, String> {
+    text.parse()
+        .map_err(|e| format!("{text:?} is not a time such as 2030-01-01T00:00:00Z ({e})"))
 }
 
 fn check_expect(expect: &Expect) -> Result<(), String> {
@@ -450,6 +480,14 @@ steps:
                 "steps[0].expect.writes[0].action",
             ),
             ("plugin: a.wasm\nsteps: [{aply: []}]", "aply"),
+            (
+                "plugin: a.wasm\nnow: tomorrow\nsteps: [{}]",
+                "now: \"tomorrow\" is not a time",
+            ),
+            (
+                "plugin: a.wasm\nsteps: [{}, {now: 2030-13-01T00:00:00Z}]",
+                "steps[1].now: ",
+            ),
             (
                 "plugin: a.wasm\nsteps: [{review: {operation: PATCH, object: {}}}]",
                 "steps[0].review.operation",

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use wasmtime::component::Linker;
-use wasmtime_wasi::HostMonotonicClock;
 use wasmtime_wasi::p2::{Pollable, subscribe};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
 
 use crate::wasm::HostState;
 
@@ -25,6 +25,19 @@ impl HostMonotonicClock for Clock {
 
     fn now(&self) -> u64 {
         u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The wall clock plugins read: the host's ([`crate::clock`]), which a test can set.
+pub struct WallClock;
+
+impl HostWallClock for WallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        crate::clock::since_epoch()
     }
 }
 

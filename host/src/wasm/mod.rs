@@ -583,6 +583,7 @@ impl Engine {
         let host_calls = host_calls::HostCalls::default();
         let wasi = WasiCtx::builder()
             .monotonic_clock(clocks::Clock(clock_origin))
+            .wall_clock(clocks::WallClock)
             .max_random_size(MAX_RANDOM_BYTES)
             .stdout(stdio::LogStream::stdout(
                 ctx.log.clone(),
