@@ -740,7 +740,7 @@ fn quote_hint(found: &str) -> &'static str {
 }
 
 /// The JSON type of `value`, with its article, for errors.
-fn json_type(value: &Value) -> &'static str {
+pub(crate) fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

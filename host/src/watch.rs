@@ -82,7 +82,11 @@ pub fn debounced(
         let _ = tx.send(note);
     })
     .map_err(std::io::Error::other)?;
-    watcher.watch(path, mode).map_err(std::io::Error::other)?;
+    match mode {
+        RecursiveMode::Recursive => watch_tree(&mut watcher, path),
+        RecursiveMode::NonRecursive => watcher.watch(path, mode),
+    }
+    .map_err(std::io::Error::other)?;
     std::thread::Builder::new()
         .name(thread_name.into())
         .spawn(move || {
@@ -114,6 +118,43 @@ pub fn debounced(
             }
         })?;
     Ok(watcher)
+}
+
+/// Watches `root` and the folders under it: recursively where it can (folders made inside
+/// are then watched as they appear); below a folder that cannot be watched whole, each of its
+/// folders on its own, leaving out those that cannot be watched at all (their permissions),
+/// which the folder's reader reports. The error: `root` itself cannot be watched.
+fn watch_tree(watcher: &mut impl Watcher, root: &Path) -> notify::Result<()> {
+    if watcher.watch(root, RecursiveMode::Recursive).is_ok() {
+        return Ok(());
+    }
+    watcher.watch(root, RecursiveMode::NonRecursive)?;
+    let mut seen = BTreeSet::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(real) = std::fs::canonicalize(&dir) else {
+            continue;
+        };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        if !seen.insert(real) {
+            continue;
+        }
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
+                continue;
+            }
+            if watcher.watch(&path, RecursiveMode::Recursive).is_ok() {
+                continue;
+            }
+            if watcher.watch(&path, RecursiveMode::NonRecursive).is_ok() {
+                dirs.push(path);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -44,6 +44,9 @@ fn over_budget(breach: &BudgetBreach) -> String {
     }
 }
 
+/// Said after a key written twice: a deliberate difference from kubectl.
+pub const DUPLICATE_NOTE: &str = " (kubectl keeps the last value; kubewasm refuses the document rather than pick for its author: remove one)";
+
 /// What the reader says of a quoted value's continuation line that is not indented enough.
 const QUOTED_INDENT: &str = "invalid indentation in multiline quoted scalar";
 
@@ -127,6 +130,15 @@ fn indent_quoted_continuations(text: &str) -> Option<String> {
                     flow = flow.saturating_sub(1);
                     previous = Some(b);
                 }
+                // `:`, `-` and `?` are indicators only before a space or the line's end (or,
+                // for `:`, in a flow collection); elsewhere they are text of a plain scalar
+                // (`Must not contain ':'.`), after which no quote opens a value.
+                b':' | b'-' | b'?'
+                    if !(matches!(bytes.get(i + 1), None | Some(b' ' | b'\t' | b'\n' | b'\r'))
+                        || (b == b':' && flow > 0)) =>
+                {
+                    previous = Some(b'.');
+                }
                 other => previous = Some(other),
             },
         }
@@ -134,6 +146,19 @@ fn indent_quoted_continuations(text: &str) -> Option<String> {
     }
     out.push_str(&text[copied..]);
     changed.then_some(out)
+}
+
+/// Whether `text` is well-formed YAML, whatever it holds (a duplicate key is not syntax; a
+/// number JSON cannot hold, `.inf`, counts as one, as kubectl stops there too): what tells a
+/// syntax error, after which kubectl stops reading a file, from a document that is only not a
+/// valid object.
+pub fn well_formed(text: &str) -> bool {
+    let mut lenient = options();
+    lenient.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::FirstWins;
+    let read = |text: &str| {
+        serde_saphyr::from_str_with_options::<serde::de::IgnoredAny>(text, lenient.clone()).is_ok()
+    };
+    read(text) || indent_quoted_continuations(text).is_some_and(|t| read(&t))
 }
 
 /// The error `e` wraps, if it only adds context (a snippet, the alias it came through).
@@ -183,9 +208,13 @@ pub fn from_str_at<T: DeserializeOwned>(text: &str, first_line: usize) -> Result
                     Some((place, reason)) if place.starts_with("line ") => reason,
                     _ => message,
                 };
-                reason
-                    .trim_end_matches(", set DuplicateKeyPolicy in Options if acceptable")
-                    .to_owned()
+                let reason =
+                    reason.trim_end_matches(", set DuplicateKeyPolicy in Options if acceptable");
+                if reason.starts_with("duplicate mapping key") {
+                    format!("{reason}{DUPLICATE_NOTE}")
+                } else {
+                    reason.to_owned()
+                }
             }
         };
         match e.location() {
@@ -266,6 +295,30 @@ mod tests {
         // What is wrong for go-yaml too stays an error.
         let unclosed = from_str_at::<Value>("a: \"open\nb: 1\n", 1).expect_err("unclosed");
         assert!(!unclosed.is_empty());
+    }
+
+    #[test]
+    fn a_plain_scalar_holding_a_quoted_colon_leaves_wrapped_quotes_readable() {
+        // The opentelemetry-operator bundle's CRD: Kubernetes' own "Must not contain ':'."
+        // beside a quoted value go-yaml wrapped at its key's indentation.
+        let text = "spec:\n  a: Must not contain ':'.\n  b: \"a long text\n  wrapped\"\n  c: x-y ?z 'q'\n  d: \"again\n  here\"\n";
+        let value: Value = from_str_at(text, 1).expect("read as kubectl reads it");
+        assert_eq!(value["spec"]["a"], "Must not contain ':'.");
+        assert_eq!(value["spec"]["b"], "a long text wrapped");
+        assert_eq!(value["spec"]["c"], "x-y ?z 'q'");
+        assert_eq!(value["spec"]["d"], "again here");
+        assert!(well_formed(text));
+    }
+
+    #[test]
+    fn syntax_errors_are_told_from_documents_that_only_are_not_objects() {
+        assert!(
+            well_formed("a: 1\na: 2\n"),
+            "a duplicate key is no syntax error"
+        );
+        assert!(!well_formed("a: .inf\n"), "kubectl stops at it too");
+        assert!(!well_formed("a: [oops\n"));
+        assert!(!well_formed("a: \"open\nb: 1\n"));
     }
 
     #[test]

@@ -538,3 +538,123 @@ fn webhooks_print_yaml_alone_on_stdout_and_logs_without_colour_on_stderr() {
         "stdout holds the configurations and nothing else: {stdout}"
     );
 }
+
+/// `kubewasm run` as a user who cannot list some folders of the cluster folder: a folder
+/// locked from the start and one locked while it runs are each one line, and the host goes
+/// on delivering (root reads every folder, so the binary runs as `nobody` under root).
+#[test]
+fn a_folder_that_cannot_be_listed_is_one_line_and_the_host_goes_on() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let open = |p: &std::path::Path, mode: u32| {
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    open(dir.path(), 0o755);
+    let (cluster, plugins) = (dir.path().join("cluster"), dir.path().join("plugins"));
+    for sub in ["cluster/locked", "cluster/later", "plugins", "home"] {
+        fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
+    }
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop}}\nstatus: {{phase: Running}}\n"
+        )
+    };
+    fs::write(cluster.join("a.yaml"), pod("a")).expect("write");
+    fs::write(cluster.join("locked/b.yaml"), pod("b")).expect("write");
+    fs::write(cluster.join("later/c.yaml"), pod("c")).expect("write");
+    fs::copy(
+        kubewasm_plugin_artifacts::POD_PHASE,
+        plugins.join("pod-phase.wasm"),
+    )
+    .expect("copy");
+    // The binary too, where `nobody` can run it whatever the checkout's permissions.
+    let program = dir.path().join("kubewasm");
+    fs::copy(KUBEWASM, &program).expect("copy the binary");
+    let root = std::os::unix::fs::MetadataExt::uid(&fs::metadata("/proc/self").expect("proc")) == 0;
+    let mut command = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c.arg(&program);
+        c
+    } else {
+        Command::new(&program)
+    };
+    for entry in walk(dir.path()) {
+        open(&entry, if entry.is_dir() { 0o777 } else { 0o666 });
+    }
+    open(&program, 0o755);
+    open(&cluster.join("locked"), 0o000);
+    let mut child = command
+        .args(["run", "--plugins"])
+        .arg(&plugins)
+        .arg("--cluster")
+        .arg(&cluster)
+        .arg("--cache-dir")
+        .arg(dir.path().join("home"))
+        .env("HOME", dir.path().join("home"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubewasm runs");
+    let log = child.stderr.take().expect("stderr");
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(log)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let wait_for = |what: &str, seen: &mut Vec<String>| {
+        let until = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < until {
+            if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
+                seen.push(line);
+                if seen.last().is_some_and(|l| l.contains(what)) {
+                    return;
+                }
+            }
+        }
+        panic!("no {what:?} in:\n{}", seen.join("\n"));
+    };
+    wait_for("pod=shop/c", &mut seen);
+    // Locked while it runs: its pod is kept, not deleted.
+    open(&cluster.join("later"), 0o000);
+    fs::write(
+        cluster.join("a.yaml"),
+        pod("a").replace("Running", "Failed"),
+    )
+    .expect("write");
+    wait_for("to=Failed", &mut seen);
+    std::thread::sleep(Duration::from_secs(1));
+    seen.extend(lines.try_iter());
+    let still_running = child.try_wait().expect("wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    open(&cluster.join("locked"), 0o755);
+    open(&cluster.join("later"), 0o755);
+    let text = seen.join("\n");
+    assert!(still_running, "the host went on:\n{text}");
+    for folder in ["locked", "later"] {
+        let said = seen
+            .iter()
+            .filter(|l| l.contains(&format!("cluster/{folder}")))
+            .count();
+        assert_eq!(said, 1, "one line for {folder}:\n{text}");
+    }
+    assert!(!text.contains("pod deleted"), "nothing deleted:\n{text}");
+    assert!(!text.contains("pod=shop/b"), "b is not readable:\n{text}");
+}
+
+/// Every entry under `dir`, folders included.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
+}

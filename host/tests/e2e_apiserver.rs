@@ -587,3 +587,28 @@ async fn the_api_server_lays_out_watch_lines_as_the_reflector_and_the_double_exp
         }
     }
 }
+
+/// The manifests folder refuses a built-in group's kind no API server serves (`v1
+/// Deployment`); it must take every kind this one serves: its table of built-in kinds
+/// (source/manifests/served.rs) misses none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_folder_takes_every_kind_the_api_server_serves() -> anyhow::Result<()> {
+    use kubewasm::source::manifests::scope::unserved;
+    let env = TestEnv::start().await?;
+    let discovery = kube::discovery::Discovery::new(env.client().await?)
+        .run()
+        .await?;
+    let mut checked = 0;
+    for group in discovery.groups() {
+        for version in group.versions() {
+            for (resource, _) in group.versioned_resources(version) {
+                let gvk =
+                    kubewasm::gvk::Gvk::new(&resource.group, &resource.version, &resource.kind);
+                assert_eq!(unserved(&gvk), None, "{gvk} is served");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 50, "{checked} kinds");
+    Ok(())
+}

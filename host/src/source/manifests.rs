@@ -97,9 +97,9 @@ struct FileEntry {
     errors: Vec<String>,
     /// Why it could not be read at the last scan.
     unreadable: Option<String>,
-    /// What each of its bad documents names (kind and name), when that could be read from
-    /// it; `None` for one that names nothing readable.
-    bad: Vec<Option<(String, String)>>,
+    /// What each of its bad documents may stand for: the kind and name it names, each where
+    /// that could be read (`None`: any).
+    bad: Vec<parse::Named>,
     /// Every object it stood for at the last scan: its docs and, while it has errors, the
     /// objects it defined before (kept unchanged, so a half-saved edit deletes nothing).
     owned: Vec<Id>,
@@ -124,9 +124,9 @@ impl FileEntry {
             return true;
         }
         let name = id.1.rsplit('/').next().unwrap_or(&id.1);
-        self.bad.iter().any(|named| match named {
-            None => true,
-            Some((kind, named)) => *kind == id.0.kind && named == name,
+        self.bad.iter().any(|(kind, named)| {
+            kind.as_ref().is_none_or(|k| *k == id.0.kind)
+                && named.as_ref().is_none_or(|n| n == name)
         })
     }
 }
@@ -358,17 +358,36 @@ impl Shared {
         let (paths, skipped) = manifest_files(&self.root);
         let mut state = self.state();
         for (path, why) in &skipped {
-            if !state.skipped.contains_key(path) {
+            if state.skipped.get(path) != Some(why) {
                 tracing::warn!(file = %path.display(), "{}", why.say());
             }
         }
-        state.skipped = skipped;
         let mut files = BTreeMap::new();
         for path in paths {
             let previous = state.files.remove(&path);
             let entry = self.read_file(&path, previous);
             files.insert(path, entry);
         }
+        // A folder that can no longer be listed keeps the files it had, as an unreadable
+        // file keeps its objects: a permission slip deletes nothing.
+        for dir in skipped
+            .iter()
+            .filter(|(_, why)| matches!(why, Skipped::Unlisted(_)))
+            .map(|(dir, _)| dir)
+        {
+            let kept: Vec<PathBuf> = state
+                .files
+                .keys()
+                .filter(|f| f.starts_with(dir))
+                .cloned()
+                .collect();
+            for path in kept {
+                if let Some(entry) = state.files.remove(&path) {
+                    files.insert(path, entry);
+                }
+            }
+        }
+        state.skipped = skipped;
         self.reconcile(&mut state, files, Touched::All);
     }
 
@@ -558,7 +577,7 @@ impl Shared {
                 // reading takes it. Until then what was reported stays.
                 let Some(value) = value else { continue };
                 *version += 1;
-                match self.materialize(value, id_namespace(&id), *version) {
+                match self.materialize(value, id_namespace(&id), *version, Some(&path)) {
                     Ok(object) => {
                         let object = Arc::new(object);
                         events.push((id.0.clone(), SourceEvent::Applied(object.clone())));
@@ -661,7 +680,7 @@ impl Shared {
                 Ok(value) => {
                     let text =
                         |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_owned);
-                    let named = text("/kind").zip(text("/metadata/name"));
+                    let named = vec![(text("/kind"), text("/metadata/name"))];
                     (self.doc(value, item), named)
                 }
                 Err(e) => (Err(e), parsed.names),
@@ -669,11 +688,15 @@ impl Shared {
             match checked {
                 Ok(doc) => docs.push(doc),
                 Err(e) => {
-                    tracing::error!(file = %path.display(), "{}: {e}", parsed.place);
                     errors.push(format!("{}: {e}", parsed.place));
-                    bad.push(named);
+                    bad.extend(named);
                 }
             }
+        }
+        // A problem is logged when it appears, not again at each change of its file.
+        let before = previous.as_ref().map_or(&[][..], |p| p.errors.as_slice());
+        for e in errors.iter().filter(|e| !before.contains(e)) {
+            tracing::error!(file = %path.display(), "{e}");
         }
         if errors.is_empty() && previous.as_ref().is_some_and(FileEntry::broken) {
             tracing::info!(file = %path.display(), "manifest valid again");
@@ -720,7 +743,7 @@ impl Shared {
         }
         let defines = scope::Defined::from_crd(&value);
         let object = KubeObject::from_value(value, &self.transform).map_err(|e| e.to_string())?;
-        if let Some(why) = scope::removed(object.gvk()) {
+        if let Some(why) = scope::unserved(object.gvk()) {
             return Err(why);
         }
         // What a file names becomes a cache key (`namespace/name`) and, for writes, a URL. A
@@ -740,12 +763,14 @@ impl Shared {
     }
 
     /// Places the object in `namespace` (its scope decided it), adds the folder's resource
-    /// version (and a derived uid when absent) and builds it.
+    /// version (and a derived uid when absent) and builds it; `file` is where it is written (none:
+    /// a plugin wrote it).
     fn materialize(
         &self,
         mut value: Value,
         namespace: Option<&str>,
         version: u64,
+        file: Option<&Path>,
     ) -> Result<KubeObject, crate::object::ObjectError> {
         let identity = format!(
             "{}/{}/{}/{}",
@@ -764,7 +789,12 @@ impl Shared {
                     if let Some(Value::String(written)) = meta.remove("namespace")
                         && !written.is_empty()
                     {
-                        tracing::warn!(namespace = %written, "{kind} is cluster-scoped: the namespace written for it is ignored");
+                        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+                        let file = file.map_or_else(
+                            || "(a plugin's write)".into(),
+                            |f| f.display().to_string(),
+                        );
+                        tracing::warn!(%file, namespace = %written, "{kind} {name} is cluster-scoped: the namespace written for it is ignored");
                     }
                 }
             }
@@ -860,22 +890,34 @@ fn manifest_name(root: &Path, path: &Path) -> bool {
 }
 
 /// Why an entry of the folder is not read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Skipped {
     /// Named like a manifest, but a FIFO, device or socket (reading a FIFO would block).
     NotRegular,
     /// A folder reached again through a symlink (a loop, or a second way to one folder).
     ReadAlready,
+    /// A folder that cannot be listed (its permissions), with the reason.
+    Unlisted(String),
+    /// Named like a manifest, but what it names cannot be reached: a dangling symlink or a
+    /// loop of symlinks, with the reason.
+    Unreachable(String),
 }
 
 impl Skipped {
-    fn say(self) -> &'static str {
+    fn say(&self) -> String {
         match self {
             Skipped::NotRegular => {
-                "skipping: not a regular file (a FIFO, device or socket is never read)"
+                "skipping: not a regular file (a FIFO, device or socket is never read)".into()
             }
             Skipped::ReadAlready => {
                 "skipping: a symlink leads to a folder already read (each folder is read once)"
+                    .into()
+            }
+            Skipped::Unlisted(why) => format!(
+                "skipping: cannot list this folder ({why}); its manifests are not loaded until it can be"
+            ),
+            Skipped::Unreachable(why) => {
+                format!("skipping: cannot follow this symlink ({why})")
             }
         }
     }
@@ -897,8 +939,12 @@ pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeMap<PathBuf, Skipped>)
             skipped.insert(dir, Skipped::ReadAlready);
             continue;
         }
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                skipped.insert(dir, Skipped::Unlisted(e.to_string()));
+                continue;
+            }
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
@@ -907,16 +953,23 @@ pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeMap<PathBuf, Skipped>)
                 continue;
             }
             let path = entry.path();
+            let manifest = matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            );
             // Symlinks followed: what they point at decides.
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
+            let meta = match std::fs::metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) => {
+                    if manifest {
+                        skipped.insert(path, Skipped::Unreachable(e.to_string()));
+                    }
+                    continue;
+                }
             };
             if meta.is_dir() {
                 dirs.push(path);
-            } else if matches!(
-                path.extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml" | "json")
-            ) {
+            } else if manifest {
                 if meta.is_file() {
                     out.push(path);
                 } else {
@@ -931,6 +984,7 @@ pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeMap<PathBuf, Skipped>)
 
 pub mod parse;
 pub mod scope;
+mod served;
 mod write;
 
 #[cfg(test)]

@@ -1,9 +1,13 @@
 //! Manifest files into documents, the way kubectl reads them: YAML streams split on `---`
 //! lines (each document on its own, so one bad document costs only itself), JSON files as a
 //! stream of values, `kind: List` expanded. Scalars resolve as kubectl's YAML reader resolves
-//! them (`0644` is octal, `yes` and `on` are booleans, `<<` merges), and a key written twice
-//! in one mapping, YAML or JSON, is an error naming it (kubectl's strict field validation
-//! refuses it too; a reader that keeps one of the two would pick for the author).
+//! them (`0644` is octal, `yes` and `on` are booleans, `<<` merges). As with kubectl, a YAML
+//! syntax error ends the file: the documents before it are read, those after it are not. A
+//! `List` with an item that is not an object is refused whole, as kubectl refuses it.
+//!
+//! A deliberate difference: a key written twice in one mapping, YAML or JSON, is an error
+//! naming it, where kubectl (1.32) keeps the last value; a reader that keeps one of the two
+//! would pick for the author.
 //!
 //! One known difference: in a flow sequence, a plain scalar ending in `:` just before `]` or
 //! `,` (`[fd00::]`) is read the YAML 1.2 way, as a one-entry mapping; quote such values.
@@ -18,10 +22,14 @@ pub struct Item {
     pub place: String,
     /// The object, or why the document or item could not be read.
     pub value: Result<Value, String>,
-    /// For a YAML document that could not be read: the kind and name it names, read from its
-    /// top-level `kind:` and `metadata:` `name:` lines, when it has them.
-    pub names: Option<(String, String)>,
+    /// For an item that is not an object: what it may stand for (each document it costs, with
+    /// the kind and name its text names, where it names them); empty for an object.
+    pub names: Vec<Named>,
 }
+
+/// The kind and name a document names, each where it can be read: `(None, None)` may be any
+/// object.
+pub type Named = (Option<String>, Option<String>);
 
 /// Whether `path`'s `text` is read as JSON: a `.json` file whose content starts as JSON does
 /// (kubectl decides by content, so a `.json` file holding YAML is read as YAML).
@@ -51,13 +59,13 @@ pub fn check_api_version(api_version: &str) -> Result<(), String> {
     }
 }
 
-/// One document: its first line, its value or why not, and (when it could not be read) the
-/// kind and name its text names.
-type Document = (usize, Result<Value, String>, Option<(String, String)>);
+/// One document: its first line, its value or why not, and (when it could not be read) what
+/// it may stand for.
+type Document = (usize, Result<Value, String>, Vec<Named>);
 
 /// The kind and name a YAML document's text names at its top level, read line by line
 /// without parsing it (it may not parse).
-fn names(chunk: &str) -> Option<(String, String)> {
+fn names(chunk: &str) -> Named {
     let scalar = |v: &str| {
         let v = v.split(" #").next().unwrap_or("").trim();
         let v = v.trim_matches(['"', '\'']);
@@ -82,7 +90,13 @@ fn names(chunk: &str) -> Option<(String, String)> {
             name = scalar(v);
         }
     }
-    Some((kind?, name?))
+    (kind, name)
+}
+
+/// What a parsed document that is not a valid object names.
+fn names_of(value: &Value) -> Named {
+    let text = |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    (text("/kind"), text("/metadata/name"))
 }
 
 /// Every item of a manifest file's text, in order; `json` picks the JSON reader.
@@ -102,18 +116,36 @@ pub fn items(text: &str, json: bool) -> Vec<Item> {
                 let Some(Value::Array(list)) = map.remove("items") else {
                     continue;
                 };
+                if let Some((m, item)) = list.iter().enumerate().find(|(_, i)| !i.is_object()) {
+                    let names = list
+                        .iter()
+                        .filter(|i| i.is_object())
+                        .map(names_of)
+                        .collect();
+                    out.push(Item {
+                        place,
+                        value: Err(format!(
+                            "item {} of the {} is not an object but {}: the whole list is refused, as kubectl refuses it",
+                            m + 1,
+                            map.get("kind").and_then(Value::as_str).unwrap_or("List"),
+                            crate::object::json_type(item)
+                        )),
+                        names,
+                    });
+                    continue;
+                }
                 for (m, item) in list.into_iter().enumerate() {
                     out.push(Item {
                         place: format!("{place} item {}", m + 1),
                         value: Ok(item),
-                        names: None,
+                        names: Vec::new(),
                     });
                 }
             }
             Ok(value) => out.push(Item {
                 place,
                 value: Ok(value),
-                names: None,
+                names: Vec::new(),
             }),
             Err(e) => out.push(Item {
                 place,
@@ -139,9 +171,10 @@ fn json_documents(text: &str) -> Vec<Document> {
         counted = start;
         match stream.next() {
             None => return out,
-            Some(Ok(Strict(value))) => out.push((line, Ok(value), None)),
+            Some(Ok(Strict(value))) => out.push((line, Ok(value), Vec::new())),
             Some(Err(e)) => {
-                out.push((line, Err(e.to_string()), None));
+                // What follows cannot be read: it may stand for anything.
+                out.push((line, Err(e.to_string()), vec![(None, None)]));
                 return out;
             }
         }
@@ -207,7 +240,8 @@ impl<'de> Visitor<'de> for StrictVisitor {
         while let Some(key) = map.next_key::<String>()? {
             if out.contains_key(&key) {
                 return Err(serde::de::Error::custom(format!(
-                    "duplicate mapping key: {key}"
+                    "duplicate mapping key: {key}{}",
+                    crate::yaml::DUPLICATE_NOTE
                 )));
             }
             let Strict(value) = map.next_value()?;
@@ -218,10 +252,13 @@ impl<'de> Visitor<'de> for StrictVisitor {
 }
 
 /// The YAML documents of `text`, split on separator lines as kubectl's reader does, each
-/// parsed on its own. Documents holding only comments or blanks are left out.
+/// parsed on its own, up to the first YAML syntax error (kubectl stops there too: what follows
+/// is not read). Documents holding only comments or blanks are left out.
 fn yaml_documents(text: &str) -> Vec<Document> {
     let mut out = Vec::new();
-    for (line, chunk) in split_documents(text) {
+    let chunks = split_documents(text);
+    for (i, (line, chunk)) in chunks.iter().enumerate() {
+        let (line, chunk) = (*line, *chunk);
         if chunk
             .lines()
             .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
@@ -237,8 +274,39 @@ fn yaml_documents(text: &str) -> Vec<Document> {
         } else {
             crate::yaml::from_str_at::<Value>(chunk, line)
         };
-        let named = parsed.is_err().then(|| names(chunk)).flatten();
-        out.push((line, parsed, named));
+        let Err(e) = parsed else {
+            out.push((line, parsed, Vec::new()));
+            continue;
+        };
+        if chunk.starts_with("---") || crate::yaml::well_formed(chunk) {
+            out.push((line, Err(e), vec![names(chunk)]));
+            continue;
+        }
+        // A syntax error: the documents after it are not read, and may stand for what they
+        // name.
+        let rest = &chunks[i + 1..];
+        let unread = rest
+            .iter()
+            .filter(|(_, c)| {
+                !c.lines()
+                    .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+            })
+            .count();
+        let e = if unread == 0 {
+            e
+        } else {
+            format!(
+                "{e}; the {unread} document{} after it {} not read (kubectl stops at a YAML syntax error too)",
+                if unread == 1 { "" } else { "s" },
+                if unread == 1 { "is" } else { "are" },
+            )
+        };
+        let named = std::iter::once(chunk)
+            .chain(rest.iter().map(|(_, c)| *c))
+            .map(names)
+            .collect();
+        out.push((line, Err(e), named));
+        break;
     }
     out
 }
@@ -302,15 +370,52 @@ mod tests {
     }
 
     #[test]
-    fn one_bad_document_costs_only_itself() {
-        let text = "a: 1\n---\nb: [oops\n--- # a comment\nc: 3\n";
+    fn a_syntax_error_ends_the_file_as_kubectl_stops_there() {
+        let text = "a: 1\n---\nkind: Secret\nb: [oops\n--- # a comment\nkind: ConfigMap\nmetadata:\n  name: c\n";
         let items = items(text, false);
-        assert_eq!(items.len(), 3);
+        assert_eq!(items.len(), 2, "{items:?}");
         assert_eq!(items[0].value, Ok(json!({"a": 1})));
-        assert!(items[1].value.is_err());
         assert_eq!(items[1].place, "document 2 (line 3)");
+        let error = items[1].value.clone().expect_err("the syntax error");
+        assert!(
+            error.ends_with(
+                "; the 1 document after it is not read (kubectl stops at a YAML syntax error too)"
+            ),
+            "{error}"
+        );
+        // It may stand for what it and the unread documents name.
+        assert_eq!(
+            items[1].names,
+            [
+                (Some("Secret".to_owned()), None),
+                (Some("ConfigMap".to_owned()), Some("c".to_owned()))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_document_that_is_yaml_but_no_object_costs_only_itself() {
+        let text = "a: 1\n---\nmetadata:\n  name: x\n  name: y\n---\nc: 3\n";
+        let items = items(text, false);
+        assert_eq!(items.len(), 3, "{items:?}");
+        assert!(items[1].value.is_err());
         assert_eq!(items[2].value, Ok(json!({"c": 3})));
-        assert_eq!(items[2].place, "document 3 (line 5)");
+    }
+
+    #[test]
+    fn a_list_with_an_item_that_is_no_object_is_refused_whole() {
+        let text = "kind: List\nitems:\n- {kind: ConfigMap, metadata: {name: a}}\n- just text\n";
+        let items = items(text, false);
+        assert_eq!(items.len(), 1, "{items:?}");
+        let error = items[0].value.clone().expect_err("refused");
+        assert!(
+            error.starts_with("item 2 of the List is not an object but a string"),
+            "{error}"
+        );
+        assert_eq!(
+            items[0].names[0],
+            (Some("ConfigMap".into()), Some("a".into()))
+        );
     }
 
     #[test]
@@ -335,7 +440,8 @@ mod tests {
             panic!("one error");
         };
         assert!(
-            e.starts_with("line 4 column ") && e.ends_with("duplicate mapping key: name"),
+            e.starts_with("line 4 column ")
+                && e.contains("duplicate mapping key: name (kubectl keeps the last value;"),
             "{e}"
         );
     }
@@ -349,7 +455,8 @@ mod tests {
         assert_eq!(read[1].place, "document 2 (line 2)");
         let e = read[1].value.clone().expect_err("the duplicate");
         assert!(
-            e.starts_with("duplicate mapping key: name at line 3 column "),
+            e.starts_with("duplicate mapping key: name (kubectl keeps the last value;")
+                && e.contains(" at line 3 column "),
             "{e}"
         );
         // Every value kind still reads as serde_json reads it.

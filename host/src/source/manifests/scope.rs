@@ -151,20 +151,50 @@ const REMOVED: &[(&str, &str, Option<&str>, &str)] = &[
     ("flowcontrol.apiserver.k8s.io", "v1beta2", None, "1.29"),
 ];
 
-/// Why no API server serves `gvk` any more, if none does.
-pub fn removed(gvk: &Gvk) -> Option<String> {
-    REMOVED
+/// Why no API server serves `gvk`, if none does: a version removed in a past release, or a
+/// kind or version a built-in group never had (`v1 Deployment`, `policy/v1
+/// PodSecurityPolicy`). Groups of other names (`gateway.networking.k8s.io` included) are
+/// served by whatever defines them, so nothing is said of them.
+pub fn unserved(gvk: &Gvk) -> Option<String> {
+    let api_version = gvk.api_version();
+    if let Some((_, _, _, release)) = REMOVED.iter().find(|(group, version, kind, _)| {
+        *group == gvk.group && *version == gvk.version && kind.is_none_or(|k| k == gvk.kind)
+    }) {
+        return Some(format!(
+            "no matches for kind {:?} in version {api_version:?}: that version was removed in Kubernetes {release} (kubectl refuses it too); write a version served today",
+            gvk.kind,
+        ));
+    }
+    if !BUILTIN_GROUPS.contains(&gvk.group.as_str()) {
+        return None;
+    }
+    let served = |version: &str| {
+        super::served::SERVED
+            .iter()
+            .any(|(v, kinds)| *v == version && kinds.contains(&gvk.kind.as_str()))
+    };
+    if served(&api_version) {
+        return None;
+    }
+    let elsewhere: Vec<&str> = super::served::SERVED
         .iter()
-        .find(|(group, version, kind, _)| {
-            *group == gvk.group && *version == gvk.version && kind.is_none_or(|k| k == gvk.kind)
-        })
-        .map(|(_, _, _, release)| {
-            format!(
-                "no matches for kind {:?} in version {:?}: that version was removed in Kubernetes {release} (kubectl refuses it too); write a version served today",
-                gvk.kind,
-                gvk.api_version()
-            )
-        })
+        .filter(|(_, kinds)| kinds.contains(&gvk.kind.as_str()))
+        .map(|(v, _)| *v)
+        .collect();
+    let hint = if elsewhere.is_empty() {
+        let group = if gvk.group.is_empty() {
+            "the core group (v1)".to_owned()
+        } else {
+            format!("group {}", gvk.group)
+        };
+        format!("{group} has no kind {:?}", gvk.kind)
+    } else {
+        format!("{} is served as {}", gvk.kind, elsewhere.join(", "))
+    };
+    Some(format!(
+        "no matches for kind {:?} in version {api_version:?}: {hint} (kubectl refuses it too)",
+        gvk.kind,
+    ))
 }
 
 /// Whether a kind's objects live in a namespace.
@@ -357,6 +387,7 @@ mod tests {
 
     #[test]
     fn versions_no_server_serves_are_named_with_their_release() {
+        let removed = unserved;
         let psp = Gvk::new("policy", "v1beta1", "PodSecurityPolicy");
         let refused = removed(&psp).expect("removed");
         assert!(
@@ -368,6 +399,65 @@ mod tests {
         assert!(removed(&Gvk::new("networking.k8s.io", "v1beta1", "IPAddress")).is_none());
         assert!(removed(&Gvk::new("policy", "v1", "PodDisruptionBudget")).is_none());
         assert!(removed(&Gvk::new("example.com", "v1beta1", "Widget")).is_none());
+    }
+
+    #[test]
+    fn kinds_and_versions_a_built_in_group_never_had_are_refused() {
+        for (api_version, kind, says) in [
+            ("v1", "Deployment", "Deployment is served as apps/v1"),
+            ("policy/v1", "PodSecurityPolicy", "group policy has no kind"),
+            ("v1", "DeploymentConfig", "the core group (v1) has no kind"),
+            (
+                "admissionregistration.k8s.io/v1alpha1",
+                "InitializerConfiguration",
+                "group admissionregistration.k8s.io has no kind",
+            ),
+            ("apps/v2", "Deployment", "served as apps/v1"),
+        ] {
+            let gvk = Gvk::from_api_version(api_version, kind);
+            let refused = unserved(&gvk).unwrap_or_else(|| panic!("{gvk} is refused"));
+            assert!(
+                refused.starts_with("no matches for kind") && refused.contains(says),
+                "{refused}"
+            );
+        }
+        for (api_version, kind) in [
+            ("v1", "Pod"),
+            ("apps/v1", "Deployment"),
+            ("autoscaling/v2", "HorizontalPodAutoscaler"),
+            ("resource.k8s.io/v1beta2", "ResourceClaim"),
+            // Groups named like built-in ones that something else serves.
+            ("gateway.networking.k8s.io/v1", "Gateway"),
+            ("snapshot.storage.k8s.io/v1", "VolumeSnapshot"),
+            ("metrics.k8s.io/v1beta1", "PodMetrics"),
+            ("apps.openshift.io/v1", "DeploymentConfig"),
+        ] {
+            let gvk = Gvk::from_api_version(api_version, kind);
+            assert_eq!(unserved(&gvk), None, "{gvk}");
+        }
+    }
+
+    /// Every kind k8s-openapi gives a scope to is served under its own version.
+    #[test]
+    fn the_served_table_holds_every_kind_with_a_known_scope() {
+        for (version, kinds) in super::super::served::SERVED {
+            for kind in *kinds {
+                let gvk = Gvk::from_api_version(version, kind);
+                assert!(
+                    BUILTIN_GROUPS.contains(&gvk.group.as_str()),
+                    "{gvk}: its group is built in"
+                );
+            }
+        }
+        for (group, kind) in CLUSTER_SCOPED {
+            assert!(
+                super::super::served::SERVED
+                    .iter()
+                    .any(|(v, kinds)| kinds.contains(kind)
+                        && Gvk::from_api_version(v, kind).group == *group),
+                "{group} {kind}"
+            );
+        }
     }
 
     #[test]

@@ -316,7 +316,7 @@ fn special_files_are_never_opened_and_symlink_loops_are_read_once() {
         })
         .collect();
     assert_eq!(names, ["a.yaml", "sub/b.yaml"], "each file once");
-    let reasons: Vec<Skipped> = skipped.values().copied().collect();
+    let reasons: Vec<Skipped> = skipped.values().cloned().collect();
     assert_eq!(
         reasons,
         [Skipped::NotRegular, Skipped::ReadAlready],
@@ -453,7 +453,9 @@ fn namespaces_are_placed_as_kubectl_places_them() {
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("Gadget is cluster-scoped") && l.contains("here")),
+            .any(|l| l.contains("Gadget g is cluster-scoped")
+                && l.contains("here")
+                && l.contains("a.yaml")),
         "{lines:?}"
     );
 }
@@ -854,4 +856,176 @@ fn each_watch_gets_objects_cut_to_what_its_scope_keeps() {
     assert_eq!(data(&objects(&mut whole)[0])["other"], "2");
     assert_eq!(data(&objects(&mut cut)[0]), serde_json::json!({"k": "3"}));
     assert!(objects(&mut bare)[0].get("data").is_none());
+}
+
+#[test]
+fn broken_symlinks_named_like_manifests_are_each_said_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");
+    let link = |target: &str, name: &str| {
+        std::os::unix::fs::symlink(dir.path().join(target), dir.path().join(name)).expect("symlink")
+    };
+    link("self.yaml", "self.yaml");
+    link("b.yaml", "a-loop.yaml");
+    link("a-loop.yaml", "b.yaml");
+    link("gone.yaml", "dangling.yaml");
+    link("gone", "not-a-manifest");
+    let (_, skipped) = manifest_files(dir.path());
+    let names: Vec<String> = skipped
+        .iter()
+        .map(|(p, why)| {
+            assert!(matches!(why, Skipped::Unreachable(_)), "{why:?}");
+            p.file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["a-loop.yaml", "b.yaml", "dangling.yaml", "self.yaml"]
+    );
+    let mut folder = None;
+    let lines = logged(|| folder = Some(open(dir.path())));
+    let folder = folder.expect("open");
+    assert_eq!(folder.len(), 1);
+    for name in ["a-loop.yaml", "b.yaml", "dangling.yaml", "self.yaml"] {
+        let said: Vec<&String> = lines.iter().filter(|l| l.contains(name)).collect();
+        assert_eq!(said.len(), 1, "{name}: {lines:?}");
+        assert!(said[0].contains("cannot follow this symlink"), "{said:?}");
+    }
+    let again = logged(|| folder.rescan());
+    assert!(again.is_empty(), "said once: {again:?}");
+}
+
+#[test]
+fn a_bad_document_holds_only_objects_of_its_own_kind_and_name() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("two.yaml");
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n  namespace: ns\n";
+    fs::write(&path, format!("{}---\n{secret}", cm("a", "1"))).expect("write");
+    let folder = open(dir.path());
+    let mut stream = folder.watch(&configmaps(), &crate::source::Scope::everything());
+    assert_eq!(ready(&mut stream), ["list[a]"]);
+    // The ConfigMap removed; the Secret now has only generateName, which the folder refuses.
+    fs::write(
+        &path,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  generateName: s-\n  namespace: ns\n",
+    )
+    .expect("write");
+    folder.rescan();
+    assert_eq!(
+        ready(&mut stream),
+        ["delete a"],
+        "a Secret without a name cannot be the ConfigMap"
+    );
+    assert_eq!(
+        keys(&folder, &Gvk::new("", "v1", "Secret")),
+        ["ns/s"],
+        "kept"
+    );
+}
+
+#[test]
+fn after_a_yaml_syntax_error_a_file_is_not_read_on_as_kubectl_stops_there() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("three.yaml");
+    fs::write(
+        &path,
+        format!("{}---\nkind: [oops\n---\n{}", cm("a", "1"), cm("c", "1")),
+    )
+    .expect("write");
+    let folder = open(dir.path());
+    assert_eq!(
+        keys(&folder, &configmaps()),
+        ["ns/a"],
+        "c, after the error, is not read"
+    );
+    let errors = folder.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].1.contains("the 1 document after it is not read"),
+        "{errors:?}"
+    );
+    // A file that held c before the error came keeps it while the error stays.
+    fs::write(&path, format!("{}---\n{}", cm("a", "1"), cm("c", "1"))).expect("write");
+    folder.rescan();
+    let mut stream = folder.watch(&configmaps(), &crate::source::Scope::everything());
+    assert_eq!(ready(&mut stream), ["list[a,c]"]);
+    fs::write(
+        &path,
+        format!("{}---\nkind: [oops\n---\n{}", cm("a", "1"), cm("c", "2")),
+    )
+    .expect("write");
+    folder.rescan();
+    assert!(ready(&mut stream).is_empty(), "c kept as it was");
+}
+
+#[test]
+fn a_list_with_an_item_that_is_no_object_loads_none_of_its_items() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        dir.path().join("list.yaml"),
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: ns}}\n- 42\n",
+    )
+    .expect("write");
+    let folder = open(dir.path());
+    assert!(folder.is_empty());
+    let errors = folder.errors();
+    assert!(
+        errors.len() == 1
+            && errors[0]
+                .1
+                .contains("item 2 of the List is not an object but a number"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn kinds_a_built_in_group_does_not_have_are_refused_as_kubectl_refuses_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Each case is in scope.rs; here, that the folder refuses what `unserved` refuses.
+    for (file, api_version, kind) in [
+        ("deployment.yaml", "v1", "Deployment"),
+        ("gateway.yaml", "gateway.networking.k8s.io/v1", "Gateway"),
+    ] {
+        fs::write(
+            dir.path().join(file),
+            format!(
+                "apiVersion: {api_version}\nkind: {kind}\nmetadata: {{name: x, namespace: ns}}\n"
+            ),
+        )
+        .expect("write");
+    }
+    let folder = open(dir.path());
+    let errors = folder.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].0.ends_with("deployment.yaml") && errors[0].1.contains("no matches for kind"),
+        "{errors:?}"
+    );
+    // A third-party group named like a built-in one is taken as written.
+    assert_eq!(
+        keys(
+            &folder,
+            &Gvk::new("gateway.networking.k8s.io", "v1", "Gateway")
+        ),
+        ["ns/x"]
+    );
+}
+
+#[test]
+fn a_files_unchanged_problems_are_not_logged_again_when_it_changes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("a.yaml");
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: x-\n";
+    fs::write(&path, format!("{bad}---\n{}", cm("a", "1"))).expect("write");
+    let mut folder = None;
+    let first = logged(|| folder = Some(open(dir.path())));
+    let folder = folder.expect("open");
+    let count = |lines: &[String]| lines.iter().filter(|l| l.contains("generateName")).count();
+    assert_eq!(count(&first), 1, "{first:?}");
+    fs::write(&path, format!("{bad}---\n{}", cm("a", "2"))).expect("write");
+    let changed = logged(|| folder.rescan());
+    assert_eq!(count(&changed), 0, "{changed:?}");
 }

@@ -126,7 +126,7 @@ impl Shared {
                 (name.clone(), None)
             }
             Action::RecordEvent { regarding, .. } => {
-                let now = jiff::Timestamp::now();
+                let now = crate::clock::now();
                 let fresh = format!("{}.{:x}", regarding.name, now.as_nanosecond());
                 match state.series.observe(plugin, write, fresh, Instant::now()) {
                     Occurrence::Repeat(name, count) => {
@@ -162,7 +162,7 @@ impl Shared {
             Some(value) => {
                 state.version += 1;
                 let object = self
-                    .materialize(value, namespace.as_deref(), state.version)
+                    .materialize(value, namespace.as_deref(), state.version, None)
                     .map_err(|e| refusal("Invalid", e.to_string(), false))?;
                 if *object.gvk() != gvk || object.name() != name {
                     return Err(refusal(
