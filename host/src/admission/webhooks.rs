@@ -15,6 +15,9 @@ use kubewasm_sdk::selector::{Operator, Selector};
 use crate::plugins::manifest::Admission;
 use crate::rbac::plural;
 
+/// The label every namespace carries with its own name (set by the API server).
+const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
+
 /// Where the API server reaches the host's webhooks.
 #[derive(Debug, Clone)]
 pub enum Target {
@@ -118,12 +121,29 @@ fn common(
             }
         })
         .collect();
-    let namespace_selector = admission
+    let mut namespace_selector = admission
         .namespace_selector
         .as_deref()
         .map(label_selector)
         .transpose()
         .map_err(|e| format!("plugin {plugin}: namespaceSelector: {e}"))?;
+    // kube-system stays out (a failing webhook must not stop the control plane's own
+    // objects), unless the plugin's selector says which namespaces by name.
+    if !admission
+        .namespace_selector
+        .as_deref()
+        .is_some_and(|s| s.contains(NAMESPACE_NAME))
+    {
+        namespace_selector
+            .get_or_insert_with(LabelSelector::default)
+            .match_expressions
+            .get_or_insert_with(Vec::new)
+            .push(LabelSelectorRequirement {
+                key: NAMESPACE_NAME.into(),
+                operator: "NotIn".into(),
+                values: Some(vec!["kube-system".into()]),
+            });
+    }
     let match_conditions = (!admission.match_conditions.is_empty()).then(|| {
         admission
             .match_conditions
@@ -284,6 +304,11 @@ mod tests {
             validating["namespaceSelector"]["matchExpressions"][1],
             serde_json::json!({"key": "skip", "operator": "DoesNotExist"})
         );
+        assert_eq!(
+            validating["namespaceSelector"]["matchExpressions"][2],
+            serde_json::json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}),
+            "kube-system left out"
+        );
         assert_eq!(validating["matchConditions"][0]["name"], "not-system");
         let mutating = &docs[1]["webhooks"][0];
         assert_eq!(docs[1]["kind"], "MutatingWebhookConfiguration");
@@ -303,6 +328,27 @@ mod tests {
         assert!(
             yaml.contains("url: https://127.0.0.1:8443/admit/p"),
             "{yaml}"
+        );
+    }
+
+    #[test]
+    fn kube_system_is_left_out_unless_the_selector_names_namespaces() {
+        let selector = |namespace_selector: Option<&str>| {
+            let mut a = admission(false);
+            a.namespace_selector = namespace_selector.map(str::to_owned);
+            let target = Target::Url("https://127.0.0.1:8443".into());
+            let c = common("p", &a, &target, None).expect("renders");
+            serde_json::to_value(c.namespace_selector).expect("json")
+        };
+        assert_eq!(
+            selector(None),
+            serde_json::json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]})
+        );
+        assert_eq!(
+            selector(Some("kubernetes.io/metadata.name in (kube-system)")),
+            serde_json::json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["kube-system"]}]})
         );
     }
 }
