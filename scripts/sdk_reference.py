@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""The SDKs' API reference (docs/SDK-REFERENCE.md) and the check that the three SDKs are at parity.
+"""The SDKs' API reference (docs/SDK-REFERENCE.md) and the check that the four SDKs are at parity.
 
 plugin-sdk/parity.json lists every helper the SDKs offer, one row per helper with its name in
-Rust, Python and JavaScript (or "-" and why a language has none). This script reads what each
-SDK defines from its sources (Rust `pub` items and their `///` docs; Python's public names and
-docstrings, with `ast`; JavaScript's exports and their `/** */` docs) and:
+Rust, Python, JavaScript and Go (or "-" and why a language has none). This script reads what
+each SDK defines from its sources, with each item's signature (Rust `pub` items and their `///`
+docs; Python's public names and docstrings, with `ast`; JavaScript's exports and their `/** */`
+docs; Go's exported names and their `//` docs), adds the calls each language takes straight from
+the contract's bindings (the `cache`, `cluster`, `state` and `triggers` interfaces of
+wit/plugin.wit, with their WIT docs), and:
 
   scripts/sdk_reference.py          writes docs/SDK-REFERENCE.md from the table and the docs
   scripts/sdk_reference.py --check  fails, naming what differs, when a row names something an
@@ -22,7 +25,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SDK = os.path.join(ROOT, "plugin-sdk")
 PAGE = os.path.join(ROOT, "docs", "SDK-REFERENCE.md")
-LANGUAGES = ("rust", "python", "javascript")
+LANGUAGES = ("rust", "python", "javascript", "go")
+WIT = os.path.join(ROOT, "wit", "plugin.wit")
+# The contract's imported interfaces a plugin calls through its language's bindings, with the
+# prefix each language reaches them by.
+BOUND = ("cache", "cluster", "state", "triggers")
 
 
 def read(*parts):
@@ -87,10 +94,23 @@ def rust_items():
                 path = [s[1] for s in scopes if s[1] and s[1] != m.group(1)]
                 if module and (not path or path[0] != module):
                     path.insert(0, module)
-                items["::".join(path + [m.group(1)])] = first_paragraph("\n".join(doc))
+                items["::".join(path + [m.group(1)])] = (
+                    first_paragraph("\n".join(doc)), rust_signature(lines, lines.index(line)))
             if not stripped.startswith("//"):
                 doc = []
     return items
+
+
+def rust_signature(lines, at):
+    """The declaration starting at line `at`, up to its body or end, on one line."""
+    text = ""
+    for line in lines[at:at + 12]:
+        text += " " + line.strip()
+        if re.search(r"[{;]\s*$", line) or line.strip().endswith("{"):
+            break
+    text = re.sub(r"\s*[{;]\s*$", "", text.strip())
+    text = re.sub(r"\s+", " ", text).replace("( ", "(").replace(", )", ")")
+    return text.replace("pub ", "", 1)
 
 
 def python_items():
@@ -111,20 +131,22 @@ def python_items():
             body = cls.body
             for i, node in enumerate(body):
                 if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-                    items[f"{prefix}.{node.name}"] = first_paragraph(ast.get_docstring(node))
+                    items[f"{prefix}.{node.name}"] = (
+                        first_paragraph(ast.get_docstring(node)), python_signature(node))
                 elif isinstance(node, ast.Assign):
                     for t in node.targets:
                         if isinstance(t, ast.Name) and not t.id.startswith("_"):
                             nxt = body[i + 1] if i + 1 < len(body) else None
                             text = (nxt.value.value if isinstance(nxt, ast.Expr)
                                     and isinstance(nxt.value, ast.Constant) else "")
-                            items[f"{prefix}.{t.id}"] = first_paragraph(text)
+                            items[f"{prefix}.{t.id}"] = (first_paragraph(text), "")
 
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 if node.name.startswith("_") or (exported is not None and node.name not in exported):
                     continue
-                items[node.name] = first_paragraph(ast.get_docstring(node))
+                signature = python_signature(node) if isinstance(node, ast.FunctionDef) else ""
+                items[node.name] = (first_paragraph(ast.get_docstring(node)), signature)
                 if isinstance(node, ast.ClassDef):
                     members(node.name, node)
             elif isinstance(node, ast.Assign):
@@ -136,11 +158,17 @@ def python_items():
                     value = node.value
                     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
                         cls = classes[value.func.id]
-                        items[t.id] = first_paragraph(ast.get_docstring(cls))
+                        items[t.id] = (first_paragraph(ast.get_docstring(cls)), "")
                         members(t.id, cls)
                     else:
-                        items[t.id] = ""
+                        items[t.id] = ("", "")
     return items
+
+
+def python_signature(node):
+    """`def name(parameters) -> returns`, as written."""
+    returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+    return f"def {node.name}({ast.unparse(node.args)}){returns}"
 
 
 def javascript_items():
@@ -163,7 +191,10 @@ def javascript_items():
                 continue
             m = re.match(r"export (?:function|class|const) (\w+)", s)
             if m:
-                items[m.group(1)] = first_paragraph("\n".join(doc))
+                signature = re.sub(r"\s*\{\s*$", "", s.replace("export ", "", 1))
+                if not s.startswith("export function"):
+                    signature = ""
+                items[m.group(1)] = (first_paragraph("\n".join(doc)), signature)
                 doc = []
                 opens = s.count("{") - s.count("}")
                 if (s.startswith("export class") or "Object.freeze({" in s) and opens > 0:
@@ -172,7 +203,8 @@ def javascript_items():
             if container:
                 m = re.match(r"(?:static )?(\w+)(?:: |\()", s)
                 if m and depth == 1 and m.group(1) not in ("constructor", "return", "if", "for"):
-                    items[f"{container}.{m.group(1)}"] = first_paragraph("\n".join(doc))
+                    signature = re.sub(r"\s*\{\s*$", "", s) if "(" in s else ""
+                    items[f"{container}.{m.group(1)}"] = (first_paragraph("\n".join(doc)), signature)
                 depth += s.count("{") - s.count("}")
                 if depth <= 0:
                     container = None
@@ -180,7 +212,119 @@ def javascript_items():
                 doc = []
             m = re.match(r"export \{ (\w+) \} from", s)
             if m:
-                items.setdefault(m.group(1), "")
+                items.setdefault(m.group(1), ("", ""))
+    return items
+
+
+def go_items(generated=False):
+    """Exported names of the Go SDK: functions, types, constants and variables, and methods by
+    their type (`Object.Text`), or by the package variable that holds an unexported type's
+    methods (`Cluster.Apply`), with their `//` docs and signatures. The hand-written files, or
+    with `generated` the contract's bindings (bindings.go, every type and call of the WIT)."""
+    items = {}
+    holders = {}  # unexported type -> the exported variable of that type
+    names = [n for n in sorted(os.listdir(os.path.join(SDK, "go")))
+             if n.endswith(".go") and not n.endswith("_test.go")]
+    for n in names:
+        for m in re.finditer(r"^var ([A-Z]\w*) ([a-z]\w*)$", read(SDK, "go", n), re.M):
+            holders[m.group(2)] = m.group(1)
+    sources = [read(SDK, "go", n) for n in names if (n == "bindings.go") == generated]
+    for text in sources:
+        doc = []
+        block = None  # "var" or "const" inside a ( ... ) block
+        for line in text.splitlines():
+            s = line.strip()
+            if s.startswith("//go:") or s.startswith("// Code generated"):
+                doc = []
+                continue
+            if s.startswith("//"):
+                doc.append(s[2:].strip())
+                continue
+            if block:
+                if s == ")":
+                    block = None
+                m = re.match(r"([A-Z]\w*)\b(?: \w+)?\s*(?:=|$)", s)
+                if m and block == "const" or m and block == "var":
+                    items[m.group(1)] = (first_paragraph("\n".join(doc)), "")
+                doc = [] if s else doc
+                continue
+            m = re.match(r"(var|const) \($", s)
+            if m:
+                block, doc = m.group(1), []
+                continue
+            m = re.match(r"func \((?:\w+ )?\*?(\w+)\) ([A-Z]\w*)\((.*)", s)
+            if m:
+                owner = m.group(1)
+                owner = holders.get(owner, owner if owner[0].isupper() else None)
+                # `Error` and `String` implement Go's interfaces, as trait impls do in Rust.
+                implements = m.group(2) in ("Error", "String") and m.group(3).startswith(")")
+                if owner and not implements:
+                    signature = re.sub(r"\s*\{.*$", "", s)
+                    items[f"{owner}.{m.group(2)}"] = (first_paragraph("\n".join(doc)), signature)
+                doc = []
+                continue
+            m = re.match(r"func ([A-Z]\w*)(?:\[[^\]]*\])?\(", s)
+            if m:
+                items[m.group(1)] = (first_paragraph("\n".join(doc)), re.sub(r"\s*\{.*$", "", s))
+                doc = []
+                continue
+            m = re.match(r"(type|var|const) ([A-Z]\w*)\b", s)
+            if m:
+                items[m.group(2)] = (first_paragraph("\n".join(doc)), "")
+            doc = []
+    return items
+
+
+def wit_functions():
+    """The functions of the contract's imported interfaces a plugin calls through its
+    bindings, by interface: (name, WIT signature, doc)."""
+    out = {}
+    interface, doc, depth = None, [], 0
+    for line in read(WIT).splitlines():
+        s = line.strip()
+        m = re.match(r"interface ([\w-]+) \{", s)
+        if m and depth == 0:
+            interface, doc = m.group(1), []
+        depth += s.count("{") - s.count("}")
+        if s.startswith("///"):
+            doc.append(s[3:].strip())
+            continue
+        if interface in BOUND and depth == 1:
+            m = re.match(r"([\w-]+): func(\(.*)", s)
+            if m:
+                out.setdefault(interface, []).append(
+                    (m.group(1), re.sub(r";$", "", m.group(2)), first_paragraph("\n".join(doc))))
+        if depth == 0:
+            interface = None
+        doc = []
+    return out
+
+
+def camel(name, upper=False):
+    """A WIT name (`record-event`) in camelCase, or PascalCase with `upper`."""
+    parts = name.split("-")
+    text = parts[0] + "".join(p.title() for p in parts[1:])
+    return text[:1].upper() + text[1:] if upper else text
+
+
+def bound_items(language):
+    """The contract's functions as `language` names them, with their WIT docs and signatures:
+    Rust `cluster::apply`, Python `cluster.apply`, JavaScript `cluster.apply` (imported from
+    `kubewasm:plugin/cluster`), Go `Cluster.Apply` (defined in the SDK's bindings.go)."""
+    items = {}
+    for interface, functions in wit_functions().items():
+        for name, signature, doc in functions:
+            if language == "rust":
+                key = f"{interface}::{name.replace('-', '_')}"
+            elif language == "python":
+                key = f"{interface}.{name.replace('-', '_')}"
+            elif language == "javascript":
+                key = f"{interface}.{camel(name)}"
+            else:
+                continue
+            items[key] = (doc, f"{name}: func{signature}")
+    if language == "go":
+        items = go_items(generated=True)
     return items
 
 
@@ -208,14 +352,14 @@ def javascript_parameters():
     return out
 
 
-def check(table, found, parameters):
+def check(table, found, bound, parameters):
     """Everything wrong with the table against the SDKs' sources, as lines."""
     problems = []
     named = {language: set() for language in LANGUAGES}
     for area in table["areas"]:
         for row in area["rows"]:
             what, entries = row[0], dict(zip(LANGUAGES, row[1:]))
-            if len(row) != 4:
+            if len(row) != len(LANGUAGES) + 1:
                 problems.append(f"row {what!r}: needs a name in each of {', '.join(LANGUAGES)}")
                 continue
             for language, entry in entries.items():
@@ -229,7 +373,7 @@ def check(table, found, parameters):
                     continue
                 name, parameter = m.groups()
                 named[language].add(name)
-                if name not in found[language]:
+                if name not in found[language] and name not in bound[language]:
                     problems.append(
                         f"row {what!r}: the {language} SDK defines no {name} "
                         f"(what the other SDKs offer here: {entries})"
@@ -243,7 +387,8 @@ def check(table, found, parameters):
                 "with what the other SDKs offer for it"
             )
         for name in sorted(named[language]):
-            if name in found[language] and not found[language][name] and not name.split(".")[-1].isupper():
+            doc = (found[language].get(name) or bound[language].get(name) or ("", ""))[0]
+            if not doc and not name.split(".")[-1].isupper() and not re.fullmatch(r"Index[A-Z]\w*|[A-Z][a-z]+", name.split(".")[-1]) :
                 problems.append(f"the {language} SDK's {name} has no doc comment")
     return problems
 
@@ -258,46 +403,68 @@ def cell(entry):
     return f"`{name}`"
 
 
-def page(table, found):
+def page(table, found, bound):
     out = [
         "# SDK reference",
         "",
         "Written by `scripts/sdk_reference.py` from `plugin-sdk/parity.json` and the SDKs' own "
-        "doc comments (Rust `///`, Python docstrings, JavaScript `/** */`); do not edit by hand. "
-        "A test (`host/tests/languages.rs`) fails when an SDK lacks a helper another has and the table "
-        "does not say why, or when this page is out of date. The bindings each SDK sits on "
-        "(cache queries, writes, object fields) follow `wit/plugin.wit`; the guides show them "
-        "per language. For Rust, `cargo doc -p kubewasm-sdk --features guest --open` gives "
-        "rustdoc's full pages.",
+        "doc comments (Rust `///`, Python docstrings, JavaScript `/** */`, Go `//`); do not edit "
+        "by hand. A test (`host/tests/languages.rs`) fails when an SDK lacks a helper another has "
+        "and the table does not say why, or when this page is out of date. Calls marked "
+        "*bindings* come straight from the contract (`wit/plugin.wit`): Rust reaches `cluster` "
+        "through `kubewasm_sdk::cluster`, Python imports `cache`, `cluster`, `state` and "
+        "`triggers` from `wit_world.imports`, JavaScript imports each function from "
+        "`kubewasm:plugin/<interface>@0.4.0`, and Go calls them on `Cache`, `Cluster`, `State` "
+        "and `Triggers`. For Rust, `cargo doc -p kubewasm-sdk --features guest --open` gives "
+        "rustdoc's full pages; for Go, `GOOS=wasip1 GOARCH=wasm go doc -all` in a plugin "
+        "project (docs/guides/go.md).",
         "",
     ]
     for area in table["areas"]:
-        out += [f"## {area['area']}", "", "| what | Rust | Python | JavaScript |", "|---|---|---|---|"]
+        out += [f"## {area['area']}", "", "| what | Rust | Python | JavaScript | Go |",
+                "|---|---|---|---|---|"]
         for what, *entries in area["rows"]:
             cells = [cell(e) for e in entries]
             out.append(f"| {what} | " + " | ".join(cells) + " |")
         out.append("")
     titles = {"rust": "Rust (`kubewasm_sdk`)", "python": "Python (`kubewasm_sdk`)",
-              "javascript": "JavaScript (`kubewasm-sdk/index.js`)"}
+              "javascript": "JavaScript (`kubewasm-sdk/index.js`)",
+              "go": "Go (`example.invalid/kubewasm/sdk`)"}
+    named = {language: set() for language in LANGUAGES}
+    for area in table["areas"]:
+        for row in area["rows"]:
+            for language, entry in zip(LANGUAGES, row[1:]):
+                if not entry.startswith("-"):
+                    named[language].add(entry.partition("(")[0])
     for language in LANGUAGES:
         out += [f"## {titles[language]}", ""]
-        for name, doc in sorted(found[language].items(), key=lambda kv: kv[0].lower()):
-            out.append(f"- `{name}`" + (f": {doc}" if doc else ""))
+        shown = dict(found[language])
+        for name in named[language]:
+            if name not in shown and name in bound[language]:
+                doc, signature = bound[language][name]
+                shown[name] = (f"*bindings.* {doc}".strip(), signature)
+        for name, (doc, signature) in sorted(shown.items(), key=lambda kv: kv[0].lower()):
+            line = f"- `{name}`"
+            if signature:
+                line += f" `{signature}`"
+            out.append(line + (f": {doc}" if doc else ""))
         out.append("")
     return "\n".join(out)
 
 
 def main():
-    found = {"rust": rust_items(), "python": python_items(), "javascript": javascript_items()}
+    found = {"rust": rust_items(), "python": python_items(), "javascript": javascript_items(),
+             "go": go_items()}
+    bound = {language: bound_items(language) for language in LANGUAGES}
     if "--list" in sys.argv[1:]:
         for language, items in found.items():
-            for name, doc in sorted(items.items()):
-                print(f"{language}\t{name}\t{doc}")
+            for name, (doc, signature) in sorted(items.items()):
+                print(f"{language}\t{name}\t{signature}\t{doc}")
         return 0
     table = json.loads(read(SDK, "parity.json"))
     parameters = {"python": python_parameters(), "javascript": javascript_parameters()}
-    problems = check(table, found, parameters)
-    text = page(table, found)
+    problems = check(table, found, bound, parameters)
+    text = page(table, found, bound)
     if "--check" in sys.argv[1:]:
         current = read(PAGE) if os.path.exists(PAGE) else ""
         if current != text:
