@@ -110,6 +110,7 @@ fn main() -> anyhow::Result<()> {
                 address: "127.0.0.1:0".parse()?,
                 cert_file,
                 key_file,
+                concurrency: kubewasm::admission::default_concurrency(),
             }),
             ..HostConfig::default()
         };

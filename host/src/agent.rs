@@ -334,10 +334,13 @@ impl Agent {
                     .with_context(|| format!("admission address {}", serve.address))?;
                 let address = listener.local_addr()?;
                 tracing::info!(%address, "serving admission webhooks at /admit/<plugin>");
+                let pool = crate::admission::Pool::start(serve.concurrency)
+                    .context("admission webhooks: review threads")?;
                 let task = tokio::spawn(crate::admission::serve(
                     listener,
                     Arc::new(tls),
                     plugins.clone(),
+                    Arc::new(pool),
                 ));
                 Some((address, task))
             }

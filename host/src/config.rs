@@ -22,6 +22,10 @@
 //!   address: 0.0.0.0:8443      # absent (HTTPS, POST /admit/<plugin>, every replica serves)
 //!   certFile: /etc/kubewasm/tls/tls.crt  # PEM chain and key, read again when they change
 //!   keyFile: /etc/kubewasm/tls/tls.key
+//!   concurrency: 2             # reviews running at once, all plugins together (default:
+//!                              # one per core, at least 2); each plugin gets all but one
+//!                              # (at most 4); one still waiting when the webhook's timeout
+//!                              # less a margin is up gets its failure policy's answer
 //! traces:                      # OpenTelemetry traces of event handling; off when absent
 //!   endpoint: http://otel-collector:4318  # OTLP over HTTP (protobuf); /v1/traces is added
 //!   sampleRatio: 1.0           # the fraction of event traces kept
@@ -549,6 +553,7 @@ struct AdmissionFile {
     address: String,
     cert_file: PathBuf,
     key_file: PathBuf,
+    concurrency: Option<usize>,
 }
 
 impl AdmissionFile {
@@ -562,6 +567,11 @@ impl AdmissionFile {
             })?,
             cert_file: self.cert_file,
             key_file: self.key_file,
+            concurrency: match self.concurrency {
+                Some(0) => return Err("admission.concurrency: at least 1".into()),
+                Some(n) => n,
+                None => crate::admission::default_concurrency(),
+            },
         })
     }
 }

@@ -85,6 +85,46 @@ async fn served_cert(address: std::net::SocketAddr, ca: &str) -> anyhow::Result<
     Ok(certs[0].to_vec())
 }
 
+/// A host serving `plugins` (name, built file, configuration) as webhooks on loopback with
+/// the test CA's certificate, on `concurrency` review threads: the agent, where it serves,
+/// and the folder of its certificate files (`tls.crt`, `tls.key`), which it keeps reading.
+async fn serving(
+    env: &TestEnv,
+    admin: &kube::Client,
+    plugins: &[(&str, &str, &str)],
+    concurrency: usize,
+) -> anyhow::Result<(Agent, std::net::SocketAddr, tempfile::TempDir)> {
+    let tls = tempfile::tempdir()?;
+    let (cert_file, key_file) = (tls.path().join("tls.crt"), tls.path().join("tls.key"));
+    let cert = env.serving_cert()?;
+    std::fs::write(&cert_file, &cert.cert)?;
+    std::fs::write(&key_file, &cert.key)?;
+    let configs: Vec<(&str, &str)> = plugins.iter().map(|(n, _, c)| (*n, *c)).collect();
+    let mut config = support::configs(&configs);
+    config.admission = Some(ServeConfig {
+        address: "127.0.0.1:0".parse()?,
+        cert_file,
+        key_file,
+        concurrency,
+    });
+    let folder = tempfile::tempdir()?;
+    for (name, built, _) in plugins {
+        std::fs::copy(built, folder.path().join(format!("{name}.wasm")))?;
+    }
+    let options = AgentOptions::new(
+        Cluster::Kube(admin.clone()),
+        config,
+        Arc::new(MemorySink::default()),
+    );
+    let mut agent = Agent::start(options).await?;
+    let report = agent.follow_plugins(folder.path()).await?;
+    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    let address = agent
+        .webhooks_address()
+        .ok_or_else(|| anyhow::anyhow!("webhooks served"))?;
+    Ok((agent, address, tls))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Result<()> {
     let env = TestEnv::start().await?;
@@ -100,42 +140,35 @@ async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Resu
         )
         .await?;
 
-    let tls = tempfile::tempdir()?;
+    let (agent, address, tls) = serving(
+        &env,
+        &admin,
+        &[
+            (
+                "image-policy",
+                kubewasm_plugin_artifacts::IMAGE_POLICY,
+                "{}",
+            ),
+            (
+                "pod-defaults",
+                kubewasm_plugin_artifacts::POD_DEFAULTS,
+                "{}",
+            ),
+            (
+                "trap-ignore",
+                kubewasm_plugin_artifacts::HOSTILE,
+                r#"{"mode": "admit-trap-ignore"}"#,
+            ),
+            (
+                "trap-fail",
+                kubewasm_plugin_artifacts::HOSTILE,
+                r#"{"mode": "admit-trap"}"#,
+            ),
+        ],
+        kubewasm::admission::default_concurrency(),
+    )
+    .await?;
     let (cert_file, key_file) = (tls.path().join("tls.crt"), tls.path().join("tls.key"));
-    let first = env.serving_cert()?;
-    std::fs::write(&cert_file, &first.cert)?;
-    std::fs::write(&key_file, &first.key)?;
-    let mut config = support::configs(&[
-        ("image-policy", "{}"),
-        ("pod-defaults", "{}"),
-        ("trap-ignore", r#"{"mode": "admit-trap-ignore"}"#),
-        ("trap-fail", r#"{"mode": "admit-trap"}"#),
-    ]);
-    config.admission = Some(ServeConfig {
-        address: "127.0.0.1:0".parse()?,
-        cert_file: cert_file.clone(),
-        key_file: key_file.clone(),
-    });
-    let plugins = tempfile::tempdir()?;
-    for (name, built) in [
-        ("image-policy", kubewasm_plugin_artifacts::IMAGE_POLICY),
-        ("pod-defaults", kubewasm_plugin_artifacts::POD_DEFAULTS),
-        ("trap-ignore", kubewasm_plugin_artifacts::HOSTILE),
-        ("trap-fail", kubewasm_plugin_artifacts::HOSTILE),
-    ] {
-        std::fs::copy(built, plugins.path().join(format!("{name}.wasm")))?;
-    }
-    let options = AgentOptions::new(
-        Cluster::Kube(admin.clone()),
-        config,
-        Arc::new(MemorySink::default()),
-    );
-    let mut agent = Agent::start(options).await?;
-    let report = agent.follow_plugins(plugins.path()).await?;
-    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
-    let address = agent
-        .webhooks_address()
-        .ok_or_else(|| anyhow::anyhow!("webhooks served"))?;
     let declared = |names: &[&str]| -> anyhow::Result<Vec<_>> {
         names
             .iter()
@@ -299,5 +332,119 @@ async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Resu
     let policy = support::plugin_status(&agent, "image-policy");
     assert!(decided(&policy, "denied") >= 3, "{policy:?}");
     assert!(decided(&policy, "allowed") >= 3, "{policy:?}");
+    Ok(())
+}
+
+/// Threads of this process now.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
+}
+
+/// 150 Secret creates at once (the API server's own limit on mutating requests in flight is
+/// 200) against a plugin whose `admit` takes 50 ms of CPU, on a pool of one review thread:
+/// every create gets the plugin's answer or, for those still waiting when their time in the
+/// host is up, the failure policy's (Fail: refused naming the plugin), never the API server's
+/// "failed calling webhook"; and the host's threads do not grow with the flood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_slow_reviews_is_answered_in_time_on_a_bounded_pool() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    for ns in ["kubewasm", "shop"] {
+        resources::create_namespace(&admin, ns).await?;
+    }
+    let (agent, address, _tls) = serving(
+        &env,
+        &admin,
+        &[(
+            "slow",
+            kubewasm_plugin_artifacts::HOSTILE,
+            r#"{"mode": "admit-slow"}"#,
+        )],
+        1,
+    )
+    .await?;
+    let admitter = agent
+        .plugins()
+        .admitter("slow")
+        .ok_or_else(|| anyhow::anyhow!("slow serves admission"))?;
+    let yaml = render(
+        "kubewasm",
+        &[("slow".to_owned(), admitter.admission.clone())],
+        &Target::Url(format!("https://{address}")),
+        Some(env.ca_cert().as_bytes()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    support::apply_yaml(&admin, &yaml).await?;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "shop");
+    let secret = |name: String| -> anyhow::Result<Secret> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name}}))?)
+    };
+    // The configuration in effect: a review reaches the plugin.
+    let deadline = Instant::now() + WAIT;
+    for i in 0.. {
+        secrets
+            .create(&PostParams::default(), &secret(format!("probe-{i}"))?)
+            .await?;
+        if admitter.status().decisions.iter().any(|(_, n)| *n > 0) {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the webhook never took effect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let before = threads();
+    let flooding = std::sync::atomic::AtomicBool::new(true);
+    let most = std::sync::atomic::AtomicUsize::new(before);
+    let sample = async {
+        while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+            most.fetch_max(threads(), std::sync::atomic::Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let flood = async {
+        let creates = (0..150).map(|i| {
+            let secrets = secrets.clone();
+            async move {
+                let answer = secrets
+                    .create(&PostParams::default(), &secret(format!("flood-{i}"))?)
+                    .await;
+                Ok::<_, anyhow::Error>(answer.map(|_| ()))
+            }
+        });
+        let answers = futures::future::join_all(creates).await;
+        flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+        answers
+    };
+    let (answers, ()) = tokio::join!(flood, sample);
+    let (mut allowed, mut refused) = (0, 0);
+    for answer in answers {
+        match answer? {
+            Ok(()) => allowed += 1,
+            Err(e)
+                if e.to_string()
+                    .contains("kubewasm plugin slow could not review") =>
+            {
+                refused += 1
+            }
+            Err(e) => panic!("not the plugin's nor its failure policy's answer: {e}"),
+        }
+    }
+    assert!(
+        allowed > 0 && refused > 0,
+        "{allowed} allowed, {refused} refused"
+    );
+    let grown = most.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert!(
+        grown <= 16,
+        "threads grew by {grown} during the flood ({before} before); {allowed} allowed, {refused} refused"
+    );
+    let status = admitter.status();
+    assert!(
+        status
+            .last_failure
+            .as_deref()
+            .is_some_and(|f| f.contains("places busy")),
+        "{status:?}"
+    );
     Ok(())
 }

@@ -6,6 +6,14 @@
 //! plugin that cannot answer (a trap, its deadline, its memory cap, a mutation that does not
 //! apply, no answer before the webhook's timeout) is answered for by its failure policy: Fail
 //! refuses with a message naming the plugin, Ignore lets the request through with a warning.
+//!
+//! Reviews run on a fixed pool of `concurrency` threads below the host's priority, as event
+//! delivery runs, so a flood of slow reviews takes no more CPU than that many threads at that
+//! priority and never grows the process's threads. A review first waits, as a task and not a
+//! thread, for one of its plugin's places (a plugin gets at most all but one of the pool's
+//! threads, so one slow plugin cannot hold every thread); what is still waiting when its time
+//! in the host is up (the webhook's timeout less a margin) gets the failure policy's answer,
+//! so the API server never waits out its own deadline.
 
 pub mod review;
 pub mod tls;
@@ -41,6 +49,71 @@ pub struct ServeConfig {
     pub cert_file: PathBuf,
     /// Its private key, PEM.
     pub key_file: PathBuf,
+    /// Reviews running at once, all plugins together: the pool's threads.
+    pub concurrency: usize,
+}
+
+/// Reviews running at once when the configuration does not say: one per core, at least two.
+pub fn default_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+}
+
+/// Reviews of one plugin waiting for a place, past which more are answered at once by the
+/// failure policy: waiting costs a task and a connection each.
+pub const MAX_WAITING: usize = 1024;
+
+/// A review handed to the pool.
+struct Job {
+    admitter: Arc<Admitter>,
+    review: Review,
+    until: Instant,
+    reply: tokio::sync::oneshot::Sender<Answer>,
+    /// The plugin's place, given back when the review ends.
+    _place: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The threads reviews run on, and the queue into them (which holds at most the places the
+/// plugins give out, so it never fills).
+pub struct Pool {
+    jobs: std::sync::mpsc::SyncSender<Job>,
+    /// Its threads.
+    pub threads: usize,
+}
+
+impl Pool {
+    /// Starts `threads` review threads below the host's priority.
+    pub fn start(threads: usize) -> std::io::Result<Self> {
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(threads.max(1) * 64);
+        let queue = Arc::new(std::sync::Mutex::new(queue));
+        for n in 0..threads.max(1) {
+            let queue = queue.clone();
+            crate::priority::spawn_below_host(format!("admit-{n}"), move || {
+                loop {
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .recv();
+                    let Ok(job) = next else { return };
+                    // Out of time while queued: the route has answered already.
+                    if Instant::now() >= job.until || job.reply.is_closed() {
+                        continue;
+                    }
+                    let (answer, _) = decide(&job.admitter, &job.review, job.until);
+                    let _ = job.reply.send(answer);
+                }
+            })?;
+        }
+        Ok(Self {
+            jobs,
+            threads: threads.max(1),
+        })
+    }
+
+    /// The places each plugin gets: all but one of the threads (one when there is one), at
+    /// most four.
+    pub fn places_per_plugin(&self) -> usize {
+        self.threads.saturating_sub(1).clamp(1, 4)
+    }
 }
 
 /// The time a review may take in the host: the webhook's timeout less a margin for the
@@ -134,6 +207,7 @@ fn plain(code: StatusCode, text: String) -> Response<Full<Bytes>> {
 
 async fn route(
     host: Arc<PluginHost>,
+    pool: Arc<Pool>,
     request: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
     let received = Instant::now();
@@ -172,21 +246,15 @@ async fn route(
         }
     };
     let until = received + budget(admitter.admission.timeout);
-    let review = match tokio::task::spawn_blocking(move || review::parse(&body)).await {
-        Ok(Ok(review)) => review,
-        Ok(Err(bad)) => return plain(StatusCode::BAD_REQUEST, format!("{bad}\n")),
-        Err(e) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+    // Bounded by MAX_BODY_BYTES, and about 9 µs for a pod: read here, not on another thread.
+    let review = match review::parse(&body) {
+        Ok(review) => review,
+        Err(bad) => return plain(StatusCode::BAD_REQUEST, format!("{bad}\n")),
     };
     let uid = review.request.uid.clone();
-    let deciding = admitter.clone();
-    let decided = tokio::task::spawn_blocking(move || decide(&deciding, &review, until).0);
-    let answer = match tokio::time::timeout_at(until.into(), decided).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-        // Still running at the budget's end (waiting for a place, or a call between its CPU
-        // deadline and its wall cap): the failure policy answers now.
-        Err(_) => {
-            let failure = format!("no answer within {:?}", budget(admitter.admission.timeout));
+    let answer = match queue(&admitter, &pool, review, until).await {
+        Ok(answer) => answer,
+        Err(failure) => {
             let (answer, decision) = failed(&admitter, &uid, &failure);
             admitter.record(decision, received.elapsed(), Some(&failure));
             answer
@@ -200,8 +268,57 @@ async fn route(
     response
 }
 
-/// Serves the webhooks on `listener` with `tls` until the task is dropped.
-pub async fn serve(listener: TcpListener, tls: Arc<tls::Reloading>, host: Arc<PluginHost>) {
+/// `review`'s answer from `admitter` on `pool`, or why there is none by `until`: no place
+/// free in time, too many waiting, or still running (a call between its CPU deadline and its
+/// wall cap).
+async fn queue(
+    admitter: &Arc<Admitter>,
+    pool: &Pool,
+    review: Review,
+    until: Instant,
+) -> Result<Answer, String> {
+    let places = admitter.places(pool.places_per_plugin());
+    let waiting = admitter.waiting();
+    if waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= MAX_WAITING {
+        waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        return Err(format!("{MAX_WAITING} reviews already waiting"));
+    }
+    let place = tokio::time::timeout_at(until.into(), places.acquire_owned()).await;
+    waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    let late = || format!("no answer within {:?}", budget(admitter.admission.timeout));
+    let Ok(Ok(place)) = place else {
+        return Err(format!(
+            "{} (all {} of its places busy)",
+            late(),
+            pool.places_per_plugin()
+        ));
+    };
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let job = Job {
+        admitter: admitter.clone(),
+        review,
+        until,
+        reply,
+        _place: place,
+    };
+    pool.jobs
+        .try_send(job)
+        .map_err(|_| "the review queue is full".to_owned())?;
+    match tokio::time::timeout_at(until.into(), answer).await {
+        Ok(Ok(answer)) => Ok(answer),
+        // Dropped unanswered: its time was up when a thread took it.
+        Ok(Err(_)) | Err(_) => Err(late()),
+    }
+}
+
+/// Serves the webhooks on `listener` with `tls` until the task is dropped, running reviews
+/// on `pool`.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<tls::Reloading>,
+    host: Arc<PluginHost>,
+    pool: Arc<Pool>,
+) {
     let config = match tls.server_config() {
         Ok(config) => Arc::new(config),
         Err(e) => {
@@ -218,7 +335,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<tls::Reloading>, host: Arc<Pl
                 continue;
             }
         };
-        let (acceptor, host) = (acceptor.clone(), host.clone());
+        let (acceptor, host, pool) = (acceptor.clone(), host.clone(), pool.clone());
         tokio::spawn(async move {
             let stream =
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
@@ -230,8 +347,8 @@ pub async fn serve(listener: TcpListener, tls: Arc<tls::Reloading>, host: Arc<Pl
                     Err(_) => return,
                 };
             let service = hyper::service::service_fn(move |request| {
-                let host = host.clone();
-                async move { Ok::<_, Infallible>(route(host, request).await) }
+                let (host, pool) = (host.clone(), pool.clone());
+                async move { Ok::<_, Infallible>(route(host, pool, request).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             if let Err(e) = hyper::server::conn::http1::Builder::new()

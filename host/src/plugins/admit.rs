@@ -2,8 +2,8 @@
 //! worker that delivers events (reviews never wait behind events, and every replica reviews,
 //! leader or not), and what its reviews decided.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::histogram::{Histogram, HistogramSnapshot};
@@ -12,8 +12,8 @@ use crate::plugins::manifest::Admission;
 use crate::wasm::admit::{AdmitRequest, Verdict};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
 
-/// Reviews one plugin runs at once; more wait for a free one until their time is up.
-pub const MAX_CONCURRENT: usize = 4;
+/// Idle instances a plugin keeps for its reviews.
+const KEPT_IDLE: usize = 4;
 
 /// How a review ended, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,9 +77,11 @@ pub struct Admitter {
     config: String,
     /// Idle instances, ready for a review.
     pool: Mutex<Vec<Instance>>,
-    /// Reviews running.
-    running: Mutex<usize>,
-    freed: Condvar,
+    /// Its places among the reviews the server runs at once (made on the first review, as
+    /// many as the server gives each plugin).
+    places: OnceLock<Arc<tokio::sync::Semaphore>>,
+    /// Reviews waiting for a place.
+    waiting: AtomicUsize,
     counts: [AtomicU64; 5],
     durations: [Histogram; 5],
     last_failure: Mutex<Option<String>>,
@@ -105,8 +107,8 @@ impl Admitter {
             ctx,
             config,
             pool: Mutex::default(),
-            running: Mutex::new(0),
-            freed: Condvar::new(),
+            places: OnceLock::new(),
+            waiting: AtomicUsize::new(0),
             counts: Default::default(),
             durations: Default::default(),
             last_failure: Mutex::default(),
@@ -119,11 +121,25 @@ impl Admitter {
         self.ctx.limits.deadline.min(self.admission.timeout)
     }
 
-    /// Runs `admit` on an idle instance (a fresh one, `init` run, when none is idle), waiting
-    /// until `until` at most for one of the [`MAX_CONCURRENT`] places. The error says why
-    /// the plugin gave no answer: the host answers per the failure policy.
+    /// Its places among the reviews running at once: `n` of them, made on the first call.
+    pub fn places(&self, n: usize) -> Arc<tokio::sync::Semaphore> {
+        self.places
+            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(n)))
+            .clone()
+    }
+
+    /// Reviews waiting for a place, counted by whoever makes them wait.
+    pub fn waiting(&self) -> &AtomicUsize {
+        &self.waiting
+    }
+
+    /// Runs `admit` on an idle instance (a fresh one, `init` run, when none is idle); the
+    /// caller holds one of its places. `until` is when the review's time in the host is up.
+    /// The error says why the plugin gave no answer: the host answers per the failure policy.
     pub fn admit(&self, request: &AdmitRequest, until: Instant) -> Result<Verdict, String> {
-        let _place = self.place(until)?;
+        if Instant::now() >= until {
+            return Err("no time left for the review".into());
+        }
         let taken = self
             .pool
             .lock()
@@ -137,7 +153,7 @@ impl Admitter {
             Ok(verdict) => {
                 if !instance.near_memory_cap() {
                     let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
-                    if pool.len() < MAX_CONCURRENT {
+                    if pool.len() < KEPT_IDLE {
                         pool.push(instance);
                     }
                 }
@@ -158,25 +174,6 @@ impl Admitter {
             Ok(Err(refusal)) => Err(format!("init refused: {refusal}")),
             Err(trap) => Err(format!("init trapped: {trap:#}")),
         }
-    }
-
-    fn place(&self, until: Instant) -> Result<Place<'_>, String> {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        while *running >= MAX_CONCURRENT {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(format!(
-                    "{MAX_CONCURRENT} reviews already running: no place before the timeout"
-                ));
-            }
-            running = self
-                .freed
-                .wait_timeout(running, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        *running += 1;
-        Ok(Place(self))
     }
 
     /// Counts a finished review that took `took` in the host; `failure` is why the plugin
@@ -216,20 +213,5 @@ impl Admitter {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
         }
-    }
-}
-
-/// A review's place among the plugin's concurrent ones, given back when dropped.
-struct Place<'a>(&'a Admitter);
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        let mut running = self
-            .0
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *running -= 1;
-        self.0.freed.notify_one();
     }
 }

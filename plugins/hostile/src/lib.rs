@@ -27,7 +27,8 @@
 //! of them an event again; `write-move` tries patches that move the object to another name or
 //! namespace; `slow-init` burns about 40 ms of CPU in `init`, then counts like `count`;
 //! `admit-trap` and `admit-trap-ignore` declare a validating webhook on Secrets that panics,
-//! with failure policy Fail and Ignore; `admit-loop` one that never returns; `admit-write`
+//! with failure policy Fail and Ignore; `admit-loop` one that never returns; `admit-slow` one
+//! that takes 50 ms of CPU per review, then allows; `admit-write`
 //! and `admit-bad-patch` one that tries a write and a state change, and a mutating one whose
 //! JSON patch does not apply); `event-flood` records 50 Events with new reasons for every
 //! event; `http-flood` opens 1,000 HTTP requests to `key` (`host:port`) in one call and logs
@@ -489,6 +490,15 @@ impl Plugin for Hostile {
                     write.err().unwrap_or_else(|| "ok".into()),
                     changed.err().unwrap_or_else(|| "ok".into())
                 ))
+            }
+            // 50 ms of CPU per review: a flood of them must not take the host's threads or
+            // the other plugins' CPU, and each must be answered before the API server gives up.
+            "admit-slow" => {
+                let started = std::time::Instant::now();
+                while started.elapsed() < std::time::Duration::from_millis(50) {
+                    burn(100_000);
+                }
+                AdmissionResponse::allow()
             }
             "admit-bad-patch" => AdmissionResponse {
                 mutation: Some(Mutation::JsonPatch(
