@@ -52,8 +52,13 @@ etcd=$!
   --disable-admission-plugins=ServiceAccount --endpoint-reconciler-type=none \
   --enable-priority-and-fairness=false > kube-apiserver.log 2>&1 &
 apiserver=$!
+# The API server first (it waits for etcd while it shuts down), at most 10 s, then etcd.
 stop() {
-  kill "$apiserver" "$etcd" 2>/dev/null || true
+  trap - EXIT INT TERM
+  kill "$apiserver" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$apiserver" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$apiserver" 2>/dev/null || true
+  kill "$etcd" 2>/dev/null || true
   wait "$apiserver" "$etcd" 2>/dev/null || true
   if [[ -n $made ]]; then rm -rf "$dir"; fi
 }

@@ -613,28 +613,45 @@ async fn the_folder_takes_every_kind_the_api_server_serves() -> anyhow::Result<(
     Ok(())
 }
 
+/// scripts/cluster.sh, running: stopped with SIGTERM when dropped, so a failing test leaves
+/// no servers behind.
+struct Script(std::process::Child);
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
 /// scripts/cluster.sh starts the cached etcd and kube-apiserver by hand and prints a
-/// kubeconfig that works; SIGTERM stops both.
+/// kubeconfig that works; SIGTERM stops both, the script included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_script_starts_a_server_a_client_can_use() -> anyhow::Result<()> {
     use std::io::BufRead;
     let dir = tempfile::tempdir()?;
     let port = support::free_address().port();
-    let mut script = std::process::Command::new("bash")
-        .arg(support::root().join("scripts/cluster.sh"))
-        .arg(dir.path())
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::piped())
-        .spawn()?;
-    let out = script.stdout.take().expect("piped");
-    let kubeconfig = tokio::task::spawn_blocking(move || {
-        std::io::BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("kubeconfig:").map(|p| p.trim().to_owned()))
+    let mut script = Script(
+        std::process::Command::new("bash")
+            .arg(support::root().join("scripts/cluster.sh"))
+            .arg(dir.path())
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?,
+    );
+    let out = script.0.stdout.take().expect("piped");
+    // Read to the end: a closed pipe would end the script before it stops its servers.
+    let (tx, printed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(path) = line.strip_prefix("kubeconfig:") {
+                let _ = tx.send(path.trim().to_owned());
+            }
+        }
     });
-    let kubeconfig = tokio::time::timeout(WAIT, kubeconfig).await??;
-    let kubeconfig = kubeconfig.ok_or_else(|| anyhow::anyhow!("no kubeconfig printed"))?;
+    let kubeconfig = tokio::task::spawn_blocking(move || printed.recv_timeout(WAIT)).await??;
     let client = kubewasm_testenv::client_from(std::path::Path::new(&kubeconfig)).await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
     let listed = namespaces.list(&Default::default()).await?;
@@ -644,15 +661,18 @@ async fn the_cluster_script_starts_a_server_a_client_can_use() -> anyhow::Result
         .filter_map(|n| n.metadata.name.clone())
         .collect();
     assert!(names.contains(&"default".to_owned()), "{names:?}");
-    std::process::Command::new("kill")
-        .args(["-TERM", &script.id().to_string()])
-        .status()?;
-    let stopped = tokio::task::spawn_blocking(move || script.wait());
-    tokio::time::timeout(WAIT, stopped).await???;
-    // Both servers are gone with it: the port no longer answers.
+    let pid = script.0.id();
+    let stopped = tokio::task::spawn_blocking(move || drop(script));
+    tokio::time::timeout(WAIT, stopped).await??;
+    // The script and both servers are gone: the port no longer answers, and no process is
+    // a child of the script any more.
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "the API server stopped"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the script ended"
     );
     Ok(())
 }
