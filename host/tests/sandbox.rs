@@ -836,15 +836,17 @@ fn a_plugin_that_never_syncs_stops_holding_readiness_after_the_sync_timeout() {
 }
 
 #[test]
-fn a_plugin_that_sleeps_in_a_host_call_wakes_at_its_deadline() {
+fn a_plugin_that_sleeps_in_a_host_call_is_stopped_at_its_deadline() {
     // Sleeping is a WASI host call that epoch interruption cannot stop; the clock ends the
-    // wait at the call deadline (100 ms here). The plugin is then interrupted, or, when the
-    // epoch ticker lags on a loaded machine, finishes its call: either way no call lasts
-    // much past its deadline, and every event is delivered or given up.
+    // wait at the call deadline (100 ms here) and the call is stopped there, as a loop is,
+    // even when the epoch ticker lags on a loaded machine (a call that slept an hour used to
+    // return Ok after 100 ms then): no call is delivered, every event is given up.
     let (bad, settings) = hostile("sleep", tight());
     let r = run(&bad, settings);
     let s = r.bad_status_until(|s| s.delivered + s.given_up >= 6);
-    assert_eq!(s.delivered + s.given_up, 6, "{s:?}");
+    assert_eq!((s.delivered, s.given_up), (0, 6), "{s:?}");
+    let error = s.last_error.clone().unwrap_or_default();
+    assert!(error.contains("interrupt"), "{error}");
     // Its only host call is the wait, which is bounded, not timed (`host_calls.rs`).
     r.no_host_call_took_50_ms();
     let within_half_a_second = s.durations.cumulative[9];
@@ -1150,4 +1152,25 @@ fn a_plugin_reads_what_it_declared_and_is_told_what_it_did_not() {
     );
     let whole = field_values(&lines, "json", "detail");
     assert!(whole[0].contains("declare no fields"), "{whole:?}");
+}
+
+#[test]
+fn a_plugin_that_requeues_every_event_at_once_is_held_to_once_a_second_and_flagged() {
+    // `requeue-after 0` on every event: each object comes back at most once per MIN_REQUEUE
+    // (1 s), not in a tight loop, and `/status` says the plugin requeues nearly everything.
+    let (bad, settings) = hostile("requeue-now", tight());
+    let r = run(&bad, settings);
+    let started = Instant::now();
+    let s = r.bad_status_until(|s| s.requeues_most_events);
+    let took = started.elapsed();
+    assert!(s.requeues_most_events, "flagged: {s:?}");
+    // Three live objects, each delivered again at most once a second: 30 deliveries take
+    // about ten seconds, where a requeue at once made thousands a second.
+    let most = 6 + 3 * (took.as_secs() + 2);
+    assert!(
+        s.delivered <= most,
+        "{} deliveries in {took:?} (at most {most}): {s:?}",
+        s.delivered
+    );
+    r.no_host_call_took_50_ms();
 }

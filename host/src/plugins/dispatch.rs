@@ -862,8 +862,9 @@ impl Worker {
             gvk: object.gvk().clone(),
             key: object.key().to_owned(),
         };
+        self.stats.requeued.fetch_add(1, Ordering::Relaxed);
         self.requeues
-            .add(event.id(), Instant::now() + after, requeue);
+            .add_after(event.id(), Instant::now(), after, requeue);
     }
 
     fn count_denied(&self, staged: &Staged) {

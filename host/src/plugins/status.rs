@@ -51,6 +51,8 @@ pub struct PluginStats {
     pub writes_skipped: AtomicU64,
     /// Requeues refused because the backlog was full.
     pub requeues_refused: AtomicU64,
+    /// Requeues taken (each waits at least [`crate::plugins::triggers::MIN_REQUEUE`]).
+    pub requeued: AtomicU64,
     /// `synced` calls that returned Ok.
     pub synced_calls: AtomicU64,
     /// Schedule ticks handled (`tick` returned Ok).
@@ -105,6 +107,11 @@ impl PluginStats {
             writes_denied: self.writes_denied.load(Ordering::Relaxed),
             writes_skipped: self.writes_skipped.load(Ordering::Relaxed),
             requeues_refused: self.requeues_refused.load(Ordering::Relaxed),
+            requeued: self.requeued.load(Ordering::Relaxed),
+            requeues_most_events: requeues_most_events(
+                self.requeued.load(Ordering::Relaxed),
+                self.delivered.load(Ordering::Relaxed),
+            ),
             synced_calls: self.synced_calls.load(Ordering::Relaxed),
             ticks: self.ticks.load(Ordering::Relaxed),
             write_wait_ms: self.write_wait_ms.load(Ordering::Relaxed),
@@ -196,6 +203,14 @@ pub struct PluginStatus {
     /// Requeues refused because the backlog was full.
     #[serde(default)]
     pub requeues_refused: u64,
+    /// Requeues taken.
+    #[serde(default)]
+    pub requeued: u64,
+    /// Nearly every delivery asked to be requeued (at least 90% of 30 or more): a plugin
+    /// that requeues everything, held to one delivery per object per
+    /// [`crate::plugins::triggers::MIN_REQUEUE`] at most.
+    #[serde(default)]
+    pub requeues_most_events: bool,
     /// `synced` calls that returned Ok.
     #[serde(default)]
     pub synced_calls: u64,
@@ -233,4 +248,10 @@ pub struct PluginStatus {
     pub reload_error: Option<String>,
     /// Failed loads of this name since the last successful one.
     pub reload_failures: u64,
+}
+
+/// Whether a plugin requeued nearly every event it was delivered: 90% of them or more, once it
+/// has been delivered 30.
+pub fn requeues_most_events(requeued: u64, delivered: u64) -> bool {
+    delivered >= 30 && requeued.saturating_mul(10) >= delivered.saturating_mul(9)
 }

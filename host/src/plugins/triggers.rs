@@ -9,6 +9,11 @@ use jiff::Timestamp;
 use crate::gvk::Gvk;
 use crate::plugins::manifest::Schedule;
 
+/// The soonest a requeue is delivered: `requeue-after 0` on every event of 20,000 objects
+/// made 11 million calls in 15 s. client-go's workqueue holds a requeued key back too (its
+/// rate limiter); here, an object is delivered again at most once a second by requeues.
+pub const MIN_REQUEUE: Duration = Duration::from_secs(1);
+
 /// A requeue waiting for its time: the object it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requeue {
@@ -37,6 +42,12 @@ impl Requeues {
     /// True when none waits.
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
+    }
+
+    /// Asks for object `id` to be delivered again `after` from `now`, but not sooner than
+    /// [`MIN_REQUEUE`], replacing a waiting requeue of it.
+    pub fn add_after(&mut self, id: String, now: Instant, after: Duration, requeue: Requeue) {
+        self.add(id, now + after.max(MIN_REQUEUE), requeue);
     }
 
     /// Asks for object `id` to be delivered again at `at`, replacing a waiting requeue of it.
@@ -155,6 +166,22 @@ mod tests {
             gvk: Gvk::new("", "v1", "Pod"),
             key: key.into(),
         }
+    }
+
+    #[test]
+    fn a_requeue_waits_at_least_the_minimum() {
+        let mut r = Requeues::default();
+        let now = Instant::now();
+        r.add_after("a".into(), now, Duration::ZERO, requeue("a"));
+        r.add_after("b".into(), now, Duration::from_secs(5), requeue("b"));
+        assert!(r.take_due(now + MIN_REQUEUE / 2).is_none(), "not at once");
+        let (id, _) = r.take_due(now + MIN_REQUEUE).expect("a is due");
+        assert_eq!(id, "a");
+        assert!(r.take_due(now + Duration::from_secs(4)).is_none());
+        assert!(
+            r.take_due(now + Duration::from_secs(5)).is_some(),
+            "b as asked"
+        );
     }
 
     #[test]

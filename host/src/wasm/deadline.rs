@@ -171,6 +171,15 @@ impl CallClock {
         }
     }
 
+    /// Whether the call asked to wait past its deadline and has now reached it by the wall
+    /// clock: a wait that ended there ends the call too, whatever the epoch ticker has seen.
+    pub fn slept_out(&self) -> bool {
+        self.overslept
+            && self
+                .started
+                .is_some_and(|s| s.at.elapsed() >= self.deadline)
+    }
+
     /// At a checkpoint of the call on this thread: stop it, or how long it may go on.
     pub fn checkpoint(&self) -> UpdateDeadline {
         self.decide(now())

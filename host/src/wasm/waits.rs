@@ -5,7 +5,9 @@
 //! function is replaced by the same WASI implementation under a timeout at the call's
 //! deadline by the wall clock from its start (`deadline::CallClock::latest_wait_end`); a wait
 //! still pending then traps, naming the function, and the instance is discarded as after any
-//! trap. The clock waits (`clocks.rs`) end at the same instant and stop the call there.
+//! trap. The clock waits (`clocks.rs`) end at the same instant, and a `poll` or `block` that
+//! such a wait ended traps there too (`interrupt`), so a sleep past the deadline stops the
+//! call even when the epoch ticker has not yet reached the deadline.
 //!
 //! The functions: `poll`, `pollable.block`, and the `blocking-*` methods of input and output
 //! streams. Every other WASI call returns without waiting (`pollable.ready` polls once).
@@ -34,6 +36,16 @@ fn within<F: Future>(until: Instant, what: &str, wait: F) -> wasmtime::Result<F:
                 "{what} was still waiting at the call's deadline: call stopped (a wait that only the plugin could end, such as a request body never sent)"
             )
         })
+}
+
+/// The trap for a call whose wait, asked past its deadline, ended there (`what` waited).
+fn slept_out(state: &HostState, what: &str) -> wasmtime::Result<()> {
+    if state.clock.slept_out() {
+        return Err(wasmtime::format_err!(
+            "interrupt: {what} waited to the call's deadline, as a wait the plugin asked for past it ends there: call stopped (as a loop is)"
+        ));
+    }
+    Ok(())
 }
 
 /// A stream result as the guest receives it.
@@ -65,6 +77,7 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 "wasi:io/poll.poll",
                 io_poll::Host::poll(table, pollables),
             )??;
+            slept_out(store.data(), "wasi:io/poll.poll")?;
             Ok((ready,))
         },
     )?;
@@ -77,6 +90,7 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
                 "wasi:io/poll.pollable.block",
                 io_poll::HostPollable::block(table, pollable),
             )??;
+            slept_out(store.data(), "wasi:io/poll.pollable.block")?;
             Ok(())
         },
     )?;

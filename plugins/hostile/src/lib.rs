@@ -12,7 +12,8 @@
 //! arguments to every query; `huge-log` logs a 1 MiB message with 48 fields of 16 KiB and
 //! fails with a 1 MiB error; `copy-flood` asks the host to copy tens of MiB in one call (`key`:
 //! `log`, `get` or `error`); `squat` declares an index under deployment-view's index
-//! name; `sleep` sleeps an hour in every call; `hoard` keeps every object handle it is given and asks for more; `huge-pointer`
+//! name; `sleep` sleeps an hour in every call; `requeue-now` asks for every event again at
+//! once; `hoard` keeps every object handle it is given and asks for more; `huge-pointer`
 //! reads fields by 1 MiB and 900 KB JSON pointers; `write-ungranted` tries writes nobody
 //! granted; `write-huge` tries oversized and malformed writes; `write-then-fail` stages a
 //! create of `<name>-copy` and fails the first two attempts of each event; `wasi-hoard`
@@ -457,6 +458,10 @@ impl Plugin for Hostile {
                 log::info("woke", &[("key", &key)]);
             }
             "slow" => burn(20_000_000),
+            // Every event but a delete asks to be delivered again at once.
+            "requeue-now" if !matches!(event, Event::Deleted(_)) => {
+                kubewasm_sdk::triggers::requeue_after(0).map_err(HandleError::fatal)?;
+            }
             _ => {}
         }
         log::info(
