@@ -13,19 +13,31 @@ pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// neither start a line of its own in the host's log nor restyle the terminal reading it. Tabs
 /// are kept.
 pub fn cut(mut text: String, max: usize) -> String {
+    // Escaping only lengthens, so what is kept comes from the first `max` bytes: a 1 MiB
+    // message is not scanned whole (its scan alone took a debug host call over 50 ms).
+    let mut was_cut = truncate_at(&mut text, max);
     // Nearly every message has nothing to escape: no copy then.
     if !printable_as_is(&text) {
         text = printable(&text, max);
+        was_cut |= truncate_at(&mut text, max);
     }
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+    if was_cut {
         text.push_str(" [cut]");
     }
     text
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary; whether it cut.
+fn truncate_at(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    true
 }
 
 /// True when `text` holds nothing [`cut`] would escape: a name that may be printed as it is.
