@@ -58,10 +58,6 @@ pub fn default_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }
 
-/// Reviews of one plugin waiting for a place, past which more are answered at once by the
-/// failure policy: waiting costs a task and a connection each.
-pub const MAX_WAITING: usize = 1024;
-
 /// A review handed to the pool.
 struct Job {
     admitter: Arc<Admitter>,
@@ -83,9 +79,10 @@ pub struct Pool {
 impl Pool {
     /// Starts `threads` review threads below the host's priority.
     pub fn start(threads: usize) -> std::io::Result<Self> {
-        let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(threads.max(1) * 64);
+        let threads = threads.max(1);
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(threads * 64);
         let queue = Arc::new(std::sync::Mutex::new(queue));
-        for n in 0..threads.max(1) {
+        for n in 0..threads {
             let queue = queue.clone();
             crate::priority::spawn_below_host(format!("admit-{n}"), move || {
                 loop {
@@ -103,10 +100,7 @@ impl Pool {
                 }
             })?;
         }
-        Ok(Self {
-            jobs,
-            threads: threads.max(1),
-        })
+        Ok(Self { jobs, threads })
     }
 
     /// The places each plugin gets: all but one of the threads (one when there is one), at
@@ -277,22 +271,11 @@ async fn queue(
     review: Review,
     until: Instant,
 ) -> Result<Answer, String> {
-    let places = admitter.places(pool.places_per_plugin());
-    let waiting = admitter.waiting();
-    if waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= MAX_WAITING {
-        waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        return Err(format!("{MAX_WAITING} reviews already waiting"));
-    }
-    let place = tokio::time::timeout_at(until.into(), places.acquire_owned()).await;
-    waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     let late = || format!("no answer within {:?}", budget(admitter.admission.timeout));
-    let Ok(Ok(place)) = place else {
-        return Err(format!(
-            "{} (all {} of its places busy)",
-            late(),
-            pool.places_per_plugin()
-        ));
-    };
+    let place = admitter
+        .place(pool.places_per_plugin(), until)
+        .await
+        .map_err(|why| format!("{} ({why})", late()))?;
     let (reply, answer) = tokio::sync::oneshot::channel();
     let job = Job {
         admitter: admitter.clone(),

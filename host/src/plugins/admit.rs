@@ -15,6 +15,10 @@ use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
 /// Idle instances a plugin keeps for its reviews.
 const KEPT_IDLE: usize = 4;
 
+/// Reviews of one plugin waiting for a place, past which more are answered at once by the
+/// failure policy: waiting costs a task and a connection each.
+pub const MAX_WAITING: usize = 1024;
+
 /// How a review ended, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -121,16 +125,34 @@ impl Admitter {
         self.ctx.limits.deadline.min(self.admission.timeout)
     }
 
-    /// Its places among the reviews running at once: `n` of them, made on the first call.
-    pub fn places(&self, n: usize) -> Arc<tokio::sync::Semaphore> {
-        self.places
+    /// Waits until `until` at most for one of its places among the reviews running at once
+    /// (`n` of them, made on the first call), as a task: the place, or why there is none.
+    /// Past [`MAX_WAITING`] reviews waiting, the answer is no at once.
+    pub async fn place(
+        &self,
+        n: usize,
+        until: Instant,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
+        let places = self
+            .places
             .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(n)))
-            .clone()
-    }
-
-    /// Reviews waiting for a place, counted by whoever makes them wait.
-    pub fn waiting(&self) -> &AtomicUsize {
-        &self.waiting
+            .clone();
+        // Counted down when the wait ends however it ends: a request whose connection closes
+        // drops this future mid-wait.
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let _waiting = Waiting(&self.waiting);
+        if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
+            return Err(format!("{MAX_WAITING} reviews already waiting"));
+        }
+        match tokio::time::timeout_at(until.into(), places.acquire_owned()).await {
+            Ok(Ok(place)) => Ok(place),
+            _ => Err(format!("all {n} of its places busy")),
+        }
     }
 
     /// Runs `admit` on an idle instance (a fresh one, `init` run, when none is idle); the

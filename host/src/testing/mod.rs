@@ -296,9 +296,11 @@ pub async fn run(
     }
     let mut steps = spec.steps.iter();
     let first = steps.next().context("no steps")?;
-    // The clock the plugin and the host read, when the file sets it.
-    if let Some(at) = first.now.or(spec.now) {
-        crate::clock::set(at);
+    // The clock the plugin and the host read: the file's, else the system's (an earlier file
+    // of the same `kubewasm test` may have set it).
+    match first.now.or(spec.now) {
+        Some(at) => crate::clock::set(at),
+        None => crate::clock::reset(),
     }
     change(&state.0, first)?;
     let folder = Arc::new(ManifestFolder::snapshot_in(
