@@ -678,9 +678,7 @@ impl Shared {
         for (item, parsed) in parse::items(&text, json).into_iter().enumerate() {
             let (checked, named) = match parsed.value {
                 Ok(value) => {
-                    let text =
-                        |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_owned);
-                    let named = vec![(text("/kind"), text("/metadata/name"))];
+                    let named = vec![parse::names_of(&value)];
                     (self.doc(value, item), named)
                 }
                 Err(e) => (Err(e), parsed.names),
@@ -882,11 +880,15 @@ fn manifest_name(root: &Path, path: &Path) -> bool {
         let name = c.as_os_str().to_string_lossy();
         !name.starts_with('.') && !name.ends_with('~')
     });
-    visible
-        && matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        )
+    visible && manifest_extension(path)
+}
+
+/// True for a `.yaml`, `.yml` or `.json` name.
+fn manifest_extension(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
 }
 
 /// Why an entry of the folder is not read.
@@ -953,10 +955,7 @@ pub fn manifest_files(root: &Path) -> (Vec<PathBuf>, BTreeMap<PathBuf, Skipped>)
                 continue;
             }
             let path = entry.path();
-            let manifest = matches!(
-                path.extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml" | "json")
-            );
+            let manifest = manifest_extension(&path);
             // Symlinks followed: what they point at decides.
             let meta = match std::fs::metadata(&path) {
                 Ok(meta) => meta,

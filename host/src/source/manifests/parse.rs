@@ -94,7 +94,7 @@ fn names(chunk: &str) -> Named {
 }
 
 /// What a parsed document that is not a valid object names.
-fn names_of(value: &Value) -> Named {
+pub fn names_of(value: &Value) -> Named {
     let text = |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_owned);
     (text("/kind"), text("/metadata/name"))
 }
@@ -259,10 +259,7 @@ fn yaml_documents(text: &str) -> Vec<Document> {
     let chunks = split_documents(text);
     for (i, (line, chunk)) in chunks.iter().enumerate() {
         let (line, chunk) = (*line, *chunk);
-        if chunk
-            .lines()
-            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
-        {
+        if blank(chunk) {
             continue;
         }
         // Only a separator line with more on it starts a piece with `---`.
@@ -285,13 +282,7 @@ fn yaml_documents(text: &str) -> Vec<Document> {
         // A syntax error: the documents after it are not read, and may stand for what they
         // name.
         let rest = &chunks[i + 1..];
-        let unread = rest
-            .iter()
-            .filter(|(_, c)| {
-                !c.lines()
-                    .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
-            })
-            .count();
+        let unread = rest.iter().filter(|(_, c)| !blank(c)).count();
         let e = if unread == 0 {
             e
         } else {
@@ -309,6 +300,13 @@ fn yaml_documents(text: &str) -> Vec<Document> {
         break;
     }
     out
+}
+
+/// Whether a document holds only comments and blank lines.
+fn blank(chunk: &str) -> bool {
+    chunk
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
 }
 
 /// Splits at lines that start with `---`, as kubectl's reader does. One followed by blanks or

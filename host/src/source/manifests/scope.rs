@@ -156,32 +156,32 @@ const REMOVED: &[(&str, &str, Option<&str>, &str)] = &[
 /// PodSecurityPolicy`). Groups of other names (`gateway.networking.k8s.io` included) are
 /// served by whatever defines them, so nothing is said of them.
 pub fn unserved(gvk: &Gvk) -> Option<String> {
-    let api_version = gvk.api_version();
     if let Some((_, _, _, release)) = REMOVED.iter().find(|(group, version, kind, _)| {
         *group == gvk.group && *version == gvk.version && kind.is_none_or(|k| k == gvk.kind)
     }) {
         return Some(format!(
-            "no matches for kind {:?} in version {api_version:?}: that version was removed in Kubernetes {release} (kubectl refuses it too); write a version served today",
+            "no matches for kind {:?} in version {:?}: that version was removed in Kubernetes {release} (kubectl refuses it too); write a version served today",
             gvk.kind,
+            gvk.api_version()
         ));
     }
     if !BUILTIN_GROUPS.contains(&gvk.group.as_str()) {
         return None;
     }
-    let served = |version: &str| {
-        super::served::SERVED
-            .iter()
-            .any(|(v, kinds)| *v == version && kinds.contains(&gvk.kind.as_str()))
-    };
-    if served(&api_version) {
-        return None;
-    }
-    let elsewhere: Vec<&str> = super::served::SERVED
+    // Every document of a folder passes here: nothing is allocated unless it is refused.
+    let mut elsewhere = super::served::SERVED
         .iter()
         .filter(|(_, kinds)| kinds.contains(&gvk.kind.as_str()))
         .map(|(v, _)| *v)
-        .collect();
-    let hint = if elsewhere.is_empty() {
+        .peekable();
+    let is_this = |v: &str| match v.split_once('/') {
+        Some((group, version)) => group == gvk.group && version == gvk.version,
+        None => gvk.group.is_empty() && v == gvk.version,
+    };
+    if elsewhere.clone().any(is_this) {
+        return None;
+    }
+    let hint = if elsewhere.peek().is_none() {
         let group = if gvk.group.is_empty() {
             "the core group (v1)".to_owned()
         } else {
@@ -189,11 +189,16 @@ pub fn unserved(gvk: &Gvk) -> Option<String> {
         };
         format!("{group} has no kind {:?}", gvk.kind)
     } else {
-        format!("{} is served as {}", gvk.kind, elsewhere.join(", "))
+        format!(
+            "{} is served as {}",
+            gvk.kind,
+            elsewhere.collect::<Vec<_>>().join(", ")
+        )
     };
     Some(format!(
-        "no matches for kind {:?} in version {api_version:?}: {hint} (kubectl refuses it too)",
+        "no matches for kind {:?} in version {:?}: {hint} (kubectl refuses it too)",
         gvk.kind,
+        gvk.api_version()
     ))
 }
 
