@@ -144,6 +144,7 @@ impl Report for Shared {
             started: self.started.load(Ordering::SeqCst),
             leader: self.plugins.leading(),
             abandoned_workers: self.plugins.abandoned(),
+            retiring_workers: self.plugins.retiring_workers(),
             abandoned_memory_bytes: self.plugins.abandoned_memory_bytes(),
             plugins: self.plugins.status(),
             failed_plugins: self.plugins.failed(),

@@ -12,6 +12,10 @@
 //!                              # process is stopped)
 //! compileMemoryMiB: 1024       # data memory a plugin's compiling process may use
 //! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
+//! pluginCpuMillicores: 1000    # CPU all plugins together may use (1000: one core; default:
+//!                              # every core but one, at least one; 0: no bound). Past it,
+//!                              # plugins that spent more than half their own second lately
+//!                              # wait (docs/SECURITY.md, "CPU over time")
 //! defaultNamespace: default    # with --cluster DIR: where namespaced objects written without
 //!                              # a namespace land (as kubectl's context namespace)
 //! pluginResources: false       # also load the plugins of KubewasmPlugin objects
@@ -57,6 +61,9 @@
 //!     backoffCapMs: 60000      # ...up to this
 //!     logLinesPerSecond: 100   # logging calls, stdout and stderr together
 //!     logBurst: 500
+//!     cpuMillisPerSecond: 500  # CPU time the plugin may use per second, its calls and the
+//!                              # host's work for it together (0: only the pool's bound);
+//!                              # past it, its calls wait, even mid-call
 //!     recycleAfterCalls: 100000  # fresh instance after this many calls (0: never)
 //!     releaseIdleSeconds: 60   # an instance idle this long is released; the next event
 //!                              # gets a fresh one (0: never)
@@ -170,6 +177,7 @@ struct LimitsConfig {
     backoff_cap_ms: Option<u64>,
     log_lines_per_second: Option<u32>,
     log_burst: Option<u32>,
+    cpu_millis_per_second: Option<u32>,
     recycle_after_calls: Option<u64>,
     release_idle_seconds: Option<u64>,
     backlog: Option<usize>,
@@ -218,6 +226,9 @@ impl LimitsConfig {
         }
         if let Some(n) = self.log_burst {
             limits.log_rate.burst = n;
+        }
+        if let Some(n) = self.cpu_millis_per_second {
+            limits.cpu_millis_per_second = n;
         }
         if let Some(n) = self.max_attempts {
             delivery.max_attempts = n;
@@ -621,6 +632,7 @@ struct FileConfig {
     compile_memory_mib: Option<u64>,
     #[serde(rename = "compiledCacheMiB")]
     compiled_cache_mib: Option<u64>,
+    plugin_cpu_millicores: Option<u32>,
     default_namespace: Option<String>,
     #[serde(default)]
     plugin_resources: bool,
@@ -807,6 +819,9 @@ impl HostConfig {
                 max_file_bytes: file
                     .max_plugin_mib
                     .map_or(crate::plugins::DEFAULT_MAX_FILE_BYTES, |mib| mib << 20),
+                cpu_millicores: file
+                    .plugin_cpu_millicores
+                    .unwrap_or_else(crate::cpu::CpuPool::default_millicores),
                 defaults,
                 named,
             },

@@ -7,7 +7,7 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `captured_log` (tests only), `clock`, `text`, `priority`, `rate`, `schedule`,
+//! `tests/layers.rs`): `captured_log` (tests only), `clock`, `text`, `priority`, `rate`, `cpu`, `schedule`,
 //! `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source`
 //! · `informer` · `wasm` · `plugins` · `keeper`, `admission` · `config` · `crd`, `serve` · `agent` ·
 //! `testing`. [`keeper`] writes plugin state through to the cluster while this replica leads;
@@ -19,6 +19,7 @@ pub mod agent;
 pub mod captured_log;
 pub mod clock;
 pub mod config;
+pub mod cpu;
 pub mod crd;
 pub mod gvk;
 pub mod histogram;

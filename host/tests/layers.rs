@@ -5,11 +5,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 31] = [
+const LAYERS: [&str; 32] = [
     "clock",
     "text",
     "priority",
     "rate",
+    "cpu",
     "schedule",
     "captured_log",
     "whole_file",

@@ -36,6 +36,8 @@ fn cm(name: &str, value: &str) -> String {
 
 struct Run {
     cluster: tempfile::TempDir,
+    /// The plugins' folder; `bad.wasm` in it is the hostile plugin's file.
+    plugins: tempfile::TempDir,
     folder: Arc<ManifestFolder>,
     host: Arc<PluginHost>,
     sink: Arc<MemorySink>,
@@ -184,6 +186,7 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
     }
     Run {
         cluster,
+        plugins,
         folder,
         host,
         sink,
@@ -251,6 +254,83 @@ fn infinite_loop_hits_the_deadline_and_spins_below_the_host() {
         error.contains("interrupt"),
         "the deadline trap is named: {error}"
     );
+}
+
+#[test]
+fn a_spinning_plugin_is_held_to_its_cpu_budget_over_time() {
+    // A deadline of a second, spent spinning on every attempt, at 100 ms of CPU a second.
+    let mut settings = tight();
+    settings.limits.deadline = Duration::from_secs(1);
+    settings.limits.cpu_millis_per_second = 100;
+    settings.delivery.max_attempts = 1000;
+    let (bad, settings) = hostile("loop", settings);
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.cpu_throttled_us > 0);
+    assert!(s.cpu_throttled_us > 0, "held for its budget: {s:?}");
+    let (cpu_before, at) = (s.cpu_us, Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let s = r.status("bad");
+    let (used, took) = (s.cpu_us - cpu_before, at.elapsed());
+    // Its rate over the window, plus at most a second's burst and one check's overrun.
+    let most = took.as_micros() as u64 / 10 + 100_000 + 2 * 20_000;
+    assert!(
+        used <= most,
+        "bad used {used} us of CPU in {took:?}, its budget allows {most}: {s:?}"
+    );
+    assert!(used > 0, "it kept running, only slower");
+    let good = r.status("good");
+    assert!(good.cpu_us > 0 && good.cpu_throttled_us == 0, "{good:?}");
+}
+
+#[test]
+fn memory_a_replaced_version_still_holds_counts_against_the_plugins_cap() {
+    // Each call for t/cm-2 takes 8 MiB and spins for two seconds of CPU; the cap is 16 MiB.
+    let mut settings = tight();
+    settings.limits.deadline = Duration::from_secs(2);
+    settings.limits.cpu_millis_per_second = 0;
+    settings.delivery.max_attempts = 2;
+    let (bad, settings) = hostile("hold-then-spin", settings);
+    let r = run(&bad, settings.clone());
+    r.bad_status_until(|s| s.memory_bytes > 0 || s.failed > 0);
+    // While a call holds its 8 MiB, three new versions (new settings each) replace it.
+    let path = r.plugins.path().join("bad.wasm");
+    let mut peak_retiring = 0;
+    let mut peak_held = 0;
+    for attempts in 3..6 {
+        let mut next = settings.clone();
+        next.delivery.max_attempts = attempts;
+        r.host.configure("bad", Some(next));
+        let file = kubewasm::plugins::PluginFile::read(&path, 1 << 30).expect("read");
+        let outcome = r.host.apply(&file).expect("the new version loads");
+        assert_eq!(outcome, kubewasm::plugins::Outcome::Replaced);
+        for _ in 0..20 {
+            peak_retiring = peak_retiring.max(r.host.retiring_workers());
+            peak_held = peak_held.max(r.host.abandoned_memory_bytes());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+    assert!(peak_retiring >= 1, "replaced versions still in a call show");
+    assert!(
+        peak_held >= 8 << 20,
+        "what they hold shows: {peak_held} bytes"
+    );
+    let s = r.bad_status_until(|s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("earlier versions"))
+    });
+    let error = s.last_error.unwrap_or_default();
+    assert!(
+        error.contains("memory cap") && error.contains("earlier versions"),
+        "the newest version may not grow past the cap the old ones share: {error}"
+    );
+    // Once the old calls end, nothing is left held.
+    let end = Instant::now() + WAIT;
+    while r.host.retiring_workers() > 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(r.host.retiring_workers(), 0);
+    assert_eq!(r.host.abandoned_memory_bytes(), 0);
 }
 
 #[test]

@@ -789,6 +789,17 @@ impl Worker {
 
     /// Calls the live instance's handler with `n` and sends what it staged.
     fn call(&mut self, n: &Work, previous: Vec<WriteFailure>) -> Result<(), AttemptFailure> {
+        // A plugin past its CPU budget waits before its next call (and inside a long one).
+        if let Some(budget) = &self.ctx.cpu {
+            let stop = &self.stop;
+            budget.hold(IDLE_WAIT, POLL, || stop.load(Ordering::Relaxed));
+            if self.stopped() {
+                return Err(AttemptFailure {
+                    reason: "stopped while waiting for its CPU budget".into(),
+                    retry: true,
+                });
+            }
+        }
         let Some(instance) = self.instance.as_mut() else {
             return Err(AttemptFailure {
                 reason: "no instance".into(),

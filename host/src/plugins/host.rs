@@ -53,10 +53,12 @@ pub enum Outcome {
 /// Time a stopping worker gets beyond the longest a call may take before it is abandoned.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
-/// A worker that did not stop in time: its thread, with the memory its instance holds.
-struct Abandoned {
+/// A worker of a version that no longer delivers new events but has not ended: replaced
+/// (it finishes what it had received) or abandoned (a call outlived its wall cap), with
+/// the memory its instances hold (counted against the plugin's cap, `wasm/limits.rs`).
+struct Retiring {
     thread: JoinHandle<()>,
-    stats: Arc<PluginStats>,
+    memory: Arc<AtomicU64>,
 }
 
 /// A plugin version that delivers, on its own dispatch thread.
@@ -79,6 +81,8 @@ struct Running {
     reloads: u64,
     /// Its subscriptions' change filters (what they dropped is in its status).
     changes: Vec<Arc<crate::informer::Changes>>,
+    /// What its instances hold in memory.
+    memory: crate::wasm::limits::MemoryGauges,
     /// The contract version it was built for.
     contract: &'static str,
     /// The names of its schedules.
@@ -101,16 +105,16 @@ impl Running {
     /// Halts, then waits for the worker at most as long as a call may take by the wall clock
     /// and a grace period.
     /// Returns the worker when it had to be abandoned (its thread ends on its own, if ever).
-    fn stop(&mut self) -> Option<Abandoned> {
+    fn stop(&mut self) -> Option<Retiring> {
         self.halt();
         let thread = self.thread.take()?;
         let until = Instant::now() + crate::wasm::deadline::wall_cap(self.deadline) + STOP_GRACE;
         while !thread.is_finished() {
             if Instant::now() >= until {
                 tracing::error!(plugin = %self.file.name, "a call did not return within {:?} of its longest time; its worker is abandoned", STOP_GRACE);
-                return Some(Abandoned {
+                return Some(Retiring {
                     thread,
-                    stats: self.stats.clone(),
+                    memory: self.memory.version.clone(),
                 });
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -166,6 +170,8 @@ struct Plugins {
     running: BTreeMap<String, Running>,
     /// Prepared while not leading: caches warm, nothing delivered.
     standby: BTreeMap<String, Prepared>,
+    /// Replaced versions still finishing what they had received.
+    retiring: Vec<Retiring>,
 }
 
 /// The set of loaded plugins, each delivering from the shared informers on its own thread.
@@ -180,9 +186,16 @@ pub struct PluginHost {
     /// Workers that did not stop in time and were left behind.
     abandoned: AtomicU64,
     /// Abandoned workers whose threads may still run.
-    left_behind: Mutex<Vec<Abandoned>>,
+    left_behind: Mutex<Vec<Retiring>>,
+    /// What every version of each plugin holds in memory together, by name.
+    memory: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     /// Every plugin's state, by name.
     states: Mutex<BTreeMap<String, Arc<PluginState>>>,
+    /// What all plugins together may use of the CPU.
+    cpu_pool: Arc<crate::cpu::CpuPool>,
+    /// Every plugin's CPU budget, by name: kept across its versions, so a new version does not
+    /// start with a fresh one.
+    budgets: Mutex<BTreeMap<String, Arc<crate::cpu::CpuBudget>>>,
     /// The admission side of each loaded plugin that declares admission, by name.
     admitters: Mutex<BTreeMap<String, Arc<Admitter>>>,
     /// The cluster plugins write to; `None` when it takes no writes.
@@ -212,16 +225,20 @@ impl PluginHost {
             engine,
             factory,
             log,
+            cpu_pool: Arc::new(crate::cpu::CpuPool::new(settings.cpu_millicores)),
+            budgets: Mutex::default(),
             settings: std::sync::RwLock::new(Arc::new(settings)),
             plugins: Mutex::new(Plugins {
                 leading: role != Role::Follower,
                 on_demand_schedules: false,
                 running: BTreeMap::new(),
                 standby: BTreeMap::new(),
+                retiring: Vec::new(),
             }),
             failures: Mutex::new(BTreeMap::new()),
             abandoned: AtomicU64::new(0),
             left_behind: Mutex::default(),
+            memory: Mutex::default(),
             states: Mutex::default(),
             admitters: Mutex::default(),
         }
@@ -261,6 +278,23 @@ impl PluginHost {
             .entry(name.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// The CPU budget of plugin `name` at `millis_per_second` (a budget at another rate is
+    /// replaced, its counts kept only in the metrics already scraped).
+    fn budget_of(&self, name: &str, millis_per_second: u32) -> Arc<crate::cpu::CpuBudget> {
+        let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        match budgets.get(name) {
+            Some(b) if b.millis_per_second() == millis_per_second => b.clone(),
+            _ => {
+                let b = Arc::new(crate::cpu::CpuBudget::new(
+                    millis_per_second,
+                    self.cpu_pool.clone(),
+                ));
+                budgets.insert(name.to_owned(), b.clone());
+                b
+            }
+        }
     }
 
     /// Every plugin's state, by name.
@@ -326,16 +360,44 @@ impl PluginHost {
         }
     }
 
-    /// Linear memory still held by abandoned workers whose threads have not ended.
+    /// Workers of replaced or unloaded versions still running: abandoned ones and those
+    /// finishing what they had received.
+    pub fn retiring_workers(&self) -> u64 {
+        self.retiring(|r| r.len() as u64)
+    }
+
+    /// Linear memory and tables still held by the workers of [`Self::retiring_workers`] (it
+    /// counts against each plugin's memory cap until they end).
     pub fn abandoned_memory_bytes(&self) -> u64 {
+        self.retiring(|r| {
+            r.iter()
+                .map(|a| a.memory.load(Ordering::Relaxed))
+                .sum::<u64>()
+        })
+    }
+
+    /// `f` of the workers of replaced or unloaded versions that have not ended (the ended
+    /// ones forgotten).
+    fn retiring<T>(&self, f: impl Fn(&[&Retiring]) -> T) -> T {
         let mut left = self
             .left_behind
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         left.retain(|a| !a.thread.is_finished());
-        left.iter()
-            .map(|a| a.stats.memory_bytes.load(Ordering::Relaxed))
-            .sum()
+        let mut plugins = self.plugins();
+        plugins.retiring.retain(|a| !a.thread.is_finished());
+        let all: Vec<&Retiring> = left.iter().chain(plugins.retiring.iter()).collect();
+        f(&all)
+    }
+
+    /// What every version of plugin `name` holds in memory together.
+    fn memory_of(&self, name: &str) -> Arc<AtomicU64> {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
     }
 
     fn plugins(&self) -> MutexGuard<'_, Plugins> {
@@ -563,6 +625,8 @@ impl PluginHost {
         // One map per plugin name: its versions and instances share it.
         ctx.state = self.state_of(&file.name);
         ctx.state_declared = manifest.state;
+        ctx.cpu = Some(self.budget_of(&file.name, settings.limits.cpu_millis_per_second));
+        ctx.memory = crate::wasm::limits::MemoryGauges::for_version(self.memory_of(&file.name));
         ctx.writes = self.writer.as_ref().map(|writer| {
             Arc::new(WriteAccess::new(
                 settings.grants.writes.clone(),
@@ -666,10 +730,15 @@ impl PluginHost {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
         let reload = |name: &str, s: PluginStatus| {
             let (state_entries, state_bytes) =
                 states.get(name).map(|s| s.totals()).unwrap_or_default();
+            let budget = budgets.get(name);
             PluginStatus {
+                cpu_us: budget.map_or(0, |b| b.used_us()),
+                cpu_throttled_us: budget.map_or(0, |b| b.throttled_us()),
+                cpu_throttled: budget.is_some_and(|b| b.throttling()),
                 reload_error: failures.get(name).map(|f| f.error.clone()),
                 reload_failures: failures.get(name).map_or(0, |f| f.count),
                 admission: admitters.get(name).map(|a| a.status()),
@@ -823,6 +892,7 @@ fn activate(
         .filter_map(|(_, f)| f.changes.clone())
         .collect();
     let contract = p.instance.contract();
+    let memory = p.ctx.memory.clone();
     let queue = rx.stats();
     let stats = Arc::new(PluginStats::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -854,9 +924,17 @@ fn activate(
     })
     .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
     let (outcome, reloads) = match old {
-        Some(old) => {
+        Some(mut old) => {
             tracing::info!(plugin = %p.file.name, from = %old.file.digest(), to = %p.file.digest(), file = %p.file.path.display(), "plugin replaced");
-            // The old worker finishes what it already received, then exits on its own.
+            // The old worker finishes what it already received, then exits on its own; until
+            // then what it holds counts against the plugin's memory cap and shows in status.
+            if let Some(thread) = old.thread.take() {
+                plugins.retiring.retain(|r| !r.thread.is_finished());
+                plugins.retiring.push(Retiring {
+                    thread,
+                    memory: old.memory.version.clone(),
+                });
+            }
             (Outcome::Replaced, old.reloads + 1)
         }
         None => {
@@ -879,6 +957,7 @@ fn activate(
             subscriptions,
             reloads,
             changes,
+            memory,
             contract,
             schedules,
             open,

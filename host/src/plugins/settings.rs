@@ -164,6 +164,8 @@ pub struct PluginsConfig {
     pub max_file_bytes: u64,
     /// Longest a plugin may take to compile; past it, the load fails.
     pub compile_timeout: Duration,
+    /// CPU all plugins together may use, in millicores (0: no bound; `cpu.rs`).
+    pub cpu_millicores: u32,
     /// What a plugin the configuration does not name gets.
     pub defaults: PluginSettings,
     /// Plugins with an entry of their own, by name (their entries already include the
@@ -176,6 +178,7 @@ impl Default for PluginsConfig {
         Self {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             compile_timeout: DEFAULT_COMPILE_TIMEOUT,
+            cpu_millicores: crate::cpu::CpuPool::default_millicores(),
             defaults: PluginSettings::default(),
             named: BTreeMap::new(),
         }

@@ -241,6 +241,16 @@ pub struct PluginStatus {
     /// Waiting for an event, with no call running and no retry pending.
     #[serde(default)]
     pub idle: bool,
+    /// CPU time its calls, and the host's work for it, used, in microseconds.
+    #[serde(default)]
+    pub cpu_us: u64,
+    /// Time its calls were held because it, or all plugins together, used their CPU budget,
+    /// in microseconds.
+    #[serde(default)]
+    pub cpu_throttled_us: u64,
+    /// Held for its CPU budget right now.
+    #[serde(default)]
+    pub cpu_throttled: bool,
     /// Times a new version replaced the running one.
     pub reloads: u64,
     /// Why the newest file of this name failed to load, if it did (the running version is

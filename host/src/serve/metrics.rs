@@ -111,9 +111,15 @@ pub fn render(status: &Status) -> String {
         status.abandoned_workers,
     );
     w.header(
+        "kubewasm_retiring_workers",
+        "gauge",
+        "Workers of replaced or unloaded plugin versions still running",
+    );
+    w.sample("kubewasm_retiring_workers", &[], status.retiring_workers);
+    w.header(
         "kubewasm_abandoned_memory_bytes",
         "gauge",
-        "Linear memory still held by abandoned plugin workers whose threads have not ended",
+        "Linear memory and tables still held by workers of replaced, unloaded or abandoned plugin versions whose threads have not ended (counted against their plugin's memory cap)",
     );
     w.sample(
         "kubewasm_abandoned_memory_bytes",
@@ -253,6 +259,27 @@ pub fn render(status: &Status) -> String {
             |p| (plugin(p), value(p)),
         );
     }
+    w.family(
+        "kubewasm_plugin_cpu_seconds_total",
+        "counter",
+        "CPU time the plugin's calls, and the host's work for it, used",
+        plugins,
+        |p| (plugin(p), p.cpu_us as f64 / 1e6),
+    );
+    w.family(
+        "kubewasm_plugin_cpu_throttled_seconds_total",
+        "counter",
+        "Time the plugin's calls were held because it, or all plugins together, used their CPU budget",
+        plugins,
+        |p| (plugin(p), p.cpu_throttled_us as f64 / 1e6),
+    );
+    w.family(
+        "kubewasm_plugin_cpu_throttled",
+        "gauge",
+        "1 while the plugin is held for its CPU budget",
+        plugins,
+        |p| (plugin(p), f64::from(u8::from(p.cpu_throttled))),
+    );
     w.family(
         "kubewasm_plugin_queue_depth",
         "gauge",

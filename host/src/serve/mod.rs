@@ -36,7 +36,9 @@ pub struct Parts {
     pub leader: bool,
     /// Plugin workers left behind.
     pub abandoned_workers: u64,
-    /// Linear memory the abandoned workers still running hold.
+    /// Workers of replaced or unloaded versions still running.
+    pub retiring_workers: u64,
+    /// Linear memory the retiring and abandoned workers still running hold.
     pub abandoned_memory_bytes: u64,
     /// Loaded plugins.
     pub plugins: Vec<PluginStatus>,
@@ -61,6 +63,7 @@ impl Parts {
             started: false,
             leader: false,
             abandoned_workers: 0,
+            retiring_workers: 0,
             abandoned_memory_bytes: 0,
             plugins: Vec::new(),
             failed_plugins: Vec::new(),
@@ -86,7 +89,12 @@ pub struct Status {
     pub leader: bool,
     /// Plugin workers left behind because a call outlived its deadline while they stopped.
     pub abandoned_workers: u64,
-    /// Linear memory the abandoned workers still running hold.
+    /// Workers of replaced or unloaded versions still running (finishing what they had
+    /// received, or abandoned).
+    #[serde(default)]
+    pub retiring_workers: u64,
+    /// Linear memory and tables the retiring workers hold (counted against their plugin's
+    /// memory cap until they end).
     #[serde(default)]
     pub abandoned_memory_bytes: u64,
     /// Loaded plugins.
@@ -118,6 +126,7 @@ impl Status {
             started,
             leader,
             abandoned_workers,
+            retiring_workers,
             abandoned_memory_bytes,
             plugins,
             failed_plugins,
@@ -162,6 +171,7 @@ impl Status {
             sync_overdue,
             leader,
             abandoned_workers,
+            retiring_workers,
             abandoned_memory_bytes,
             plugins,
             failed_plugins,
@@ -261,6 +271,7 @@ mod tests {
             started: true,
             leader: true,
             abandoned_workers: 0,
+            retiring_workers: 0,
             abandoned_memory_bytes: 0,
             api_server_reachable: None,
             readiness_follows_api_server: false,

@@ -197,6 +197,7 @@ impl Instance {
             Exports::V2(_) => unreachable!("checked above"),
         };
         let state = self.store.data_mut();
+        state.clock.finish();
         state.handles.end_call();
         state.clock.set_deadline(own);
         outcome.map(Verdict::from_wit)

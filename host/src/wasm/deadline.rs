@@ -12,12 +12,14 @@
 //! have no CPU clock, the deadline is the wall clock's.
 
 use std::cell::Cell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmtime::UpdateDeadline;
 
 use super::EPOCH_TICK;
+use crate::cpu::{CHECK_EVERY, CpuBudget};
 
 /// Most wall-clock time a call may take, in deadlines: however busy the machine, a call ends
 /// by then (a thread at the plugins' priority gets about a tenth of a core it shares with one
@@ -111,7 +113,7 @@ pub(super) fn cpu_now() -> Option<Duration> {
     cpu_time()
 }
 
-/// One instance's call deadline.
+/// One instance's call deadline, and the plugin's CPU budget its calls are charged to.
 #[derive(Debug)]
 pub struct CallClock {
     deadline: Duration,
@@ -120,6 +122,10 @@ pub struct CallClock {
     started: Option<Reading>,
     /// The call asked to wait past its deadline.
     overslept: bool,
+    /// The plugin's CPU budget (`cpu.rs`), when it has one.
+    budget: Option<Arc<CpuBudget>>,
+    /// The thread's CPU clock when the call was last charged to the budget.
+    charged: Option<Duration>,
 }
 
 impl CallClock {
@@ -130,7 +136,14 @@ impl CallClock {
             deadline_ticks: ticks(deadline),
             started: None,
             overslept: false,
+            budget: None,
+            charged: None,
         }
+    }
+
+    /// Charges calls from now on to `budget`, which holds them while it is in debt.
+    pub fn set_budget(&mut self, budget: Option<Arc<CpuBudget>>) {
+        self.budget = budget;
     }
 
     /// Calls from now on have `deadline` (an admission review's may be shorter).
@@ -143,9 +156,28 @@ impl CallClock {
 
     /// Starts a call on this thread; returns the ticks to its first checkpoint.
     pub fn start(&mut self) -> u64 {
-        self.started = Some(recent());
+        let started = recent();
+        self.started = Some(started);
+        self.charged = started.cpu;
         self.overslept = false;
-        self.deadline_ticks
+        if self.budget.is_some() {
+            self.deadline_ticks.min(ticks(CHECK_EVERY))
+        } else {
+            self.deadline_ticks
+        }
+    }
+
+    /// Ends a call on this thread: what it used since it was last charged goes to the budget.
+    pub fn finish(&mut self) {
+        self.charge(cpu_time());
+    }
+
+    /// Charges the CPU used from the last charge to `cpu` (the thread's CPU clock now).
+    fn charge(&mut self, cpu: Option<Duration>) {
+        if let (Some(budget), Some(before), Some(after)) = (&self.budget, self.charged, cpu) {
+            budget.charge(after.saturating_sub(before), Instant::now());
+            self.charged = Some(after);
+        }
     }
 
     /// When a wait of `wait` the call asks for now ends: at its deadline by the wall clock at
@@ -180,9 +212,23 @@ impl CallClock {
                 .is_some_and(|s| s.at.elapsed() >= self.deadline)
     }
 
-    /// At a checkpoint of the call on this thread: stop it, or how long it may go on.
-    pub fn checkpoint(&self) -> UpdateDeadline {
-        self.decide(now())
+    /// At a checkpoint of the call on this thread: stop it, or how long it may go on. A call
+    /// whose plugin is past its CPU budget is held here first, at most until its wall cap.
+    pub fn checkpoint(&mut self) -> UpdateDeadline {
+        let Some(budget) = self.budget.clone() else {
+            return self.decide(now());
+        };
+        let reading = now();
+        self.charge(reading.cpu);
+        let wall = self.started.map_or(Duration::ZERO, |s| {
+            reading.at.saturating_duration_since(s.at)
+        });
+        let room = wall_cap(self.deadline).saturating_sub(wall);
+        budget.hold(room, EPOCH_TICK, || false);
+        match self.decide(now()) {
+            UpdateDeadline::Continue(t) => UpdateDeadline::Continue(t.min(ticks(CHECK_EVERY))),
+            other => other,
+        }
     }
 
     /// The decision at `now`.

@@ -1,6 +1,8 @@
 //! What one plugin instance may use: its deadline, memory, query and log budgets, and the
 //! limiter that enforces the memory cap inside wasmtime.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use wasmtime::ResourceLimiter;
@@ -24,6 +26,8 @@ pub struct Limits {
     pub http_rate: crate::rate::Rate,
     /// How large its state may grow.
     pub state: crate::wasm::state::StateLimits,
+    /// CPU time it may use per second, all its calls together (0: only the pool's bound).
+    pub cpu_millis_per_second: u32,
 }
 
 impl Default for Limits {
@@ -39,6 +43,7 @@ impl Default for Limits {
                 burst: 20,
             },
             state: crate::wasm::state::StateLimits::default(),
+            cpu_millis_per_second: crate::cpu::DEFAULT_MILLIS_PER_SECOND,
         }
     }
 }
@@ -97,12 +102,54 @@ pub const MAX_TABLES: usize = 32;
 /// Core instances one component instance may create.
 pub const MAX_INSTANCES: usize = 64;
 
+/// What the instances of one plugin hold, in bytes: those of one version, and those of every
+/// version of the plugin's name (a replaced or unloaded version whose call is still stuck
+/// holds its memory until the call ends).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryGauges {
+    /// The instances of this version.
+    pub version: Arc<AtomicU64>,
+    /// The instances of every version of the plugin.
+    pub plugin: Arc<AtomicU64>,
+}
+
+impl MemoryGauges {
+    /// Gauges for a new version of the plugin whose versions together hold `plugin`.
+    pub fn for_version(plugin: Arc<AtomicU64>) -> Self {
+        Self {
+            version: Arc::default(),
+            plugin,
+        }
+    }
+
+    /// Bytes the plugin's other versions hold.
+    pub fn other_versions(&self) -> usize {
+        let all = self.plugin.load(Ordering::Relaxed);
+        let own = self.version.load(Ordering::Relaxed);
+        usize::try_from(all.saturating_sub(own)).unwrap_or(usize::MAX)
+    }
+
+    fn add(&self, bytes: usize) {
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.version.fetch_add(bytes, Ordering::Relaxed);
+        self.plugin.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: usize) {
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.version.fetch_sub(bytes, Ordering::Relaxed);
+        self.plugin.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
 /// One accounting of an instance's memory: every linear memory and every table together,
-/// initial sizes included, against one cap. A growth past the cap traps (it is the plugin's
-/// failure, and its instance is replaced); so do more memories, tables or core instances
-/// than [`MAX_MEMORIES`], [`MAX_TABLES`] and [`MAX_INSTANCES`].
+/// initial sizes included, against one cap, which the memory the plugin's other versions
+/// still hold counts against too. A growth past the cap traps (it is the plugin's failure,
+/// and its instance is replaced); so do more memories, tables or core instances than
+/// [`MAX_MEMORIES`], [`MAX_TABLES`] and [`MAX_INSTANCES`].
 pub struct Limiter {
     cap: usize,
+    gauges: MemoryGauges,
     granted: usize,
     /// The bytes granted by the last growth, taken back if wasmtime then fails it.
     last_growth: usize,
@@ -111,10 +158,12 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    /// A limiter allowing `cap` bytes of linear memory and tables in total.
-    pub fn new(cap: usize) -> Self {
+    /// A limiter allowing `cap` bytes of linear memory and tables in total, counting what it
+    /// grants in `gauges`.
+    pub fn new(cap: usize, gauges: MemoryGauges) -> Self {
         Self {
             cap,
+            gauges,
             granted: 0,
             last_growth: 0,
             settled: 0,
@@ -133,7 +182,15 @@ impl Limiter {
             )));
         }
         self.granted = total;
+        self.gauges.add(bytes);
         Ok(())
+    }
+
+    /// Counts what this instance holds in `gauges` from now on (its version was named).
+    pub fn rebind(&mut self, gauges: MemoryGauges) {
+        self.gauges.sub(self.granted);
+        gauges.add(self.granted);
+        self.gauges = gauges;
     }
 
     /// Marks the memory granted so far as the instance's starting size.
@@ -168,21 +225,36 @@ impl Limiter {
         }
         let bytes = desired.saturating_sub(current).saturating_mul(unit_bytes);
         let total = self.granted.saturating_add(bytes);
-        if total > self.cap {
+        let others = self.gauges.other_versions();
+        if total.saturating_add(others) > self.cap {
             self.last_growth = 0;
+            let held = if others > 0 {
+                format!(" while its earlier versions, still finishing a call, hold {others} bytes")
+            } else {
+                String::new()
+            };
             return Err(wasmtime::Error::msg(format!(
-                "memory cap: growing a {what} by {bytes} bytes would take the instance to {total} bytes of memory and tables, over its cap of {} bytes",
+                "memory cap: growing a {what} by {bytes} bytes would take the instance to {total} bytes of memory and tables{held}, over its cap of {} bytes",
                 self.cap
             )));
         }
         self.granted = total;
         self.last_growth = bytes;
+        self.gauges.add(bytes);
         Ok(true)
     }
 
     fn grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.granted -= std::mem::take(&mut self.last_growth);
+        let taken = std::mem::take(&mut self.last_growth);
+        self.granted -= taken;
+        self.gauges.sub(taken);
         Err(error)
+    }
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        self.gauges.sub(self.granted);
     }
 }
 
@@ -234,7 +306,7 @@ mod tests {
     fn instantiate(wat: &str, cap: usize) -> (Store<Limiter>, wasmtime::Result<Instance>) {
         let engine = Engine::default();
         let module = Module::new(&engine, wat).expect("valid module");
-        let mut store = Store::new(&engine, Limiter::new(cap));
+        let mut store = Store::new(&engine, Limiter::new(cap, MemoryGauges::default()));
         store.limiter(|l| l);
         let instance = Instance::new(&mut store, &module, &[]);
         (store, instance)

@@ -159,6 +159,10 @@ pub struct PluginContext {
     pub state: Arc<state::PluginState>,
     /// Whether its manifest declares `state`.
     pub state_declared: bool,
+    /// Its CPU budget over time, shared by its instances and versions (none: unbounded).
+    pub cpu: Option<Arc<crate::cpu::CpuBudget>>,
+    /// What this version's instances, and all the plugin's versions', hold in memory.
+    pub memory: limits::MemoryGauges,
 }
 
 /// Distinct write denials logged per plugin; later ones are only counted.
@@ -221,6 +225,8 @@ impl PluginContext {
             ))),
             state: Arc::default(),
             state_declared: false,
+            cpu: None,
+            memory: limits::MemoryGauges::default(),
             limits,
         }
     }
@@ -568,7 +574,7 @@ impl Engine {
         code: &PluginCode,
         ctx: Arc<PluginContext>,
     ) -> wasmtime::Result<Instance> {
-        let mut limits = limits::Limiter::new(ctx.limits.memory_bytes);
+        let mut limits = limits::Limiter::new(ctx.limits.memory_bytes, ctx.memory.clone());
         limits.reserve(
             code.instance_bytes,
             "globals and function references of its core instances",
@@ -608,7 +614,11 @@ impl Engine {
             handles: handles::Handles::default(),
             limits,
             host_calls,
-            clock: deadline::CallClock::new(ctx.limits.deadline),
+            clock: {
+                let mut clock = deadline::CallClock::new(ctx.limits.deadline);
+                clock.set_budget(ctx.cpu.clone());
+                clock
+            },
             staging: cluster::Staging::default(),
             call: state::StateCall::default(),
             http,
@@ -623,7 +633,7 @@ impl Engine {
         store.limiter(|s| &mut s.limits);
         store.set_hostcall_fuel(limits::MAX_CALL_BYTES);
         store.set_max_component_handles(max_handles);
-        store.epoch_deadline_callback(|store| Ok(store.data().clock.checkpoint()));
+        store.epoch_deadline_callback(|mut store| Ok(store.data_mut().clock.checkpoint()));
         let first = store.data_mut().clock.start();
         store.set_epoch_deadline(first);
         let plugin = match &*code.pre {
@@ -734,6 +744,7 @@ impl Instance {
                 .kubewasm_plugin_handler()
                 .call_init(&mut self.store, config),
         };
+        self.store.data_mut().clock.finish();
         self.store.data_mut().limits.settle();
         self.init_cost = match (cpu, deadline::cpu_now()) {
             (Some(before), Some(after)) => after.saturating_sub(before),
@@ -818,6 +829,7 @@ impl Instance {
             (Exports::V2(_), _) => Ok(Ok(())),
         };
         let state = self.store.data_mut();
+        state.clock.finish();
         state.handles.end_call();
         self.staged = state.staging.close();
         let (changes, requeue) = state.call.close();
@@ -860,6 +872,8 @@ impl Instance {
     pub fn set_context(&mut self, ctx: Arc<PluginContext>) {
         let state = self.store.data_mut();
         state.http_hooks.allowed = ctx.http_hosts.clone();
+        state.clock.set_budget(ctx.cpu.clone());
+        state.limits.rebind(ctx.memory.clone());
         state.ctx = ctx;
     }
 

@@ -33,7 +33,7 @@
 //! and `admit-bad-patch` one that tries a write and a state change, and a mutating one whose
 //! JSON patch does not apply); `event-flood` records 50 Events with new reasons for every
 //! event; `http-flood` opens 1,000 HTTP requests to `key` (`host:port`) in one call and logs
-//! how many the host let through).
+//! how many the host let through); `hold-then-spin` takes 8 MiB for `key`, then spins to its deadline.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -160,6 +160,14 @@ impl Plugin for Hostile {
         let key = event.object().key();
         match config.mode.as_str() {
             "loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "hold-then-spin" if key == config.key => {
+                let held = vec![1u8; 8 << 20];
+                std::hint::black_box(&held);
                 let mut n: u64 = 0;
                 loop {
                     n = std::hint::black_box(n.wrapping_add(1));
