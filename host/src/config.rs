@@ -16,6 +16,8 @@
 //!                              # every core but one, at least one; 0: no bound). Past it,
 //!                              # plugins that spent more than half their own second lately
 //!                              # wait (docs/SECURITY.md, "CPU over time")
+//! stateWriteTotalKiBPerSecond: 1024  # plugin state all plugins together write through to
+//!                              # the cluster (0: no bound); past it, changed maps wait
 //! defaultNamespace: default    # with --cluster DIR: where namespaced objects written without
 //!                              # a namespace land (as kubectl's context namespace)
 //! pluginResources: false       # also load the plugins of KubewasmPlugin objects
@@ -79,6 +81,8 @@
 //!                              # keys and values together (at most 140)...
 //!     stateEntries: 1024       # ...entries (at most 8192)...
 //!     stateValueKiB: 16        # ...and one value (a change past them is refused)
+//!     stateWriteKiBPerSecond: 64  # its state written through to the cluster (0: no
+//!                              # bound); a changed map waits, then is written as it is then
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
 //!     config: {namespaces: [shop]}   # handed to its init as JSON
@@ -194,6 +198,8 @@ struct LimitsConfig {
     state_entries: Option<usize>,
     #[serde(rename = "stateValueKiB")]
     state_value_kib: Option<usize>,
+    #[serde(rename = "stateWriteKiBPerSecond")]
+    state_write_kib_per_second: Option<u32>,
 }
 
 impl LimitsConfig {
@@ -229,6 +235,9 @@ impl LimitsConfig {
         }
         if let Some(n) = self.cpu_millis_per_second {
             limits.cpu_millis_per_second = n;
+        }
+        if let Some(kib) = self.state_write_kib_per_second {
+            limits.state.write_bytes_per_second = kib.saturating_mul(1 << 10);
         }
         if let Some(n) = self.max_attempts {
             delivery.max_attempts = n;
@@ -633,6 +642,8 @@ struct FileConfig {
     #[serde(rename = "compiledCacheMiB")]
     compiled_cache_mib: Option<u64>,
     plugin_cpu_millicores: Option<u32>,
+    #[serde(rename = "stateWriteTotalKiBPerSecond")]
+    state_write_total_kib_per_second: Option<u32>,
     default_namespace: Option<String>,
     #[serde(default)]
     plugin_resources: bool,
@@ -822,6 +833,10 @@ impl HostConfig {
                 cpu_millicores: file
                     .plugin_cpu_millicores
                     .unwrap_or_else(crate::cpu::CpuPool::default_millicores),
+                state_write_bytes_per_second: file.state_write_total_kib_per_second.map_or(
+                    crate::plugins::DEFAULT_STATE_WRITE_BYTES_PER_SECOND,
+                    |kib| kib.saturating_mul(1 << 10),
+                ),
                 defaults,
                 named,
             },

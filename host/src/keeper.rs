@@ -3,8 +3,11 @@
 //! leading reads them back first, so a new leader goes on where the old one stopped.
 //!
 //! Writes are batched: at most one per plugin per interval, holding the whole map as it is
-//! then (a map is at most `stateKiB`, 64 KiB by default, so one object holds it). Reads stay
-//! local: plugins never wait on the API server for their state.
+//! then (a map is at most `stateKiB`, 64 KiB by default, so one object holds it), and paced
+//! in bytes: `stateWriteKiBPerSecond` per plugin (64) and `stateWriteTotalKiBPerSecond` for
+//! all (1024). A changed map that would pass either waits (counted as deferred) and is
+//! written later, whole, as it is then; a map handed over with a slice is written at once.
+//! Reads stay local: plugins never wait on the API server for their state.
 //!
 //! When replicas split the work, each part's map (a namespace's, or by uid a slice's:
 //! `shard::Part`) has a ConfigMap of its own, written by the replica delivering it. Taking a
@@ -15,13 +18,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 
 use crate::plugins::PluginHost;
+use crate::rate::{Bucket, Rate};
 use crate::shard::{Part, Share};
 use crate::wasm::state::{PluginState, StateStore};
 
@@ -153,6 +157,51 @@ pub struct Keeper {
     failures: AtomicU64,
     /// Periodic writes so far: where the next one starts among a plugin's changed parts.
     rounds: AtomicU64,
+    /// The bytes written per plugin and in all, against their rates.
+    pacer: std::sync::Mutex<Pacer>,
+}
+
+/// How fast maps are written through: a token bucket of bytes per plugin, and one for all
+/// plugins together. A write is made while neither is in debt and then paid in full, so a
+/// map larger than a second's rate is still written, and the next waits until it is paid.
+struct Pacer {
+    total: Bucket,
+    plugins: BTreeMap<String, Bucket>,
+}
+
+impl Pacer {
+    fn new(total_per_second: u32) -> Self {
+        Self {
+            total: Bucket::new(per_second(total_per_second), Instant::now()),
+            plugins: BTreeMap::new(),
+        }
+    }
+
+    fn plugin(&mut self, plugin: &str, rate: u32, now: Instant) -> &mut Bucket {
+        self.plugins
+            .entry(plugin.to_owned())
+            .or_insert_with(|| Bucket::new(per_second(rate), now))
+    }
+
+    /// Whether `plugin` (at `rate` bytes a second) may write at `now`.
+    fn may_write(&mut self, plugin: &str, rate: u32, now: Instant) -> bool {
+        self.plugin(plugin, rate, now).ready(now) && self.total.ready(now)
+    }
+
+    /// Notes that `plugin` wrote `bytes` at `now`.
+    fn wrote(&mut self, plugin: &str, rate: u32, bytes: usize, now: Instant) {
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.plugin(plugin, rate, now).spend(bytes, now);
+        self.total.spend(bytes, now);
+    }
+}
+
+/// A rate of `bytes` a second, with a second's burst.
+fn per_second(bytes: u32) -> Rate {
+    Rate {
+        per_second: bytes,
+        burst: bytes,
+    }
 }
 
 impl Keeper {
@@ -161,13 +210,16 @@ impl Keeper {
         Self {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_owned(),
-            plugins,
             written: std::sync::Mutex::default(),
             writing: tokio::sync::Mutex::new(()),
             loaded: std::sync::atomic::AtomicBool::new(false),
             writes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             rounds: AtomicU64::new(0),
+            pacer: std::sync::Mutex::new(Pacer::new(
+                plugins.settings().state_write_bytes_per_second,
+            )),
+            plugins,
         }
     }
 
@@ -366,9 +418,15 @@ impl Keeper {
         let key = (plugin.to_owned(), part.map(str::to_owned));
         let count = store.changes();
         match self.write(plugin, part, store).await {
-            Ok(()) => {
+            Ok(bytes) => {
                 self.written().insert(key, count);
                 self.writes.fetch_add(1, Ordering::Relaxed);
+                let rate = self.write_rate(plugin);
+                self.pacer().wrote(plugin, rate, bytes, Instant::now());
+                self.plugins
+                    .state_of(plugin)
+                    .written_bytes
+                    .fetch_add(u64::try_from(bytes).unwrap_or(u64::MAX), Ordering::Relaxed);
                 Ok(true)
             }
             Err(e) => {
@@ -399,6 +457,15 @@ impl Keeper {
                 maps.push((None, state.whole().clone()));
             }
             for (part, store) in maps {
+                if !self.changed(&plugin, part.as_deref(), &store) {
+                    continue;
+                }
+                let rate = self.write_rate(&plugin);
+                if !self.pacer().may_write(&plugin, rate, Instant::now()) {
+                    // It stays changed: written whole, as it is then, once the rate allows.
+                    state.writes_deferred.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 match self
                     .write_if_changed(&plugin, part.as_deref(), &store)
                     .await
@@ -414,12 +481,29 @@ impl Keeper {
         wrote
     }
 
+    /// Plugin `plugin`'s write rate, in bytes a second (0: none).
+    fn write_rate(&self, plugin: &str) -> u32 {
+        self.plugins
+            .settings()
+            .settings(plugin)
+            .limits
+            .state
+            .write_bytes_per_second
+    }
+
+    fn pacer(&self) -> std::sync::MutexGuard<'_, Pacer> {
+        self.pacer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes the map; the bytes of its text.
     async fn write(
         &self,
         plugin: &str,
         part: Option<&str>,
         store: &StateStore,
-    ) -> Result<(), KeeperError> {
+    ) -> Result<usize, KeeperError> {
         let text = encode(plugin, part, store);
         let name = match part {
             None => object_name(plugin),
@@ -445,6 +529,7 @@ impl Keeper {
                 ),
             });
         }
+        let bytes = text.len();
         let map = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -466,7 +551,7 @@ impl Keeper {
             )
             .await
             .map_err(|e| self.api_error(e))?;
-        Ok(())
+        Ok(bytes)
     }
 
     /// Writes changed maps every `interval`: the whole maps while this replica leads
@@ -532,6 +617,26 @@ mod tests {
             "near the worst: {}",
             text.len()
         );
+    }
+
+    #[test]
+    fn writes_are_paced_per_plugin_and_in_all() {
+        let t0 = Instant::now();
+        let mut pacer = Pacer::new(100_000);
+        assert!(pacer.may_write("a", 10_000, t0));
+        // A map of 30 KB at 10 KB a second: written, then the next waits three seconds.
+        pacer.wrote("a", 10_000, 30_000, t0);
+        assert!(!pacer.may_write("a", 10_000, t0 + Duration::from_millis(1900)));
+        assert!(pacer.may_write("a", 10_000, t0 + Duration::from_secs(2)));
+        // Others are not held by it, until all together pass the total (100 KB a second).
+        let t2 = t0 + Duration::from_secs(2);
+        assert!(pacer.may_write("b", 0, t2));
+        pacer.wrote("b", 0, 200_000, t2);
+        assert!(
+            !pacer.may_write("c", 10_000, t2 + Duration::from_millis(900)),
+            "past the total, every plugin waits"
+        );
+        assert!(pacer.may_write("c", 10_000, t2 + Duration::from_secs(1)));
     }
 
     #[test]

@@ -60,6 +60,26 @@ impl Bucket {
         }
     }
 
+    /// Whether a cost may be spent at `now`: the bucket is not in debt (a rate of zero never
+    /// is).
+    pub fn ready(&mut self, now: Instant) -> bool {
+        if self.rate.per_second == 0 {
+            return true;
+        }
+        self.refill(now);
+        self.tokens >= 0.0
+    }
+
+    /// Spends `n` tokens at `now`, going into debt past what it holds (a cost known only
+    /// once paid, such as the bytes of a write): it is [`Self::ready`] again once refilled.
+    pub fn spend(&mut self, n: u64, now: Instant) {
+        if self.rate.per_second == 0 {
+            return;
+        }
+        self.refill(now);
+        self.tokens -= n as f64;
+    }
+
     /// Adds the tokens due since the last look, up to the burst.
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
@@ -72,6 +92,35 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cost_spent_past_the_tokens_is_owed_before_the_next() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(
+            Rate {
+                per_second: 1000,
+                burst: 1000,
+            },
+            t0,
+        );
+        assert!(b.ready(t0));
+        b.spend(3000, t0);
+        assert!(!b.ready(t0), "2000 owed");
+        assert!(!b.ready(t0 + Duration::from_millis(1900)));
+        assert!(
+            b.ready(t0 + Duration::from_millis(2000)),
+            "paid off in two seconds"
+        );
+        let mut free = Bucket::new(
+            Rate {
+                per_second: 0,
+                burst: 0,
+            },
+            t0,
+        );
+        free.spend(u64::MAX, t0);
+        assert!(free.ready(t0), "a zero rate is no limit");
+    }
 
     #[test]
     fn a_bucket_gives_its_burst_then_its_rate() {

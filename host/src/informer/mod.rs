@@ -80,9 +80,14 @@ pub struct Filter {
     pub keys: Option<std::collections::BTreeSet<String>>,
     /// Only updates that change a value at one of these pointers (none: every update).
     pub changes: Option<Arc<Changes>>,
+    /// The subscriber's other filters on the same type: an object passing any of them is
+    /// delivered once, and an update is dropped only when every filter it passes drops it
+    /// (a plugin subscribed twice to one type gets each event once).
+    pub also: Vec<Filter>,
 }
 
-/// A subscription's change filter: the pointers compared, and how many updates it dropped.
+/// A subscription's change filter: the pointers compared, how many updates it dropped, and
+/// the plugin whose CPU budget pays for the comparisons.
 #[derive(Debug, Default)]
 pub struct Changes {
     pointers: Vec<Vec<std::borrow::Cow<'static, str>>>,
@@ -90,6 +95,10 @@ pub struct Changes {
     texts: Vec<String>,
     /// Updates dropped because none of the pointers' values changed.
     pub filtered: AtomicU64,
+    /// Updates passed without a comparison because the plugin was past its CPU budget.
+    pub unchecked: AtomicU64,
+    /// Whose CPU budget the comparisons are charged to.
+    charged: std::sync::OnceLock<Arc<crate::cpu::CpuBudget>>,
 }
 
 impl Changes {
@@ -108,8 +117,15 @@ impl Changes {
         Ok(Self {
             pointers,
             texts: texts.to_vec(),
-            filtered: AtomicU64::new(0),
+            ..Self::default()
         })
+    }
+
+    /// Charges the time its comparisons take to `budget` (the plugin's); while the plugin is
+    /// past its budget, updates pass without a comparison: the host does no more work for
+    /// it, and the plugin's queue folds what it cannot take yet.
+    pub fn charge_to(&self, budget: Arc<crate::cpu::CpuBudget>) {
+        let _ = self.charged.set(budget);
     }
 
     /// The pointers as written.
@@ -117,8 +133,25 @@ impl Changes {
         &self.texts
     }
 
-    /// True when a value at one of the pointers differs between `old` and `new`.
+    /// True when a value at one of the pointers differs between `old` and `new`, or when the
+    /// plugin it is charged to is past its CPU budget (then nothing is compared).
     pub fn changed(&self, old: &KubeObject, new: &KubeObject) -> bool {
+        let Some(budget) = self.charged.get() else {
+            return self.compare(old, new);
+        };
+        let started = std::time::Instant::now();
+        if budget.in_debt(started) {
+            self.unchecked.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let changed = self.compare(old, new);
+        let now = std::time::Instant::now();
+        budget.charge(now.saturating_duration_since(started), now);
+        changed
+    }
+
+    /// True when a value at one of the pointers differs between `old` and `new`.
+    fn compare(&self, old: &KubeObject, new: &KubeObject) -> bool {
         // Under `metadata` but for its version, nothing changed when the rest of its text is
         // the same (the usual update of spec or status): two comparisons, no lookup.
         let same_metadata = std::cell::OnceCell::new();
@@ -134,8 +167,49 @@ impl Changes {
 }
 
 impl Filter {
-    /// True when `object` passes the filter.
+    /// True when `object` passes the filter, or one of its others.
     pub fn matches(&self, object: &KubeObject) -> bool {
+        self.matches_own(object) || self.also.iter().any(|f| f.matches_own(object))
+    }
+
+    /// Whether the update from `old` to `new`, which passes the filter, is delivered: unless
+    /// every filter it passes (before or after) has change pointers and none of their values
+    /// changed. `changed` compares this filter's pointers (shared by subscribers with the
+    /// same); its others compare their own.
+    fn update_passes(
+        &self,
+        old: &KubeObject,
+        new: &KubeObject,
+        changed: impl FnOnce(&Changes, &KubeObject, &KubeObject) -> bool,
+    ) -> bool {
+        let concerned = |f: &Filter| f.matches_own(old) || f.matches_own(new);
+        let others: Vec<&Filter> = self.also.iter().filter(|f| concerned(f)).collect();
+        let mine = concerned(self);
+        if (mine && self.changes.is_none()) || others.iter().any(|f| f.changes.is_none()) {
+            return true;
+        }
+        let passes = (mine
+            && self
+                .changes
+                .as_deref()
+                .is_some_and(|c| changed(c, old, new)))
+            || others
+                .iter()
+                .filter_map(|f| f.changes.as_deref())
+                .any(|c| c.changed(old, new));
+        if !passes
+            && let Some(c) = self
+                .changes
+                .as_deref()
+                .or_else(|| others.iter().find_map(|f| f.changes.as_deref()))
+        {
+            c.filtered.fetch_add(1, Ordering::Relaxed);
+        }
+        passes
+    }
+
+    /// True when `object` passes this filter itself (its others aside).
+    fn matches_own(&self, object: &KubeObject) -> bool {
         let ns_ok = self.namespaces.is_empty()
             || object
                 .namespace()
@@ -155,13 +229,14 @@ impl Filter {
     ) -> Option<Notification> {
         match n {
             Notification::Updated { old, new } => match (self.matches(old), self.matches(new)) {
-                (true, true) => match &self.changes {
+                (true, true) if self.also.is_empty() => match &self.changes {
                     Some(changes) if !changed(changes, old, new) => {
                         changes.filtered.fetch_add(1, Ordering::Relaxed);
                         None
                     }
                     _ => Some(n.clone()),
                 },
+                (true, true) => self.update_passes(old, new, changed).then(|| n.clone()),
                 (false, true) => Some(Notification::Added {
                     object: new.clone(),
                     initial: false,

@@ -150,6 +150,7 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
         selector: Selector::parse("app=web").expect("valid selector"),
         keys: None,
         changes: None,
+        also: Vec::new(),
     };
     let _sub = inf.subscribe(filter, tx);
     inf.apply(SourceEvent::Applied(obj("a", "1", json!({"app": "db"}))));
@@ -168,6 +169,7 @@ fn filters_turn_label_changes_into_adds_and_deletes() {
         selector: Selector::everything(),
         keys: None,
         changes: None,
+        also: Vec::new(),
     };
     let (tx3, rx3) = channel();
     let only_c = Filter {
@@ -541,4 +543,77 @@ fn a_wider_keep_replaces_stored_states_without_an_event() {
             .json()
             .contains("\"data\"")
     );
+}
+
+#[test]
+fn a_subscriber_with_several_filters_on_one_type_gets_each_event_once() {
+    let inf = informer();
+    list(
+        &inf,
+        vec![obj("a", "1", json!({"app": "web", "tier": "gold"}))],
+    );
+    let (tx, rx) = channel();
+    let pointers = |p: &str| Some(Arc::new(Changes::new(&[p.to_owned()]).expect("pointer")));
+    // Two overlapping subscriptions: web objects on label changes of `tier`, gold objects on
+    // label changes of `owner`.
+    let web = Filter {
+        selector: Selector::parse("app=web").expect("selector"),
+        changes: pointers("/metadata/labels/tier"),
+        ..Filter::default()
+    };
+    let gold = Filter {
+        selector: Selector::parse("tier=gold").expect("selector"),
+        changes: pointers("/metadata/labels/owner"),
+        ..Filter::default()
+    };
+    let _sub = inf.subscribe(
+        Filter {
+            also: vec![gold],
+            ..web
+        },
+        tx,
+    );
+    let labels = |rv: &str, l: serde_json::Value| inf.apply(SourceEvent::Applied(obj("a", rv, l)));
+    // Neither pointer changed: dropped, not delivered twice or once.
+    labels("2", json!({"app": "web", "tier": "gold", "x": "1"}));
+    // The second filter's pointer changed: delivered once.
+    labels(
+        "3",
+        json!({"app": "web", "tier": "gold", "x": "1", "owner": "me"}),
+    );
+    // Out of the first filter, still in the second: an update, as the second sees it.
+    labels(
+        "4",
+        json!({"app": "db", "tier": "gold", "x": "1", "owner": "you"}),
+    );
+    // Out of both: one delete. Into one: one add.
+    labels("5", json!({"app": "db", "tier": "silver"}));
+    labels("6", json!({"app": "web", "tier": "silver"}));
+    assert_eq!(
+        drain(&rx),
+        ["+a@1*", "|", "~a@2>3", "~a@3>4", "-a@5", "+a@6"]
+    );
+}
+
+#[test]
+fn change_filters_charge_their_plugin_and_stop_comparing_past_its_budget() {
+    let (old, new) = decoded_update(|p| p["status"]["phase"] = json!("Failed"));
+    let spec = Changes::new(&["/spec".to_owned()]).expect("pointer");
+    let budget = Arc::new(crate::cpu::CpuBudget::new(
+        10,
+        Arc::new(crate::cpu::CpuPool::new(0)),
+    ));
+    spec.charge_to(budget.clone());
+    assert!(
+        !spec.changed(&old, &new),
+        "compared while within the budget"
+    );
+    assert!(budget.used_us() > 0, "the comparison was charged");
+    assert_eq!(spec.unchecked.load(Ordering::Relaxed), 0);
+    budget.charge(std::time::Duration::from_secs(1), std::time::Instant::now());
+    assert!(
+        spec.changed(&old, &new),
+        "past the budget, the update passes without a comparison"
+    );
+    assert_eq!(spec.unchecked.load(Ordering::Relaxed), 1);
 }

@@ -625,7 +625,20 @@ impl PluginHost {
         // One map per plugin name: its versions and instances share it.
         ctx.state = self.state_of(&file.name);
         ctx.state_declared = manifest.state;
-        ctx.cpu = Some(self.budget_of(&file.name, settings.limits.cpu_millis_per_second));
+        let budget = self.budget_of(&file.name, settings.limits.cpu_millis_per_second);
+        let pointers: usize = manifest
+            .subscriptions
+            .iter()
+            .filter_map(|(_, f)| f.changes.as_ref())
+            .map(|c| {
+                c.charge_to(budget.clone());
+                c.pointers().len()
+            })
+            .sum();
+        if pointers > 0 {
+            tracing::info!(plugin = %file.name, pointers, "its change filters compare {pointers} pointers on each update of their types; the host's time for that is charged to the plugin's CPU budget, and while it is past the budget updates pass without a comparison");
+        }
+        ctx.cpu = Some(budget);
         ctx.memory = crate::wasm::limits::MemoryGauges::for_version(self.memory_of(&file.name));
         ctx.writes = self.writer.as_ref().map(|writer| {
             Arc::new(WriteAccess::new(
@@ -732,8 +745,11 @@ impl PluginHost {
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
         let reload = |name: &str, s: PluginStatus| {
-            let (state_entries, state_bytes) =
-                states.get(name).map(|s| s.totals()).unwrap_or_default();
+            let state = states.get(name);
+            let (state_entries, state_bytes) = state.map(|s| s.totals()).unwrap_or_default();
+            let counted = |c: fn(&PluginState) -> &AtomicU64| {
+                state.map_or(0, |s| c(s).load(Ordering::Relaxed))
+            };
             let budget = budgets.get(name);
             PluginStatus {
                 cpu_us: budget.map_or(0, |b| b.used_us()),
@@ -744,6 +760,8 @@ impl PluginHost {
                 admission: admitters.get(name).map(|a| a.status()),
                 state_entries,
                 state_bytes,
+                state_written_bytes: counted(|s| &s.written_bytes),
+                state_writes_deferred: counted(|s| &s.writes_deferred),
                 ..s
             }
         };
@@ -764,6 +782,11 @@ impl PluginHost {
                         .changes
                         .iter()
                         .map(|c| c.filtered.load(Ordering::Relaxed))
+                        .sum(),
+                    unchecked: r
+                        .changes
+                        .iter()
+                        .map(|c| c.unchecked.load(Ordering::Relaxed))
                         .sum(),
                     contract: r.contract.to_owned(),
                     ..r.stats.status()
@@ -867,16 +890,24 @@ fn activate(
         .as_ref()
         .map(Running::take_subscriptions)
         .unwrap_or_default();
-    let mut subs = Vec::new();
+    // One subscriber per type: a plugin subscribed twice to one type gets each event once.
+    let mut merged: Vec<(crate::gvk::Gvk, crate::informer::Filter)> = Vec::new();
     for (gvk, filter) in &p.manifest.subscriptions {
-        let Some(lease) = p.leases.iter().find(|l| l.informer().gvk() == gvk) else {
+        match merged.iter_mut().find(|(g, _)| g == gvk) {
+            Some((_, first)) => first.also.push(filter.clone()),
+            None => merged.push((gvk.clone(), filter.clone())),
+        }
+    }
+    let mut subs = Vec::new();
+    for (gvk, filter) in merged {
+        let Some(lease) = p.leases.iter().find(|l| l.informer().gvk() == &gvk) else {
             continue;
         };
-        let sub = match old_subs.iter().position(|s| s.informer().gvk() == gvk) {
+        let sub = match old_subs.iter().position(|s| s.informer().gvk() == &gvk) {
             Some(i) => lease
                 .informer()
-                .swap(&old_subs.swap_remove(i), filter.clone(), tx.clone()),
-            None => lease.informer().subscribe(filter.clone(), tx.clone()),
+                .swap(&old_subs.swap_remove(i), filter, tx.clone()),
+            None => lease.informer().subscribe(filter, tx.clone()),
         };
         subs.push(sub);
     }

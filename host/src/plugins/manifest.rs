@@ -28,6 +28,11 @@ pub const MAX_INDEXES: usize = 16;
 pub const MAX_NAME_BYTES: usize = 253;
 /// Most change-filter pointers one subscription may name.
 pub const MAX_CHANGES: usize = 16;
+/// Most change-filter pointers one plugin may name in all: each is compared on every update
+/// of its type, by the host, for the plugin.
+pub const MAX_PLUGIN_CHANGES: usize = 64;
+/// Most reference tokens in one change-filter pointer.
+pub const MAX_CHANGE_DEPTH: usize = 16;
 /// Most field pointers one subscription may declare it reads.
 pub const MAX_FIELDS: usize = 32;
 /// Most schedules one plugin may declare.
@@ -313,6 +318,11 @@ impl PluginManifest {
             distinct.len(),
             MAX_SUBSCRIPTIONS,
         )?;
+        check_count(
+            "subscriptions[*].changes (all subscriptions together)",
+            distinct.iter().map(|s| s.changes.len()).sum(),
+            MAX_PLUGIN_CHANGES,
+        )?;
         let mut subscriptions = Vec::new();
         let mut cached: Vec<Gvk> = Vec::new();
         let mut scopes = std::collections::BTreeMap::new();
@@ -327,7 +337,15 @@ impl PluginManifest {
                 None => Selector::everything(),
             };
             for (j, pointer) in s.changes.iter().enumerate() {
-                check_pointer(format!("subscriptions[{i}].changes[{j}]"), pointer)?;
+                let field = format!("subscriptions[{i}].changes[{j}]");
+                check_pointer(field.clone(), pointer)?;
+                let depth = pointer.matches('/').count();
+                if depth > MAX_CHANGE_DEPTH {
+                    return Err(error(
+                        field,
+                        format!("{depth} levels deep: at most {MAX_CHANGE_DEPTH}"),
+                    ));
+                }
             }
             let keep = declared_keep(i, s)?;
             for (j, pointer) in s.changes.iter().enumerate() {
@@ -361,6 +379,7 @@ impl PluginManifest {
                     selector,
                     keys: None,
                     changes,
+                    also: Vec::new(),
                 },
             ));
         }
@@ -673,6 +692,32 @@ mod tests {
             PluginManifest::validate(&manifest(vec![subscription("Pod", None)], MAX_INDEXES + 1))
                 .expect_err("too many indexes");
         assert_eq!(e.field, "indexes");
+    }
+
+    #[test]
+    fn change_filters_are_bounded_per_plugin_and_in_depth() {
+        let with_changes = |i: usize, n: usize| wit::Subscription {
+            changes: (0..n).map(|j| format!("/data/k{j}")).collect(),
+            ..subscription("ConfigMap", Some(&format!("n={i}")))
+        };
+        let within: Vec<_> = (0..MAX_PLUGIN_CHANGES / MAX_CHANGES)
+            .map(|i| with_changes(i, MAX_CHANGES))
+            .collect();
+        PluginManifest::validate(&manifest(within.clone(), 0)).expect("at the bound");
+        let mut past = within;
+        past.push(with_changes(99, 1));
+        let e = PluginManifest::validate(&manifest(past, 0)).expect_err("one pointer too many");
+        assert_eq!(
+            e.field,
+            "subscriptions[*].changes (all subscriptions together)"
+        );
+        let deep = wit::Subscription {
+            changes: vec!["/a".repeat(MAX_CHANGE_DEPTH + 1)],
+            ..subscription("ConfigMap", None)
+        };
+        let e = PluginManifest::validate(&manifest(vec![deep], 0)).expect_err("too deep");
+        assert_eq!(e.field, "subscriptions[0].changes[0]");
+        assert!(e.reason.contains("levels deep"), "{e}");
     }
 
     #[test]

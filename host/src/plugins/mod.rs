@@ -21,7 +21,7 @@ pub use file::{PluginFile, Version, digest, plugin_name};
 pub use host::{Outcome, PluginHost, Role};
 pub use retry::Backoff;
 pub use settings::{
-    DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_FILE_BYTES, DEFAULT_RELEASE_IDLE_AFTER, Delivery, Grants,
-    PluginSettings, PluginsConfig,
+    DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_FILE_BYTES, DEFAULT_RELEASE_IDLE_AFTER,
+    DEFAULT_STATE_WRITE_BYTES_PER_SECOND, Delivery, Grants, PluginSettings, PluginsConfig,
 };
 pub use status::{DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus};

@@ -87,6 +87,9 @@ impl Default for Delivery {
     }
 }
 
+/// Bytes of state all plugins together write through per second by default.
+pub const DEFAULT_STATE_WRITE_BYTES_PER_SECOND: u32 = 1 << 20;
+
 /// How long a failing event is retried by default: past an API server restart (about 10 s)
 /// and a rolling upgrade of three control-plane nodes (minutes), as client-go's workqueue and
 /// controller-runtime retry without a count.
@@ -166,6 +169,8 @@ pub struct PluginsConfig {
     pub compile_timeout: Duration,
     /// CPU all plugins together may use, in millicores (0: no bound; `cpu.rs`).
     pub cpu_millicores: u32,
+    /// Bytes of state all plugins together write through per second (0: no bound).
+    pub state_write_bytes_per_second: u32,
     /// What a plugin the configuration does not name gets.
     pub defaults: PluginSettings,
     /// Plugins with an entry of their own, by name (their entries already include the
@@ -179,6 +184,7 @@ impl Default for PluginsConfig {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             compile_timeout: DEFAULT_COMPILE_TIMEOUT,
             cpu_millicores: crate::cpu::CpuPool::default_millicores(),
+            state_write_bytes_per_second: DEFAULT_STATE_WRITE_BYTES_PER_SECOND,
             defaults: PluginSettings::default(),
             named: BTreeMap::new(),
         }

@@ -220,6 +220,10 @@ pub struct PluginStatus {
     /// Updates its change filters dropped (no plugin call).
     #[serde(default)]
     pub filtered: u64,
+    /// Updates passed without comparing its change filters because it was past its CPU
+    /// budget (the comparisons are charged to it).
+    #[serde(default)]
+    pub unchecked: u64,
     /// The contract version it was built for.
     #[serde(default)]
     pub contract: String,
@@ -229,6 +233,13 @@ pub struct PluginStatus {
     /// Bytes of its state's keys and values.
     #[serde(default)]
     pub state_bytes: usize,
+    /// Bytes of its state written through to the cluster (this replica).
+    #[serde(default)]
+    pub state_written_bytes: u64,
+    /// Times a changed map of its state waited for its write rate or all plugins' (it is
+    /// written later, as it is then).
+    #[serde(default)]
+    pub state_writes_deferred: u64,
     /// What its admission reviews decided, when it serves admission.
     #[serde(default)]
     pub admission: Option<crate::plugins::admit::AdmissionStatus>,

@@ -28,6 +28,9 @@ pub struct StateLimits {
     pub entries: usize,
     /// One value, in bytes.
     pub value_bytes: usize,
+    /// Bytes of its maps written through to the cluster per second, at most (0: no bound);
+    /// a map changed meanwhile waits, and is written whole with what it holds then.
+    pub write_bytes_per_second: u32,
 }
 
 impl Default for StateLimits {
@@ -36,9 +39,14 @@ impl Default for StateLimits {
             bytes: 64 << 10,
             entries: 1024,
             value_bytes: 16 << 10,
+            write_bytes_per_second: DEFAULT_WRITE_BYTES_PER_SECOND,
         }
     }
 }
+
+/// Bytes of state a plugin writes through per second by default: its map at the default
+/// `stateKiB`, once a second.
+pub const DEFAULT_WRITE_BYTES_PER_SECOND: u32 = 64 << 10;
 
 /// Longest key.
 pub const MAX_KEY_BYTES: usize = 253;
@@ -81,6 +89,10 @@ pub enum StateScope {
 /// together, so a plugin touching state in many namespaces holds no more than one map may.
 #[derive(Debug, Default)]
 pub struct PluginState {
+    /// Bytes of its maps written through to the cluster.
+    pub written_bytes: std::sync::atomic::AtomicU64,
+    /// Times a changed map of it waited for its write rate, or for all plugins'.
+    pub writes_deferred: std::sync::atomic::AtomicU64,
     whole: Arc<StateStore>,
     parts: Mutex<BTreeMap<String, Arc<StateStore>>>,
     /// Held while a call's changes are checked against the maps together and applied.
@@ -480,6 +492,7 @@ mod tests {
             bytes: 20,
             entries: 2,
             value_bytes: 10,
+            ..StateLimits::default()
         };
         let change = |pairs: &[(&str, Option<&str>)]| {
             pairs
@@ -547,6 +560,7 @@ mod tests {
             bytes: 1 << 10,
             entries: 2,
             value_bytes: 64,
+            ..StateLimits::default()
         };
         let one = |k: &str| BTreeMap::from([(k.to_owned(), Some("1".to_owned()))]);
         let part = |n: &str| StateScope::Part(format!("namespace/{n}"));
