@@ -798,10 +798,11 @@ def main():
             "## 8. Every hostile plugin at once, beside a good one",
             "",
             "The release `kubewasm` binary on a real kube-apiserver and etcd (loopback), run "
-            "twice in one benchmark: with pod-phase alone, then with pod-phase beside 19 "
+            "twice in one benchmark: with pod-phase alone, then with pod-phase beside 35 "
             "hostile plugins (waits that never end in `handle` and in `init`, one of them "
             "replaced six times while stuck, WASI resources without end, memory until the cap, "
-            "a CPU loop, log floods, huge arguments and logs, handle hoarding, patches that "
+            "sixteen CPU loops (more than the cores: only their CPU budgets keep them from the "
+            "neighbour's), requeues of every event at once, log floods, huge arguments and logs, handle hoarding, patches that "
             "move their object, an expensive `init` released after 1 s, a write storm of 64 "
             "applies of 64 KiB per event, a feedback loop, Events with new reasons, 1,000 HTTP "
             "requests per call to a server that never answers, a million globals instantiated "

@@ -55,7 +55,10 @@ fn main() -> anyhow::Result<()> {
         let files = hostile_run::hostile_files(&sizes)?;
         let beside = hostile_run::run(&env, program, &files, &sizes, "beside").await?;
         let writes = hostile_run::writes(&env)?;
-        for (what, run) in [("alone", &alone), ("beside 19 hostile plugins", &beside)] {
+        for (what, run) in [
+            ("alone", &alone),
+            ("beside 35 hostile plugins (16 CPU-bound)", &beside),
+        ] {
             println!("HOSTILE {}", summary(what, run));
         }
         let ratio = hostile_run::quantile(&beside.latencies, 0.95).as_secs_f64()

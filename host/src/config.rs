@@ -14,8 +14,8 @@
 //! compiledCacheMiB: 1024       # compiled-code cache folder, least recently used evicted
 //! pluginCpuMillicores: 1000    # CPU all plugins together may use (1000: one core; default:
 //!                              # every core but one, at least one; 0: no bound). Past it,
-//!                              # plugins that spent more than half their own second lately
-//!                              # wait (docs/SECURITY.md, "CPU over time")
+//!                              # plugins using more than their fair share of it wait
+//!                              # (docs/SECURITY.md, "CPU over time")
 //! stateWriteTotalKiBPerSecond: 1024  # plugin state all plugins together write through to
 //!                              # the cluster (0: no bound); past it, changed maps wait
 //! defaultNamespace: default    # with --cluster DIR: where namespaced objects written without

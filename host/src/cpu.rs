@@ -6,15 +6,14 @@
 //! call's CPU (the thread's CPU clock: the plugin's code and the host calls it makes), and the
 //! host's work done for a plugin (comparing its change filters), is charged to its budget and
 //! the pool. A plugin whose budget is in debt waits until it is paid off; while the pool is in
-//! debt, every plugin that has spent more than half its own burst lately waits until the pool
-//! is paid off, and a plugin that has spent little (the neighbour with quick calls) does not
-//! wait at all. The waits happen between calls and inside a running call, at its deadline's
+//! debt, every plugin using more than its fair share lately (the pool's rate over the plugins
+//! using CPU, each one's use an average over about a second) waits until the pool is paid
+//! off, and a plugin using less (the neighbour with quick calls) does not wait at all. The waits happen between calls and inside a running call, at its deadline's
 //! checkpoints ([`CHECK_EVERY`]), so a plugin spinning to its deadline is held to its share
 //! too. A throttled call's wait counts towards its wall-clock cap (`wasm/deadline.rs`).
 
-use std::sync::Mutex;
-use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 /// How often a running call of a budgeted plugin is charged and, when in debt, held.
@@ -62,10 +61,58 @@ impl Account {
     }
 }
 
-/// All plugins' CPU together: at most this much per second.
+/// How long a plugin's recent CPU use is remembered (the time constant of its average).
+const RECENT: Duration = Duration::from_secs(1);
+/// A plugin using less than this (a share of one core) counts as idle for the pool's fair
+/// share.
+const ACTIVE: f64 = 0.005;
+/// How long a worked-out fair share is used before it is worked out again.
+const FAIR_FOR: Duration = Duration::from_millis(100);
+
+/// A plugin's recent CPU use: an exponential average of its rate, in CPU seconds a second.
+#[derive(Debug)]
+struct Recent {
+    rate: f64,
+    at: Instant,
+}
+
+impl Recent {
+    /// The rate as of `now`.
+    fn at(&self, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.rate * (-elapsed / RECENT.as_secs_f64()).exp()
+    }
+
+    /// Adds `secs` of CPU used at `now`.
+    fn add(&mut self, secs: f64, now: Instant) {
+        self.rate = self.at(now) + secs / RECENT.as_secs_f64();
+        self.at = self.at.max(now);
+    }
+}
+
+/// A plugin's own account and recent use, under one lock.
+#[derive(Debug)]
+struct Own {
+    account: Account,
+    recent: Recent,
+}
+
+/// The pool's account, its members, and the fair share last worked out.
+#[derive(Debug)]
+struct Pooled {
+    account: Account,
+    members: Vec<Weak<CpuBudget>>,
+    /// CPU seconds a second each active member may use while the pool is in debt.
+    fair: f64,
+    fair_at: Option<Instant>,
+}
+
+/// All plugins' CPU together: at most this much per second. While it is in debt, a plugin
+/// using more than its fair share (the pool's rate over the plugins using CPU lately) waits
+/// until the debt is paid; one using less does not.
 #[derive(Debug)]
 pub struct CpuPool {
-    account: Mutex<Account>,
+    state: Mutex<Pooled>,
     millicores: u32,
 }
 
@@ -73,7 +120,12 @@ impl CpuPool {
     /// A pool of `millicores` (1000: one core busy all the time); 0: no pool limit.
     pub fn new(millicores: u32) -> Self {
         Self {
-            account: Mutex::new(Account::new(millicores, Instant::now())),
+            state: Mutex::new(Pooled {
+                account: Account::new(millicores, Instant::now()),
+                members: Vec::new(),
+                fair: f64::INFINITY,
+                fair_at: None,
+            }),
             millicores,
         }
     }
@@ -91,18 +143,41 @@ impl CpuPool {
         self.millicores
     }
 
-    fn account(&self) -> std::sync::MutexGuard<'_, Account> {
-        self.account.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> std::sync::MutexGuard<'_, Pooled> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Pooled {
+    /// The fair share at `now`, worked out again when older than [`FAIR_FOR`]. Locks each
+    /// member's own account while the pool's is held (never the other way round).
+    fn fair(&mut self, now: Instant) -> f64 {
+        if self
+            .fair_at
+            .is_some_and(|at| now.saturating_duration_since(at) < FAIR_FOR)
+        {
+            return self.fair;
+        }
+        self.members.retain(|m| m.strong_count() > 0);
+        let active = self
+            .members
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|m| m.own().recent.at(now) >= ACTIVE)
+            .count();
+        self.fair = self.account.rate / active.max(1) as f64;
+        self.fair_at = Some(now);
+        self.fair
     }
 }
 
 /// One plugin's CPU over time: its budget, what it used and how long it was held.
 #[derive(Debug)]
 pub struct CpuBudget {
-    own: Mutex<Account>,
+    own: Mutex<Own>,
     /// Its per-second budget in milliseconds (0: none of its own, only the pool).
     millis_per_second: u32,
-    pool: std::sync::Arc<CpuPool>,
+    pool: Arc<CpuPool>,
     used_us: AtomicU64,
     throttled_us: AtomicU64,
     throttling: AtomicBool,
@@ -110,15 +185,21 @@ pub struct CpuBudget {
 
 impl CpuBudget {
     /// A budget of `millis_per_second` (0: only the pool's bound) drawing on `pool`.
-    pub fn new(millis_per_second: u32, pool: std::sync::Arc<CpuPool>) -> Self {
-        Self {
-            own: Mutex::new(Account::new(millis_per_second, Instant::now())),
+    pub fn new(millis_per_second: u32, pool: Arc<CpuPool>) -> Arc<Self> {
+        let now = Instant::now();
+        let budget = Arc::new(Self {
+            own: Mutex::new(Own {
+                account: Account::new(millis_per_second, now),
+                recent: Recent { rate: 0.0, at: now },
+            }),
             millis_per_second,
-            pool,
+            pool: pool.clone(),
             used_us: AtomicU64::new(0),
             throttled_us: AtomicU64::new(0),
             throttling: AtomicBool::new(false),
-        }
+        });
+        pool.state().members.push(Arc::downgrade(&budget));
+        budget
     }
 
     /// Its per-second budget in milliseconds (0: none of its own).
@@ -134,33 +215,44 @@ impl CpuBudget {
         let us = u64::try_from(used.as_micros()).unwrap_or(u64::MAX);
         self.used_us.fetch_add(us, Ordering::Relaxed);
         let secs = used.as_secs_f64();
-        if self.millis_per_second > 0 {
+        {
             let mut own = self.own();
-            own.refill(now);
-            own.balance -= secs;
+            own.recent.add(secs, now);
+            if self.millis_per_second > 0 {
+                own.account.refill(now);
+                own.account.balance -= secs;
+            }
         }
         if self.pool.millicores > 0 {
-            let mut pool = self.pool.account();
-            pool.refill(now);
-            pool.balance -= secs;
+            let mut pool = self.pool.state();
+            pool.account.refill(now);
+            pool.account.balance -= secs;
         }
     }
 
     /// How long the plugin must wait, at `now`, before it may use more CPU: until its own
-    /// debt is paid, and, while the pool is in debt and it has spent more than half its
-    /// burst lately, until the pool's is.
+    /// debt is paid, and, while the pool is in debt and it uses more than its fair share,
+    /// until the pool's is.
     pub fn wait(&self, now: Instant) -> Duration {
-        let (own_wait, spent_lately) = if self.millis_per_second > 0 {
+        let (own_wait, recent) = {
             let mut own = self.own();
-            own.refill(now);
-            (own.until_paid(), own.balance < own.burst / 2.0)
-        } else {
-            (Duration::ZERO, true)
+            let wait = if self.millis_per_second > 0 {
+                own.account.refill(now);
+                own.account.until_paid()
+            } else {
+                Duration::ZERO
+            };
+            (wait, own.recent.at(now))
         };
-        let pool_wait = if self.pool.millicores > 0 && spent_lately {
-            let mut pool = self.pool.account();
-            pool.refill(now);
-            pool.until_paid()
+        let pool_wait = if self.pool.millicores > 0 {
+            let mut pool = self.pool.state();
+            pool.account.refill(now);
+            let debt = pool.account.until_paid();
+            if !debt.is_zero() && recent >= pool.fair(now) {
+                debt
+            } else {
+                Duration::ZERO
+            }
         } else {
             Duration::ZERO
         };
@@ -213,15 +305,13 @@ impl CpuBudget {
         !self.wait(now).is_zero()
     }
 
-    fn own(&self) -> std::sync::MutexGuard<'_, Account> {
+    fn own(&self) -> std::sync::MutexGuard<'_, Own> {
         self.own.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
 
     #[test]
@@ -244,25 +334,31 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_holds_those_that_spent_and_lets_the_light_ones_through() {
+    fn the_pool_holds_those_above_their_fair_share_and_lets_the_light_ones_through() {
         let pool = Arc::new(CpuPool::new(1000));
-        let heavy = CpuBudget::new(1000, pool.clone());
-        let light = CpuBudget::new(1000, pool.clone());
+        // No budget of their own: only the pool's, as when many plugins each get less of a
+        // busy machine than their own budget allows.
+        let heavy: Vec<_> = (0..4).map(|_| CpuBudget::new(0, pool.clone())).collect();
+        let light = CpuBudget::new(0, pool.clone());
         let t0 = Instant::now();
-        // The heavy one takes 900 ms of its own second, then the pool goes 500 ms in debt.
-        heavy.charge(Duration::from_millis(900), t0);
-        heavy.charge(Duration::from_millis(600), t0);
-        let wait = heavy.wait(t0);
-        assert!(wait >= Duration::from_millis(499), "{wait:?}");
+        // Four heavy ones use 400 ms each within a moment: the pool is 610 ms in debt.
+        for h in &heavy {
+            h.charge(Duration::from_millis(400), t0);
+        }
+        light.charge(Duration::from_millis(10), t0);
+        for h in &heavy {
+            let wait = h.wait(t0);
+            assert!(wait >= Duration::from_millis(599), "{wait:?}");
+        }
         assert_eq!(
             light.wait(t0),
             Duration::ZERO,
-            "a plugin that spent nothing is not held by the pool"
+            "a plugin under its fair share (1000 ms over 5) is not held"
         );
-        light.charge(Duration::from_millis(600), t0);
-        assert!(
-            light.wait(t0) >= Duration::from_millis(999),
-            "once it has spent more than half its burst, it waits for the pool too"
+        // Once the debt (1,610 ms used of a second's burst) is paid, nobody waits.
+        assert_eq!(
+            heavy[0].wait(t0 + Duration::from_millis(610)),
+            Duration::ZERO
         );
     }
 

@@ -1,7 +1,8 @@
 //! Issue 53's bounds with every hostile plugin running at once beside a good one, on a real
 //! kube-apiserver: the host's resident memory stays under the sum of the caps plus 100 MiB,
 //! SIGTERM is honoured within the shutdown timeout plus 1 s, the API server receives no more
-//! than the configured write and Event rates, and the good plugin sees every pod. The good
+//! than the configured write and Event rates, every one of sixteen CPU-bound plugins is held to
+//! its CPU budget while the good plugin never is, and the good plugin sees every pod. The good
 //! plugin's latency beside them against alone is measured by `benches/hostile.rs`.
 
 use std::time::Duration;
@@ -94,6 +95,32 @@ async fn every_hostile_plugin_at_once_keeps_the_host_within_its_bounds() -> anyh
             "{name} not failed with {reason:?}: {failed:#?}"
         );
     }
+    // Sixteen plugins spinning to their deadlines: each was held to its CPU budget, or
+    // to its share of all plugins' (`cpu.rs`).
+    let plugins = run.status["plugins"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let spinners: Vec<&serde_json::Value> = plugins
+        .iter()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("spin")))
+        .collect();
+    assert_eq!(spinners.len(), hostile_run::SPINNERS + 1);
+    for p in &spinners {
+        assert!(
+            p["cpu_throttled_us"].as_u64().is_some_and(|us| us > 0),
+            "{} was never held for its CPU budget: {p}",
+            p["name"]
+        );
+    }
+    let good = plugins
+        .iter()
+        .find(|p| p["name"] == "pod-phase")
+        .expect("pod-phase is loaded");
+    assert_eq!(
+        good["cpu_throttled_us"], 0,
+        "the good plugin was held: {good}"
+    );
     let opened: Vec<u64> = lines
         .lines()
         .filter(|l| l.contains("http flood"))

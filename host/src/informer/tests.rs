@@ -599,10 +599,7 @@ fn a_subscriber_with_several_filters_on_one_type_gets_each_event_once() {
 fn change_filters_charge_their_plugin_and_stop_comparing_past_its_budget() {
     let (old, new) = decoded_update(|p| p["status"]["phase"] = json!("Failed"));
     let spec = Changes::new(&["/spec".to_owned()]).expect("pointer");
-    let budget = Arc::new(crate::cpu::CpuBudget::new(
-        10,
-        Arc::new(crate::cpu::CpuPool::new(0)),
-    ));
+    let budget = crate::cpu::CpuBudget::new(10, Arc::new(crate::cpu::CpuPool::new(0)));
     spec.charge_to(budget.clone());
     assert!(
         !spec.changed(&old, &new),

@@ -287,10 +287,7 @@ impl PluginHost {
         match budgets.get(name) {
             Some(b) if b.millis_per_second() == millis_per_second => b.clone(),
             _ => {
-                let b = Arc::new(crate::cpu::CpuBudget::new(
-                    millis_per_second,
-                    self.cpu_pool.clone(),
-                ));
+                let b = crate::cpu::CpuBudget::new(millis_per_second, self.cpu_pool.clone());
                 budgets.insert(name.to_owned(), b.clone());
                 b
             }

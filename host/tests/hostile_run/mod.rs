@@ -226,9 +226,28 @@ const HOSTILE: &[(&str, &str)] = &[
     ),
 ];
 
+/// CPU-bound plugins besides `spin`, each spinning to its deadline on every event: with it,
+/// sixteen, more than the cores, which only their CPU budgets keep from the neighbour's.
+pub const SPINNERS: usize = 15;
+
+/// The hostile plugins' names and configuration entries: [`HOSTILE`], the spinners, and
+/// one that asks for every event again at once.
+fn hostile_entries() -> Vec<(String, String)> {
+    let spinners = (2..=SPINNERS + 1).map(|i| (format!("spin-{i}"), "config: {mode: loop}".into()));
+    HOSTILE
+        .iter()
+        .map(|(name, entry)| ((*name).to_owned(), (*entry).to_owned()))
+        .chain(spinners)
+        .chain([(
+            "requeue".to_owned(),
+            "config: {mode: requeue-now}".to_owned(),
+        )])
+        .collect()
+}
+
 /// The hostile plugins' configuration entries, the HTTP flood aimed at `http`.
 fn hostile_config(http: &str) -> String {
-    HOSTILE
+    hostile_entries()
         .iter()
         .map(|(name, entry)| format!("  {name}:\n    {}\n", entry.replace("HTTP", http)))
         .collect()
@@ -237,9 +256,9 @@ fn hostile_config(http: &str) -> String {
 /// The plugin files of a run beside the hostile plugins: name and bytes.
 pub fn hostile_files(sizes: &Sizes) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let hostile = std::fs::read(kubewasm_plugin_artifacts::HOSTILE)?;
-    let mut files: Vec<(String, Vec<u8>)> = HOSTILE
-        .iter()
-        .map(|(name, _)| ((*name).to_owned(), hostile.clone()))
+    let mut files: Vec<(String, Vec<u8>)> = hostile_entries()
+        .into_iter()
+        .map(|(name, _)| (name, hostile.clone()))
         .collect();
     files.push(("globals".into(), globals_bomb(sizes.globals)?));
     files.push(("compile-bomb".into(), compile_bomb()?));
