@@ -394,6 +394,35 @@ fn panic_on_every_event_degrades_the_plugin_without_a_hot_loop() {
 }
 
 #[test]
+fn a_degraded_plugin_still_handles_a_new_object_at_once() {
+    // t/cm-2 fails on every attempt, retried without end: alone, it makes the plugin degraded.
+    let mut settings = tight();
+    settings.delivery.max_attempts = 0;
+    let (bad, settings) = hostile("panic-on", settings);
+    let r = run(&bad, settings);
+    let s = r.bad_status_until(|s| s.degraded && s.failed >= 40);
+    assert!(s.degraded, "{s:?}");
+    // A new object is not held behind the failing one's retries.
+    fs::write(r.cluster.path().join("cm-5.yaml"), cm("cm-5", "1")).expect("write");
+    let added = Instant::now();
+    r.folder.rescan();
+    let end = added + WAIT;
+    while !field_values(&r.lines("bad"), "handled", "key").contains(&"t/cm-5".to_owned()) {
+        assert!(Instant::now() < end, "t/cm-5 was never handled");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = added.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "a new object waited {took:?} behind a failing one"
+    );
+    assert!(
+        r.status("bad").failed > s.failed,
+        "t/cm-2 is still being retried"
+    );
+}
+
+#[test]
 fn panic_on_one_key_only_gives_up_that_key() {
     let (bad, settings) = hostile("panic-on", tight());
     let r = run(&bad, settings);

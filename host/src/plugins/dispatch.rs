@@ -5,8 +5,10 @@
 //! other objects keep flowing, later events for the same object wait behind it. After the
 //! configured number of attempts, or at once for a non-retryable error, it is given up with a
 //! log line and a counter. A trap discards the instance; the next attempt gets a fresh one from
-//! the pre-linked code. A plugin whose attempts keep failing is marked degraded and slowed down
-//! (a growing pause before each attempt) instead of spinning.
+//! the pre-linked code. A plugin whose attempts keep failing is marked degraded; what slows it
+//! down is per key: each key's backoff, and retries of all its keys released at most
+//! [`RETRY_RATE`] (client-go's workqueue rate limiter: per item, and a bucket for them all).
+//! A new event for another object is attempted at once, however many keys are failing.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +23,6 @@ use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::object::KubeObject;
 use crate::plugins::retry::{Failures, RetryQueue};
-use crate::plugins::status::DEGRADED_AFTER;
 use crate::plugins::throttle::{Bucket, Loops};
 use crate::plugins::triggers::{Requeue, Requeues, Schedules};
 use crate::plugins::{Delivery, PluginStats};
@@ -34,12 +35,14 @@ use crate::wasm::logging::Handling;
 use crate::wasm::state::StateScope;
 use crate::wasm::{Call, Engine, Instance, PluginCode, PluginContext};
 use crate::write::{self, Action, Refusal};
-/// Pause before each attempt of a degraded plugin: doubles from this...
-const PENALTY_BASE: Duration = Duration::from_millis(50);
-/// ...up to this.
-const PENALTY_CAP: Duration = Duration::from_secs(30);
+/// How fast failed events are tried again, all keys of a plugin together, at most (client-go's
+/// default controller rate limiter: 10 a second, a burst of 100), besides each key's backoff.
+pub const RETRY_RATE: crate::rate::Rate = crate::rate::Rate {
+    per_second: 10,
+    burst: 100,
+};
 /// How often a waiting worker checks whether it must stop, where nothing wakes it (a cache
-/// to sync, a write's rate, a degraded plugin's pause).
+/// to sync, a write's rate, its CPU budget).
 const POLL: Duration = Duration::from_millis(50);
 /// The longest an idle worker waits with nothing timed due: events, and a halt (through
 /// [`crate::informer::queue::QueueSender::interrupt`]), wake it before.
@@ -198,6 +201,8 @@ struct Worker {
     event_bucket: Bucket,
     /// Objects changed while handling their own events, recently.
     loops: Loops,
+    /// Retries of all its keys together ([`RETRY_RATE`]).
+    retry_bucket: Bucket,
     /// Objects written, by id, with the resource version the cache held when the write was
     /// sent: until the cache moves past it, the cache cannot tell that a write changes
     /// nothing.
@@ -303,6 +308,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         write_bucket: Bucket::new(rates.0, Instant::now()),
         event_bucket: Bucket::new(rates.1, Instant::now()),
         loops: Loops::default(),
+        retry_bucket: Bucket::new(RETRY_RATE, Instant::now()),
         in_flight: HashMap::new(),
         stats: setup.stats,
         stop: setup.stop,
@@ -519,7 +525,6 @@ impl Worker {
             if self.stopped() {
                 return;
             }
-            self.pause_if_degraded();
             // Handed over (another replica delivers it now) or no longer leading: dropped.
             // Counted while it runs, so a hand-over waits for it.
             let duty = self.duty.clone();
@@ -580,7 +585,11 @@ impl Worker {
                 failures = None;
                 continue;
             }
-            let delay = self.delivery.backoff.delay(failed.count);
+            let delay = self
+                .delivery
+                .backoff
+                .delay(failed.count)
+                .max(self.retry_bucket.take(now));
             self.stats.retried.fetch_add(1, Ordering::Relaxed);
             // One warning per failing event; later attempts are debug lines, and the give-up
             // line carries the count.
@@ -663,22 +672,6 @@ impl Worker {
             return Vec::new();
         }
         self.write_failures.remove(&n.id()).unwrap_or_default()
-    }
-
-    /// A plugin failing attempt after attempt waits longer and longer before each new one.
-    fn pause_if_degraded(&self) {
-        let failing = self.stats.consecutive_failures.load(Ordering::Relaxed);
-        if failing < DEGRADED_AFTER {
-            return;
-        }
-        let doublings = u32::try_from(failing - DEGRADED_AFTER)
-            .unwrap_or(u32::MAX)
-            .min(16);
-        let pause = PENALTY_BASE.saturating_mul(1 << doublings).min(PENALTY_CAP);
-        let until = Instant::now() + pause;
-        while !self.stopped() && Instant::now() < until {
-            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
-        }
     }
 
     /// When the live instance is due for release if no work comes; none without one, or
