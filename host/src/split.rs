@@ -48,6 +48,9 @@ pub struct SplitStatus {
     pub delivering_mask: String,
     /// Whether its own Lease is current (false: it delivers nothing).
     pub renewed: bool,
+    /// Whether its own Lease was ever written: a replica that never joined is not ready.
+    #[serde(default)]
+    pub joined: bool,
     /// The generation of the cut table it delivers under (0: equal cuts).
     #[serde(default)]
     pub cuts_generation: u64,
@@ -145,6 +148,7 @@ impl Split {
             delivering: delivering.count(),
             delivering_mask: format!("{:016x}", delivering.bits()),
             renewed: view.renewed,
+            joined: view.joined,
             handovers: self.handovers.load(Ordering::Relaxed),
             cuts_generation: self.generation.load(Ordering::Relaxed),
         }

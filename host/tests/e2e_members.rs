@@ -65,6 +65,25 @@ fn names(view: &View) -> Vec<&str> {
     view.members.keys().map(String::as_str).collect()
 }
 
+/// A pod name in capitals (or with characters a Lease name cannot hold) still joins, and
+/// beside the same name in lower case each keeps a Lease of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identities_no_lease_name_could_hold_as_they_are_still_join() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let client = env.client().await?;
+    let members: Vec<Member> = ["Web-0", "web-0", "web_1"]
+        .iter()
+        .map(|m| start(&client, m))
+        .collect();
+    for m in &members {
+        until(m, "all three joined and seen", |v| {
+            v.renewed && v.joined && names(v) == ["Web-0", "web-0", "web_1"]
+        })
+        .await;
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_see_each_other_and_notice_one_leaving_or_dying() -> anyhow::Result<()> {
     let env = TestEnv::start().await?;

@@ -130,6 +130,7 @@ mod tests {
                 members: self.leases.iter().map(|(m, c)| (m.clone(), c.0)).collect(),
                 tables: self.leases.iter().map(|(m, c)| (m.clone(), c.1)).collect(),
                 renewed: true,
+                joined: true,
             };
             let now = self.delivering.get(m).copied().unwrap_or_default().0;
             let step = next(m, &view, now, self.proposals.get(m).copied());
@@ -297,6 +298,7 @@ mod tests {
             members: [("b".to_owned(), Slices::all())].into(),
             tables: tables(&["b"]),
             renewed: true,
+            joined: true,
         };
         let step_b = next("b", &view_b, Slices::all(), None);
         assert!(
@@ -311,6 +313,7 @@ mod tests {
             .into(),
             tables: tables(&["a", "b"]),
             renewed: true,
+            joined: true,
         };
         // a claims its share but delivers none of what b claims.
         let step_a = next("a", &view_a, Slices::none(), None);
@@ -324,6 +327,7 @@ mod tests {
             .into(),
             tables: tables(&["a", "b"]),
             renewed: true,
+            joined: true,
         };
         let step_b = next("b", &view_b, step_b.deliver, None);
         assert!(step_b.deliver.intersect(step_a.claim).is_empty());

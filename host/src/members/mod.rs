@@ -68,10 +68,45 @@ impl MembersConfig {
         }
     }
 
-    /// The name of `identity`'s Lease.
+    /// The name of `identity`'s Lease: `GROUP-member-IDENTITY` when that is a valid object
+    /// name; else lowercased, other characters as dashes, cut to fit, with a hash of the
+    /// identity, so that two identities that read alike (a pod name in capitals) still have
+    /// Leases of their own.
     pub fn lease_name(&self, identity: &str) -> String {
-        format!("{}-member-{identity}", self.group)
+        let name = format!("{}-member-{identity}", self.group);
+        if is_object_name(&name) {
+            return name;
+        }
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(identity.as_bytes());
+        let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        let cleaned: String = name
+            .chars()
+            .map(|c| match c {
+                'a'..='z' | '0'..='9' | '-' | '.' => c,
+                'A'..='Z' => c.to_ascii_lowercase(),
+                _ => '-',
+            })
+            .take(MAX_OBJECT_NAME - hash.len() - 1)
+            .collect();
+        let cleaned = cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        format!("{cleaned}-{hash}")
     }
+}
+
+/// Longest object name (a DNS subdomain).
+const MAX_OBJECT_NAME: usize = 253;
+
+/// Whether `name` is a valid name for a Lease (a DNS subdomain: lowercase letters, digits,
+/// `-` and `.`, starting and ending with a letter or digit, at most 253 characters).
+fn is_object_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= MAX_OBJECT_NAME
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// What a member sees of its group.
@@ -84,6 +119,8 @@ pub struct View {
     pub tables: BTreeMap<String, Table>,
     /// Whether this member's own Lease is current: when false it must deliver nothing.
     pub renewed: bool,
+    /// Whether its own Lease was ever written (false: it never joined the group).
+    pub joined: bool,
 }
 
 /// Why one round with the API server failed.
@@ -167,6 +204,7 @@ impl Membership {
                     members,
                     tables,
                     renewed,
+                    joined: v.joined || renewed,
                 };
                 let changed = *v != next;
                 *v = next;
@@ -317,6 +355,24 @@ impl Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_identity_gets_a_valid_lease_name_of_its_own() {
+        let config = MembersConfig::new("ns", "kubewasm", "a");
+        assert_eq!(config.lease_name("web-0-12"), "kubewasm-member-web-0-12");
+        let upper = config.lease_name("Web-0-12");
+        let lower = config.lease_name("web-0-12");
+        assert!(is_object_name(&upper), "{upper}");
+        assert_ne!(
+            upper, lower,
+            "identities that read alike keep Leases of their own"
+        );
+        assert!(upper.starts_with("kubewasm-member-web-0-12-"), "{upper}");
+        for odd in ["Pod_Name:1", "-", "ü", &"x".repeat(400)] {
+            let name = config.lease_name(odd);
+            assert!(is_object_name(&name), "{odd:?} gave {name:?}");
+        }
+    }
 
     #[tokio::test]
     async fn a_round_is_due_when_a_silent_members_lease_expires() {

@@ -155,6 +155,13 @@ impl Status {
             let reason = format!("plugin {} has not been handed its initial state", p.name);
             (reason, p.running_seconds)
         });
+        if let Some(split) = sharding.as_ref().filter(|s| !s.joined) {
+            not_ready.push(format!(
+                "not a member of sharding group {} yet: its Lease has not been written (the \
+                 log says why)",
+                split.group
+            ));
+        }
         if readiness_follows_api_server && api_server_reachable == Some(false) {
             not_ready.push("the API server does not answer (readinessFollowsApiServer)".to_owned());
         }
@@ -316,6 +323,27 @@ mod tests {
         let status = Status::new(empty, Duration::from_secs(60));
         assert!(!status.ready);
         assert_eq!(status.not_ready, ["no plugin is loaded"]);
+    }
+
+    #[test]
+    fn a_sharded_replica_that_never_joined_is_not_ready() {
+        let split = |joined| {
+            let mut p = parts(61, 61);
+            p.sharding = Some(SplitStatus {
+                group: "kubewasm".into(),
+                joined,
+                ..SplitStatus::default()
+            });
+            Status::new(p, Duration::from_secs(60))
+        };
+        let never = split(false);
+        assert!(!never.ready);
+        assert!(
+            never.not_ready[0].contains("not a member of sharding group kubewasm"),
+            "{:?}",
+            never.not_ready
+        );
+        assert!(split(true).ready, "joined once, its readiness is as before");
     }
 
     struct Fixed;
