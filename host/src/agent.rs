@@ -363,6 +363,11 @@ impl Agent {
         let keeper_task = keeper
             .clone()
             .map(|keeper| tokio::spawn(async move { keeper.run(keeper::DEFAULT_INTERVAL).await }));
+        if options.config.readiness_follows_api_server
+            && let Some(kube) = &kube
+        {
+            kube.keep_watching();
+        }
         let shared = Arc::new(Shared {
             plugins,
             factory,

@@ -23,7 +23,7 @@
 //! pluginResources: false       # also load the plugins of KubewasmPlugin objects
 //!                              # (examples/deploy/kubewasmplugin-crd.yaml), live
 //! readinessFollowsApiServer: false  # /readyz 503 while the API server does not answer
-//!                              # (a hang is noticed within 90 s); /healthz is not affected
+//!                              # (a hang is noticed within 20 s); /healthz is not affected
 //! admission:                   # admission webhooks of plugins that declare them; off when
 //!   address: 0.0.0.0:8443      # absent (HTTPS, POST /admit/<plugin>, every replica serves)
 //!   certFile: /etc/kubewasm/tls/tls.crt  # PEM chain and key, read again when they change

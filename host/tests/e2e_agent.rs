@@ -568,6 +568,72 @@ async fn a_leader_cut_off_by_a_hung_api_server_stops_before_a_follower_leads() -
     Ok(())
 }
 
+/// With `readinessFollowsApiServer`, an API server that hangs (connections held, nothing
+/// answered) turns `/readyz` to 503 within the documented 20 s, far before a watch's 90 s
+/// silence bound would notice, and back to 200 once it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_a_hung_api_server_within_twenty_seconds() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    let proxy = kubewasm_testenv::proxy::FreezableProxy::start(env.addr()).await?;
+    let through_proxy = env.admin_client_via(proxy.addr()).await?;
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(
+        kubewasm_plugin_artifacts::AUDIT_LOG,
+        dir.path().join("audit.wasm"),
+    )?;
+    let mut config = support::configs(&[("audit", &audit_of(&["v1/ConfigMap"]))]);
+    config.readiness_follows_api_server = true;
+    let options = AgentOptions {
+        metrics_address: Some(([127, 0, 0, 1], 0).into()),
+        ..AgentOptions::new(
+            Cluster::Kube(through_proxy),
+            config,
+            Arc::new(MemorySink::default()),
+        )
+    };
+    let mut agent = Agent::start(options).await?;
+    agent.follow_plugins(dir.path()).await?;
+    let address = agent
+        .metrics_address()
+        .ok_or_else(|| anyhow::anyhow!("endpoints are served"))?;
+    let readyz = || async move {
+        tokio::task::spawn_blocking(move || support::http_get(address, "/readyz").0)
+            .await
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while readyz().await != 200 {
+        anyhow::ensure!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.freeze(true);
+    let frozen = Instant::now();
+    while readyz().await != 503 {
+        anyhow::ensure!(
+            frozen.elapsed() < Duration::from_secs(60),
+            "still ready a minute into the hang"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let noticed = frozen.elapsed();
+    assert!(
+        noticed <= Duration::from_secs(20) + Duration::from_secs(1),
+        "/readyz turned 503 {noticed:?} into the hang (the documented bound is 20 s)"
+    );
+    proxy.freeze(false);
+    let thawed = Instant::now();
+    while readyz().await != 200 {
+        anyhow::ensure!(
+            thawed.elapsed() < Duration::from_secs(60),
+            "not ready again a minute after the hang ended"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(admin);
+    Ok(())
+}
+
 /// A quick election on Lease `lease` for `identity`: valid `lease_secs`, renewed every
 /// 200 ms, given up one second before it expires.
 fn quick_election(lease: &str, identity: &str, lease_secs: u64) -> ElectionConfig {

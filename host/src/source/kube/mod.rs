@@ -71,6 +71,12 @@ impl KubeSource {
         self.health.reachable()
     }
 
+    /// Probes the API server from now on whatever the reflectors do, so that a hang shows
+    /// in [`Self::reachable`] within 20 s (for `readinessFollowsApiServer`).
+    pub fn keep_watching(&self) {
+        self.health.keep_watching();
+    }
+
     /// Counters of every resource type watched so far, by type.
     pub fn stats(&self) -> Vec<(Gvk, ReflectorSnapshot)> {
         self.stats

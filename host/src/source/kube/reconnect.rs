@@ -23,6 +23,11 @@ pub const BASE: Duration = Duration::from_millis(800);
 pub const CAP: Duration = Duration::from_secs(30);
 /// How often the API server is probed while reflectors wait.
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How often the API server is probed when readiness follows it, and how long a probe may
+/// take.
+pub const WATCH_EVERY: Duration = Duration::from_secs(5);
+/// Probes in a row without an answer after which the API server counts as not answering.
+pub const WATCH_FAILURES: u32 = 2;
 
 /// Delays between attempts: [`BASE`] doubling to [`CAP`], each jittered down by up to half,
 /// never above the cap.
@@ -85,6 +90,47 @@ impl Health {
     /// False while the API server does not answer its probe.
     pub fn reachable(&self) -> bool {
         self.reachable.load(Ordering::Relaxed)
+    }
+
+    /// Probes the API server every [`WATCH_EVERY`] whatever the reflectors do, so that a
+    /// server that hangs (connections held, nothing answered, which a watch notices only
+    /// after its silence bound, 90 s) shows in [`Self::reachable`] after [`WATCH_FAILURES`]
+    /// probes in a row found no answer: within 20 s. Ends when the health is dropped.
+    pub fn keep_watching(self: &Arc<Self>) {
+        let health = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut failures = 0;
+            loop {
+                tokio::time::sleep(WATCH_EVERY).await;
+                let Some(health) = health.upgrade() else {
+                    return;
+                };
+                let request = http::Request::get("/readyz").body(Vec::new());
+                let answered = match request {
+                    Ok(request) => {
+                        tokio::time::timeout(WATCH_EVERY, health.client.request_text(request))
+                            .await
+                            .is_ok_and(|r| r.is_ok())
+                    }
+                    Err(_) => false,
+                };
+                if answered {
+                    if !health.reachable.swap(true, Ordering::Relaxed) {
+                        tracing::info!("the API server answers again: reconnecting now");
+                        health.recoveries.send_modify(|n| *n += 1);
+                    }
+                    failures = 0;
+                } else {
+                    failures += 1;
+                    if failures >= WATCH_FAILURES && health.reachable.swap(false, Ordering::Relaxed)
+                    {
+                        tracing::warn!(
+                            "the API server has not answered {failures} probes of /readyz in a row"
+                        );
+                    }
+                }
+            }
+        });
     }
 
     /// Waits `delay` after a failure, or less if the API server is seen back meanwhile.
