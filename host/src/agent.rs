@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::task::JoinHandle;
@@ -183,6 +183,10 @@ impl LeaderCallbacks for Shared {
         } else {
             self.plugins.lead();
         }
+    }
+
+    fn confirmed_until(&self, until: Instant) {
+        self.plugins.duty().confirm_leading_until(until);
     }
 
     fn stopped_leading(&self) {

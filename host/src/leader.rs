@@ -70,6 +70,12 @@ pub trait LeaderCallbacks: Send + Sync + 'static {
     fn started_leading(&self);
     /// This replica no longer holds the Lease (or cannot tell): stop at once.
     fn stopped_leading(&self);
+    /// A renewal succeeded: the Lease is this replica's, by its own monotonic clock, until
+    /// `until` (when the renewal was sent, plus the renew deadline, which is shorter than the
+    /// lease duration another replica waits out). Called before `started_leading` too.
+    fn confirmed_until(&self, until: Instant) {
+        let _ = until;
+    }
 }
 
 /// One replica's side of the election.
@@ -173,10 +179,12 @@ impl Elector {
     }
 
     /// Waits until this replica holds the Lease.
-    async fn acquire(&mut self) {
+    async fn acquire(&mut self, callbacks: &dyn LeaderCallbacks) {
         loop {
+            let sent = Instant::now();
             match self.attempt(self.config.renew_deadline).await {
                 Ok(true) => {
+                    callbacks.confirmed_until(sent + self.config.renew_deadline);
                     self.holding = true;
                     tracing::info!(lease = %format!("{}/{}", self.config.namespace, self.config.name), identity = %self.config.identity, "became the leader");
                     return;
@@ -192,7 +200,9 @@ impl Elector {
     /// another replica holds the Lease. Each attempt is bounded by what is left of the renew
     /// deadline, so a hung API server ends the leadership on time, before a follower's
     /// lease duration lets it take over.
-    async fn hold(&mut self) {
+    async fn hold(&mut self, callbacks: &dyn LeaderCallbacks) {
+        // When the last successful renewal was sent: the Lease is ours by our own clock for
+        // the renew deadline from then, and no longer.
         let mut last_renewal = Instant::now();
         let deadline = self.config.renew_deadline;
         let left = |last: Instant| deadline.saturating_sub(last.elapsed());
@@ -203,8 +213,12 @@ impl Elector {
                 tracing::error!(lease = %self.config.name, "lease not renewed within {:?}: no longer leading", self.config.renew_deadline);
                 break;
             }
+            let sent = Instant::now();
             match self.attempt(within).await {
-                Ok(true) => last_renewal = Instant::now(),
+                Ok(true) => {
+                    last_renewal = sent;
+                    callbacks.confirmed_until(sent + deadline);
+                }
                 Ok(false) => {
                     tracing::error!(lease = %self.config.name, "another replica holds the lease: no longer leading");
                     break;
@@ -219,12 +233,12 @@ impl Elector {
     /// lost, having called `stopped_leading`. The caller decides what follows (client-go's
     /// callers exit).
     pub async fn run(&mut self, callbacks: Arc<dyn LeaderCallbacks>) {
-        self.acquire().await;
+        self.acquire(callbacks.as_ref()).await;
         let started = callbacks.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || started.started_leading()).await {
             tracing::error!("cannot start leading: {e}");
         }
-        self.hold().await;
+        self.hold(callbacks.as_ref()).await;
         let stopped = callbacks.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || stopped.stopped_leading()).await {
             tracing::error!("cannot stop leading: {e}");

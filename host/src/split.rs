@@ -99,7 +99,7 @@ impl Split {
         let (stop, stopped) = oneshot::channel::<()>();
         let identity = sharding.members.identity.clone();
         let group = sharding.members.group.clone();
-        let membership = Membership::new(client, sharding.members, claims);
+        let membership = Membership::new(client, sharding.members, claims).confirming(duty.clone());
         let membership = tokio::spawn(membership.run(view_tx, stopped));
         let handovers = Arc::new(AtomicU64::new(0));
         let generation = Arc::new(AtomicU64::new(0));

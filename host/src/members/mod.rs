@@ -140,9 +140,11 @@ pub struct Membership {
     config: MembersConfig,
     /// Each Lease's record (holder and renew time) as last seen, and when it last changed.
     observed: HashMap<String, (String, Instant)>,
-    /// When this member last renewed its own Lease.
+    /// When this member's last successful renewal of its own Lease was sent.
     renewed: Option<Instant>,
     claims: watch::Receiver<Claim>,
+    /// Told, at each renewal, until when the slices are this member's by its own clock.
+    duty: Option<std::sync::Arc<crate::shard::Duty>>,
 }
 
 fn now() -> MicroTime {
@@ -163,7 +165,16 @@ impl Membership {
             observed: HashMap::new(),
             renewed: None,
             claims,
+            duty: None,
         }
+    }
+
+    /// Confirms `duty`'s slices at each renewal, until the renew deadline from when it was
+    /// sent: a member stopped past it delivers nothing when it resumes, before its task has
+    /// noticed.
+    pub fn confirming(mut self, duty: std::sync::Arc<crate::shard::Duty>) -> Self {
+        self.duty = Some(duty);
+        self
     }
 
     /// Renews its Lease and publishes what it sees into `view` every `retry` period, until
@@ -304,6 +315,7 @@ impl Membership {
 
     /// Creates or renews this member's Lease, with the slices it claims.
     async fn renew(&mut self) -> Result<(), MembersError> {
+        let sent = Instant::now();
         let name = self.config.lease_name(&self.config.identity);
         let duration = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
         let (slices, table) = *self.claims.borrow_and_update();
@@ -347,7 +359,10 @@ impl Membership {
             spec.acquire_time = Some(now());
             self.api.create(&PostParams::default(), &lease).await?;
         }
-        self.renewed = Some(Instant::now());
+        self.renewed = Some(sent);
+        if let Some(duty) = &self.duty {
+            duty.confirm_slices_until(sent + self.config.renew_deadline);
+        }
         Ok(())
     }
 }

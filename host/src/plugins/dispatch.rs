@@ -894,7 +894,8 @@ impl Worker {
         let handling = n.id();
         for (i, write) in staged.writes.iter().enumerate() {
             // Leadership or the object's slice lost between staging and sending: nothing
-            // more goes out.
+            // more goes out (a confirmation that lapsed meanwhile is waited out first).
+            self.duty.settle();
             if self.stopped() || !self.ours(n) {
                 return Err(AttemptFailure {
                     reason: format!(

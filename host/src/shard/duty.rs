@@ -32,9 +32,21 @@ pub struct Duty {
     /// The latest any call counted in each half may run until by the wall clock, in
     /// nanoseconds after `base`.
     ends: [AtomicU64; 2],
-    /// The moment `ends` count from.
+    /// Until when its leadership is confirmed by its own monotonic clock (the last renewal
+    /// it sent, plus the time a leader keeps leading without renewing), in nanoseconds after
+    /// `base`; `u64::MAX` when it needs no confirmation (no election).
+    leader_until: AtomicU64,
+    /// The same for its slices (its member Lease's renewals).
+    slices_until: AtomicU64,
+    /// The moment `ends` and the confirmations count from.
     base: Instant,
 }
+
+/// Longest a call waits for a lapsed confirmation to be renewed or withdrawn before its work
+/// counts as not this replica's.
+const CONFIRMATION_WAIT: Duration = Duration::from_secs(30);
+/// How often a waiting call looks again.
+const CONFIRMATION_POLL: Duration = Duration::from_millis(5);
 
 /// A call under way that [`Duty::begin`] admitted; counted until dropped.
 #[derive(Debug)]
@@ -60,6 +72,8 @@ impl Duty {
             epoch: AtomicU64::new(0),
             in_flight: Default::default(),
             ends: Default::default(),
+            leader_until: AtomicU64::new(u64::MAX),
+            slices_until: AtomicU64::new(u64::MAX),
             base: Instant::now(),
         }
     }
@@ -77,9 +91,51 @@ impl Duty {
         self.sharded
     }
 
-    /// Whether this replica holds the leader Lease (or needs none).
+    /// Whether this replica holds the leader Lease (or needs none), confirmed by its own
+    /// monotonic clock now: a replica stopped (SIGSTOP, a VM paused) past its last renewal
+    /// does not lead when it resumes, whatever its election task has not noticed yet.
     pub fn leading(&self) -> bool {
-        self.leading.load(Ordering::SeqCst)
+        self.leading.load(Ordering::SeqCst) && self.confirmed(&self.leader_until)
+    }
+
+    /// Its leadership is confirmed until `until` (a renewal succeeded that was sent early
+    /// enough); until the next confirmation, nothing is delivered past it.
+    pub fn confirm_leading_until(&self, until: Instant) {
+        self.leader_until.store(self.nanos(until), Ordering::SeqCst);
+    }
+
+    /// Its slices are confirmed until `until` (its member Lease was renewed).
+    pub fn confirm_slices_until(&self, until: Instant) {
+        self.slices_until.store(self.nanos(until), Ordering::SeqCst);
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether `until` is still ahead by the monotonic clock.
+    fn confirmed(&self, until: &AtomicU64) -> bool {
+        let until = until.load(Ordering::SeqCst);
+        until == u64::MAX || self.nanos(Instant::now()) < until
+    }
+
+    /// Waits while a confirmation this replica relies on has lapsed: it is renewed or
+    /// withdrawn within a retry period of the election or membership (delivering or writing
+    /// meanwhile could act on a Lease another replica already holds; dropping the work would
+    /// lose it where the renewal was only slow). Blocking: call it on a plugin's thread.
+    pub fn settle(&self) {
+        let waiting = Instant::now();
+        while self.lapsed() && waiting.elapsed() < CONFIRMATION_WAIT {
+            std::thread::sleep(CONFIRMATION_POLL);
+        }
+    }
+
+    /// True while a confirmation this replica relies on has lapsed and not been withdrawn:
+    /// its election or membership task has not renewed, nor given up, yet.
+    fn lapsed(&self) -> bool {
+        let leader = self.leading.load(Ordering::SeqCst) && !self.confirmed(&self.leader_until);
+        let slices = !self.slices().is_empty() && !self.confirmed(&self.slices_until);
+        leader || slices
     }
 
     /// Leads from now on, or stops leading.
@@ -110,6 +166,7 @@ impl Duty {
     /// which may run for `longest` by the wall clock; `None` when the work is not this
     /// replica's now.
     pub fn begin(&self, longest: Duration, admits: impl FnOnce(&Duty) -> bool) -> Option<Call<'_>> {
+        self.settle();
         let half = loop {
             let epoch = self.epoch.load(Ordering::SeqCst);
             let half = (epoch & 1) as usize;
@@ -165,7 +222,7 @@ impl Duty {
         match self.sharded.and_then(|key| key.hash_of(object)) {
             Some(hash) => {
                 let cuts = self.cuts.read().unwrap_or_else(|e| e.into_inner());
-                self.slices().contains(cuts.slice_of(hash))
+                self.slices().contains(cuts.slice_of(hash)) && self.confirmed(&self.slices_until)
             }
             None => self.leading(),
         }
@@ -186,6 +243,62 @@ mod tests {
 
     fn slice(namespace: &str) -> u32 {
         slice_of(fnv1a64(namespace))
+    }
+
+    #[test]
+    fn a_lapsed_confirmation_is_waited_out_until_renewed_or_withdrawn() {
+        let duty = std::sync::Arc::new(Duty::whole(false));
+        duty.confirm_leading_until(Instant::now() + Duration::from_secs(60));
+        duty.set_leading(true);
+        let cm = object(Some("a"));
+        assert!(duty.leading() && duty.delivers(&cm));
+        // Stopped past its last renewal (SIGSTOP): by its own clock it does not lead, though
+        // its election task has not said so yet.
+        duty.confirm_leading_until(Instant::now());
+        assert!(!duty.leading() && !duty.delivers(&cm));
+        // A call waits; a renewal lets it go on.
+        let renewer = {
+            let duty = duty.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                duty.confirm_leading_until(Instant::now() + Duration::from_secs(60));
+            })
+        };
+        let started = Instant::now();
+        let call = duty.begin(Duration::from_secs(1), |d| d.delivers(&cm));
+        assert!(call.is_some(), "renewed: delivered");
+        assert!(started.elapsed() >= Duration::from_millis(90));
+        drop(call);
+        renewer.join().expect("renewer");
+        // Lapsed again, then withdrawn: the call is not this replica's.
+        duty.confirm_leading_until(Instant::now());
+        let withdrawer = {
+            let duty = duty.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                duty.set_leading(false);
+            })
+        };
+        assert!(
+            duty.begin(Duration::from_secs(1), |d| d.delivers(&cm))
+                .is_none(),
+            "withdrawn: not delivered"
+        );
+        withdrawer.join().expect("withdrawer");
+    }
+
+    #[test]
+    fn a_members_slices_need_a_current_renewal_too() {
+        let duty = Duty::sharded(ShardKey::Namespace);
+        let shop = object(Some("shop"));
+        duty.set_slices(Slices::all(), Cuts::EQUAL);
+        duty.confirm_slices_until(Instant::now() + Duration::from_secs(60));
+        assert!(duty.delivers(&shop));
+        duty.confirm_slices_until(Instant::now());
+        assert!(
+            !duty.delivers(&shop),
+            "past its last renewal, not its slice"
+        );
     }
 
     #[test]
