@@ -288,15 +288,9 @@ async fn group(
     size: &Size,
     n: usize,
 ) -> anyhow::Result<Value> {
-    let dir = tempfile::tempdir()?;
-    std::fs::create_dir(dir.path().join("plugins"))?;
-    std::fs::copy(
-        kubewasm_plugin_artifacts::AUDIT_LOG,
-        dir.path().join("plugins/audit.wasm"),
-    )?;
-    std::fs::write(
-        dir.path().join("config.yaml"),
-        format!(
+    let dir = kubewasm_testenv::agent_process::run_dir(
+        &[("audit", kubewasm_plugin_artifacts::AUDIT_LOG.as_ref())],
+        &format!(
             "leaderElection: {{enabled: true, namespace: default, name: cluster-{n}}}\n\
              sharding: {{enabled: true, key: namespace}}\n\
              # Every delivery is logged: no line may be dropped for the rate.\n\

@@ -708,14 +708,8 @@ impl Replica {
     /// Starts a replica electing on Lease `fence` (3 s), its audit plugin on namespace
     /// `fence`.
     fn start(env: &TestEnv) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        std::fs::create_dir(dir.path().join("plugins"))?;
-        std::fs::copy(
-            kubewasm_plugin_artifacts::AUDIT_LOG,
-            dir.path().join("plugins/audit.wasm"),
-        )?;
-        std::fs::write(
-            dir.path().join("config.yaml"),
+        let dir = kubewasm_testenv::agent_process::run_dir(
+            &[("audit", kubewasm_plugin_artifacts::AUDIT_LOG.as_ref())],
             "leaderElection: {enabled: true, namespace: default, name: fence, leaseDurationSeconds: 3}\n\
              plugins: {audit: {config: {resources: [v1/ConfigMap], namespaces: [fence]}}}\n",
         )?;

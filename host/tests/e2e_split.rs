@@ -17,7 +17,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm::serve::Status;
 use kubewasm::shard::{Cuts, fnv1a64};
 use kubewasm::source::kube::stats::ShardFilter;
-use kubewasm_testenv::agent_process::{AgentProcess, Delivered, free_address, http_get, run_args};
+use kubewasm_testenv::agent_process::{
+    AgentProcess, Delivered, free_address, http_get, run_args, run_dir,
+};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::{Value, json};
 
@@ -117,20 +119,13 @@ impl Group {
     async fn start_with(key: &str, audit: &str) -> anyhow::Result<Self> {
         let env = TestEnv::start().await?;
         let client = env.client().await?;
-        let dir = tempfile::tempdir()?;
-        std::fs::create_dir(dir.path().join("plugins"))?;
-        std::fs::copy(
-            kubewasm_plugin_artifacts::AUDIT_LOG,
-            dir.path().join("plugins/audit.wasm"),
-        )?;
-        // A plugin that keeps state: its events' state moves with their namespaces.
-        std::fs::copy(
-            kubewasm_plugin_artifacts::SERVICE_ALERT,
-            dir.path().join("plugins/alert.wasm"),
-        )?;
-        std::fs::write(
-            dir.path().join("config.yaml"),
-            format!(
+        // alert keeps state: its events' state moves with their namespaces.
+        let dir = run_dir(
+            &[
+                ("audit", kubewasm_plugin_artifacts::AUDIT_LOG.as_ref()),
+                ("alert", kubewasm_plugin_artifacts::SERVICE_ALERT.as_ref()),
+            ],
+            &format!(
                 "leaderElection: {{enabled: true, namespace: default, name: split, leaseDurationSeconds: {}}}\nsharding: {{enabled: true, key: {key}}}\n\
                  # Every delivery is logged: no line may be dropped for the rate.\n\
                  defaults: {{limits: {{logLinesPerSecond: 1000000, logBurst: 1000000}}}}\n\

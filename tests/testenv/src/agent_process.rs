@@ -100,6 +100,18 @@ impl Drop for AgentProcess {
     }
 }
 
+/// A folder for `kubewasm run` ([`run_args`]): `plugins` holding each `(name, file)` as
+/// `name.wasm`, and `config.yaml` holding `config`.
+pub fn run_dir(plugins: &[(&str, &Path)], config: &str) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("plugins"))?;
+    for (name, file) in plugins {
+        std::fs::copy(file, dir.path().join(format!("plugins/{name}.wasm")))?;
+    }
+    std::fs::write(dir.path().join("config.yaml"), config)?;
+    Ok(dir)
+}
+
 /// The arguments of a `kubewasm run` working in `dir` (its `plugins` folder, `config.yaml`
 /// and `cache`), reaching the API server through `kubeconfig`, serving its endpoints on
 /// `address` and logging JSON.
