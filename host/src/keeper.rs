@@ -9,6 +9,11 @@
 //! written later, whole, as it is then; a map handed over with a slice is written at once.
 //! Reads stay local: plugins never wait on the API server for their state.
 //!
+//! Writes are fenced by the API server: taking a map over bumps its owner generation on a
+//! resourceVersion precondition (`Keeper::take_over`), and every write carries the version
+//! its writer last read or wrote, so a former owner's write still on its way fails instead
+//! of landing over the new owner's (docs/design/sharding.md, "Fencing").
+//!
 //! When replicas split the work, each part's map (a namespace's, or by uid a slice's:
 //! `shard::Part`) has a ConfigMap of its own, written by the replica delivering it. Taking a
 //! slice over reads the parts in it before its delivery opens ([`Keeper::load_parts`]);
@@ -35,6 +40,11 @@ pub const LABEL: &str = "kubewasm.dev/plugin-state";
 pub const PART_LABEL: &str = "kubewasm.dev/state-scope";
 /// The ConfigMap key holding the state as JSON.
 pub const DATA_KEY: &str = "state.json";
+/// The annotation a replica taking a map over bumps (with a resourceVersion precondition),
+/// so that a write the former owner still has on its way fails instead of landing.
+pub const OWNER_GENERATION: &str = "kubewasm.dev/owner-generation";
+/// Attempts at taking one map over when others keep writing it meanwhile.
+const FENCE_ATTEMPTS: usize = 5;
 /// How often changed maps are written at most.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// Part maps written per plugin per interval at most: a plugin changing state in every
@@ -113,6 +123,17 @@ pub enum KeeperError {
         /// The API server's error.
         source: kube::Error,
     },
+    /// The map was written by another replica since this one last read or wrote it: this
+    /// replica no longer owns it, and does not overwrite it.
+    #[error(
+        "plugin state ConfigMap {namespace}/{name} was written by another replica since this one last read or wrote it: not overwritten (this replica no longer owns it)"
+    )]
+    Fenced {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
     /// A ConfigMap holds something that is not kept state.
     #[error("plugin state ConfigMap {namespace}/{name}: {message}")]
     Invalid {
@@ -141,6 +162,23 @@ fn take_turns<T>(mut items: Vec<T>, round: u64, most: usize) -> Vec<T> {
 /// A part map held: its plugin, the plugin's state, the part's id, the map.
 type HeldPart = (String, Arc<PluginState>, String, Arc<StateStore>);
 
+/// A map's key: its plugin, and its part (none: the whole map).
+type MapKey = (String, Option<String>);
+
+/// The version of a map this replica last read or wrote: its writes carry it as a
+/// precondition, so one made after another replica took the map over fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Version {
+    resource_version: String,
+    owner_generation: u64,
+}
+
+/// A kept map as read, with its version.
+struct Read {
+    kept: Kept,
+    version: Version,
+}
+
 /// Reads and writes the plugins' state in one namespace.
 pub struct Keeper {
     api: Api<ConfigMap>,
@@ -159,6 +197,13 @@ pub struct Keeper {
     rounds: AtomicU64,
     /// The bytes written per plugin and in all, against their rates.
     pacer: std::sync::Mutex<Pacer>,
+    /// The version of each map as last read or written here (absent: never read, or not
+    /// there when read).
+    versions: std::sync::Mutex<BTreeMap<MapKey, Version>>,
+    /// Writes refused because another replica had written the map since ([`KeeperError::Fenced`]).
+    fenced: AtomicU64,
+    /// Maps refused so: not written again until taken over anew.
+    lost: std::sync::Mutex<std::collections::BTreeSet<MapKey>>,
 }
 
 /// How fast maps are written through: a token bucket of bytes per plugin, and one for all
@@ -219,6 +264,9 @@ impl Keeper {
             pacer: std::sync::Mutex::new(Pacer::new(
                 plugins.settings().state_write_bytes_per_second,
             )),
+            versions: std::sync::Mutex::default(),
+            fenced: AtomicU64::new(0),
+            lost: std::sync::Mutex::default(),
             plugins,
         }
     }
@@ -234,6 +282,24 @@ impl Keeper {
             self.writes.load(Ordering::Relaxed),
             self.failures.load(Ordering::Relaxed),
         )
+    }
+
+    /// Writes refused because another replica had written the map since this one last
+    /// read or wrote it.
+    pub fn fenced(&self) -> u64 {
+        self.fenced.load(Ordering::Relaxed)
+    }
+
+    fn lost(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<MapKey>> {
+        self.lost
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn versions(&self) -> std::sync::MutexGuard<'_, BTreeMap<MapKey, Version>> {
+        self.versions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn api_error(&self, source: kube::Error) -> KeeperError {
@@ -252,7 +318,7 @@ impl Keeper {
 
     /// The kept state ConfigMaps `selector` finds, each read; one that does not parse is
     /// skipped with an error logged.
-    async fn list_kept(&self, selector: &str) -> Result<Vec<Kept>, KeeperError> {
+    async fn list_kept(&self, selector: &str) -> Result<Vec<Read>, KeeperError> {
         let list = self
             .api
             .list(&ListParams::default().labels(selector))
@@ -262,21 +328,85 @@ impl Keeper {
             .items
             .iter()
             .filter_map(|map| {
-                self.parse(map)
+                self.read(map)
                     .inspect_err(|e| tracing::error!("{e}: skipped"))
                     .ok()
             })
             .collect())
     }
 
-    /// Replaces every plugin's state with what the cluster keeps (before leading); returns
-    /// the plugins read. A ConfigMap that does not parse is skipped with an error logged.
+    /// `map` parsed, with its version.
+    fn read(&self, map: &ConfigMap) -> Result<Read, KeeperError> {
+        let kept = self.parse(map)?;
+        let owner_generation = map
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(OWNER_GENERATION))
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(0);
+        Ok(Read {
+            kept,
+            version: Version {
+                resource_version: map.metadata.resource_version.clone().unwrap_or_default(),
+                owner_generation,
+            },
+        })
+    }
+
+    /// Takes the map `read` over: writes it back as read with its owner generation bumped,
+    /// on the condition that it is still the version read. A write another replica still
+    /// had on its way then fails instead of landing over what this one goes on from; one
+    /// that landed first makes this fail, and the map is read again (it holds that write).
+    /// The map as taken over, with its new version.
+    async fn take_over(&self, mut read: Read) -> Result<Read, KeeperError> {
+        let name = match &read.kept.part {
+            None => object_name(&read.kept.plugin),
+            Some(part) => part_object_name(&read.kept.plugin, part),
+        };
+        for _ in 0..FENCE_ATTEMPTS {
+            let version = Version {
+                owner_generation: read.version.owner_generation + 1,
+                ..read.version.clone()
+            };
+            let text = serde_json::to_string(&read.kept).unwrap_or_default();
+            match self
+                .apply(&name, read.kept.part.is_some(), text, Some(&version))
+                .await
+            {
+                Ok((resource_version, _)) => {
+                    read.version = Version {
+                        resource_version,
+                        ..version
+                    };
+                    return Ok(read);
+                }
+                Err(KeeperError::Fenced { .. }) => {
+                    let map = self.api.get(&name).await.map_err(|e| self.api_error(e))?;
+                    read = self.read(&map)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(KeeperError::Fenced {
+            namespace: self.namespace.clone(),
+            name,
+        })
+    }
+
+    /// Replaces every plugin's state with what the cluster keeps (before leading), taking
+    /// each map over (see `Keeper::take_over`); returns the plugins read. A ConfigMap that
+    /// does not parse is skipped with an error logged.
     pub async fn load(&self) -> Result<usize, KeeperError> {
         let kept = self
             .list_kept(&format!("{LABEL}=kubewasm,!{PART_LABEL}"))
             .await?;
         let read = kept.len();
         for kept in kept {
+            let Read { kept, version } = self.take_over(kept).await?;
+            let key = (kept.plugin.clone(), None);
+            self.lost().remove(&key);
+            self.versions().insert(key, version);
             let store = self.plugins.state_of(&kept.plugin).whole().clone();
             store.replace(kept.entries);
             store.replace_ticks(
@@ -319,23 +449,29 @@ impl Keeper {
         Ok(kept)
     }
 
-    /// Reads the part maps that fall in `share` (slices being taken over) and holds them;
-    /// returns how many were read. Nothing is held on an error: the caller tries again
-    /// before it delivers those slices.
+    /// Reads the part maps that fall in `share` (slices being taken over), takes each over
+    /// (see `Keeper::take_over`) and holds them; returns how many were read. On an error the
+    /// caller tries again before it delivers those slices (what was held is read again).
     pub async fn load_parts(&self, share: &Share) -> Result<usize, KeeperError> {
         let kept = self
             .list_kept(&format!("{LABEL}=kubewasm,{PART_LABEL}=part"))
             .await?;
         let mut read = 0;
-        for kept in kept {
-            let Some(id) = kept.part else { continue };
+        for found in kept {
+            let Some(id) = found.kept.part.clone() else {
+                continue;
+            };
             let Some(part) = Part::from_id(&id) else {
-                tracing::error!(plugin = %kept.plugin, part = %id, "plugin state of an unknown part: skipped");
+                tracing::error!(plugin = %found.kept.plugin, part = %id, "plugin state of an unknown part: skipped");
                 continue;
             };
             if !share.holds(part.hash()) {
                 continue;
             }
+            let Read { kept, version } = self.take_over(found).await?;
+            let key = (kept.plugin.clone(), Some(id.clone()));
+            self.lost().remove(&key);
+            self.versions().insert(key, version);
             let store = self
                 .plugins
                 .state_of(&kept.plugin)
@@ -387,9 +523,13 @@ impl Keeper {
     /// Stops holding `held`, and forgets when they were written.
     fn drop_parts(&self, held: Vec<HeldPart>) {
         let mut written = self.written();
+        let (mut versions, mut lost) = (self.versions(), self.lost());
         for (plugin, state, id, _) in held {
             state.drop_part(&id);
-            written.remove(&(plugin, Some(id)));
+            let key = (plugin, Some(id));
+            versions.remove(&key);
+            lost.remove(&key);
+            written.remove(&key);
         }
     }
 
@@ -412,10 +552,10 @@ impl Keeper {
         part: Option<&str>,
         store: &StateStore,
     ) -> Result<bool, KeeperError> {
-        if !self.changed(plugin, part, store) {
+        let key = (plugin.to_owned(), part.map(str::to_owned));
+        if !self.changed(plugin, part, store) || self.lost().contains(&key) {
             return Ok(false);
         }
-        let key = (plugin.to_owned(), part.map(str::to_owned));
         let count = store.changes();
         match self.write(plugin, part, store).await {
             Ok(bytes) => {
@@ -428,6 +568,13 @@ impl Keeper {
                     .written_bytes
                     .fetch_add(u64::try_from(bytes).unwrap_or(u64::MAX), Ordering::Relaxed);
                 Ok(true)
+            }
+            Err(e @ KeeperError::Fenced { .. }) => {
+                // Another replica owns it now: never written from here again until it is
+                // taken over anew.
+                self.fenced.fetch_add(1, Ordering::Relaxed);
+                self.lost().insert(key);
+                Err(e)
             }
             Err(e) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
@@ -497,7 +644,9 @@ impl Keeper {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Writes the map; the bytes of its text.
+    /// Writes the map, on the condition that it is still the version this replica last
+    /// read or wrote (none known: the map is written whatever is there); the bytes of its
+    /// text.
     async fn write(
         &self,
         plugin: &str,
@@ -509,6 +658,31 @@ impl Keeper {
             None => object_name(plugin),
             Some(part) => part_object_name(plugin, part),
         };
+        let key = (plugin.to_owned(), part.map(str::to_owned));
+        let version = self.versions().get(&key).cloned();
+        let (resource_version, bytes) = self
+            .apply(&name, part.is_some(), text, version.as_ref())
+            .await?;
+        self.versions().insert(
+            key,
+            Version {
+                resource_version,
+                owner_generation: version.map_or(0, |v| v.owner_generation),
+            },
+        );
+        Ok(bytes)
+    }
+
+    /// Applies ConfigMap `name` holding `text` (a part's map when `part`), on the condition
+    /// that it is at `version` when one is given (then with its owner generation): its new
+    /// resourceVersion and the bytes of `text`; [`KeeperError::Fenced`] when it is not.
+    async fn apply(
+        &self,
+        name: &str,
+        part: bool,
+        text: String,
+        version: Option<&Version>,
+    ) -> Result<(String, usize), KeeperError> {
         let mut labels = BTreeMap::from([
             (LABEL.to_owned(), "kubewasm".to_owned()),
             (
@@ -516,13 +690,13 @@ impl Keeper {
                 "kubewasm".to_owned(),
             ),
         ]);
-        if part.is_some() {
+        if part {
             labels.insert(PART_LABEL.to_owned(), "part".to_owned());
         }
         if text.len() > MAX_BYTES {
             return Err(KeeperError::Invalid {
                 namespace: self.namespace.clone(),
-                name,
+                name: name.to_owned(),
                 message: format!(
                     "{} bytes: more than a ConfigMap holds (lower stateKiB)",
                     text.len()
@@ -532,9 +706,15 @@ impl Keeper {
         let bytes = text.len();
         let map = ConfigMap {
             metadata: ObjectMeta {
-                name: Some(name.clone()),
+                name: Some(name.to_owned()),
                 namespace: Some(self.namespace.clone()),
                 labels: Some(labels),
+                annotations: version.map(|v| {
+                    BTreeMap::from([(OWNER_GENERATION.to_owned(), v.owner_generation.to_string())])
+                }),
+                // A precondition: the API server refuses the apply (409) once the map has
+                // moved past this version.
+                resource_version: version.map(|v| v.resource_version.clone()),
                 ..ObjectMeta::default()
             },
             data: Some(BTreeMap::from([(DATA_KEY.to_owned(), text)])),
@@ -543,15 +723,22 @@ impl Keeper {
         let mut value = serde_json::to_value(&map).unwrap_or_default();
         value["apiVersion"] = "v1".into();
         value["kind"] = "ConfigMap".into();
-        self.api
+        let written = self
+            .api
             .patch(
-                &name,
+                name,
                 &PatchParams::apply("kubewasm").force(),
                 &Patch::Apply(value),
             )
-            .await
-            .map_err(|e| self.api_error(e))?;
-        Ok(bytes)
+            .await;
+        match written {
+            Ok(map) => Ok((map.metadata.resource_version.unwrap_or_default(), bytes)),
+            Err(kube::Error::Api(status)) if status.code == 409 => Err(KeeperError::Fenced {
+                namespace: self.namespace.clone(),
+                name: name.to_owned(),
+            }),
+            Err(e) => Err(self.api_error(e)),
+        }
     }
 
     /// Writes changed maps every `interval`: the whole maps while this replica leads

@@ -550,3 +550,79 @@ plugins:
     assert_eq!((s.given_up, s.traps), (0, 0), "{s:#?}");
     Ok(())
 }
+
+/// State write-through fenced by the API server: a replica that takes a plugin's map over
+/// bumps its owner generation on the condition that it is still the version it read, and
+/// every later write of a map carries the version its writer last read or wrote. A former
+/// owner that does not know it lost the map (frozen, cut off) then cannot land its write
+/// over what the new owner goes on from; before, a held patch (server-side apply with force,
+/// no precondition) landed, and the returning owner read its own stale write back.
+#[test]
+fn a_former_owners_state_write_cannot_land_after_a_take_over() -> anyhow::Result<()> {
+    use kubewasm::keeper::Keeper;
+    let rt = support::tokio();
+    let cluster = tempfile::tempdir()?;
+    let replica = || {
+        support::snapshot_agent(
+            &rt,
+            cluster.path(),
+            HostConfig::default(),
+            Arc::new(MemorySink::default()),
+        )
+        .0
+    };
+    let (a, b) = (replica(), replica());
+    let set = |agent: &Agent, value: &str| {
+        let map = [("n".to_owned(), value.to_owned())].into();
+        agent.plugins().state_of("counter").whole().replace(map);
+    };
+    rt.block_on(async {
+        let env = TestEnv::start().await?;
+        let client = env.client().await?;
+        resources::create_namespace(&client, "state").await?;
+        let kept = |client: kube::Client| async move {
+            let maps: Api<ConfigMap> = Api::namespaced(client, "state");
+            let map = maps.get(&kubewasm::keeper::object_name("counter")).await?;
+            let text = map
+                .data
+                .and_then(|d| d.get(kubewasm::keeper::DATA_KEY).cloned())
+                .unwrap_or_default();
+            let kept: serde_json::Value = serde_json::from_str(&text)?;
+            anyhow::Ok(kept["entries"]["n"].as_str().unwrap_or_default().to_owned())
+        };
+        let keeper_a = Keeper::new(client.clone(), "state", a.plugins().clone());
+        let keeper_b = Keeper::new(client.clone(), "state", b.plugins().clone());
+        keeper_a.load().await?;
+        set(&a, "1");
+        assert_eq!(keeper_a.write_changed(16).await, 1, "a writes its map");
+        // b takes over: it goes on from n=1.
+        keeper_b.load().await?;
+        let held = b.plugins().state_of("counter").whole().snapshot();
+        assert_eq!(held.get("n").map(String::as_str), Some("1"));
+        // a, not knowing, writes again: the API server refuses it.
+        set(&a, "stale");
+        assert_eq!(
+            keeper_a.write_changed(16).await,
+            0,
+            "a's write does not land"
+        );
+        assert_eq!(keeper_a.fenced(), 1);
+        assert_eq!(kept(client.clone()).await?, "1");
+        // b's writes land; a's never again, and are not tried again as failures.
+        set(&b, "2");
+        assert_eq!(keeper_b.write_changed(16).await, 1);
+        set(&a, "stale again");
+        assert_eq!(keeper_a.write_changed(16).await, 0);
+        assert_eq!(keeper_a.fenced(), 1, "a lost map is not written again");
+        assert_eq!(keeper_a.counts().1, 0, "nor counted as a failed write");
+        assert_eq!(kept(client.clone()).await?, "2");
+        // Taken back over, a goes on from what b wrote.
+        keeper_a.load().await?;
+        let held = a.plugins().state_of("counter").whole().snapshot();
+        assert_eq!(held.get("n").map(String::as_str), Some("2"));
+        set(&a, "3");
+        assert_eq!(keeper_a.write_changed(16).await, 1);
+        assert_eq!(kept(client).await?, "3");
+        anyhow::Ok(())
+    })
+}
