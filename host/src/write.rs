@@ -284,6 +284,19 @@ impl fmt::Display for Refusal {
 pub trait Writer: Send + Sync {
     /// Sends one write of plugin `plugin` (its field manager is `kubewasm/<plugin>`).
     fn send(&self, plugin: &str, write: &Write) -> Result<(), Refusal>;
+
+    /// As [`Self::send`], abandoned (a retryable refusal that says so) when not answered
+    /// within `within`: the time the replica's Lease is confirmed for, past which another
+    /// replica may lead. A writer that answers at once ignores it.
+    fn send_within(
+        &self,
+        plugin: &str,
+        write: &Write,
+        within: std::time::Duration,
+    ) -> Result<(), Refusal> {
+        let _ = within;
+        self.send(plugin, write)
+    }
 }
 
 /// The field manager of a plugin's writes.

@@ -939,7 +939,16 @@ impl Worker {
             if self.stopped() {
                 continue;
             }
-            match access.writer.send(&self.ctx.name, write) {
+            // Not waited on past the Lease's confirmation: by then another replica may lead.
+            let object = match n {
+                Work::Event(event) => Some(event.object().as_ref()),
+                _ => None,
+            };
+            let sent = match self.duty.confirmed_for(object) {
+                Some(within) => access.writer.send_within(&self.ctx.name, write, within),
+                None => access.writer.send(&self.ctx.name, write),
+            };
+            match sent {
                 Ok(()) => {
                     self.stats.writes_sent.fetch_add(1, Ordering::Relaxed);
                 }

@@ -130,6 +130,21 @@ impl Duty {
         }
     }
 
+    /// How long the confirmation this replica's delivery of `object` rests on (its slice's,
+    /// or for cluster-scoped work and without sharding its leadership's; `None`: work of no
+    /// object) holds still by its own clock; `None` when it rests on none (no election).
+    pub fn confirmed_for(&self, object: Option<&KubeObject>) -> Option<Duration> {
+        let slice = object.is_some_and(|o| self.sharded.and_then(|k| k.hash_of(o)).is_some());
+        let until = if slice {
+            &self.slices_until
+        } else {
+            &self.leader_until
+        };
+        let until = until.load(Ordering::SeqCst);
+        (until != u64::MAX)
+            .then(|| Duration::from_nanos(until.saturating_sub(self.nanos(Instant::now()))))
+    }
+
     /// True while a confirmation this replica relies on has lapsed and not been withdrawn:
     /// its election or membership task has not renewed, nor given up, yet.
     fn lapsed(&self) -> bool {
@@ -285,6 +300,42 @@ mod tests {
             "withdrawn: not delivered"
         );
         withdrawer.join().expect("withdrawer");
+    }
+
+    #[test]
+    fn a_write_is_waited_on_no_longer_than_the_confirmation_it_rests_on() {
+        let duty = Duty::sharded(ShardKey::Namespace);
+        let (shop, node) = (object(Some("shop")), object(None));
+        assert_eq!(
+            duty.confirmed_for(Some(&shop)),
+            None,
+            "nothing confirmed yet"
+        );
+        let now = Instant::now();
+        duty.confirm_slices_until(now + Duration::from_secs(4));
+        duty.confirm_leading_until(now + Duration::from_secs(9));
+        let slice = duty.confirmed_for(Some(&shop)).expect("a slice's");
+        assert!(slice <= Duration::from_secs(4) && slice > Duration::from_secs(3));
+        let leader = duty.confirmed_for(Some(&node)).expect("the leader's");
+        assert!(
+            leader > Duration::from_secs(8),
+            "cluster-scoped: the leader's"
+        );
+        assert!(
+            duty.confirmed_for(None)
+                .is_some_and(|d| d > Duration::from_secs(8))
+        );
+        duty.confirm_slices_until(now);
+        assert_eq!(
+            duty.confirmed_for(Some(&shop)),
+            Some(Duration::ZERO),
+            "lapsed"
+        );
+        assert_eq!(
+            Duty::whole(true).confirmed_for(Some(&shop)),
+            None,
+            "no election"
+        );
     }
 
     #[test]

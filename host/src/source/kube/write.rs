@@ -251,15 +251,27 @@ impl Sender {
 
 impl Writer for KubeWriter {
     fn send(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
+        self.send_within(plugin, write, WRITE_TIMEOUT)
+    }
+
+    fn send_within(&self, plugin: &str, write: &Write, within: Duration) -> Result<(), Refusal> {
+        let bound = within.min(WRITE_TIMEOUT);
         // Sent from the runtime's own threads, not polled on this (plugin) thread: a thread
         // the request starts there, such as the blocking pool's for a name lookup, would
         // inherit this thread's lowered priority and go on serving the host with it.
         let (sender, plugin, write) = (self.sender.clone(), plugin.to_owned(), write.clone());
         let sending = self.tasks.spawn(async move {
-            tokio::time::timeout(WRITE_TIMEOUT, sender.send_async(&plugin, &write)).await
+            tokio::time::timeout(bound, sender.send_async(&plugin, &write)).await
         });
         match self.tasks.block_on(sending) {
             Ok(Ok(sent)) => sent,
+            Ok(Err(_)) if bound < WRITE_TIMEOUT => Err(refusal(
+                "Abandoned",
+                format!(
+                    "no answer within {bound:?}, when this replica's Lease was confirmed until: abandoned, as another replica may lead by then (a request already on its way may still land)"
+                ),
+                true,
+            )),
             Ok(Err(_)) => Err(refusal(
                 "Timeout",
                 format!("no answer from the API server within {WRITE_TIMEOUT:?}"),
