@@ -839,9 +839,46 @@ def main():
             + ".",
             "",
         ]
+    out += flood_section()
     out += sharding_section()
     out += cluster_section()
     sys.stdout.write("\n".join(out))
+
+
+def flood_section():
+    """Section 8, continued: a neighbour's latency under an admission flood."""
+    runs, totals = tagged("admission", "FLOOD"), tagged("admission", "FLOOD_TOTALS")
+    if not runs or not totals:
+        return []
+    t = totals[0]
+    ms = lambda us: fmt_time(us * 1e-6)
+    return [
+        "### A neighbour under an admission flood",
+        "",
+        "In the admission benchmark's agent (`host/benches/admission.rs`, after its round "
+        "trips): pod-phase delivering events beside a validating plugin whose `admit` takes "
+        "50 ms of CPU (on Secrets, failure policy Fail). Pods are created 20 a second; "
+        "latency is from a create's answer to pod-phase's line for the pod, alone and then "
+        f"while {t['secrets']:,} Secret creates are sent {t['at_once']} at a time.",
+        "",
+        table(
+            ["run", "pods", "p50", "p95"],
+            [[r["name"], r["pods"], ms(r["p50_us"]), ms(r["p95_us"])] for r in runs],
+        ),
+        "",
+        table(
+            ["what", "measured", "issue's bound"],
+            [
+                ["neighbour's p95 under the flood / alone", f"{t['p95_ratio']:.2f}", "2"],
+                ["flood creates the plugin allowed", t["allowed"], ""],
+                ["flood creates refused by its failure policy (no answer in time)",
+                 t["refused_by_policy"], ""],
+                ["flood creates with any other answer (the API server's own timeout)",
+                 t["other_answers"], "0"],
+            ],
+        ),
+        "",
+    ]
 
 
 def sharding_section():

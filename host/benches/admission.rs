@@ -4,6 +4,13 @@
 //! each round times a block of creates without the webhook configuration, then a block with
 //! it. Issue 57 asks for the p99 of both.
 //!
+//! Then issue 72's flood, on the same agent: pod-phase (a neighbour delivering events) beside
+//! a validating plugin whose `admit` takes 50 ms of CPU (the hostile plugin's `admit-slow`,
+//! on Secrets, failure policy Fail). The neighbour's latency, from a pod's create answered
+//! to its log line, is measured alone and then while 1,500 Secret creates are sent 500 at a
+//! time; every create of the flood must get the plugin's or its failure policy's answer,
+//! never the API server's own timeout.
+//!
 //! Run with `cargo bench -p kubewasm --bench admission` (needs `KUBEWASM_SERVERS`, which
 //! scripts/bench.sh sets from scripts/k8s-servers.sh). `KUBEWASM_BENCH_QUICK=1`: small blocks.
 
@@ -11,13 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use kubewasm::admission::ServeConfig;
 use kubewasm::admission::webhooks::{Target, render};
 use kubewasm::agent::{Agent, AgentOptions, Cluster};
 use kubewasm::config::HostConfig;
-use kubewasm::wasm::logging::MemorySink;
+use kubewasm::wasm::logging::{LogSink, PluginLogRecord};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
@@ -65,6 +72,64 @@ async fn until_webhook(pods: &Api<Pod>, refused: bool) {
     }
 }
 
+/// When each pod was first seen by pod-phase (its `pod` field), as its lines arrive.
+#[derive(Default)]
+struct Seen(std::sync::Mutex<std::collections::HashMap<String, Instant>>);
+
+impl LogSink for Seen {
+    fn record(&self, record: PluginLogRecord) {
+        if record.plugin == "pod-phase"
+            && let Some(pod) = record.field("pod")
+        {
+            let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            seen.entry(pod.to_owned()).or_insert_with(Instant::now);
+        }
+    }
+}
+
+impl Seen {
+    fn at(&self, key: &str) -> Option<Instant> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+    }
+}
+
+/// Creates `count` pods named `tag-N` in namespace `neighbour`, 20 a second: for each,
+/// the time from its create's answer to pod-phase's line for it.
+async fn neighbour(admin: &kube::Client, seen: &Seen, tag: &str, count: usize) -> Vec<Duration> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), "neighbour");
+    let pace = Duration::from_millis(50);
+    let first = Instant::now();
+    let mut answered = Vec::with_capacity(count);
+    for i in 0..count {
+        tokio::time::sleep_until((first + pace * i as u32).into()).await;
+        let name = format!("{tag}-{i}");
+        pods.create(
+            &PostParams::default(),
+            &pod(&name, "registry.example.com/web:1"),
+        )
+        .await
+        .expect("allowed");
+        answered.push((format!("neighbour/{name}"), Instant::now()));
+    }
+    let deadline = Instant::now() + WAIT;
+    let mut out = Vec::with_capacity(count);
+    for (key, at) in answered {
+        let seen_at = loop {
+            if let Some(t) = seen.at(&key) {
+                break t;
+            }
+            assert!(Instant::now() < deadline, "pod-phase never saw {key}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        out.push(seen_at.saturating_duration_since(at));
+    }
+    out
+}
+
 /// Times `count` creates of allowed pods, named from `next`.
 async fn creates(pods: &Api<Pod>, count: usize, next: &mut usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(count);
@@ -105,7 +170,7 @@ fn main() -> anyhow::Result<()> {
         let (cert_file, key_file) = (files.path().join("tls.crt"), files.path().join("tls.key"));
         std::fs::write(&cert_file, &cert.cert)?;
         std::fs::write(&key_file, &cert.key)?;
-        let config = HostConfig {
+        let mut config = HostConfig {
             admission: Some(ServeConfig {
                 address: "127.0.0.1:0".parse()?,
                 cert_file,
@@ -114,17 +179,18 @@ fn main() -> anyhow::Result<()> {
             }),
             ..HostConfig::default()
         };
+        // The flood's validating plugin (loaded after the round trips).
+        let mut slow = config.plugins.defaults.clone();
+        slow.config = r#"{"mode": "admit-slow"}"#.to_owned();
+        config.plugins.named.insert("slow".to_owned(), slow);
         let plugins = files.path().join("plugins");
         std::fs::create_dir(&plugins)?;
         std::fs::copy(
             kubewasm_plugin_artifacts::IMAGE_POLICY,
             plugins.join("image-policy.wasm"),
         )?;
-        let options = AgentOptions::new(
-            Cluster::Kube(admin.clone()),
-            config,
-            Arc::new(MemorySink::default()),
-        );
+        let seen = Arc::new(Seen::default());
+        let options = AgentOptions::new(Cluster::Kube(admin.clone()), config, seen.clone());
         let mut agent = Agent::start(options).await?;
         let report = agent.follow_plugins(&plugins).await?;
         anyhow::ensure!(report.failed.is_empty(), "image-policy failed: {report:?}");
@@ -184,6 +250,133 @@ fn main() -> anyhow::Result<()> {
             .and_then(|p| p.admission)
             .map(|a| serde_json::to_string(&a).unwrap_or_default());
         eprintln!("image-policy's admission counters: {reviews:?}");
-        Ok(())
+        flood(&env, &admin, &agent, &plugins, &seen, quick).await
     })
+}
+
+/// Issue 72's flood (see the module's comment): prints `FLOOD` lines.
+async fn flood(
+    env: &TestEnv,
+    admin: &kube::Client,
+    agent: &Agent,
+    plugins: &std::path::Path,
+    seen: &Seen,
+    quick: bool,
+) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let (pods, secrets, at_once) = if quick {
+        (60, 300, 100)
+    } else {
+        (200, 1500, 500)
+    };
+    for ns in ["neighbour", "flood"] {
+        resources::create_namespace(admin, ns).await?;
+    }
+    std::fs::copy(
+        kubewasm_plugin_artifacts::POD_PHASE,
+        plugins.join("pod-phase.wasm"),
+    )?;
+    std::fs::copy(
+        kubewasm_plugin_artifacts::HOSTILE,
+        plugins.join("slow.wasm"),
+    )?;
+    let loaded = |name: &str| {
+        agent
+            .plugins()
+            .status()
+            .iter()
+            .any(|p| p.name == name && p.synced)
+    };
+    let deadline = Instant::now() + WAIT;
+    while !(loaded("pod-phase") && agent.plugins().admitter("slow").is_some()) {
+        anyhow::ensure!(Instant::now() < deadline, "pod-phase and slow did not load");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let address = agent
+        .webhooks_address()
+        .ok_or_else(|| anyhow::anyhow!("webhooks served"))?;
+    let admitter = agent
+        .plugins()
+        .admitter("slow")
+        .ok_or_else(|| anyhow::anyhow!("slow serves admission"))?;
+    let yaml = render(
+        "kubewasm-flood",
+        &[("slow".to_owned(), admitter.admission.clone())],
+        &Target::Url(format!("https://{address}")),
+        Some(env.ca_cert().as_bytes()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let webhook: ValidatingWebhookConfiguration = serde_yaml_ng::from_str(&yaml)?;
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .create(&PostParams::default(), &webhook)
+        .await?;
+    let secret = |name: String| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("a secret")
+    };
+    let flood_api = Api::<Secret>::namespaced(admin.clone(), "flood");
+    // The webhook in effect: a review reaches the plugin.
+    let deadline = Instant::now() + WAIT;
+    for i in 0.. {
+        let _ = flood_api
+            .create(&PostParams::default(), &secret(format!("probe-{i}")))
+            .await;
+        if admitter.status().decisions.iter().any(|(_, n)| *n > 0) {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the slow webhook never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    neighbour(admin, seen, "warm", pods / 4).await;
+    let mut alone = neighbour(admin, seen, "alone", pods).await;
+    let flooding = async {
+        let answers: Vec<Result<Secret, kube::Error>> = futures::stream::iter(0..secrets)
+            .map(|i| {
+                let api = flood_api.clone();
+                let s = secret(format!("flood-{i}"));
+                async move { api.create(&PostParams::default(), &s).await }
+            })
+            .buffer_unordered(at_once)
+            .collect()
+            .await;
+        answers
+    };
+    let (answers, mut beside) = tokio::join!(flooding, neighbour(admin, seen, "flooded", pods));
+    let (mut allowed, mut refused, mut other) = (0, 0, Vec::new());
+    for answer in answers {
+        match answer {
+            Ok(_) => allowed += 1,
+            Err(e)
+                if e.to_string()
+                    .contains("kubewasm plugin slow could not review") =>
+            {
+                refused += 1
+            }
+            Err(e) => other.push(e.to_string()),
+        }
+    }
+    for (what, samples) in [("alone", &mut alone), ("under the flood", &mut beside)] {
+        let line = json!({
+            "name": what,
+            "pods": samples.len(),
+            "p50_us": quantile(samples, 0.50).as_micros() as u64,
+            "p95_us": quantile(samples, 0.95).as_micros() as u64,
+        });
+        println!("FLOOD {line}");
+    }
+    let ratio =
+        quantile(&mut beside, 0.95).as_secs_f64() / quantile(&mut alone, 0.95).as_secs_f64();
+    let line = json!({
+        "p95_ratio": ratio,
+        "secrets": secrets,
+        "at_once": at_once,
+        "allowed": allowed,
+        "refused_by_policy": refused,
+        "other_answers": other.len(),
+        "first_other": other.first(),
+    });
+    println!("FLOOD_TOTALS {line}");
+    Ok(())
 }
