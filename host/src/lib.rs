@@ -7,11 +7,12 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`): `captured_log` (tests only), `clock`, `text`, `priority`, `rate`, `cpu`, `schedule`,
-//! `gvk`, `object`, `write`, `histogram`, `watch`, `rbac`, `leader`, `oci`, `traces` · `source`
-//! · `informer` · `wasm` · `plugins` · `keeper`, `admission` · `config` · `crd`, `serve` · `agent` ·
-//! `testing`. [`keeper`] writes plugin state through to the cluster while this replica leads;
-//! [`admission`] serves plugins' admission webhooks.
+//! `tests/layers.rs`, which also keeps this list whole): `clock`, `text`, `priority`, `rate`,
+//! `cpu`, `schedule`, `captured_log` (tests only), `whole_file`, `gvk`, `yaml`, `object`,
+//! `shard`, `write`, `histogram`, `watch`, `leader`, `members`, `rbac`, `oci`, `traces` ·
+//! `source` · `informer` · `wasm` · `plugins` · `keeper`, `admission` · `config` · `crd`,
+//! `split`, `serve` · `agent` · `testing`. [`keeper`] writes plugin state through to the
+//! cluster while this replica leads; [`admission`] serves plugins' admission webhooks.
 
 pub mod admission;
 pub mod agent;

@@ -125,6 +125,25 @@ fn every_library_module_has_a_layer() {
 }
 
 #[test]
+fn the_layer_list_in_the_crate_docs_is_this_one() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("read lib.rs");
+    let docs: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let start = docs.find("Layers, lowest first").expect("the layer list");
+    let end = start + docs[start..].find("`testing`").expect("ends with testing") + 9;
+    let named: Vec<&str> = docs[start..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .collect();
+    assert_eq!(named, LAYERS, "lib.rs's layer list, in order");
+}
+
+#[test]
 fn the_checker_sees_an_upward_use() {
     let found = uses("use crate::agent::Agent;\nlet x = kubewasm_crate::y; crate::gvk::Gvk::new");
     assert_eq!(found, BTreeSet::from(["agent".into(), "gvk".into()]));
