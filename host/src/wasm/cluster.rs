@@ -14,8 +14,7 @@ use crate::wasm::bindings::kubewasm::plugin::types::{Gvk as WitGvk, Object};
 use crate::wasm::{HostState, convert, limits};
 use crate::write::{self, Action, Regarding, Target, Verb, Write};
 
-/// Largest JSON body (object or patch) of one write.
-pub const MAX_WRITE_BYTES: usize = 1 << 20;
+pub use crate::wasm::limits::MAX_WRITE_BYTES;
 /// Most writes one `handle` call may stage.
 pub const MAX_WRITES_PER_CALL: usize = 64;
 /// Most bytes the writes of one `handle` call may carry together.

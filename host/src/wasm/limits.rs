@@ -60,7 +60,10 @@ pub const MAX_ARGUMENT_BYTES: usize = 4096;
 /// hostcall fuel, 128 MiB by default, counted before each string or list is copied), so the
 /// host never holds a plugin's arguments larger than this, however they alias the plugin's
 /// memory. Twice the largest write body.
-pub const MAX_CALL_BYTES: usize = 2 * crate::wasm::cluster::MAX_WRITE_BYTES;
+pub const MAX_CALL_BYTES: usize = 2 * MAX_WRITE_BYTES;
+
+/// Largest JSON body (object or patch) of one write.
+pub const MAX_WRITE_BYTES: usize = 1 << 20;
 
 /// A label selector from a plugin, refused before parsing when too long and after when it
 /// has too many requirements; errors never echo more than a bounded part of it.
