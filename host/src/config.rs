@@ -63,9 +63,10 @@
 //!     backoffCapMs: 60000      # ...up to this
 //!     logLinesPerSecond: 100   # logging calls, stdout and stderr together
 //!     logBurst: 500
-//!     cpuMillisPerSecond: 500  # CPU time the plugin may use per second, its calls and the
-//!                              # host's work for it together (0: only the pool's bound);
-//!                              # past it, its calls wait, even mid-call
+//!     cpuMillisPerSecond: 1000 # CPU time the plugin may use per second, its calls (with
+//!                              # its admission reviews) and the host's work for it together
+//!                              # (0: only the pool's bound); past it, its calls wait, even
+//!                              # mid-call
 //!     recycleAfterCalls: 100000  # fresh instance after this many calls (0: never)
 //!     releaseIdleSeconds: 60   # an instance idle this long is released; the next event
 //!                              # gets a fresh one (0: never)

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 /// How often a running call of a budgeted plugin is charged and, when in debt, held.
 pub const CHECK_EVERY: Duration = Duration::from_millis(20);
 
-/// Default CPU a plugin may use per second: half a core.
-pub const DEFAULT_MILLIS_PER_SECOND: u32 = 500;
+/// Default CPU a plugin may use per second: a core (its dispatch thread alone uses at most
+/// that; its admission reviews run beside it). Sharing between many plugins is the pool's.
+pub const DEFAULT_MILLIS_PER_SECOND: u32 = 1000;
 
 /// A token bucket of CPU time.
 #[derive(Debug)]
