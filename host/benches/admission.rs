@@ -9,7 +9,8 @@
 //! on Secrets, failure policy Fail). The neighbour's latency, from a pod's create answered
 //! to its log line, is measured alone and then while 1,500 Secret creates are sent 500 at a
 //! time; every create of the flood must get the plugin's or its failure policy's answer,
-//! never the API server's own timeout.
+//! never the API server's own timeout. A plain watch of the benchmark's own, on the same
+//! pods, tells the API server's share of a delay from the host's.
 //!
 //! Run with `cargo bench -p kubewasm --bench admission` (needs `KUBEWASM_SERVERS`, which
 //! scripts/bench.sh sets from scripts/k8s-servers.sh). `KUBEWASM_BENCH_QUICK=1`: small blocks.
@@ -95,11 +96,39 @@ impl Seen {
             .get(key)
             .copied()
     }
+
+    fn note(&self, key: String) {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.entry(key).or_insert_with(Instant::now);
+    }
+}
+
+/// Watches namespace `neighbour`'s pods with a plain client of the benchmark's own: when
+/// each was first seen, to tell the API server's share of a delay from the host's.
+fn watch_directly(admin: &kube::Client, seen: Arc<Seen>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let pods = Api::<Pod>::namespaced(admin.clone(), "neighbour");
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()));
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                let name = pod.metadata.name.unwrap_or_default();
+                seen.note(format!("neighbour/{name}"));
+            }
+        }
+    });
 }
 
 /// Creates `count` pods named `tag-N` in namespace `neighbour`, 20 a second: for each,
-/// the time from its create's answer to pod-phase's line for it.
-async fn neighbour(admin: &kube::Client, seen: &Seen, tag: &str, count: usize) -> Vec<Duration> {
+/// the time from its create's answer to pod-phase's line for it, and to the benchmark's own
+/// watch seeing it.
+async fn neighbour(
+    admin: &kube::Client,
+    (seen, watched): (&Seen, &Seen),
+    tag: &str,
+    count: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
     let pods = Api::<Pod>::namespaced(admin.clone(), "neighbour");
     let pace = Duration::from_millis(50);
     let first = Instant::now();
@@ -116,18 +145,22 @@ async fn neighbour(admin: &kube::Client, seen: &Seen, tag: &str, count: usize) -
         answered.push((format!("neighbour/{name}"), Instant::now()));
     }
     let deadline = Instant::now() + WAIT;
-    let mut out = Vec::with_capacity(count);
+    let (mut out, mut direct) = (Vec::with_capacity(count), Vec::with_capacity(count));
     for (key, at) in answered {
-        let seen_at = loop {
-            if let Some(t) = seen.at(&key) {
-                break t;
+        let (seen_at, watched_at) = loop {
+            if let (Some(s), Some(w)) = (seen.at(&key), watched.at(&key)) {
+                break (s, w);
             }
-            assert!(Instant::now() < deadline, "pod-phase never saw {key}");
+            assert!(
+                Instant::now() < deadline,
+                "pod-phase or the watch never saw {key}"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
         out.push(seen_at.saturating_duration_since(at));
+        direct.push(watched_at.saturating_duration_since(at));
     }
-    out
+    (out, direct)
 }
 
 /// Times `count` creates of allowed pods, named from `next`.
@@ -329,8 +362,11 @@ async fn flood(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    neighbour(admin, seen, "warm", pods / 4).await;
-    let mut alone = neighbour(admin, seen, "alone", pods).await;
+    let watched = Arc::new(Seen::default());
+    watch_directly(admin, watched.clone());
+    let both = (seen, watched.as_ref());
+    neighbour(admin, both, "warm", pods / 4).await;
+    let (mut alone, mut alone_watch) = neighbour(admin, both, "alone", pods).await;
     let flooding = async {
         let answers: Vec<Result<Secret, kube::Error>> = futures::stream::iter(0..secrets)
             .map(|i| {
@@ -343,7 +379,8 @@ async fn flood(
             .await;
         answers
     };
-    let (answers, mut beside) = tokio::join!(flooding, neighbour(admin, seen, "flooded", pods));
+    let (answers, (mut beside, mut beside_watch)) =
+        tokio::join!(flooding, neighbour(admin, both, "flooded", pods));
     let (mut allowed, mut refused, mut other) = (0, 0, Vec::new());
     for answer in answers {
         match answer {
@@ -357,19 +394,27 @@ async fn flood(
             Err(e) => other.push(e.to_string()),
         }
     }
-    for (what, samples) in [("alone", &mut alone), ("under the flood", &mut beside)] {
+    for (what, samples, watch) in [
+        ("alone", &mut alone, &mut alone_watch),
+        ("under the flood", &mut beside, &mut beside_watch),
+    ] {
         let line = json!({
             "name": what,
             "pods": samples.len(),
             "p50_us": quantile(samples, 0.50).as_micros() as u64,
             "p95_us": quantile(samples, 0.95).as_micros() as u64,
+            "watch_p50_us": quantile(watch, 0.50).as_micros() as u64,
+            "watch_p95_us": quantile(watch, 0.95).as_micros() as u64,
         });
         println!("FLOOD {line}");
     }
     let ratio =
         quantile(&mut beside, 0.95).as_secs_f64() / quantile(&mut alone, 0.95).as_secs_f64();
+    let watch_ratio = quantile(&mut beside_watch, 0.95).as_secs_f64()
+        / quantile(&mut alone_watch, 0.95).as_secs_f64();
     let line = json!({
         "p95_ratio": ratio,
+        "watch_p95_ratio": watch_ratio,
         "secrets": secrets,
         "at_once": at_once,
         "allowed": allowed,
