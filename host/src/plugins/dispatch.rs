@@ -908,6 +908,8 @@ impl Worker {
             }
             let event = matches!(write.action, Action::RecordEvent { .. });
             let target = target_id(&write.target);
+            // A write that lands on the object its event is about counts towards a loop.
+            let own_object = !event && target == handling;
             if !event {
                 let cached = self.cached(&write.target);
                 if let Some(current) = &cached
@@ -918,7 +920,7 @@ impl Worker {
                     continue;
                 }
                 if target == handling
-                    && let Err(why) = self.loops.note(&target, Instant::now())
+                    && let Err(why) = self.loops.check(&target, Instant::now())
                 {
                     let refusal = Refusal {
                         reason: "FeedbackLoop".into(),
@@ -951,6 +953,9 @@ impl Worker {
             match sent {
                 Ok(()) => {
                     self.stats.writes_sent.fetch_add(1, Ordering::Relaxed);
+                    if own_object {
+                        self.loops.landed(&handling, Instant::now());
+                    }
                 }
                 Err(refusal) => {
                     self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);

@@ -29,9 +29,32 @@ pub struct Loops {
 }
 
 impl Loops {
-    /// Notes a write at `now` that changes object `key` while handling its own event; an
-    /// error when it is one too many within [`LOOP_WINDOW`] (then it is not counted).
-    pub fn note(&mut self, key: &str, now: Instant) -> Result<(), String> {
+    /// Notes a write at `now` that changed object `key` while handling its own event and
+    /// that the cluster took (a write that failed changed nothing and fed no event: a
+    /// write retried through an outage is not a loop).
+    pub fn landed(&mut self, key: &str, now: Instant) {
+        self.prune(key, now);
+        self.recent
+            .entry(key.to_owned())
+            .or_default()
+            .push_back(now);
+    }
+
+    /// Whether a write at `now` that would change object `key` while handling its own
+    /// event may go out: an error when [`LOOP_LIMIT`] of them landed within [`LOOP_WINDOW`].
+    pub fn check(&mut self, key: &str, now: Instant) -> Result<(), String> {
+        self.prune(key, now);
+        if self.recent.get(key).is_some_and(|t| t.len() >= LOOP_LIMIT) {
+            return Err(format!(
+                "feedback loop: this plugin changed {key} {LOOP_LIMIT} times within {}s while handling its own events; its writes to it are refused until that window has passed",
+                LOOP_WINDOW.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Forgets what is older than the window for `key`, and bounds the keys remembered.
+    fn prune(&mut self, key: &str, now: Instant) {
         if self.recent.len() >= MAX_LOOP_KEYS && !self.recent.contains_key(key) {
             self.recent.retain(|_, times| {
                 times
@@ -42,21 +65,14 @@ impl Loops {
                 self.recent.clear();
             }
         }
-        let times = self.recent.entry(key.to_owned()).or_default();
-        while times
-            .front()
-            .is_some_and(|t| now.saturating_duration_since(*t) >= LOOP_WINDOW)
-        {
-            times.pop_front();
+        if let Some(times) = self.recent.get_mut(key) {
+            while times
+                .front()
+                .is_some_and(|t| now.saturating_duration_since(*t) >= LOOP_WINDOW)
+            {
+                times.pop_front();
+            }
         }
-        if times.len() >= LOOP_LIMIT {
-            return Err(format!(
-                "feedback loop: this plugin changed {key} {LOOP_LIMIT} times within {}s while handling its own events; its writes to it are refused until that window has passed",
-                LOOP_WINDOW.as_secs()
-            ));
-        }
-        times.push_back(now);
-        Ok(())
     }
 }
 
@@ -68,21 +84,24 @@ mod tests {
     fn a_loop_is_refused_past_its_limit_until_the_window_passes() {
         let t0 = Instant::now();
         let mut loops = Loops::default();
+        let a = "v1/ConfigMap/t/a";
+        // Writes that failed (an outage) count for nothing.
+        for i in 0..3 * LOOP_LIMIT {
+            assert!(loops.check(a, t0 + Duration::from_millis(i as u64)).is_ok());
+        }
         for i in 0..LOOP_LIMIT {
             let at = t0 + Duration::from_millis(i as u64);
-            assert!(loops.note("v1/ConfigMap/t/a", at).is_ok());
+            assert!(loops.check(a, at).is_ok());
+            loops.landed(a, at);
         }
         let refused = loops
-            .note("v1/ConfigMap/t/a", t0 + Duration::from_secs(1))
+            .check(a, t0 + Duration::from_secs(1))
             .expect_err("one too many");
         assert!(refused.contains("feedback loop"), "{refused}");
-        assert!(loops.note("v1/ConfigMap/t/b", t0).is_ok(), "per object");
+        assert!(loops.check("v1/ConfigMap/t/b", t0).is_ok(), "per object");
         assert!(
             loops
-                .note(
-                    "v1/ConfigMap/t/a",
-                    t0 + LOOP_WINDOW + Duration::from_secs(1)
-                )
+                .check(a, t0 + LOOP_WINDOW + Duration::from_secs(1))
                 .is_ok(),
             "the window passed"
         );
