@@ -908,7 +908,8 @@ impl Worker {
             }
             let event = matches!(write.action, Action::RecordEvent { .. });
             let target = target_id(&write.target);
-            // A write that lands on the object its event is about counts towards a loop.
+            // A write the API server answers, to the object its event is about, counts
+            // towards a loop.
             let own_object = !event && target == handling;
             if !event {
                 let cached = self.cached(&write.target);
@@ -954,10 +955,19 @@ impl Worker {
                 Ok(()) => {
                     self.stats.writes_sent.fetch_add(1, Ordering::Relaxed);
                     if own_object {
-                        self.loops.landed(&handling, Instant::now());
+                        self.loops.answered(&handling, Instant::now());
                     }
                 }
                 Err(refusal) => {
+                    // Answered by the API server (not the writer's own `Unavailable`,
+                    // `Timeout` or `Abandoned`): it cost the server a write all the same.
+                    let answered = !matches!(
+                        refusal.reason.as_str(),
+                        "Unavailable" | "Timeout" | "Abandoned"
+                    );
+                    if own_object && answered {
+                        self.loops.answered(&handling, Instant::now());
+                    }
                     self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
                     let reason = format!(
                         "write {} of {total} ({} {}) refused: {refusal}",

@@ -29,10 +29,10 @@ pub struct Loops {
 }
 
 impl Loops {
-    /// Notes a write at `now` that changed object `key` while handling its own event and
-    /// that the cluster took (a write that failed changed nothing and fed no event: a
-    /// write retried through an outage is not a loop).
-    pub fn landed(&mut self, key: &str, now: Instant) {
+    /// Notes a write at `now` to object `key`, made while handling its own event, that the
+    /// API server answered (took or refused: either way it cost the server a write). One
+    /// that never reached it, retried through an outage, is not counted: it is no loop.
+    pub fn answered(&mut self, key: &str, now: Instant) {
         self.prune(key, now);
         self.recent
             .entry(key.to_owned())
@@ -41,7 +41,8 @@ impl Loops {
     }
 
     /// Whether a write at `now` that would change object `key` while handling its own
-    /// event may go out: an error when [`LOOP_LIMIT`] of them landed within [`LOOP_WINDOW`].
+    /// event may go out: an error when the API server answered [`LOOP_LIMIT`] of them within
+    /// [`LOOP_WINDOW`].
     pub fn check(&mut self, key: &str, now: Instant) -> Result<(), String> {
         self.prune(key, now);
         if self.recent.get(key).is_some_and(|t| t.len() >= LOOP_LIMIT) {
@@ -85,14 +86,14 @@ mod tests {
         let t0 = Instant::now();
         let mut loops = Loops::default();
         let a = "v1/ConfigMap/t/a";
-        // Writes that failed (an outage) count for nothing.
+        // Writes that never reached the API server (an outage) count for nothing.
         for i in 0..3 * LOOP_LIMIT {
             assert!(loops.check(a, t0 + Duration::from_millis(i as u64)).is_ok());
         }
         for i in 0..LOOP_LIMIT {
             let at = t0 + Duration::from_millis(i as u64);
             assert!(loops.check(a, at).is_ok());
-            loops.landed(a, at);
+            loops.answered(a, at);
         }
         let refused = loops
             .check(a, t0 + Duration::from_secs(1))
