@@ -105,16 +105,7 @@ impl Health {
                 let Some(health) = health.upgrade() else {
                     return;
                 };
-                let request = http::Request::get("/readyz").body(Vec::new());
-                let answered = match request {
-                    Ok(request) => {
-                        tokio::time::timeout(WATCH_EVERY, health.client.request_text(request))
-                            .await
-                            .is_ok_and(|r| r.is_ok())
-                    }
-                    Err(_) => false,
-                };
-                if answered {
+                if health.answers_within(WATCH_EVERY).await {
                     if !health.reachable.swap(true, Ordering::Relaxed) {
                         tracing::info!("the API server answers again: reconnecting now");
                         health.recoveries.send_modify(|n| *n += 1);
@@ -131,6 +122,16 @@ impl Health {
                 }
             }
         });
+    }
+
+    /// Whether the API server answers a `GET /readyz` within `bound`.
+    async fn answers_within(&self, bound: Duration) -> bool {
+        let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+            return false;
+        };
+        tokio::time::timeout(bound, self.client.request_text(request))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Waits `delay` after a failure, or less if the API server is seen back meanwhile.
@@ -157,15 +158,7 @@ impl Health {
                 if health.recoveries.receiver_count() == 0 {
                     break;
                 }
-                let request = http::Request::get("/readyz").body(Vec::new());
-                let answered = match request {
-                    Ok(request) => {
-                        tokio::time::timeout(PROBE_EVERY, health.client.request_text(request))
-                            .await
-                            .is_ok_and(|r| r.is_ok())
-                    }
-                    Err(_) => false,
-                };
+                let answered = health.answers_within(PROBE_EVERY).await;
                 health.reachable.store(answered, Ordering::Relaxed);
                 if answered {
                     if failed {
