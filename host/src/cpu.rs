@@ -6,11 +6,12 @@
 //! call's CPU (the thread's CPU clock: the plugin's code and the host calls it makes), and the
 //! host's work done for a plugin (comparing its change filters), is charged to its budget and
 //! the pool. A plugin whose budget is in debt waits until it is paid off; while the pool is in
-//! debt, every plugin using more than its fair share lately (the pool's rate over the plugins
-//! using CPU, each one's use an average over about a second) waits until the pool is paid
-//! off, and a plugin using less (the neighbour with quick calls) does not wait at all. The waits happen between calls and inside a running call, at its deadline's
-//! checkpoints ([`CHECK_EVERY`]), so a plugin spinning to its deadline is held to its share
-//! too. A throttled call's wait counts towards its wall-clock cap (`wasm/deadline.rs`).
+//! debt, every plugin using more than its max-min fair share lately (what the lighter users
+//! leave of the pool's rate, split among the rest; each one's use an average over about a
+//! second) waits until the pool is paid off, and a plugin using less (the neighbour with
+//! quick calls) does not wait at all. The waits happen between calls and inside a running
+//! call, at its deadline's checkpoints ([`CHECK_EVERY`]), so a plugin spinning to its
+//! deadline is held to its share too. A throttled call's wait counts towards its wall-clock cap (`wasm/deadline.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -109,8 +110,8 @@ struct Pooled {
 }
 
 /// All plugins' CPU together: at most this much per second. While it is in debt, a plugin
-/// using more than its fair share (the pool's rate over the plugins using CPU lately) waits
-/// until the debt is paid; one using less does not.
+/// using more than its max-min fair share of the pool lately waits until the debt is paid;
+/// one using less does not.
 #[derive(Debug)]
 pub struct CpuPool {
     state: Mutex<Pooled>,
@@ -160,16 +161,34 @@ impl Pooled {
             return self.fair;
         }
         self.members.retain(|m| m.strong_count() > 0);
-        let active = self
+        let recent: Vec<f64> = self
             .members
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|m| m.own().recent.at(now) >= ACTIVE)
-            .count();
-        self.fair = self.account.rate / active.max(1) as f64;
+            .map(|m| m.own().recent.at(now))
+            .filter(|&r| r >= ACTIVE)
+            .collect();
+        self.fair = water_level(self.account.rate, recent);
         self.fair_at = Some(now);
         self.fair
     }
+}
+
+/// The max-min fair share of `rate` among users using `recent` each: what those using less
+/// leave is shared by the rest, so a light user is never counted against a heavy one.
+/// Infinite when all of them together use no more than `rate`.
+fn water_level(rate: f64, mut recent: Vec<f64>) -> f64 {
+    recent.sort_by(f64::total_cmp);
+    let mut left = rate;
+    let count = recent.len();
+    for (i, r) in recent.into_iter().enumerate() {
+        let share = left / (count - i) as f64;
+        if r > share {
+            return share;
+        }
+        left -= r;
+    }
+    f64::INFINITY
 }
 
 /// One plugin's CPU over time: its budget, what it used and how long it was held.
@@ -264,6 +283,7 @@ impl CpuBudget {
     /// most `step` until `stop` says to give up; returns how long it waited.
     pub fn hold(&self, longest: Duration, step: Duration, stop: impl Fn() -> bool) -> Duration {
         let started = Instant::now();
+        let mut held = false;
         loop {
             let waited = started.elapsed();
             let wait = self
@@ -272,16 +292,18 @@ impl CpuBudget {
             if wait.is_zero() || stop() {
                 break;
             }
+            held = true;
             self.throttling.store(true, Ordering::Relaxed);
             std::thread::sleep(wait.min(step));
         }
         self.throttling.store(false, Ordering::Relaxed);
+        // A look that found nothing owed is not a wait, however long the look took.
+        if !held {
+            return Duration::ZERO;
+        }
         let waited = started.elapsed();
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        // A look that found nothing owed is not a wait.
-        if waited > Duration::from_micros(50) {
-            self.throttled_us.fetch_add(us, Ordering::Relaxed);
-        }
+        self.throttled_us.fetch_add(us, Ordering::Relaxed);
         waited
     }
 
@@ -361,6 +383,24 @@ mod tests {
             heavy[0].wait(t0 + Duration::from_millis(610)),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn the_fair_share_is_what_the_light_users_leave_split_among_the_heavy() {
+        // A second of CPU, three light users at 10 ms a second and sixteen spinners: the
+        // light ones are under the level, the spinners share the rest.
+        let mut recent = vec![0.01; 3];
+        recent.extend(std::iter::repeat_n(0.2, 16));
+        let level = water_level(1.0, recent);
+        assert!((level - 0.97 / 16.0).abs() < 1e-9, "{level}");
+        // Everyone together within the rate: nobody is over their share.
+        assert_eq!(water_level(1.0, vec![0.3, 0.3, 0.3]), f64::INFINITY);
+        // Plain division would put this light user (25 ms/s among 40 users of 1 s/s) over
+        // its share; max-min does not.
+        let mut crowd = vec![0.025];
+        crowd.extend(std::iter::repeat_n(0.006, 20));
+        crowd.extend(std::iter::repeat_n(0.1, 19));
+        assert!(water_level(1.0, crowd) > 0.025);
     }
 
     #[test]

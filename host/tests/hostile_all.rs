@@ -68,8 +68,9 @@ async fn every_hostile_plugin_at_once_keeps_the_host_within_its_bounds() -> anyh
     for (name, patches) in &writes.feedback {
         assert!(
             *patches <= kubewasm::plugins::throttle::LOOP_LIMIT * minutes,
-            "the feedback loop patched {name} {patches} times in {:?}",
-            run.window
+            "the feedback loop patched {name} {patches} times in {:?} (answers: {:?})",
+            run.window,
+            writes.feedback_codes
         );
     }
 
@@ -95,23 +96,42 @@ async fn every_hostile_plugin_at_once_keeps_the_host_within_its_bounds() -> anyh
             "{name} not failed with {reason:?}: {failed:#?}"
         );
     }
-    // Sixteen plugins spinning to their deadlines: each was held to its CPU budget, or
-    // to its share of all plugins' (`cpu.rs`).
+    // Sixteen plugins spinning to their deadlines: all plugins together stayed within the
+    // pool (a second's burst, and a quarter over for the checkpoints every 20 ms), and, when
+    // the machine let them reach it, each spinner was held to its share (`cpu.rs`).
     let plugins = run.status["plugins"]
         .as_array()
         .cloned()
         .unwrap_or_default();
+    let used_us: u64 = plugins.iter().filter_map(|p| p["cpu_us"].as_u64()).sum();
+    let seconds = plugins
+        .iter()
+        .filter_map(|p| p["running_seconds"].as_u64())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let pool_us = hostile_run::POOL_MILLICORES * 1000 * seconds;
+    eprintln!("plugins used {used_us} us of CPU in {seconds} s (pool {pool_us} us)");
+    assert!(
+        used_us <= (pool_us + 1_000_000) * 5 / 4,
+        "plugins used {used_us} us of CPU in {seconds} s, over the pool of {} millicores",
+        hostile_run::POOL_MILLICORES
+    );
     let spinners: Vec<&serde_json::Value> = plugins
         .iter()
         .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("spin")))
         .collect();
     assert_eq!(spinners.len(), hostile_run::SPINNERS + 1);
-    for p in &spinners {
-        assert!(
-            p["cpu_throttled_us"].as_u64().is_some_and(|us| us > 0),
-            "{} was never held for its CPU budget: {p}",
-            p["name"]
-        );
+    if used_us * 10 >= pool_us * 8 {
+        for p in &spinners {
+            assert!(
+                p["cpu_throttled_us"].as_u64().is_some_and(|us| us > 0),
+                "{} was never held for its CPU budget: {p}",
+                p["name"]
+            );
+        }
+    } else {
+        eprintln!("the machine is too busy for the plugins to reach the pool: nobody is held");
     }
     let good = plugins
         .iter()

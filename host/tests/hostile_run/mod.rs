@@ -79,6 +79,8 @@ pub struct Writes {
     pub events: usize,
     /// The feedback loop's patches, per ConfigMap of `loop`.
     pub feedback: HashMap<String, usize>,
+    /// The feedback loop's patches by the API server's answer.
+    pub feedback_codes: HashMap<u16, usize>,
 }
 
 impl Writes {
@@ -90,6 +92,7 @@ impl Writes {
                 ("events", "events") => writes.events += 1,
                 ("configmaps", "loop") if w.verb == "patch" => {
                     *writes.feedback.entry(w.name.clone()).or_default() += 1;
+                    *writes.feedback_codes.entry(w.code).or_default() += 1;
                 }
                 _ => {}
             }
@@ -226,6 +229,10 @@ const HOSTILE: &[(&str, &str)] = &[
     ),
 ];
 
+/// The CPU all plugins together may use, in millicores (the default on two cores, named so
+/// that a machine with more cores runs the same test).
+pub const POOL_MILLICORES: u64 = 1000;
+
 /// CPU-bound plugins besides `spin`, each spinning to its deadline on every event: with it,
 /// sixteen, more than the cores, which only their CPU budgets keep from the neighbour's.
 pub const SPINNERS: usize = 15;
@@ -341,7 +348,8 @@ pub async fn run(
     });
     let config = dir.path().join("config.yaml");
     let mut text = format!(
-        "shutdownTimeoutSeconds: {}\nplugins:\n  pod-phase: {{}}\n",
+        "shutdownTimeoutSeconds: {}\npluginCpuMillicores: {POOL_MILLICORES}\nplugins:\n  \
+         pod-phase: {{}}\n",
         SHUTDOWN_TIMEOUT.as_secs()
     );
     if !others.is_empty() {
