@@ -30,6 +30,11 @@ impl Bucket {
         }
     }
 
+    /// Its rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
     /// Takes one token at `now` if one is there; false (nothing taken) otherwise. A rate of
     /// zero always has one.
     pub fn try_take(&mut self, now: Instant) -> bool {

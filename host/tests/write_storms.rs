@@ -110,6 +110,31 @@ fn a_plugin_writing_its_own_objects_in_a_loop_is_stopped() {
 }
 
 #[test]
+fn a_plugin_in_a_loop_stays_stopped_when_replaced() {
+    // A fresh count for each version would let a plugin replaced every few seconds write
+    // each of its objects LOOP_LIMIT more times a swap.
+    let s = storm("write-loop", |_| {});
+    let first = s.until("the loop on each object stopped", |p| p.given_up >= 3);
+    let version = kubewasm_plugin_artifacts::variant(kubewasm_plugin_artifacts::HOSTILE, "v2");
+    let plugins = s._dirs[1].path();
+    fs::write(plugins.join(".bad.tmp"), version).expect("write");
+    fs::rename(plugins.join(".bad.tmp"), plugins.join("bad.wasm")).expect("rename");
+    s.until("replaced", |p| p.reloads == 1);
+    // An update of one of its objects reaches the new version, whose write to it is
+    // refused: the loop the old version ran is the plugin's, not the version's.
+    fs::write(
+        s._dirs[0].path().join("cm-1.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-1, namespace: t}\ndata: {v: '2'}\n",
+    )
+    .expect("write");
+    let second = s.until("the new version refused", |p| p.given_up >= 1);
+    assert_eq!(second.writes_sent, 0, "{second:#?}");
+    let error = second.last_error.clone().unwrap_or_default();
+    assert!(error.contains("feedback loop"), "{error}");
+    assert!(first.writes_sent <= 3 * LOOP_LIMIT as u64);
+}
+
+#[test]
 fn writes_that_change_nothing_are_not_sent() {
     // The same label on every event: each object is written once; the update each write
     // causes writes the same label again, which is not sent.

@@ -23,7 +23,7 @@ use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::object::KubeObject;
 use crate::plugins::retry::{Failures, RetryQueue};
-use crate::plugins::throttle::{Bucket, Loops};
+use crate::plugins::throttle::{Bucket, WriteLimits};
 use crate::plugins::triggers::{Requeue, Requeues, Schedules};
 use crate::plugins::{Delivery, PluginStats};
 use crate::shard::Duty;
@@ -154,6 +154,8 @@ pub struct Setup {
     pub stop: Arc<AtomicBool>,
     /// What this replica delivers: work outside it is dropped, writes outside it not sent.
     pub duty: Arc<Duty>,
+    /// The plugin's write rates and loops, kept across its versions.
+    pub write_limits: Arc<Mutex<WriteLimits>>,
 }
 
 /// What a worker counts locally between [`Worker::publish`]es.
@@ -196,11 +198,8 @@ struct Worker {
     schedules: Schedules,
     /// Per object key: why the writes of its last failed attempt were refused.
     write_failures: HashMap<String, Vec<WriteFailure>>,
-    /// The rate of its writes, and of its Events.
-    write_bucket: Bucket,
-    event_bucket: Bucket,
-    /// Objects changed while handling their own events, recently.
-    loops: Loops,
+    /// The rates of its writes and Events, and its loops: the plugin's, shared by its versions.
+    write_limits: Arc<Mutex<WriteLimits>>,
     /// Retries of all its keys together ([`RETRY_RATE`]).
     retry_bucket: Bucket,
     /// Objects written, by id, with the resource version the cache held when the write was
@@ -270,7 +269,6 @@ fn state_scope(duty: &Duty, work: &Work) -> StateScope {
 /// Starts a plugin's dispatch thread.
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let name = setup.ctx.name.clone();
-    let rates = (setup.delivery.write_rate, setup.delivery.event_rate);
     // Missed ticks (from when they last ran, kept with the plugin's state) run once now.
     let state = setup.ctx.state.clone();
     let schedules = Schedules::new(
@@ -305,9 +303,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         requeues: Requeues::default(),
         schedules,
         write_failures: HashMap::new(),
-        write_bucket: Bucket::new(rates.0, Instant::now()),
-        event_bucket: Bucket::new(rates.1, Instant::now()),
-        loops: Loops::default(),
+        write_limits: setup.write_limits,
         retry_bucket: Bucket::new(RETRY_RATE, Instant::now()),
         in_flight: HashMap::new(),
         stats: setup.stats,
@@ -646,12 +642,14 @@ impl Worker {
     /// Waits until the plugin's write (or Event) rate allows one more, or it is stopped.
     fn wait_for_rate(&mut self, event: bool) {
         let now = Instant::now();
-        let bucket = if event {
-            &mut self.event_bucket
-        } else {
-            &mut self.write_bucket
+        let wait = {
+            let mut limits = self.limits();
+            if event {
+                limits.events.take(now)
+            } else {
+                limits.writes.take(now)
+            }
         };
-        let wait = bucket.take(now);
         if wait.is_zero() {
             return;
         }
@@ -663,6 +661,12 @@ impl Worker {
         self.stats
             .write_wait_ms
             .fetch_add(waited, Ordering::Relaxed);
+    }
+
+    fn limits(&self) -> std::sync::MutexGuard<'_, WriteLimits> {
+        self.write_limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Why the writes of `n`'s object's last failed attempt were refused, forgotten here.
@@ -920,9 +924,12 @@ impl Worker {
                     self.stats.writes_skipped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                if target == handling
-                    && let Err(why) = self.loops.check(&target, Instant::now())
-                {
+                let looping = if target == handling {
+                    self.limits().loops.check(&target, Instant::now())
+                } else {
+                    Ok(())
+                };
+                if let Err(why) = looping {
                     let refusal = Refusal {
                         reason: "FeedbackLoop".into(),
                         message: why,
@@ -955,18 +962,16 @@ impl Worker {
                 Ok(()) => {
                     self.stats.writes_sent.fetch_add(1, Ordering::Relaxed);
                     if own_object {
-                        self.loops.answered(&handling, Instant::now());
+                        self.limits().loops.answered(&handling, Instant::now());
                     }
                 }
                 Err(refusal) => {
-                    // Answered by the API server (not the writer's own `Unavailable`,
-                    // `Timeout` or `Abandoned`): it cost the server a write all the same.
-                    let answered = !matches!(
-                        refusal.reason.as_str(),
-                        "Unavailable" | "Timeout" | "Abandoned"
-                    );
-                    if own_object && answered {
-                        self.loops.answered(&handling, Instant::now());
+                    // Answered by the API server, or perhaps on its way there (a write
+                    // given up on for its time may still land): it counts. Only the
+                    // writer's `Unavailable`, a write that could not be sent (as through an
+                    // outage), does not.
+                    if own_object && refusal.reason != "Unavailable" {
+                        self.limits().loops.answered(&handling, Instant::now());
                     }
                     self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
                     let reason = format!(

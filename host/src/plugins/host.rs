@@ -15,6 +15,7 @@ use crate::plugins::admit::Admitter;
 use crate::plugins::dispatch;
 use crate::plugins::inspect::{Inspection, inspect};
 use crate::plugins::manifest::PluginManifest;
+use crate::plugins::throttle::{Rate, WriteLimits};
 use crate::plugins::{
     FailedPlugin, PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus, Version,
 };
@@ -149,6 +150,7 @@ struct Prepared {
     leases: Vec<Lease>,
     claims: Vec<IndexClaim>,
     logger: Arc<PluginLogger>,
+    write_limits: Arc<Mutex<WriteLimits>>,
 }
 
 /// A file that failed to load, kept so that status can show it and the same content is
@@ -196,6 +198,8 @@ pub struct PluginHost {
     /// Every plugin's CPU budget, by name: kept across its versions, so a new version does not
     /// start with a fresh one.
     budgets: Mutex<BTreeMap<String, Arc<crate::cpu::CpuBudget>>>,
+    /// Each plugin's write rates and loops, by name: its versions share them.
+    write_limits: Mutex<BTreeMap<String, Arc<Mutex<WriteLimits>>>>,
     /// The admission side of each loaded plugin that declares admission, by name.
     admitters: Mutex<BTreeMap<String, Arc<Admitter>>>,
     /// The cluster plugins write to; `None` when it takes no writes.
@@ -227,6 +231,7 @@ impl PluginHost {
             log,
             cpu_pool: Arc::new(crate::cpu::CpuPool::new(settings.cpu_millicores)),
             budgets: Mutex::default(),
+            write_limits: Mutex::default(),
             settings: std::sync::RwLock::new(Arc::new(settings)),
             plugins: Mutex::new(Plugins {
                 leading: role != Role::Follower,
@@ -292,6 +297,26 @@ impl PluginHost {
                 b
             }
         }
+    }
+
+    /// The write rates and loops of plugin `name`, kept while its rates stay as configured.
+    fn write_limits_of(&self, name: &str, rates: (Rate, Rate)) -> Arc<Mutex<WriteLimits>> {
+        let mut all = self
+            .write_limits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(limits) = all.get(name)
+            && limits
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .rates()
+                == rates
+        {
+            return limits.clone();
+        }
+        let limits = Arc::new(Mutex::new(WriteLimits::new(rates, Instant::now())));
+        all.insert(name.to_owned(), limits.clone());
+        limits
     }
 
     /// Every plugin's state, by name.
@@ -646,7 +671,12 @@ impl PluginHost {
         });
         let ctx = Arc::new(ctx);
         instance.set_context(ctx.clone());
+        let write_limits = self.write_limits_of(
+            &file.name,
+            (settings.delivery.write_rate, settings.delivery.event_rate),
+        );
         Ok(Prepared {
+            write_limits,
             file: file.version(),
             loaded: Instant::now(),
             code,
@@ -949,6 +979,7 @@ fn activate(
         stats: stats.clone(),
         stop: stop.clone(),
         duty: duty.clone(),
+        write_limits: p.write_limits,
     })
     .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
     let (outcome, reloads) = match old {

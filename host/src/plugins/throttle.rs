@@ -8,6 +8,10 @@
 //! and no other plugin waits. A write that changes the object its event is about, made more
 //! than [`LOOP_LIMIT`] times within [`LOOP_WINDOW`], is refused as a feedback loop (the plugin
 //! sees the refusal; the event is given up and says why) until the window has passed.
+//!
+//! All of it is kept by plugin name ([`WriteLimits`]), not by version: a plugin replaced
+//! again and again starts each version where the last left off, not with a fresh burst and
+//! a forgotten loop.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -21,6 +25,33 @@ pub const LOOP_LIMIT: usize = 20;
 pub const LOOP_WINDOW: Duration = Duration::from_secs(60);
 /// Objects whose recent writes are remembered at once; past it the oldest are forgotten.
 const MAX_LOOP_KEYS: usize = 4096;
+
+/// What bounds one plugin's writes: its rates and its loops, shared by all its versions.
+#[derive(Debug)]
+pub struct WriteLimits {
+    /// Its writes.
+    pub writes: Bucket,
+    /// Its Events.
+    pub events: Bucket,
+    /// Objects it changed while handling their own events, recently.
+    pub loops: Loops,
+}
+
+impl WriteLimits {
+    /// Full buckets for `(writes, events)`, as of `now`, and no loop yet.
+    pub fn new((writes, events): (Rate, Rate), now: Instant) -> Self {
+        Self {
+            writes: Bucket::new(writes, now),
+            events: Bucket::new(events, now),
+            loops: Loops::default(),
+        }
+    }
+
+    /// Its `(writes, events)` rates.
+    pub fn rates(&self) -> (Rate, Rate) {
+        (self.writes.rate(), self.events.rate())
+    }
+}
 
 /// Recent writes to objects made while handling their own events.
 #[derive(Debug, Default)]
