@@ -22,6 +22,7 @@ use crate::plugins::folder::{FolderWatcher, SyncReport};
 use crate::plugins::registry::RegistryPlugins;
 use crate::plugins::{PluginHost, Role};
 use crate::serve::{Parts, Report, Status, serve};
+use crate::shard::Transition;
 use crate::source::Source;
 use crate::source::kube::KubeSource;
 use crate::source::kube::write::KubeWriter;
@@ -178,8 +179,10 @@ impl LeaderCallbacks for Shared {
             }
         }
         if self.sharded() {
-            // Members deliver their slices already: leading adds the cluster-scoped work.
-            self.plugins.duty().set_leading(true);
+            // Members deliver their slices already: leading adds the cluster-scoped work,
+            // with no plugin to start.
+            self.plugins.duty().step(Transition::Elected);
+            self.plugins.duty().step(Transition::Activated);
         } else {
             self.plugins.lead();
         }
@@ -192,7 +195,7 @@ impl LeaderCallbacks for Shared {
     fn stopped_leading(&self) {
         if self.sharded() {
             tracing::error!("lost the leadership: cluster-scoped delivery stopped");
-            self.plugins.duty().set_leading(false);
+            self.plugins.duty().step(Transition::Deposed);
         } else {
             tracing::error!("lost the leadership: delivery stopped");
             self.plugins.stop_leading();

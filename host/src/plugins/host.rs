@@ -20,7 +20,7 @@ use crate::plugins::{
     FailedPlugin, PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus, Version,
 };
 use crate::plugins::{PluginsConfig, Reason};
-use crate::shard::{Duty, ShardKey};
+use crate::shard::{Duty, Leadership, ShardKey, Transition};
 use crate::wasm::logging::{LogSink, PluginLogger};
 use crate::wasm::state::PluginState;
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext, WriteAccess};
@@ -163,10 +163,9 @@ struct LoadFailure {
     count: u64,
 }
 
-/// Which versions deliver, which wait, and whether this replica delivers at all: one lock,
-/// so status never shows a leader that is not delivering or the reverse.
+/// Which versions deliver and which wait, under one lock (whether this replica leads is
+/// its [`Duty`]'s, moved only under this lock).
 struct Plugins {
-    leading: bool,
     /// Schedules run only when asked ([`PluginHost::tick`]), never on their crons.
     on_demand_schedules: bool,
     running: BTreeMap<String, Running>,
@@ -234,7 +233,6 @@ impl PluginHost {
             write_limits: Mutex::default(),
             settings: std::sync::RwLock::new(Arc::new(settings)),
             plugins: Mutex::new(Plugins {
-                leading: role != Role::Follower,
                 on_demand_schedules: false,
                 running: BTreeMap::new(),
                 standby: BTreeMap::new(),
@@ -713,7 +711,7 @@ impl PluginHost {
     /// Activates `p`, or holds it on standby while this replica does not lead.
     fn activate_or_hold(&self, p: Prepared) -> Result<Outcome, Reason> {
         let mut plugins = self.plugins();
-        if plugins.leading {
+        if self.duty.runs_plugins() {
             return activate(&self.engine, &self.duty, &mut plugins, p);
         }
         tracing::info!(plugin = %p.file.name, digest = %p.file.digest(), "plugin on standby: this replica is not the leader");
@@ -844,24 +842,23 @@ impl PluginHost {
         let mut plugins = self.plugins();
         // Deliveries are this replica's from now on, before any plugin starts: a dispatch
         // thread that reached its initial list before this would drop it as not its own.
-        // `leading` still says false until every plugin delivers.
-        self.duty.set_leading(true);
+        // It reports leading only once every plugin delivers.
+        self.duty.step(Transition::Elected);
         for (name, prepared) in std::mem::take(&mut plugins.standby) {
             match activate(&self.engine, &self.duty, &mut plugins, prepared) {
                 Ok(_) => tracing::info!(plugin = %name, "now leading: delivering"),
                 Err(e) => tracing::error!(plugin = %name, "cannot start delivering: {e}"),
             }
         }
-        plugins.leading = true;
+        self.duty.step(Transition::Activated);
     }
 
     /// Stops every delivery at once (no new call starts; calls in flight finish on their
     /// own threads): for a replica that lost the leadership. The plugins are unloaded.
     pub fn stop_leading(&self) {
         // Writes staged from now on are refused, and none staged before is sent.
-        self.duty.set_leading(false);
+        self.duty.step(Transition::Deposed);
         let mut plugins = self.plugins();
-        plugins.leading = false;
         plugins.standby.clear();
         self.admitters
             .lock()
@@ -877,7 +874,7 @@ impl PluginHost {
     /// standby), or, when replicas split the work, the cluster-scoped ones.
     pub fn leading(&self) -> bool {
         // A replica taking over delivers (its duty) before every plugin of it does.
-        self.duty.leading() && self.plugins().leading
+        self.duty.leadership() == Leadership::Leading && self.duty.leading()
     }
 
     /// What this replica delivers now.

@@ -5,19 +5,21 @@
 //! slice handed over stops at once, queued events and staged writes included; the calls
 //! already running when it changed are counted, with the latest each may run until, so a
 //! hand-over can wait for them ([`Duty::calls_before_change`], [`Duty::running_until`]).
+//! It is the one owner of the replica's leadership ([`Leadership`]): the election moves it
+//! ([`Duty::step`]), and the plugins, status and writes ask it.
 
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::object::KubeObject;
-use crate::shard::{Cuts, ShardKey, Share, Slices};
+use crate::shard::{Cuts, Leadership, ShardKey, Share, Slices, Transition};
 
 /// This replica's part of the delivering, changed as leadership and slices move.
 #[derive(Debug)]
 pub struct Duty {
-    /// Whether it holds the leader Lease.
-    leading: AtomicBool,
+    /// Where it is in taking up or giving up the leadership ([`Leadership::to_u8`]).
+    leadership: AtomicU8,
     /// What namespaced objects are hashed by, when replicas split the work.
     sharded: Option<ShardKey>,
     /// The slices it delivers (bits), when replicas split the work.
@@ -62,10 +64,16 @@ impl Drop for Call<'_> {
 }
 
 impl Duty {
-    /// One replica delivers everything while it leads.
+    /// One replica delivers everything while it leads; `leading`: it leads from the start
+    /// (no election runs).
     pub fn whole(leading: bool) -> Self {
+        let leadership = if leading {
+            Leadership::Leading
+        } else {
+            Leadership::Follower
+        };
         Self {
-            leading: AtomicBool::new(leading),
+            leadership: AtomicU8::new(leadership.to_u8()),
             sharded: None,
             slices: AtomicU64::new(0),
             cuts: RwLock::new(Cuts::EQUAL),
@@ -91,11 +99,40 @@ impl Duty {
         self.sharded
     }
 
-    /// Whether this replica holds the leader Lease (or needs none), confirmed by its own
-    /// monotonic clock now: a replica stopped (SIGSTOP, a VM paused) past its last renewal
-    /// does not lead when it resumes, whatever its election task has not noticed yet.
+    /// Whether the leader's work is this replica's: it was elected (or needs no election)
+    /// and that is confirmed by its own monotonic clock now. A replica stopped (SIGSTOP, a
+    /// VM paused) past its last renewal does not lead when it resumes, whatever its
+    /// election task has not noticed yet.
     pub fn leading(&self) -> bool {
-        self.leading.load(Ordering::SeqCst) && self.confirmed(&self.leader_until)
+        self.leadership().elected() && self.confirmed(&self.leader_until)
+    }
+
+    /// Where it is in taking up or giving up the leadership.
+    pub fn leadership(&self) -> Leadership {
+        Leadership::from_u8(self.leadership.load(Ordering::SeqCst))
+    }
+
+    /// Moves the leadership by `t` ([`Leadership::step`]); returns where it is now.
+    pub fn step(&self, t: Transition) -> Leadership {
+        let mut now = self.leadership();
+        loop {
+            let next = now.step(t);
+            match self.leadership.compare_exchange(
+                now.to_u8(),
+                next.to_u8(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return next,
+                Err(seen) => now = Leadership::from_u8(seen),
+            }
+        }
+    }
+
+    /// True when this replica's plugins run and deliver what the duty says; false for a
+    /// follower of an election without sharding, whose plugins wait on standby.
+    pub fn runs_plugins(&self) -> bool {
+        self.sharded.is_some() || self.leadership().elected()
     }
 
     /// Its leadership is confirmed until `until` (a renewal succeeded that was sent early
@@ -148,14 +185,9 @@ impl Duty {
     /// True while a confirmation this replica relies on has lapsed and not been withdrawn:
     /// its election or membership task has not renewed, nor given up, yet.
     fn lapsed(&self) -> bool {
-        let leader = self.leading.load(Ordering::SeqCst) && !self.confirmed(&self.leader_until);
+        let leader = self.leadership().elected() && !self.confirmed(&self.leader_until);
         let slices = !self.slices().is_empty() && !self.confirmed(&self.slices_until);
         leader || slices
-    }
-
-    /// Leads from now on, or stops leading.
-    pub fn set_leading(&self, leading: bool) {
-        self.leading.store(leading, Ordering::SeqCst);
     }
 
     /// The slices delivered now (none when replicas do not split the work).
@@ -264,7 +296,7 @@ mod tests {
     fn a_lapsed_confirmation_is_waited_out_until_renewed_or_withdrawn() {
         let duty = std::sync::Arc::new(Duty::whole(false));
         duty.confirm_leading_until(Instant::now() + Duration::from_secs(60));
-        duty.set_leading(true);
+        duty.step(Transition::Elected);
         let cm = object(Some("a"));
         assert!(duty.leading() && duty.delivers(&cm));
         // Stopped past its last renewal (SIGSTOP): by its own clock it does not lead, though
@@ -291,7 +323,7 @@ mod tests {
             let duty = duty.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(100));
-                duty.set_leading(false);
+                duty.step(Transition::Deposed);
             })
         };
         assert!(
@@ -357,7 +389,14 @@ mod tests {
         let duty = Duty::whole(false);
         assert!(!duty.delivers(&object(Some("a"))));
         assert!(!duty.delivers_any());
-        duty.set_leading(true);
+        assert!(!duty.runs_plugins(), "a follower's plugins wait on standby");
+        assert_eq!(duty.step(Transition::Elected), Leadership::Activating);
+        assert!(duty.runs_plugins());
+        assert!(
+            duty.delivers(&object(Some("a"))),
+            "the leader's work is its own once elected, before every plugin delivers"
+        );
+        assert_eq!(duty.step(Transition::Activated), Leadership::Leading);
         assert!(duty.delivers(&object(Some("a"))));
         assert!(duty.delivers(&object(None)));
         // Slices mean nothing without sharding.
@@ -378,9 +417,13 @@ mod tests {
             !duty.delivers(&object(None)),
             "cluster-scoped: the leader's"
         );
-        duty.set_leading(true);
+        assert!(duty.runs_plugins(), "a member's plugins run from the start");
+        duty.step(Transition::Elected);
+        duty.step(Transition::Activated);
         assert!(duty.delivers(&object(None)));
         assert!(!duty.delivers(&other), "leading does not take other slices");
+        duty.step(Transition::Deposed);
+        assert!(!duty.delivers(&object(None)) && duty.delivers(&shop));
         duty.set_slices(Slices::none(), Cuts::EQUAL);
         assert!(!duty.delivers(&shop), "a slice handed over stops at once");
     }

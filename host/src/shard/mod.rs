@@ -6,12 +6,14 @@ mod assign;
 mod cuts;
 mod duty;
 mod hash;
+mod leadership;
 mod slices;
 
 pub use assign::{claim, rebalance, settle};
 pub use cuts::{Cuts, Table, needs_recut, slice_of};
 pub use duty::Duty;
 pub use hash::fnv1a64;
+pub use leadership::{Leadership, Transition};
 pub use slices::{SLICES, Slices};
 
 use crate::object::KubeObject;
