@@ -10,8 +10,8 @@ use std::time::Duration;
 use crate::gvk::Gvk;
 use crate::object::KubeObject;
 use crate::text;
+use crate::wasm::Instance;
 use crate::wasm::bindings::kubewasm::plugin::types as wit;
-use crate::wasm::{Exports, Instance, compat};
 
 /// An operation admission reviews.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -152,11 +152,6 @@ impl Instance {
         request: &AdmitRequest,
         deadline: Duration,
     ) -> wasmtime::Result<Verdict> {
-        if matches!(self.plugin, Exports::V2(_)) {
-            return Err(wasmtime::Error::msg(
-                "built for contract 0.2, which has no admit: rebuild it against 0.4",
-            ));
-        }
         let own = self.store.data().ctx.limits.deadline;
         self.store.data_mut().clock.set_deadline(deadline.min(own));
         self.arm();
@@ -186,15 +181,16 @@ impl Instance {
             },
             dry_run: request.dry_run,
         };
-        let outcome = match &self.plugin {
-            Exports::V4(p) => p
-                .kubewasm_plugin_handler()
-                .call_admit(&mut self.store, &wit_request),
-            Exports::V3(p) => p
-                .kubewasm_plugin_handler()
-                .call_admit(&mut self.store, &compat::v3::admission_request(wit_request))
-                .map(Into::into),
-            Exports::V2(_) => unreachable!("checked above"),
+        let Some(outcome) = self.plugin.admit(&mut self.store, wit_request) else {
+            let state = self.store.data_mut();
+            state.clock.finish();
+            state.handles.end_call();
+            state.clock.set_deadline(own);
+            return Err(wasmtime::Error::msg(format!(
+                "built for contract {}, which has no admit: rebuild it against {}",
+                self.plugin.contract(),
+                crate::wasm::version::CONTRACT
+            )));
         };
         let state = self.store.data_mut();
         state.clock.finish();

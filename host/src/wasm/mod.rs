@@ -280,7 +280,7 @@ pub struct Engine {
     /// The pre-linked code of every loaded plugin, by content: identical files (one plugin
     /// under two names, a reload of the same bytes) share one copy of the code and its
     /// metadata, freed when the last one goes.
-    live: Mutex<HashMap<String, Weak<Code>>>,
+    live: Mutex<HashMap<String, Weak<dyn compat::Pre>>>,
     /// Where components are compiled.
     compiler: Compiler,
     /// Compiling children now running.
@@ -304,30 +304,10 @@ fn engine_config() -> Config {
 /// past its time keeps a core busy until it ends; two of them at most).
 const MAX_COMPILES: usize = 2;
 
-/// Pre-linked code, for the contract version the component was built for.
-pub enum Code {
-    /// `kubewasm:plugin@0.4.0`.
-    V4(bindings::PluginPre<HostState>),
-    /// `kubewasm:plugin@0.3.0`: its imports answered by 0.4's (`compat/v3.rs`).
-    V3(bindings::v3::PluginPre<HostState>),
-    /// `kubewasm:plugin@0.2.0`: its imports answered by 0.4's (`compat/v2.rs`).
-    V2(bindings::v2::PluginPre<HostState>),
-}
-
-impl Code {
-    fn instance_pre(&self) -> &wasmtime::component::InstancePre<HostState> {
-        match self {
-            Code::V4(pre) => pre.instance_pre(),
-            Code::V3(pre) => pre.instance_pre(),
-            Code::V2(pre) => pre.instance_pre(),
-        }
-    }
-}
-
 /// A compiled, type-checked and pre-linked plugin, ready to instantiate cheaply.
 #[derive(Clone)]
 pub struct PluginCode {
-    pre: Arc<Code>,
+    pre: Arc<dyn compat::Pre>,
     /// True when the machine code came from the precompiled cache.
     pub cached: bool,
     /// Bytes each instance keeps outside its linear memories and tables (`shape.rs`),
@@ -544,13 +524,10 @@ impl Engine {
         let contract = version::of(&component, &self.engine)
             .map_err(|found| LoadError::WrongVersion { found })?;
         let linked = self.linker.instantiate_pre(&component);
-        let pre = match contract {
-            version::Contract::V4 => linked.and_then(bindings::PluginPre::new).map(Code::V4),
-            version::Contract::V3 => linked.and_then(bindings::v3::PluginPre::new).map(Code::V3),
-            version::Contract::V2 => linked.and_then(bindings::v2::PluginPre::new).map(Code::V2),
-        }
-        .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
-        let pre = Arc::new(pre);
+        let pre: Arc<dyn compat::Pre> = linked
+            .and_then(|linked| compat::pre(contract, linked))
+            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?
+            .into();
         let mut live = self.live();
         live.retain(|_, code| code.strong_count() > 0);
         live.insert(sha256.to_owned(), Arc::downgrade(&pre));
@@ -562,7 +539,7 @@ impl Engine {
     }
 
     /// The code of loaded plugins, by content.
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Code>>> {
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<dyn compat::Pre>>> {
         self.live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -636,11 +613,7 @@ impl Engine {
         store.epoch_deadline_callback(|mut store| Ok(store.data_mut().clock.checkpoint()));
         let first = store.data_mut().clock.start();
         store.set_epoch_deadline(first);
-        let plugin = match &*code.pre {
-            Code::V4(pre) => Exports::V4(pre.instantiate(&mut store)?),
-            Code::V3(pre) => Exports::V3(pre.instantiate(&mut store)?),
-            Code::V2(pre) => Exports::V2(pre.instantiate(&mut store)?),
-        };
+        let plugin = code.pre.instantiate(&mut store)?;
         Ok(Instance {
             store,
             plugin,
@@ -655,7 +628,7 @@ impl Engine {
 /// One live instance of a plugin. After any error from a call (a trap), throw it away.
 pub struct Instance {
     store: Store<HostState>,
-    plugin: Exports,
+    plugin: Box<dyn compat::Exports>,
     /// Handed to the next `handle` call's `previous-failures`.
     previous_failures: Vec<bindings::kubewasm::plugin::cluster::WriteFailure>,
     /// What the last call staged.
@@ -664,13 +637,6 @@ pub struct Instance {
     effects: Effects,
     /// What `init` cost (see [`Instance::init_cost`]).
     init_cost: Duration,
-}
-
-/// An instance's exports, for the contract it was built for.
-enum Exports {
-    V4(bindings::Plugin),
-    V3(bindings::v3::Plugin),
-    V2(bindings::v2::Plugin),
 }
 
 /// What one delivery asks of a plugin.
@@ -707,43 +673,19 @@ impl Instance {
     /// Calls `describe` (an earlier manifest reads as 0.4's with none of the additions).
     pub fn describe(&mut self) -> wasmtime::Result<Manifest> {
         self.arm();
-        match &self.plugin {
-            Exports::V4(p) => p.kubewasm_plugin_handler().call_describe(&mut self.store),
-            Exports::V3(p) => p
-                .kubewasm_plugin_handler()
-                .call_describe(&mut self.store)
-                .map(Into::into),
-            Exports::V2(p) => p
-                .kubewasm_plugin_handler()
-                .call_describe(&mut self.store)
-                .map(Into::into),
-        }
+        self.plugin.describe(&mut self.store)
     }
 
     /// The contract version the component was built for (`0.4.0`, `0.3.0`, `0.2.0`).
     pub fn contract(&self) -> &'static str {
-        match self.plugin {
-            Exports::V4(_) => version::CONTRACT,
-            Exports::V3(_) => "0.3.0",
-            Exports::V2(_) => "0.2.0",
-        }
+        self.plugin.contract()
     }
 
     /// Calls `init`; the inner error is the plugin's own refusal.
     pub fn init(&mut self, config: &str) -> wasmtime::Result<Result<(), String>> {
         let (wall, cpu) = (std::time::Instant::now(), deadline::cpu_now());
         self.arm();
-        let outcome = match &self.plugin {
-            Exports::V4(p) => p
-                .kubewasm_plugin_handler()
-                .call_init(&mut self.store, config),
-            Exports::V3(p) => p
-                .kubewasm_plugin_handler()
-                .call_init(&mut self.store, config),
-            Exports::V2(p) => p
-                .kubewasm_plugin_handler()
-                .call_init(&mut self.store, config),
-        };
+        let outcome = self.plugin.init(&mut self.store, config);
         self.store.data_mut().clock.finish();
         self.store.data_mut().limits.settle();
         self.init_cost = match (cpu, deadline::cpu_now()) {
@@ -786,7 +728,7 @@ impl Instance {
     /// others answer Ok without a call). What it staged is kept for [`Self::take_staged`] and
     /// [`Self::take_effects`].
     pub fn call(&mut self, call: Call<'_>) -> wasmtime::Result<Result<(), HandleError>> {
-        if matches!(self.plugin, Exports::V2(_)) && !matches!(call, Call::Event(_)) {
+        if !self.plugin.exports(&call) {
             return Ok(Ok(()));
         }
         self.arm();
@@ -794,40 +736,7 @@ impl Instance {
         let state = self.store.data_mut();
         state.staging.open(previous);
         state.call.open(matches!(call, Call::Event(_)));
-        let outcome = match (&self.plugin, call) {
-            (Exports::V4(p), Call::Event(n)) => {
-                let event = convert::event(n, &mut state.handles);
-                p.kubewasm_plugin_handler()
-                    .call_handle(&mut self.store, event)
-            }
-            (Exports::V4(p), Call::Synced) => {
-                p.kubewasm_plugin_handler().call_synced(&mut self.store)
-            }
-            (Exports::V4(p), Call::Tick(name)) => {
-                p.kubewasm_plugin_handler().call_tick(&mut self.store, name)
-            }
-            (Exports::V3(p), Call::Event(n)) => {
-                let event = compat::v3::event(n, &mut state.handles);
-                p.kubewasm_plugin_handler()
-                    .call_handle(&mut self.store, event)
-                    .map(|r| r.map_err(Into::into))
-            }
-            (Exports::V3(p), Call::Synced) => p
-                .kubewasm_plugin_handler()
-                .call_synced(&mut self.store)
-                .map(|r| r.map_err(Into::into)),
-            (Exports::V3(p), Call::Tick(name)) => p
-                .kubewasm_plugin_handler()
-                .call_tick(&mut self.store, name)
-                .map(|r| r.map_err(Into::into)),
-            (Exports::V2(p), Call::Event(n)) => {
-                let event = compat::v2::event(n, &mut state.handles);
-                p.kubewasm_plugin_handler()
-                    .call_handle(&mut self.store, event)
-                    .map(|r| r.map_err(Into::into))
-            }
-            (Exports::V2(_), _) => Ok(Ok(())),
-        };
+        let outcome = self.plugin.call(&mut self.store, call);
         let state = self.store.data_mut();
         state.clock.finish();
         state.handles.end_call();

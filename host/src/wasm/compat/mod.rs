@@ -1,6 +1,9 @@
-//! Components built for earlier contracts, run by the current host: each file answers one
-//! version's imports with 0.4's implementation and converts what changed since. The types of
-//! two contracts are the same shapes under two names: the macros here convert them.
+//! Every contract version the host runs, in one table: each file holds one version's calls
+//! into a component ([`Exports`]) and, for an earlier version, answers its imports with 0.4's
+//! implementation and converts what changed since. [`pre`] is the table: the one place that
+//! matches on the version. The types of two contracts are the same shapes under two names:
+//! the macros here convert them. docs/design/contract-versions.md lists what a new version
+//! takes.
 
 /// Field-by-field conversions between two records of the same shape.
 macro_rules! same_record {
@@ -198,10 +201,83 @@ macro_rules! forward_shared {
     };
 }
 
-use crate::wasm::bindings::kubewasm::plugin::types::QueryError;
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
+use crate::wasm::bindings::exports::kubewasm::plugin::handler::{HandleError, Manifest};
+use crate::wasm::bindings::kubewasm::plugin::types::{
+    AdmissionRequest, AdmissionResponse, QueryError,
+};
+use crate::wasm::version::Contract;
+use crate::wasm::{Call, HostState};
+
+/// One contract version's exports of a live instance, called with what the host has: the
+/// current version's calls go straight through, an earlier one's convert on the way.
+pub trait Exports: Send + Sync {
+    /// The version it was built for (`0.4.0`).
+    fn contract(&self) -> &'static str;
+    /// `describe`, read as the current manifest (an earlier one with none of the additions).
+    fn describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<Manifest>;
+    /// `init`; the inner error is the plugin's own refusal.
+    fn init(
+        &self,
+        store: &mut Store<HostState>,
+        config: &str,
+    ) -> wasmtime::Result<Result<(), String>>;
+    /// Whether the version has what `call` calls (0.2 has only `handle`).
+    fn exports(&self, call: &Call<'_>) -> bool;
+    /// `handle`, `synced` or `tick`, its objects lent from the store's handles.
+    fn call(
+        &self,
+        store: &mut Store<HostState>,
+        call: Call<'_>,
+    ) -> wasmtime::Result<Result<(), HandleError>>;
+    /// `admit`; `None` when the version has none.
+    fn admit(
+        &self,
+        store: &mut Store<HostState>,
+        request: AdmissionRequest,
+    ) -> Option<wasmtime::Result<AdmissionResponse>>;
+}
+
+/// One contract version's pre-linked code.
+pub trait Pre: Send + Sync {
+    /// The linked code underneath.
+    fn instance_pre(&self) -> &InstancePre<HostState>;
+    /// A live instance in `store`.
+    fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Box<dyn Exports>>;
+}
+
+/// The table: `linked` type-checked against `contract`'s world, as that version's code.
+pub fn pre(contract: Contract, linked: InstancePre<HostState>) -> wasmtime::Result<Box<dyn Pre>> {
+    use crate::wasm::bindings;
+    Ok(match contract {
+        Contract::V4 => Box::new(bindings::PluginPre::new(linked)?),
+        Contract::V3 => Box::new(bindings::v3::PluginPre::new(linked)?),
+        Contract::V2 => Box::new(bindings::v2::PluginPre::new(linked)?),
+    })
+}
+
+/// The [`Pre`] of one version's generated bindings (`PluginPre`).
+macro_rules! pre_of {
+    ($pre:ty) => {
+        impl crate::wasm::compat::Pre for $pre {
+            fn instance_pre(&self) -> &wasmtime::component::InstancePre<crate::wasm::HostState> {
+                <$pre>::instance_pre(self)
+            }
+            fn instantiate(
+                &self,
+                store: &mut wasmtime::Store<crate::wasm::HostState>,
+            ) -> wasmtime::Result<Box<dyn crate::wasm::compat::Exports>> {
+                Ok(Box::new(<$pre>::instantiate(self, store)?))
+            }
+        }
+    };
+}
 
 pub mod v2;
 pub mod v3;
+mod v4;
 
 /// The whole JSON of an object for a contract whose `json` cannot fail: components built
 /// before 0.4 declare no fields, so they only ever hold whole objects.

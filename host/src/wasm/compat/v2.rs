@@ -3,11 +3,15 @@
 //! types of the two contracts are the same shapes under two names; this file converts between
 //! them and holds nothing else.
 
+use wasmtime::Store;
+
 use crate::informer::Notification;
-use crate::wasm::HostState;
+use crate::wasm::bindings::exports::kubewasm::plugin::handler::{HandleError, Manifest};
 use crate::wasm::bindings::kubewasm::plugin as v4;
 use crate::wasm::bindings::v2::kubewasm::plugin as v2;
+use crate::wasm::compat::Exports;
 use crate::wasm::handles::Handles;
+use crate::wasm::{Call, HostState};
 
 same_record!(v2::types::Gvk => v4::types::Gvk { group, version, kind });
 same_record!(v4::types::Gvk => v2::types::Gvk { group, version, kind });
@@ -86,3 +90,51 @@ pub fn event(n: &Notification, handles: &mut Handles) -> v2::types::Event {
 }
 
 forward_shared!(v2);
+
+pre_of!(crate::wasm::bindings::v2::PluginPre<HostState>);
+
+impl Exports for crate::wasm::bindings::v2::Plugin {
+    fn contract(&self) -> &'static str {
+        "0.2.0"
+    }
+
+    fn describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<Manifest> {
+        self.kubewasm_plugin_handler()
+            .call_describe(store)
+            .map(Into::into)
+    }
+
+    fn init(
+        &self,
+        store: &mut Store<HostState>,
+        config: &str,
+    ) -> wasmtime::Result<Result<(), String>> {
+        self.kubewasm_plugin_handler().call_init(store, config)
+    }
+
+    fn exports(&self, call: &Call<'_>) -> bool {
+        matches!(call, Call::Event(_))
+    }
+
+    fn call(
+        &self,
+        store: &mut Store<HostState>,
+        call: Call<'_>,
+    ) -> wasmtime::Result<Result<(), HandleError>> {
+        let Call::Event(n) = call else {
+            return Ok(Ok(()));
+        };
+        let event = event(n, &mut store.data_mut().handles);
+        self.kubewasm_plugin_handler()
+            .call_handle(store, event)
+            .map(|r| r.map_err(Into::into))
+    }
+
+    fn admit(
+        &self,
+        _: &mut Store<HostState>,
+        _: v4::types::AdmissionRequest,
+    ) -> Option<wasmtime::Result<v4::types::AdmissionResponse>> {
+        None
+    }
+}

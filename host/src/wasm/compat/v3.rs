@@ -4,11 +4,15 @@
 //! error has no `undeclared`, and its `json` is total. Everything else is the same shape under
 //! another name, converted here.
 
+use wasmtime::Store;
+
 use crate::informer::Notification;
-use crate::wasm::HostState;
+use crate::wasm::bindings::exports::kubewasm::plugin::handler::{HandleError, Manifest};
 use crate::wasm::bindings::kubewasm::plugin as v4;
 use crate::wasm::bindings::v3::kubewasm::plugin as v3;
+use crate::wasm::compat::Exports;
 use crate::wasm::handles::Handles;
+use crate::wasm::{Call, HostState};
 
 same_record!(v3::types::Gvk => v4::types::Gvk { group, version, kind });
 same_record!(v4::types::Gvk => v3::types::Gvk { group, version, kind });
@@ -168,5 +172,61 @@ impl v3::state::Host for HostState {
     }
     fn keys(&mut self, prefix: String) -> R<Vec<String>> {
         v4::state::Host::keys(self, prefix)
+    }
+}
+
+pre_of!(crate::wasm::bindings::v3::PluginPre<HostState>);
+
+impl Exports for crate::wasm::bindings::v3::Plugin {
+    fn contract(&self) -> &'static str {
+        "0.3.0"
+    }
+
+    fn describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<Manifest> {
+        self.kubewasm_plugin_handler()
+            .call_describe(store)
+            .map(Into::into)
+    }
+
+    fn init(
+        &self,
+        store: &mut Store<HostState>,
+        config: &str,
+    ) -> wasmtime::Result<Result<(), String>> {
+        self.kubewasm_plugin_handler().call_init(store, config)
+    }
+
+    fn exports(&self, _: &Call<'_>) -> bool {
+        true
+    }
+
+    fn call(
+        &self,
+        store: &mut Store<HostState>,
+        call: Call<'_>,
+    ) -> wasmtime::Result<Result<(), HandleError>> {
+        let handler = self.kubewasm_plugin_handler();
+        let answer = match call {
+            Call::Event(n) => {
+                let event = event(n, &mut store.data_mut().handles);
+                handler.call_handle(store, event)
+            }
+            Call::Synced => handler.call_synced(store),
+            Call::Tick(name) => handler.call_tick(store, name),
+        };
+        answer.map(|r| r.map_err(Into::into))
+    }
+
+    fn admit(
+        &self,
+        store: &mut Store<HostState>,
+        request: v4::types::AdmissionRequest,
+    ) -> Option<wasmtime::Result<v4::types::AdmissionResponse>> {
+        let request = admission_request(request);
+        Some(
+            self.kubewasm_plugin_handler()
+                .call_admit(store, &request)
+                .map(Into::into),
+        )
     }
 }
