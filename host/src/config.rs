@@ -149,12 +149,12 @@ pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("configuration {path}: {source}")]
+    #[error("configuration {path}: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message, so not a `source`: printed once).
+        cause: std::io::Error,
     },
     /// The file is not valid YAML of the expected shape.
     #[error("configuration {path}: {message}")]
@@ -750,7 +750,7 @@ impl HostConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            cause: source,
         })?;
         Self::parse(&text).map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
@@ -897,6 +897,19 @@ impl HostConfig {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreadable_file_names_its_cause_once_however_it_is_printed() {
+        let path = Path::new("/nonexistent/kubewasm.yaml");
+        let error = HostConfig::load(path).err().expect("no such file");
+        let plain = error.to_string();
+        // anyhow's `{:#}` prints the message, then each source's.
+        let chained = format!("{:#}", anyhow::Error::from(error));
+        assert!(plain.contains("/nonexistent/kubewasm.yaml"), "{plain}");
+        for text in [plain, chained] {
+            assert_eq!(text.matches("No such file").count(), 1, "{text}");
+        }
+    }
 
     /// The reference in this module's documentation: every field, with its default.
     fn reference() -> String {

@@ -116,12 +116,12 @@ fn encode(plugin: &str, part: Option<&str>, store: &StateStore) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum KeeperError {
     /// The API server refused or failed the request.
-    #[error("plugin state in namespace {namespace}: {source}")]
+    #[error("plugin state in namespace {namespace}: {cause}")]
     Api {
         /// Where the state is kept.
         namespace: String,
-        /// The API server's error.
-        source: kube::Error,
+        /// The API server's error (in the message, so not a `source`: printed once).
+        cause: kube::Error,
     },
     /// The map was written by another replica since this one last read or wrote it: this
     /// replica no longer owns it, and does not overwrite it.
@@ -305,7 +305,7 @@ impl Keeper {
     fn api_error(&self, source: kube::Error) -> KeeperError {
         KeeperError::Api {
             namespace: self.namespace.clone(),
-            source,
+            cause: source,
         }
     }
 

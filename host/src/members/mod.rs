@@ -127,7 +127,7 @@ pub struct View {
 #[derive(Debug, thiserror::Error)]
 enum MembersError {
     /// The API server refused or failed the request.
-    #[error("{0}")]
+    #[error(transparent)]
     Api(#[from] kube::Error),
     /// The API server did not answer in time.
     #[error("no answer from the API server within {0:?}")]

@@ -41,7 +41,7 @@ pub enum Reason {
     Manifest(#[from] ManifestError),
     /// A declared index clashes with another plugin's index of the same name.
     #[error("index conflict: {0}")]
-    Index(#[from] StoreError),
+    Index(StoreError),
     /// The plugin subscribes to a type the operator's configuration does not grant it.
     #[error(
         "manifest field `{field}`: subscribes to {gvk}, which the configuration does not grant this plugin"

@@ -621,7 +621,7 @@ impl PluginHost {
             if let Some(lease) = leases.iter().find(|l| l.informer().gvk() == &index.gvk) {
                 let scoped = format!("{}@{}/{}", file.name, file.digest(), index.name);
                 let claim = IndexClaim::new(lease.informer(), &scoped, index.func.clone())
-                    .map_err(|e| Reason::from(e).of(file))?;
+                    .map_err(|e| Reason::Index(e).of(file))?;
                 claims.push(claim);
                 ctx.indexes
                     .insert((index.gvk.clone(), index.name.clone()), scoped);

@@ -42,20 +42,20 @@ use scope::Scopes;
 #[derive(Debug, thiserror::Error)]
 pub enum FolderError {
     /// The path is not a readable directory.
-    #[error("cluster folder {path}: {source}")]
+    #[error("cluster folder {path}: {cause}")]
     Unreadable {
         /// The folder.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message, so not a `source`: printed once).
+        cause: std::io::Error,
     },
     /// The file watcher could not be started.
-    #[error("cluster folder {path}: cannot watch for changes: {source}")]
+    #[error("cluster folder {path}: cannot watch for changes: {cause}")]
     Watch {
         /// The folder.
         path: PathBuf,
-        /// The watcher error.
-        source: std::io::Error,
+        /// The watcher error (in the message).
+        cause: std::io::Error,
     },
 }
 
@@ -221,7 +221,7 @@ impl ManifestFolder {
         )
         .map_err(|source| FolderError::Watch {
             path: root.to_owned(),
-            source,
+            cause: source,
         })?;
         Ok(Self {
             _watcher: Some(watcher),
@@ -242,7 +242,7 @@ impl ManifestFolder {
     ) -> Result<Self, FolderError> {
         let unreadable = |source| FolderError::Unreadable {
             path: root.to_owned(),
-            source,
+            cause: source,
         };
         std::fs::read_dir(root).map_err(unreadable)?;
         // Absolute, as the watcher reports the paths it sees (notify joins a relative path to

@@ -54,12 +54,12 @@ use crate::object::object_key;
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     /// The file cannot be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Unreadable {
         /// The file.
         path: PathBuf,
-        /// The reason.
-        source: std::io::Error,
+        /// The reason (in the message, so not a `source`: printed once).
+        cause: std::io::Error,
     },
     /// The file is not a valid test file; the message names the field.
     #[error("{path}: {message}")]
@@ -282,7 +282,7 @@ impl Spec {
     pub fn load(path: &Path, plugin: Option<&Path>) -> Result<Self, SpecError> {
         let text = std::fs::read_to_string(path).map_err(|source| SpecError::Unreadable {
             path: path.to_owned(),
-            source,
+            cause: source,
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, base, plugin).map_err(|message| SpecError::Invalid {

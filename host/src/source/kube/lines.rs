@@ -22,7 +22,7 @@ pub const MAX_LINE: usize = 16 << 20;
 pub enum Unreadable {
     /// The line is not UTF-8.
     #[error("not UTF-8 ({0})")]
-    NotUtf8(#[from] Utf8Error),
+    NotUtf8(Utf8Error),
     /// The line is longer than the longest kept.
     #[error("line of {bytes} bytes is longer than the {max} kept; dropped unread")]
     TooLong {
@@ -90,7 +90,7 @@ impl<R: AsyncBufRead> Lines<R> {
                 return Ok(Some(Err(Unreadable::TooLong { bytes, max })));
             }
             if !self.buf.trim_ascii().is_empty() {
-                return Ok(Some(utf8(&self.buf).map_err(Unreadable::from)));
+                return Ok(Some(utf8(&self.buf).map_err(Unreadable::NotUtf8)));
             }
         }
     }

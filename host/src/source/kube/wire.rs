@@ -181,7 +181,7 @@ pub struct Status {
 pub enum DecodeError {
     /// Not JSON of the expected shape.
     #[error("malformed watch line: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// A type this decoder does not know.
     #[error("unknown watch event type {0:?}")]
     UnknownType(String),
@@ -215,7 +215,7 @@ pub fn watch_line(
     {
         return Ok(event);
     }
-    let Line { kind, object: raw } = serde_json::from_str(line)?;
+    let Line { kind, object: raw } = serde_json::from_str(line).map_err(DecodeError::Json)?;
     event(gvk, &kind, raw.get(), transform)
 }
 
@@ -243,7 +243,7 @@ fn event(
         "MODIFIED" => WatchEvent::Modified(object(gvk, text, transform)?),
         "DELETED" => WatchEvent::Deleted(object(gvk, text, transform)?),
         "BOOKMARK" => {
-            let map: Map<String, Value> = serde_json::from_str(text)?;
+            let map: Map<String, Value> = serde_json::from_str(text).map_err(DecodeError::Json)?;
             let meta = map.get("metadata");
             let resource_version = meta
                 .and_then(|m| m.get("resourceVersion"))
@@ -260,7 +260,7 @@ fn event(
                 initial_events_end,
             }
         }
-        "ERROR" => WatchEvent::Error(serde_json::from_str(text)?),
+        "ERROR" => WatchEvent::Error(serde_json::from_str(text).map_err(DecodeError::Json)?),
         _ => return Err(DecodeError::UnknownType(kind.to_owned())),
     })
 }
