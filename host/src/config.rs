@@ -901,7 +901,9 @@ pub(crate) mod tests {
     #[test]
     fn an_unreadable_file_names_its_cause_once_however_it_is_printed() {
         let path = Path::new("/nonexistent/kubewasm.yaml");
-        let error = HostConfig::load(path).err().expect("no such file");
+        let Err(error) = HostConfig::load(path) else {
+            panic!("{} read", path.display());
+        };
         let plain = error.to_string();
         // anyhow's `{:#}` prints the message, then each source's.
         let chained = format!("{:#}", anyhow::Error::from(error));
