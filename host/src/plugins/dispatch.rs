@@ -924,7 +924,7 @@ impl Worker {
                     self.stats.writes_skipped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                let looping = if target == handling {
+                let looping = if own_object {
                     self.limits().loops.check(&target, Instant::now())
                 } else {
                     Ok(())

@@ -286,35 +286,22 @@ impl PluginHost {
     /// The CPU budget of plugin `name` at `millis_per_second` (a budget at another rate is
     /// replaced, its counts kept only in the metrics already scraped).
     fn budget_of(&self, name: &str, millis_per_second: u32) -> Arc<crate::cpu::CpuBudget> {
-        let mut budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
-        match budgets.get(name) {
-            Some(b) if b.millis_per_second() == millis_per_second => b.clone(),
-            _ => {
-                let b = crate::cpu::CpuBudget::new(millis_per_second, self.cpu_pool.clone());
-                budgets.insert(name.to_owned(), b.clone());
-                b
-            }
-        }
+        kept_by_name(
+            &self.budgets,
+            name,
+            |b| b.millis_per_second() == millis_per_second,
+            || crate::cpu::CpuBudget::new(millis_per_second, self.cpu_pool.clone()),
+        )
     }
 
     /// The write rates and loops of plugin `name`, kept while its rates stay as configured.
     fn write_limits_of(&self, name: &str, rates: (Rate, Rate)) -> Arc<Mutex<WriteLimits>> {
-        let mut all = self
-            .write_limits
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(limits) = all.get(name)
-            && limits
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .rates()
-                == rates
-        {
-            return limits.clone();
-        }
-        let limits = Arc::new(Mutex::new(WriteLimits::new(rates, Instant::now())));
-        all.insert(name.to_owned(), limits.clone());
-        limits
+        kept_by_name(
+            &self.write_limits,
+            name,
+            |l| l.lock().unwrap_or_else(PoisonError::into_inner).rates() == rates,
+            || Arc::new(Mutex::new(WriteLimits::new(rates, Instant::now()))),
+        )
     }
 
     /// Every plugin's state, by name.
@@ -893,6 +880,25 @@ impl PluginHost {
             tracing::info!(plugin = %name, "plugin unloaded");
         }
     }
+}
+
+/// What `kept` holds for plugin `name` (shared by its versions) while `fits` says it is
+/// still as configured; otherwise a new one from `make`, kept from then on.
+fn kept_by_name<T>(
+    kept: &Mutex<BTreeMap<String, Arc<T>>>,
+    name: &str,
+    fits: impl FnOnce(&T) -> bool,
+    make: impl FnOnce() -> Arc<T>,
+) -> Arc<T> {
+    let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = kept.get(name)
+        && fits(found)
+    {
+        return found.clone();
+    }
+    let made = make();
+    kept.insert(name.to_owned(), made.clone());
+    made
 }
 
 /// Starts delivering to a prepared version. When it replaces a running one, each of the old

@@ -181,21 +181,18 @@ impl Instance {
             },
             dry_run: request.dry_run,
         };
-        let Some(outcome) = self.plugin.admit(&mut self.store, wit_request) else {
-            let state = self.store.data_mut();
-            state.clock.finish();
-            state.handles.end_call();
-            state.clock.set_deadline(own);
-            return Err(wasmtime::Error::msg(format!(
-                "built for contract {}, which has no admit: rebuild it against {}",
-                self.plugin.contract(),
-                crate::wasm::version::CONTRACT
-            )));
-        };
+        let answer = self.plugin.admit(&mut self.store, wit_request);
         let state = self.store.data_mut();
         state.clock.finish();
         state.handles.end_call();
         state.clock.set_deadline(own);
+        let outcome = answer.ok_or_else(|| {
+            wasmtime::Error::msg(format!(
+                "built for contract {}, which has no admit: rebuild it against {}",
+                self.plugin.contract().version(),
+                crate::wasm::version::CONTRACT
+            ))
+        })?;
         outcome.map(Verdict::from_wit)
     }
 }

@@ -678,7 +678,7 @@ impl Instance {
 
     /// The contract version the component was built for (`0.4.0`, `0.3.0`, `0.2.0`).
     pub fn contract(&self) -> &'static str {
-        self.plugin.contract()
+        self.plugin.contract().version()
     }
 
     /// Calls `init`; the inner error is the plugin's own refusal.

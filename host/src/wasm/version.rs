@@ -9,7 +9,7 @@ use wasmtime::component::types::ComponentItem;
 pub const CONTRACT: &str = "0.4.0";
 
 /// The versions the host runs: the current one, 0.3 and 0.2 (their imports answered by 0.4's).
-const RUNS: [&str; 3] = [CONTRACT, "0.3.0", "0.2.0"];
+const RUNS: [Contract; 3] = [Contract::V4, Contract::V3, Contract::V2];
 
 const PACKAGE: &str = "kubewasm:plugin/";
 
@@ -24,6 +24,17 @@ pub enum Contract {
     V2,
 }
 
+impl Contract {
+    /// The version as components name it (`0.4.0`).
+    pub fn version(self) -> &'static str {
+        match self {
+            Contract::V4 => CONTRACT,
+            Contract::V3 => "0.3.0",
+            Contract::V2 => "0.2.0",
+        }
+    }
+}
+
 /// The contract `component` was built for; the version it names when the host runs no such
 /// version (`kubewasm:plugin@0.1.0`), or when it mixes two.
 pub fn of(component: &Component, engine: &wasmtime::Engine) -> Result<Contract, String> {
@@ -35,7 +46,7 @@ pub fn of(component: &Component, engine: &wasmtime::Engine) -> Result<Contract, 
         let Some((_, version)) = name.strip_prefix(PACKAGE).and_then(|n| n.split_once('@')) else {
             continue;
         };
-        if !RUNS.contains(&version) {
+        if !RUNS.iter().any(|c| c.version() == version) {
             return Err(format!("kubewasm:plugin@{version}"));
         }
         match found {
@@ -45,11 +56,10 @@ pub fn of(component: &Component, engine: &wasmtime::Engine) -> Result<Contract, 
             _ => found = Some(version),
         }
     }
-    Ok(match found {
-        Some("0.2.0") => Contract::V2,
-        Some("0.3.0") => Contract::V3,
-        _ => Contract::V4,
-    })
+    Ok(RUNS
+        .into_iter()
+        .find(|c| Some(c.version()) == found)
+        .unwrap_or(Contract::V4))
 }
 
 /// The cache queries that read indexes: `list-objects` starts from the `namespace` or
@@ -60,7 +70,7 @@ const INDEX_QUERIES: [&str; 4] = ["list-objects", "by-index", "index-keys", "ind
 /// the functions they call; Python and JavaScript ones import them all.
 pub fn queries_indexes(component: &Component, engine: &wasmtime::Engine) -> bool {
     let ty = component.component_type();
-    let caches = RUNS.map(|v| format!("{PACKAGE}cache@{v}"));
+    let caches = RUNS.map(|c| format!("{PACKAGE}cache@{}", c.version()));
     ty.imports(engine).any(|(name, import)| match import.ty {
         ComponentItem::ComponentInstance(instance) if caches.iter().any(|c| c == name) => instance
             .exports(engine)

@@ -214,8 +214,8 @@ use crate::wasm::{Call, HostState};
 /// One contract version's exports of a live instance, called with what the host has: the
 /// current version's calls go straight through, an earlier one's convert on the way.
 pub trait Exports: Send + Sync {
-    /// The version it was built for (`0.4.0`).
-    fn contract(&self) -> &'static str;
+    /// The version it was built for.
+    fn contract(&self) -> Contract;
     /// `describe`, read as the current manifest (an earlier one with none of the additions).
     fn describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<Manifest>;
     /// `init`; the inner error is the plugin's own refusal.
@@ -271,6 +271,33 @@ macro_rules! pre_of {
             ) -> wasmtime::Result<Box<dyn crate::wasm::compat::Exports>> {
                 Ok(Box::new(<$pre>::instantiate(self, store)?))
             }
+        }
+    };
+}
+
+/// `contract`, `describe` (read as the current manifest) and `init`: the same calls in every
+/// version's bindings, for an `impl Exports` of the version `$contract`.
+macro_rules! common_exports {
+    ($contract:expr) => {
+        fn contract(&self) -> crate::wasm::version::Contract {
+            $contract
+        }
+
+        fn describe(
+            &self,
+            store: &mut wasmtime::Store<crate::wasm::HostState>,
+        ) -> wasmtime::Result<crate::wasm::bindings::exports::kubewasm::plugin::handler::Manifest> {
+            self.kubewasm_plugin_handler()
+                .call_describe(store)
+                .map(Into::into)
+        }
+
+        fn init(
+            &self,
+            store: &mut wasmtime::Store<crate::wasm::HostState>,
+            config: &str,
+        ) -> wasmtime::Result<Result<(), String>> {
+            self.kubewasm_plugin_handler().call_init(store, config)
         }
     };
 }

@@ -7,11 +7,12 @@
 use wasmtime::Store;
 
 use crate::informer::Notification;
-use crate::wasm::bindings::exports::kubewasm::plugin::handler::{HandleError, Manifest};
+use crate::wasm::bindings::exports::kubewasm::plugin::handler::HandleError;
 use crate::wasm::bindings::kubewasm::plugin as v4;
 use crate::wasm::bindings::v3::kubewasm::plugin as v3;
 use crate::wasm::compat::Exports;
 use crate::wasm::handles::Handles;
+use crate::wasm::version::Contract;
 use crate::wasm::{Call, HostState};
 
 same_record!(v3::types::Gvk => v4::types::Gvk { group, version, kind });
@@ -178,23 +179,7 @@ impl v3::state::Host for HostState {
 pre_of!(crate::wasm::bindings::v3::PluginPre<HostState>);
 
 impl Exports for crate::wasm::bindings::v3::Plugin {
-    fn contract(&self) -> &'static str {
-        "0.3.0"
-    }
-
-    fn describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<Manifest> {
-        self.kubewasm_plugin_handler()
-            .call_describe(store)
-            .map(Into::into)
-    }
-
-    fn init(
-        &self,
-        store: &mut Store<HostState>,
-        config: &str,
-    ) -> wasmtime::Result<Result<(), String>> {
-        self.kubewasm_plugin_handler().call_init(store, config)
-    }
+    common_exports!(Contract::V3);
 
     fn exports(&self, _: &Call<'_>) -> bool {
         true

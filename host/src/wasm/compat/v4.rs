@@ -2,30 +2,17 @@
 
 use wasmtime::Store;
 
-use crate::wasm::bindings::exports::kubewasm::plugin::handler::{HandleError, Manifest};
+use crate::wasm::bindings::exports::kubewasm::plugin::handler::HandleError;
 use crate::wasm::bindings::kubewasm::plugin::types::{AdmissionRequest, AdmissionResponse};
 use crate::wasm::bindings::{Plugin, PluginPre};
 use crate::wasm::compat::Exports;
-use crate::wasm::{Call, HostState, convert, version};
+use crate::wasm::version::Contract;
+use crate::wasm::{Call, HostState, convert};
 
 pre_of!(PluginPre<HostState>);
 
 impl Exports for Plugin {
-    fn contract(&self) -> &'static str {
-        version::CONTRACT
-    }
-
-    fn describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<Manifest> {
-        self.kubewasm_plugin_handler().call_describe(store)
-    }
-
-    fn init(
-        &self,
-        store: &mut Store<HostState>,
-        config: &str,
-    ) -> wasmtime::Result<Result<(), String>> {
-        self.kubewasm_plugin_handler().call_init(store, config)
-    }
+    common_exports!(Contract::V4);
 
     fn exports(&self, _: &Call<'_>) -> bool {
         true
