@@ -6,7 +6,7 @@ Rust, Python, JavaScript and Go (or "-" and why a language has none). This scrip
 each SDK defines from its sources, with each item's signature (Rust `pub` items and their `///`
 docs; Python's public names and docstrings, with `ast`; JavaScript's exports and their `/** */`
 docs; Go's exported names and their `//` docs), adds the calls each language takes straight from
-the contract's bindings (the `cache`, `cluster`, `state` and `triggers` interfaces of
+the contract's bindings (the `cache`, `cluster`, `state`, `triggers` and `metrics` interfaces of
 wit/plugin.wit, with their WIT docs), and:
 
   scripts/sdk_reference.py          writes docs/SDK-REFERENCE.md from the table and the docs
@@ -29,7 +29,7 @@ LANGUAGES = ("rust", "python", "javascript", "go")
 WIT = os.path.join(ROOT, "wit", "plugin.wit")
 # The contract's imported interfaces a plugin calls through its language's bindings, with the
 # prefix each language reaches them by.
-BOUND = ("cache", "cluster", "state", "triggers")
+BOUND = ("cache", "cluster", "state", "triggers", "metrics")
 
 
 def read(*parts):

@@ -159,6 +159,7 @@ impl Report for Shared {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .as_ref()
                 .map(Split::status),
+            plugin_metrics: self.plugins.metrics(),
         };
         Status::new(parts, self.sync_timeout)
     }

@@ -84,6 +84,8 @@
 //!     stateValueKiB: 16        # ...and one value (a change past them is refused)
 //!     stateWriteKiBPerSecond: 64  # its state written through to the cluster (0: no
 //!                              # bound); a changed map waits, then is written as it is then
+//!     metricSeries: 1000       # label combinations of the metrics it publishes, all
+//!                              # together; a new one past this is refused (at most 100000)
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
 //!     config: {namespaces: [shop]}   # handed to its init as JSON
@@ -201,6 +203,7 @@ struct LimitsConfig {
     state_value_kib: Option<usize>,
     #[serde(rename = "stateWriteKiBPerSecond")]
     state_write_kib_per_second: Option<u32>,
+    metric_series: Option<usize>,
 }
 
 impl LimitsConfig {
@@ -236,6 +239,15 @@ impl LimitsConfig {
         }
         if let Some(n) = self.cpu_millis_per_second {
             limits.cpu_millis_per_second = n;
+        }
+        if let Some(n) = self.metric_series {
+            if n > crate::plugin_metrics::MAX_SERIES {
+                return Err(format!(
+                    "{field}.metricSeries: {n} is more than {}",
+                    crate::plugin_metrics::MAX_SERIES
+                ));
+            }
+            limits.metric_series = n;
         }
         if let Some(kib) = self.state_write_kib_per_second {
             limits.state.write_bytes_per_second = kib.saturating_mul(1 << 10);

@@ -9,8 +9,9 @@
 //! Layers, lowest first; a module imports only from layers below it (checked by
 //! `tests/layers.rs`, which also keeps this list whole): `clock`, `text`, `priority`, `rate`,
 //! `cpu`, `schedule`, `captured_log` (tests only), `whole_file`, `gvk`, `yaml`, `object`,
-//! `shard`, `write`, `histogram`, `watch`, `leader`, `members`, `rbac`, `oci`, `traces` ·
-//! `source` · `informer` · `wasm` · `plugins` · `keeper`, `admission` · `config` · `crd`,
+//! `shard`, `write`, `histogram`, `plugin_metrics`, `watch`, `leader`, `members`, `rbac`,
+//! `oci`, `traces` · `source` · `informer` · `controller` · `wasm` · `plugins` · `keeper`,
+//! `admission` · `config` · `crd`,
 //! `split`, `serve` · `agent` · `testing`. [`keeper`] writes plugin state through to the
 //! cluster while this replica leads; [`admission`] serves plugins' admission webhooks.
 
@@ -20,6 +21,7 @@ pub mod agent;
 pub mod captured_log;
 pub mod clock;
 pub mod config;
+pub mod controller;
 pub mod cpu;
 pub mod crd;
 pub mod gvk;
@@ -30,6 +32,7 @@ pub mod leader;
 pub mod members;
 pub mod object;
 pub mod oci;
+pub mod plugin_metrics;
 pub mod plugins;
 pub mod priority;
 pub mod rate;

@@ -314,6 +314,14 @@ pub fn object_key(namespace: Option<&str>, name: &str) -> String {
     }
 }
 
+/// The namespace and name of a cache key (`namespace/name`, or `name`).
+pub fn split_key(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, key),
+    }
+}
+
 /// Calls `f` with [`object_key`]`(namespace, name)`, built on the stack when it is short
 /// (every real key is): a lookup by name allocates nothing.
 pub fn with_object_key<R>(namespace: Option<&str>, name: &str, f: impl FnOnce(&str) -> R) -> R {

@@ -187,8 +187,8 @@ pub enum Action {
     JsonPatch(String),
     /// Creates this JSON object.
     Create(String),
-    /// Deletes, if the uid is still this one when given.
-    Delete(Option<String>),
+    /// Deletes, with a propagation policy and preconditions.
+    Delete(DeleteOptions),
     /// Records an Event about an object.
     RecordEvent {
         /// The object it is about.
@@ -200,6 +200,40 @@ pub enum Action {
         /// What happened, for humans.
         note: String,
     },
+}
+
+/// What happens to the dependents of a deleted object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// The object goes at once, its dependents after it (kubectl's default).
+    #[default]
+    Background,
+    /// The object waits, with a deletion timestamp, until its blocking dependents are gone.
+    Foreground,
+    /// The dependents stay, their ownerReference to it removed.
+    Orphan,
+}
+
+impl Propagation {
+    /// As the API server's `propagationPolicy` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Propagation::Background => "Background",
+            Propagation::Foreground => "Foreground",
+            Propagation::Orphan => "Orphan",
+        }
+    }
+}
+
+/// How to delete: the propagation policy and preconditions.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeleteOptions {
+    /// What happens to the dependents.
+    pub propagation: Propagation,
+    /// Only if the object's uid is still this.
+    pub uid: Option<String>,
+    /// Only if the object's resourceVersion is still this.
+    pub resource_version: Option<String>,
 }
 
 /// One write a plugin staged.
@@ -231,7 +265,10 @@ impl Write {
             Action::Apply(s) | Action::MergePatch(s) | Action::JsonPatch(s) | Action::Create(s) => {
                 s.len()
             }
-            Action::Delete(uid) => uid.as_ref().map_or(0, String::len),
+            Action::Delete(o) => {
+                o.uid.as_ref().map_or(0, String::len)
+                    + o.resource_version.as_ref().map_or(0, String::len)
+            }
             Action::RecordEvent { reason, note, .. } => reason.len() + note.len(),
         };
         text + t.name.len() + t.namespace.as_ref().map_or(0, String::len)
@@ -479,7 +516,10 @@ mod tests {
             &json(r#"[{"op":"remove","path":"/nowhere"}]"#)
         ));
         assert!(!changes_nothing(&current, &Action::Create("{}".into())));
-        assert!(!changes_nothing(&current, &Action::Delete(None)));
+        assert!(!changes_nothing(
+            &current,
+            &Action::Delete(DeleteOptions::default())
+        ));
     }
 
     fn grant(namespaces: Option<&[&str]>) -> WriteGrant {

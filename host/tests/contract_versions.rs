@@ -1,9 +1,9 @@
-//! Components built for contracts 0.2 and 0.3 keep loading unchanged beside 0.4 ones: the
-//! example plugins as they were built against each (tests/contract-0.2 and tests/contract-0.3,
-//! never rebuilt) run on the example cluster next to the same plugins built for 0.4, and say
-//! the same things (pod-phase built for 0.4 declares the one field it reads, so this also shows
-//! a projection changes nothing it sees); the 0.2 labeler's writes go through 0.4's write
-//! path; and the 0.3 builds of the plugins that use what 0.3 added (state, schedules,
+//! Components built for contracts 0.2, 0.3 and 0.4 keep loading unchanged beside 0.5 ones:
+//! the example plugins as they were built against each (tests/contract-0.N, never rebuilt)
+//! run on the example cluster next to the same plugins built for 0.5, and say the same things
+//! (pod-phase built for 0.4 and 0.5 declares the one field it reads, so this also shows a
+//! projection changes nothing it sees); the 0.2 labeler's writes go through 0.5's write path;
+//! and the 0.3 and 0.4 builds of the plugins that use what 0.3 added (state, schedules,
 //! admission) pass their own test files.
 
 use std::collections::BTreeSet;
@@ -28,6 +28,10 @@ fn fixture_0_3(file: &str) -> PathBuf {
     support::root().join("tests/contract-0.3").join(file)
 }
 
+fn fixture_0_4(file: &str) -> PathBuf {
+    support::root().join("tests/contract-0.4").join(file)
+}
+
 /// What a plugin logged, as comparable lines: message and fields, in order of the log.
 fn said(lines: &[PluginLogRecord], plugin: &str) -> BTreeSet<String> {
     lines
@@ -38,7 +42,7 @@ fn said(lines: &[PluginLogRecord], plugin: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn plugins_built_for_0_2_and_0_3_run_beside_0_4_ones_and_say_the_same() {
+fn plugins_built_for_0_2_0_3_and_0_4_run_beside_0_5_ones_and_say_the_same() {
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     support::copy_examples(cluster.path());
@@ -47,6 +51,7 @@ fn plugins_built_for_0_2_and_0_3_run_beside_0_4_ones_and_say_the_same() {
         ("labeler-02", r#"{"key": "team", "value": "shop"}"#),
         ("owner-chain-02", "{}"),
         ("owner-chain-03", "{}"),
+        ("owner-chain-04", "{}"),
         ("owner-chain", "{}"),
     ]);
     config
@@ -76,6 +81,9 @@ fn plugins_built_for_0_2_and_0_3_run_beside_0_4_ones_and_say_the_same() {
         ("pod-phase-03", fixture_0_3("pod_phase.wasm")),
         ("deployment-view-03", fixture_0_3("deployment_view.wasm")),
         ("owner-chain-03", fixture_0_3("owner_chain.wasm")),
+        ("pod-phase-04", fixture_0_4("pod_phase.wasm")),
+        ("deployment-view-04", fixture_0_4("deployment_view.wasm")),
+        ("owner-chain-04", fixture_0_4("owner_chain.wasm")),
     ] {
         fs::copy(&from, plugins.path().join(format!("{name}.wasm"))).expect("copy");
     }
@@ -96,7 +104,8 @@ fn plugins_built_for_0_2_and_0_3_run_beside_0_4_ones_and_say_the_same() {
     };
     assert_eq!(contract("pod-phase-02"), "0.2.0");
     assert_eq!(contract("pod-phase-03"), "0.3.0");
-    assert_eq!(contract("pod-phase"), "0.4.0");
+    assert_eq!(contract("pod-phase-04"), "0.4.0");
+    assert_eq!(contract("pod-phase"), "0.5.0");
 
     // Every plugin handed its initial state, and the labeler's writes came back as updates.
     let deadline = Instant::now() + WAIT;
@@ -126,6 +135,9 @@ fn plugins_built_for_0_2_and_0_3_run_beside_0_4_ones_and_say_the_same() {
         ("pod-phase-03", "pod-phase"),
         ("deployment-view-03", "deployment-view"),
         ("owner-chain-03", "owner-chain"),
+        ("pod-phase-04", "pod-phase"),
+        ("deployment-view-04", "deployment-view"),
+        ("owner-chain-04", "owner-chain"),
     ] {
         let (then, now) = (said(&lines, old), said(&lines, new));
         assert!(!then.is_empty(), "{old} said nothing");
@@ -155,7 +167,7 @@ fn passes_its_tests(file: &str, plugin: &std::path::Path, steps: usize) {
 }
 
 #[test]
-fn plugins_built_for_0_3_pass_their_own_tests_state_schedules_and_admission_included() {
+fn plugins_built_for_0_3_and_0_4_pass_their_own_tests_state_schedules_and_admission_included() {
     for (file, fixture, steps) in [
         (
             "plugins/pod-phase/tests/pod-phase.test.yaml",
@@ -175,5 +187,6 @@ fn plugins_built_for_0_3_pass_their_own_tests_state_schedules_and_admission_incl
         ("plugins/pod-age/tests/pod-age.test.yaml", "pod_age.wasm", 4),
     ] {
         passes_its_tests(file, &fixture_0_3(fixture), steps);
+        passes_its_tests(file, &fixture_0_4(fixture), steps);
     }
 }

@@ -136,12 +136,7 @@ async fn wait_async<F: Future<Output = anyhow::Result<bool>>>(
     what: &str,
     check: impl Fn() -> F,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + WAIT;
-    while !check().await? {
-        anyhow::ensure!(Instant::now() < deadline, "{what} did not happen");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
+    support::until_async(what, WAIT, check).await
 }
 
 /// What `kubewasm rbac` computes for `plugins`: the types they read.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 32] = [
+const LAYERS: [&str; 34] = [
     "clock",
     "text",
     "priority",
@@ -20,6 +20,7 @@ const LAYERS: [&str; 32] = [
     "shard",
     "write",
     "histogram",
+    "plugin_metrics",
     "watch",
     "leader",
     "members",
@@ -28,6 +29,7 @@ const LAYERS: [&str; 32] = [
     "traces",
     "source",
     "informer",
+    "controller",
     "wasm",
     "plugins",
     "keeper",

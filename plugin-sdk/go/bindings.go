@@ -16,7 +16,7 @@ var importRet [5]uint64
 
 // exportRet is where exports leave results that do not fit a core value, read by the host
 // when the call returns; kept until the next call.
-var exportRet [11]uint64
+var exportRet [18]uint64
 
 // A resource type: API group (empty for the core group), version and kind.
 type Gvk struct {
@@ -240,6 +240,110 @@ type Index struct {
 	JsonPointer string
 }
 
+// The key of one object a controller reconciles.
+type ObjectKey struct {
+	// The namespace; none for cluster-scoped objects.
+	Namespace *string
+	// The name.
+	Name string
+}
+
+// How an object of a watched type names the keys it wakes.
+type WakeMap struct {
+	// Which case this is.
+	Tag WakeMapTag
+	// The payload when Tag is WakeMapIndex.
+	Index string
+	// The payload when Tag is WakeMapLabel.
+	Label string
+}
+
+// WakeMapTag names a case of WakeMap.
+type WakeMapTag uint8
+
+const (
+	// The values of this index of the watched object (a built-in index or one declared in
+	// `indexes`) are keys: `namespace/name`, or `name` for a cluster-scoped type.
+	WakeMapIndex WakeMapTag = iota
+	// The value of this label is the name of a key in the watched object's namespace.
+	WakeMapLabel
+)
+
+// String is the WIT name of the case.
+func (t WakeMapTag) String() string {
+	switch t {
+	case WakeMapIndex:
+		return "index"
+	case WakeMapLabel:
+		return "label"
+	}
+	return "unknown"
+}
+
+// Error is the case's name and its text.
+func (v WakeMap) Error() string {
+	switch v.Tag {
+	case WakeMapIndex:
+		return "index: " + v.Index
+	case WakeMapLabel:
+		return "label: " + v.Label
+	}
+	return v.Tag.String()
+}
+
+// A type whose events wake keys of the reconciled type.
+type Watched struct {
+	// The watched type.
+	Gvk Gvk
+	// How its objects name the keys they wake.
+	Wakes WakeMap
+}
+
+// A controller: `reconcile` is called by key, once however many events arrive for it
+// meanwhile, never twice at once for one key.
+type Controller struct {
+	// The type reconciled: each of its objects is a key. Its events wake their own key.
+	Reconciles Gvk
+	// Types it owns: an event on one wakes the key named by its controller
+	// ownerReference (of the `reconciles` kind). Children of these types that a
+	// reconcile applies get that ownerReference and the parent's apply-set label; after
+	// a reconcile returns Ok, children with the label it did not apply are deleted.
+	Owns []Gvk
+	// Other types whose events wake keys, through a mapping named here.
+	Watches []Watched
+	// Whether the host keeps the finalizer `kubewasm.dev/<plugin>` on every live object
+	// of `reconciles` and calls `finalize` before it goes.
+	Finalizer bool
+}
+
+// The kind of a metric.
+type MetricKind uint8
+
+const (
+	// Only goes up (`metrics.add`).
+	MetricKindCounter MetricKind = iota
+	// Goes up and down (`metrics.set`).
+	MetricKindGauge
+	// Counts observations in buckets (`metrics.observe`).
+	MetricKindHistogram
+)
+
+// A metric the plugin publishes, exposed as `kubewasm_plugin_<name>` with the labels
+// `plugin` and `digest` besides its own.
+type Metric struct {
+	// Its name: letters, digits and `_`, not starting with a digit.
+	Name string
+	// What it counts, shown in the exposition's HELP line.
+	Help string
+	// Its kind.
+	Kind MetricKind
+	// Its label names; values are given at each update, in this order.
+	Labels []string
+	// A histogram's bucket upper bounds, increasing (empty: the host's defaults, or
+	// nothing for the other kinds).
+	Buckets []float64
+}
+
 // A named schedule.
 type Schedule struct {
 	// The name `tick` is called with.
@@ -322,6 +426,10 @@ type Manifest struct {
 	State bool
 	// The admission webhook the plugin serves, if any.
 	Admission *Admission
+	// The controller this plugin is, if any (0.5).
+	Controller *Controller
+	// The metrics it publishes (0.5).
+	Metrics []Metric
 }
 
 // Who asks.
@@ -597,6 +705,30 @@ func (v WriteError) Error() string {
 	return v.Tag.String()
 }
 
+// What happens to the dependents of a deleted object (its `ownerReferences` children).
+type Propagation uint8
+
+const (
+	// The object goes at once; the garbage collector deletes its dependents afterwards
+	// (kubectl's default).
+	PropagationBackground Propagation = iota
+	// The object stays, with a deletion timestamp, until the dependents that block its
+	// deletion are gone.
+	PropagationForeground
+	// The dependents stay, their ownerReference to it removed.
+	PropagationOrphan
+)
+
+// How to delete.
+type DeleteOptions struct {
+	// What happens to its dependents.
+	Propagation Propagation
+	// Only if its uid is still this.
+	Uid *string
+	// Only if its resourceVersion is still this.
+	ResourceVersion *string
+}
+
 // A staged write the API server refused when a previous attempt of this event sent it.
 type WriteFailure struct {
 	// What was written.
@@ -659,6 +791,56 @@ func (v StateError) Error() string {
 	return v.Tag.String()
 }
 
+// Why an update was refused. Each case carries a human-readable explanation.
+type MetricError struct {
+	// Which case this is.
+	Tag MetricErrorTag
+	// The payload when Tag is MetricErrorUndeclared.
+	Undeclared string
+	// The payload when Tag is MetricErrorOverBound.
+	OverBound string
+	// The payload when Tag is MetricErrorInvalidArgument.
+	InvalidArgument string
+}
+
+// MetricErrorTag names a case of MetricError.
+type MetricErrorTag uint8
+
+const (
+	// Not declared, declared as another kind, or given the wrong number of label values.
+	MetricErrorUndeclared MetricErrorTag = iota
+	// A new series past the plugin's bound, or a label value too long: refused.
+	MetricErrorOverBound
+	// A value a counter cannot take (negative, or not finite), or a value not finite.
+	MetricErrorInvalidArgument
+)
+
+// String is the WIT name of the case.
+func (t MetricErrorTag) String() string {
+	switch t {
+	case MetricErrorUndeclared:
+		return "undeclared"
+	case MetricErrorOverBound:
+		return "over-bound"
+	case MetricErrorInvalidArgument:
+		return "invalid-argument"
+	}
+	return "unknown"
+}
+
+// Error is the case's name and its text.
+func (v MetricError) Error() string {
+	switch v.Tag {
+	case MetricErrorUndeclared:
+		return "undeclared: " + v.Undeclared
+	case MetricErrorOverBound:
+		return "over-bound: " + v.OverBound
+	case MetricErrorInvalidArgument:
+		return "invalid-argument: " + v.InvalidArgument
+	}
+	return v.Tag.String()
+}
+
 // Severity of a log line.
 type Level uint8
 
@@ -681,7 +863,7 @@ func (self Object) Gvk() Gvk {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_gvk(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_gvk(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -692,8 +874,8 @@ func (self Object) Gvk() Gvk {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.gvk
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_gvk(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.gvk
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_gvk(p0 uint32, p1 uint32)
 
 // `metadata.namespace`; none for cluster-scoped objects.
 func (self Object) Namespace() *string {
@@ -701,7 +883,7 @@ func (self Object) Namespace() *string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_namespace(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_namespace(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -712,8 +894,8 @@ func (self Object) Namespace() *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.namespace
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_namespace(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.namespace
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_namespace(p0 uint32, p1 uint32)
 
 // `metadata.name`.
 func (self Object) Name() string {
@@ -721,7 +903,7 @@ func (self Object) Name() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_name(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_name(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -732,8 +914,8 @@ func (self Object) Name() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.name
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_name(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.name
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_name(p0 uint32, p1 uint32)
 
 // The cache key: `namespace/name`, or `name` when cluster-scoped.
 func (self Object) Key() string {
@@ -741,7 +923,7 @@ func (self Object) Key() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_key(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_key(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -752,8 +934,8 @@ func (self Object) Key() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.key
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_key(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.key
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_key(p0 uint32, p1 uint32)
 
 // `metadata.uid` (empty when absent).
 func (self Object) Uid() string {
@@ -761,7 +943,7 @@ func (self Object) Uid() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_uid(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_uid(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -772,8 +954,8 @@ func (self Object) Uid() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.uid
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_uid(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.uid
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_uid(p0 uint32, p1 uint32)
 
 // `metadata.resourceVersion` (empty when absent).
 func (self Object) ResourceVersion() string {
@@ -781,7 +963,7 @@ func (self Object) ResourceVersion() string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_resource_version(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_resource_version(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -792,8 +974,8 @@ func (self Object) ResourceVersion() string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.resource-version
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_resource_version(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.resource-version
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_resource_version(p0 uint32, p1 uint32)
 
 // The value of label `key`.
 func (self Object) Label(key string) *string {
@@ -804,7 +986,7 @@ func (self Object) Label(key string) *string {
 	var p2 uint32
 	p1, p2 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_label(p0, p1, p2, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_label(p0, p1, p2, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -816,8 +998,8 @@ func (self Object) Label(key string) *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.label
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_label(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.label
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_label(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
 
 // `metadata.labels` as key and value pairs, sorted by key.
 func (self Object) Labels() [][2]string {
@@ -825,7 +1007,7 @@ func (self Object) Labels() [][2]string {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_labels(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_labels(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -836,8 +1018,8 @@ func (self Object) Labels() [][2]string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.labels
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_labels(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.labels
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_labels(p0 uint32, p1 uint32)
 
 // The value of annotation `key`.
 func (self Object) Annotation(key string) *string {
@@ -848,7 +1030,7 @@ func (self Object) Annotation(key string) *string {
 	var p2 uint32
 	p1, p2 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_annotation(p0, p1, p2, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_annotation(p0, p1, p2, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -860,8 +1042,8 @@ func (self Object) Annotation(key string) *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.annotation
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_annotation(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.annotation
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_annotation(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
 
 // `metadata.ownerReferences`.
 func (self Object) OwnerReferences() []OwnerReference {
@@ -869,7 +1051,7 @@ func (self Object) OwnerReferences() []OwnerReference {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner_references(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_owner_references(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -880,8 +1062,8 @@ func (self Object) OwnerReferences() []OwnerReference {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.owner-references
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner_references(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.owner-references
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_owner_references(p0 uint32, p1 uint32)
 
 // The owner reference marked as controller, if any.
 func (self Object) Controller() *OwnerReference {
@@ -889,7 +1071,7 @@ func (self Object) Controller() *OwnerReference {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_controller(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_controller(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -900,8 +1082,8 @@ func (self Object) Controller() *OwnerReference {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.controller
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_controller(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.controller
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_controller(p0 uint32, p1 uint32)
 
 // The controller itself, from the cache, when it is of type `gvk` (group and kind
 // compared): client-go's `GetControllerOf` and a lister `get` in one call. None when
@@ -922,7 +1104,7 @@ func (self Object) Owner(gvk Gvk) (*Object, error) {
 	p3, p4 = stringArg(gvk.Version)
 	p5, p6 = stringArg(gvk.Kind)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner(p0, p1, p2, p3, p4, p5, p6, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_owner(p0, p1, p2, p3, p4, p5, p6, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -940,8 +1122,8 @@ func (self Object) Owner(gvk Gvk) (*Object, error) {
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.owner
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_owner(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.owner
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_owner(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32)
 
 // The value at an RFC 6901 JSON pointer (`/status/phase`, `/spec/containers/0/image`),
 // read in the host; none when nothing is there. An error when the pointer is
@@ -956,7 +1138,7 @@ func (self Object) Field(pointer string) (*Value, error) {
 	var p2 uint32
 	p1, p2 = stringArg(pointer)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_field(p0, p1, p2, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_field(p0, p1, p2, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -974,8 +1156,8 @@ func (self Object) Field(pointer string) (*Value, error) {
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.field
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_field(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.field
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_field(p0 uint32, p1 uint32, p2 uint32, p3 uint32)
 
 // The whole object as JSON text (the one call that copies all of it). `undeclared`
 // when the plugin declared `fields` or `metadata-only` for this type: it holds only
@@ -985,7 +1167,7 @@ func (self Object) Json() (string, error) {
 	var p0 uint32
 	p0 = self.handle
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_types_0_4_0__method_object_json(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_types_0_5_0__method_object_json(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1002,10 +1184,10 @@ func (self Object) Json() (string, error) {
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [method]object.json
-func wasmimport_kubewasm_plugin_types_0_4_0__method_object_json(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/types@0.5.0 [method]object.json
+func wasmimport_kubewasm_plugin_types_0_5_0__method_object_json(p0 uint32, p1 uint32)
 
-//go:wasmimport kubewasm:plugin/types@0.4.0 [resource-drop]object
+//go:wasmimport kubewasm:plugin/types@0.5.0 [resource-drop]object
 func wasmimport_object_drop(handle uint32)
 
 // Drop gives a Object this plugin owns back to the host. Only handles the plugin owns (from
@@ -1024,7 +1206,7 @@ func borrowObject(handle uint32) Object {
 // server, and only for resource types the plugin was granted.
 var Cache cacheImports
 
-// cacheImports holds the functions of the imported interface `kubewasm:plugin/cache@0.4.0`.
+// cacheImports holds the functions of the imported interface `kubewasm:plugin/cache@0.5.0`.
 type cacheImports struct{}
 
 // One object by namespace (none for cluster-scoped) and name.
@@ -1050,7 +1232,7 @@ func (cacheImports) Get(gvk Gvk, namespace *string, name string) (*Object, error
 	var p10 uint32
 	p9, p10 = stringArg(name)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_4_0_get(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_5_0_get(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1069,8 +1251,8 @@ func (cacheImports) Get(gvk Gvk, namespace *string, name string) (*Object, error
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.4.0 get
-func wasmimport_kubewasm_plugin_cache_0_4_0_get(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.5.0 get
+func wasmimport_kubewasm_plugin_cache_0_5_0_get(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
 
 // Every object of a type, optionally only in one namespace and only those matching a
 // label selector (Kubernetes syntax).
@@ -1100,7 +1282,7 @@ func (cacheImports) ListObjects(gvk Gvk, namespace *string, labelSelector *strin
 		p10, p11 = stringArg((*labelSelector))
 	}
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_4_0_list_objects(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_5_0_list_objects(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1119,8 +1301,8 @@ func (cacheImports) ListObjects(gvk Gvk, namespace *string, labelSelector *strin
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.4.0 list-objects
-func wasmimport_kubewasm_plugin_cache_0_4_0_list_objects(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.5.0 list-objects
+func wasmimport_kubewasm_plugin_cache_0_5_0_list_objects(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32)
 
 // The objects whose index `index` contains `value` (client-go's `ByIndex`).
 func (cacheImports) ByIndex(gvk Gvk, index string, value string) ([]Object, error) {
@@ -1141,7 +1323,7 @@ func (cacheImports) ByIndex(gvk Gvk, index string, value string) ([]Object, erro
 	var p9 uint32
 	p8, p9 = stringArg(value)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_4_0_by_index(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_5_0_by_index(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1160,8 +1342,8 @@ func (cacheImports) ByIndex(gvk Gvk, index string, value string) ([]Object, erro
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.4.0 by-index
-func wasmimport_kubewasm_plugin_cache_0_4_0_by_index(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.5.0 by-index
+func wasmimport_kubewasm_plugin_cache_0_5_0_by_index(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
 
 // The keys (`namespace/name`, or `name` when cluster-scoped) of the objects whose index
 // `index` contains `value` (client-go's `IndexKeys`).
@@ -1183,7 +1365,7 @@ func (cacheImports) IndexKeys(gvk Gvk, index string, value string) ([]string, er
 	var p9 uint32
 	p8, p9 = stringArg(value)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_4_0_index_keys(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_5_0_index_keys(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1202,8 +1384,8 @@ func (cacheImports) IndexKeys(gvk Gvk, index string, value string) ([]string, er
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.4.0 index-keys
-func wasmimport_kubewasm_plugin_cache_0_4_0_index_keys(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.5.0 index-keys
+func wasmimport_kubewasm_plugin_cache_0_5_0_index_keys(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32)
 
 // Every value present in index `index` (client-go's `ListIndexFuncValues`).
 func (cacheImports) IndexValues(gvk Gvk, index string) ([]string, error) {
@@ -1221,7 +1403,7 @@ func (cacheImports) IndexValues(gvk Gvk, index string) ([]string, error) {
 	var p7 uint32
 	p6, p7 = stringArg(index)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cache_0_4_0_index_values(p0, p1, p2, p3, p4, p5, p6, p7, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cache_0_5_0_index_values(p0, p1, p2, p3, p4, p5, p6, p7, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1239,11 +1421,11 @@ func (cacheImports) IndexValues(gvk Gvk, index string) ([]string, error) {
 	return v, nil
 }
 
-//go:wasmimport kubewasm:plugin/cache@0.4.0 index-values
-func wasmimport_kubewasm_plugin_cache_0_4_0_index_values(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32)
+//go:wasmimport kubewasm:plugin/cache@0.5.0 index-values
+func wasmimport_kubewasm_plugin_cache_0_5_0_index_values(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32)
 
-// Writes to the cluster, staged during `handle` (and `synced`, `tick`) and sent when it
-// returns Ok.
+// Writes to the cluster, staged during `handle` (and `synced`, `tick`, `reconcile`,
+// `finalize`) and sent when it returns Ok.
 //
 // Each call checks at once that the operator granted the write (`grants.writes`: resource
 // types, verbs, namespaces) and that this host is the leader, then only stages the write. The
@@ -1252,7 +1434,7 @@ func wasmimport_kubewasm_plugin_cache_0_4_0_index_values(p0 uint32, p1 uint32, p
 // again instead of doubling them. Writes are available only during `handle`.
 var Cluster clusterImports
 
-// clusterImports holds the functions of the imported interface `kubewasm:plugin/cluster@0.4.0`.
+// clusterImports holds the functions of the imported interface `kubewasm:plugin/cluster@0.5.0`.
 type clusterImports struct{}
 
 // Server-side apply of `json` (a partial object with apiVersion, kind and name) with
@@ -1289,7 +1471,7 @@ func (clusterImports) Apply(target Target, json string) error {
 	var p15 uint32
 	p14, p15 = stringArg(json)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_4_0_apply(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_5_0_apply(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1305,8 +1487,8 @@ func (clusterImports) Apply(target Target, json string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.4.0 apply
-func wasmimport_kubewasm_plugin_cluster_0_4_0_apply(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 apply
+func wasmimport_kubewasm_plugin_cluster_0_5_0_apply(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
 
 // A JSON merge patch (RFC 7386).
 func (clusterImports) MergePatch(target Target, patch string) error {
@@ -1341,7 +1523,7 @@ func (clusterImports) MergePatch(target Target, patch string) error {
 	var p15 uint32
 	p14, p15 = stringArg(patch)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_4_0_merge_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_5_0_merge_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1357,8 +1539,8 @@ func (clusterImports) MergePatch(target Target, patch string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.4.0 merge-patch
-func wasmimport_kubewasm_plugin_cluster_0_4_0_merge_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 merge-patch
+func wasmimport_kubewasm_plugin_cluster_0_5_0_merge_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
 
 // A JSON patch (RFC 6902).
 func (clusterImports) JsonPatch(target Target, patch string) error {
@@ -1393,7 +1575,7 @@ func (clusterImports) JsonPatch(target Target, patch string) error {
 	var p15 uint32
 	p14, p15 = stringArg(patch)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_4_0_json_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_5_0_json_patch(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1409,8 +1591,8 @@ func (clusterImports) JsonPatch(target Target, patch string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.4.0 json-patch
-func wasmimport_kubewasm_plugin_cluster_0_4_0_json_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 json-patch
+func wasmimport_kubewasm_plugin_cluster_0_5_0_json_patch(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32, p12 uint32, p13 uint32, p14 uint32, p15 uint32, p16 uint32)
 
 // Creates an object.
 func (clusterImports) Create(gvk Gvk, namespace *string, json string) error {
@@ -1435,7 +1617,7 @@ func (clusterImports) Create(gvk Gvk, namespace *string, json string) error {
 	var p10 uint32
 	p9, p10 = stringArg(json)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_4_0_create(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_5_0_create(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1452,17 +1634,18 @@ func (clusterImports) Create(gvk Gvk, namespace *string, json string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.4.0 create
-func wasmimport_kubewasm_plugin_cluster_0_4_0_create(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 create
+func wasmimport_kubewasm_plugin_cluster_0_5_0_create(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32, p7 uint32, p8 uint32, p9 uint32, p10 uint32, p11 uint32)
 
-// Deletes an object, only if its uid is still `uid` when one is given.
+// Deletes an object, only if its uid is still `uid` when one is given. Its dependents
+// are deleted in the background (0.5's `delete-with` chooses).
 func (clusterImports) Delete(target Target, uid *string) error {
 	mark := keptMark()
 	params := allocKept(68, 4)
 	lowerTarget(params+0, target)
 	lowerOptionString(params+56, uid)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_4_0_delete(uint32(params), uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_5_0_delete(uint32(params), uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1478,8 +1661,34 @@ func (clusterImports) Delete(target Target, uid *string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.4.0 delete
-func wasmimport_kubewasm_plugin_cluster_0_4_0_delete(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 delete
+func wasmimport_kubewasm_plugin_cluster_0_5_0_delete(p0 uint32, p1 uint32)
+
+// Deletes an object with a propagation policy and preconditions (0.5).
+func (clusterImports) DeleteWith(target Target, options DeleteOptions) error {
+	mark := keptMark()
+	params := allocKept(84, 4)
+	lowerTarget(params+0, target)
+	lowerDeleteOptions(params+56, options)
+	wasOn := hostWindow()
+	wasmimport_kubewasm_plugin_cluster_0_5_0_delete_with(uint32(params), uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
+	runtime.KeepAlive(target)
+	runtime.KeepAlive(options)
+	keptRelease(mark)
+	if load8(importRetAddr()) != 0 {
+		err := liftWriteError(importRetAddr() + 4)
+		releaseAllocs()
+		return err
+	}
+	releaseAllocs()
+	return nil
+}
+
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 delete-with
+func wasmimport_kubewasm_plugin_cluster_0_5_0_delete_with(p0 uint32, p1 uint32)
 
 // Records an Event (events.k8s.io/v1) about `regarding`, with reporting controller
 // `kubewasm` and the plugin as reporting instance; repeats are aggregated.
@@ -1496,7 +1705,7 @@ func (clusterImports) RecordEvent(regarding Object, eventType EventType, reason 
 	var p5 uint32
 	p4, p5 = stringArg(note)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_4_0_record_event(p0, p1, p2, p3, p4, p5, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_5_0_record_event(p0, p1, p2, p3, p4, p5, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1514,15 +1723,15 @@ func (clusterImports) RecordEvent(regarding Object, eventType EventType, reason 
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.4.0 record-event
-func wasmimport_kubewasm_plugin_cluster_0_4_0_record_event(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 record-event
+func wasmimport_kubewasm_plugin_cluster_0_5_0_record_event(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32, p5 uint32, p6 uint32)
 
 // Why writes sent by the previous attempt of this event failed (empty on a first
 // attempt), so a retry can adapt.
 func (clusterImports) PreviousFailures() []WriteFailure {
 	mark := keptMark()
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_cluster_0_4_0_previous_failures(uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_cluster_0_5_0_previous_failures(uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1532,25 +1741,27 @@ func (clusterImports) PreviousFailures() []WriteFailure {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/cluster@0.4.0 previous-failures
-func wasmimport_kubewasm_plugin_cluster_0_4_0_previous_failures(p0 uint32)
+//go:wasmimport kubewasm:plugin/cluster@0.5.0 previous-failures
+func wasmimport_kubewasm_plugin_cluster_0_5_0_previous_failures(p0 uint32)
 
-// Ways to be called again, during `handle`.
+// Ways to be called again, during `handle` (and `reconcile`).
 var Triggers triggersImports
 
-// triggersImports holds the functions of the imported interface `kubewasm:plugin/triggers@0.4.0`.
+// triggersImports holds the functions of the imported interface `kubewasm:plugin/triggers@0.5.0`.
 type triggersImports struct{}
 
 // Calls `handle` again for the object of the event being handled, `seconds` from now,
 // with its current state as a `requeue` event (the workqueue's AddAfter). Takes effect
 // when `handle` returns Ok; a later call replaces an earlier one; a delete cancels it.
+// During `reconcile`: reconciles the key again after `seconds`, unless it is woken
+// sooner.
 // Queued requeues count against the plugin's backlog: past it, the newest is refused.
 func (triggersImports) RequeueAfter(seconds uint32) error {
 	mark := keptMark()
 	var p0 uint32
 	p0 = uint32(seconds)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_triggers_0_4_0_requeue_after(p0, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_triggers_0_5_0_requeue_after(p0, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1565,8 +1776,8 @@ func (triggersImports) RequeueAfter(seconds uint32) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/triggers@0.4.0 requeue-after
-func wasmimport_kubewasm_plugin_triggers_0_4_0_requeue_after(p0 uint32, p1 uint32)
+//go:wasmimport kubewasm:plugin/triggers@0.5.0 requeue-after
+func wasmimport_kubewasm_plugin_triggers_0_5_0_requeue_after(p0 uint32, p1 uint32)
 
 // A small key-value map of the plugin's own, kept by the host: it survives instance
 // recycling, idle release, hot swaps to a new version and, on a cluster, a change of leader
@@ -1578,7 +1789,7 @@ func wasmimport_kubewasm_plugin_triggers_0_4_0_requeue_after(p0 uint32, p1 uint3
 // operator's `stateKiB`, and per value and entry count.
 var State stateImports
 
-// stateImports holds the functions of the imported interface `kubewasm:plugin/state@0.4.0`.
+// stateImports holds the functions of the imported interface `kubewasm:plugin/state@0.5.0`.
 type stateImports struct{}
 
 // The value of `key`.
@@ -1588,7 +1799,7 @@ func (stateImports) Get(key string) *string {
 	var p1 uint32
 	p0, p1 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_4_0_get(p0, p1, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_5_0_get(p0, p1, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1599,8 +1810,8 @@ func (stateImports) Get(key string) *string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/state@0.4.0 get
-func wasmimport_kubewasm_plugin_state_0_4_0_get(p0 uint32, p1 uint32, p2 uint32)
+//go:wasmimport kubewasm:plugin/state@0.5.0 get
+func wasmimport_kubewasm_plugin_state_0_5_0_get(p0 uint32, p1 uint32, p2 uint32)
 
 // Sets `key` to `value`.
 func (stateImports) Set(key string, value string) error {
@@ -1612,7 +1823,7 @@ func (stateImports) Set(key string, value string) error {
 	var p3 uint32
 	p2, p3 = stringArg(value)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_4_0_set(p0, p1, p2, p3, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_5_0_set(p0, p1, p2, p3, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1628,8 +1839,8 @@ func (stateImports) Set(key string, value string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/state@0.4.0 set
-func wasmimport_kubewasm_plugin_state_0_4_0_set(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
+//go:wasmimport kubewasm:plugin/state@0.5.0 set
+func wasmimport_kubewasm_plugin_state_0_5_0_set(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
 
 // Removes `key`.
 func (stateImports) Remove(key string) error {
@@ -1638,7 +1849,7 @@ func (stateImports) Remove(key string) error {
 	var p1 uint32
 	p0, p1 = stringArg(key)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_4_0_remove(p0, p1, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_5_0_remove(p0, p1, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1653,8 +1864,8 @@ func (stateImports) Remove(key string) error {
 	return nil
 }
 
-//go:wasmimport kubewasm:plugin/state@0.4.0 remove
-func wasmimport_kubewasm_plugin_state_0_4_0_remove(p0 uint32, p1 uint32, p2 uint32)
+//go:wasmimport kubewasm:plugin/state@0.5.0 remove
+func wasmimport_kubewasm_plugin_state_0_5_0_remove(p0 uint32, p1 uint32, p2 uint32)
 
 // Every key starting with `prefix`, sorted.
 func (stateImports) Keys(prefix string) []string {
@@ -1663,7 +1874,7 @@ func (stateImports) Keys(prefix string) []string {
 	var p1 uint32
 	p0, p1 = stringArg(prefix)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_state_0_4_0_keys(p0, p1, uint32(importRetAddr()))
+	wasmimport_kubewasm_plugin_state_0_5_0_keys(p0, p1, uint32(importRetAddr()))
 	if wasOn {
 		guestWindow()
 	}
@@ -1674,13 +1885,117 @@ func (stateImports) Keys(prefix string) []string {
 	return v
 }
 
-//go:wasmimport kubewasm:plugin/state@0.4.0 keys
-func wasmimport_kubewasm_plugin_state_0_4_0_keys(p0 uint32, p1 uint32, p2 uint32)
+//go:wasmimport kubewasm:plugin/state@0.5.0 keys
+func wasmimport_kubewasm_plugin_state_0_5_0_keys(p0 uint32, p1 uint32, p2 uint32)
+
+// Metrics from plugin code (0.5), declared in `manifest.metrics` and updated from any call.
+// The host keeps them per plugin name across versions and instances; a plugin has at most
+// the operator's `metricSeries` label combinations, and label values are at most 128 bytes.
+var Metrics metricsImports
+
+// metricsImports holds the functions of the imported interface `kubewasm:plugin/metrics@0.5.0`.
+type metricsImports struct{}
+
+// Adds `value` (0 or more) to counter `name` for `labels` (values in the declared order).
+func (metricsImports) Add(name string, labels []string, value float64) error {
+	mark := keptMark()
+	var p0 uint32
+	var p1 uint32
+	p0, p1 = stringArg(name)
+	var p2 uint32
+	var p3 uint32
+	p2, p3 = lowerListArgString(labels)
+	var p4 float64
+	p4 = value
+	wasOn := hostWindow()
+	wasmimport_kubewasm_plugin_metrics_0_5_0_add(p0, p1, p2, p3, p4, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
+	runtime.KeepAlive(name)
+	runtime.KeepAlive(labels)
+	runtime.KeepAlive(value)
+	keptRelease(mark)
+	if load8(importRetAddr()) != 0 {
+		err := liftMetricError(importRetAddr() + 4)
+		releaseAllocs()
+		return err
+	}
+	releaseAllocs()
+	return nil
+}
+
+//go:wasmimport kubewasm:plugin/metrics@0.5.0 add
+func wasmimport_kubewasm_plugin_metrics_0_5_0_add(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 float64, p5 uint32)
+
+// Sets gauge `name` for `labels` to `value`.
+func (metricsImports) Set(name string, labels []string, value float64) error {
+	mark := keptMark()
+	var p0 uint32
+	var p1 uint32
+	p0, p1 = stringArg(name)
+	var p2 uint32
+	var p3 uint32
+	p2, p3 = lowerListArgString(labels)
+	var p4 float64
+	p4 = value
+	wasOn := hostWindow()
+	wasmimport_kubewasm_plugin_metrics_0_5_0_set(p0, p1, p2, p3, p4, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
+	runtime.KeepAlive(name)
+	runtime.KeepAlive(labels)
+	runtime.KeepAlive(value)
+	keptRelease(mark)
+	if load8(importRetAddr()) != 0 {
+		err := liftMetricError(importRetAddr() + 4)
+		releaseAllocs()
+		return err
+	}
+	releaseAllocs()
+	return nil
+}
+
+//go:wasmimport kubewasm:plugin/metrics@0.5.0 set
+func wasmimport_kubewasm_plugin_metrics_0_5_0_set(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 float64, p5 uint32)
+
+// Records one observation `value` in histogram `name` for `labels`.
+func (metricsImports) Observe(name string, labels []string, value float64) error {
+	mark := keptMark()
+	var p0 uint32
+	var p1 uint32
+	p0, p1 = stringArg(name)
+	var p2 uint32
+	var p3 uint32
+	p2, p3 = lowerListArgString(labels)
+	var p4 float64
+	p4 = value
+	wasOn := hostWindow()
+	wasmimport_kubewasm_plugin_metrics_0_5_0_observe(p0, p1, p2, p3, p4, uint32(importRetAddr()))
+	if wasOn {
+		guestWindow()
+	}
+	runtime.KeepAlive(name)
+	runtime.KeepAlive(labels)
+	runtime.KeepAlive(value)
+	keptRelease(mark)
+	if load8(importRetAddr()) != 0 {
+		err := liftMetricError(importRetAddr() + 4)
+		releaseAllocs()
+		return err
+	}
+	releaseAllocs()
+	return nil
+}
+
+//go:wasmimport kubewasm:plugin/metrics@0.5.0 observe
+func wasmimport_kubewasm_plugin_metrics_0_5_0_observe(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 float64, p5 uint32)
 
 // Structured logging into the host's log, tagged with the plugin's name.
 var Logging loggingImports
 
-// loggingImports holds the functions of the imported interface `kubewasm:plugin/logging@0.4.0`.
+// loggingImports holds the functions of the imported interface `kubewasm:plugin/logging@0.5.0`.
 type loggingImports struct{}
 
 // Writes one log line with key and value fields.
@@ -1695,7 +2010,7 @@ func (loggingImports) Log(level Level, message string, fields [][2]string) {
 	var p4 uint32
 	p3, p4 = lowerListArgTuple2String(fields)
 	wasOn := hostWindow()
-	wasmimport_kubewasm_plugin_logging_0_4_0_log(p0, p1, p2, p3, p4)
+	wasmimport_kubewasm_plugin_logging_0_5_0_log(p0, p1, p2, p3, p4)
 	if wasOn {
 		guestWindow()
 	}
@@ -1705,8 +2020,8 @@ func (loggingImports) Log(level Level, message string, fields [][2]string) {
 	keptRelease(mark)
 }
 
-//go:wasmimport kubewasm:plugin/logging@0.4.0 log
-func wasmimport_kubewasm_plugin_logging_0_4_0_log(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
+//go:wasmimport kubewasm:plugin/logging@0.5.0 log
+func wasmimport_kubewasm_plugin_logging_0_5_0_log(p0 uint32, p1 uint32, p2 uint32, p3 uint32, p4 uint32)
 
 // What every plugin exports.
 type Handler interface {
@@ -1730,17 +2045,28 @@ type Handler interface {
 	// and state reads work; writes and state changes are refused (admission has no side
 	// effects). A trap, the deadline or the memory cap answers as the failure policy says.
 	Admit(request AdmissionRequest) AdmissionResponse
+	// Brings the world in line with the object of `key` (the manifest's controller). The
+	// object is read from the cache (`cache.get`): gone is an answer, not an error. Called
+	// once however many events woke the key meanwhile, never twice at once for one key; a
+	// key woken during the call is reconciled again after it. Writes staged here are sent
+	// on Ok; failures are retried with backoff per key. Never called on a component without
+	// a controller.
+	Reconcile(key ObjectKey) error
+	// The object of `key` is being deleted and carries this plugin's finalizer: release what
+	// it holds outside the cluster. On Ok the host removes the finalizer; on an error or a
+	// trap it backs off and calls again, and the object stays.
+	Finalize(key ObjectKey) error
 }
 
 var handlerImpl Handler
 
-// ExportHandler sets the implementation of the exported interface `kubewasm:plugin/handler@0.4.0`; call it from an
+// ExportHandler sets the implementation of the exported interface `kubewasm:plugin/handler@0.5.0`; call it from an
 // `init` function.
 func ExportHandler(impl Handler) {
 	handlerImpl = impl
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.4.0#init
+//go:wasmexport kubewasm:plugin/handler@0.5.0#init
 func wasmexport_init(a0 uint32, a1 uint32) uint32 {
 	config := liftString(a0, a1)
 	releaseAllocs()
@@ -1759,7 +2085,7 @@ func wasmexport_init(a0 uint32, a1 uint32) uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.4.0#describe
+//go:wasmexport kubewasm:plugin/handler@0.5.0#describe
 func wasmexport_describe() uint32 {
 	releaseAllocs()
 	defer returnBorrowed()
@@ -1772,7 +2098,7 @@ func wasmexport_describe() uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.4.0#handle
+//go:wasmexport kubewasm:plugin/handler@0.5.0#handle
 func wasmexport_handle(a0 uint32, a1 uint32, a2 uint32) uint32 {
 	event := liftFlatEvent(a0, a1, a2)
 	releaseAllocs()
@@ -1791,7 +2117,7 @@ func wasmexport_handle(a0 uint32, a1 uint32, a2 uint32) uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.4.0#synced
+//go:wasmexport kubewasm:plugin/handler@0.5.0#synced
 func wasmexport_synced() uint32 {
 	releaseAllocs()
 	defer returnBorrowed()
@@ -1809,7 +2135,7 @@ func wasmexport_synced() uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.4.0#tick
+//go:wasmexport kubewasm:plugin/handler@0.5.0#tick
 func wasmexport_tick(a0 uint32, a1 uint32) uint32 {
 	schedule := liftString(a0, a1)
 	releaseAllocs()
@@ -1828,7 +2154,7 @@ func wasmexport_tick(a0 uint32, a1 uint32) uint32 {
 	return uint32(p)
 }
 
-//go:wasmexport kubewasm:plugin/handler@0.4.0#admit
+//go:wasmexport kubewasm:plugin/handler@0.5.0#admit
 func wasmexport_admit(a0 uint32) uint32 {
 	request := liftAdmissionRequest(uintptr(a0) + 0)
 	releaseAllocs()
@@ -1839,6 +2165,56 @@ func wasmexport_admit(a0 uint32) uint32 {
 	v := handlerImpl.Admit(request)
 	hostWindow()
 	lowerAdmissionResponse(p, v)
+	return uint32(p)
+}
+
+//go:wasmexport kubewasm:plugin/handler@0.5.0#reconcile
+func wasmexport_reconcile(a0 uint32, a1 uint32, a2 uint32, a3 uint32, a4 uint32) uint32 {
+	key := ObjectKey{Namespace: func() *string {
+		if a0 == 0 {
+			return nil
+		}
+		v := liftString(a1, a2)
+		return &v
+	}(), Name: liftString(a3, a4)}
+	releaseAllocs()
+	defer returnBorrowed()
+	keptRelease(0)
+	p := exportRetAddr()
+	guestWindow()
+	err := handlerImpl.Reconcile(key)
+	hostWindow()
+	if err != nil {
+		store8(p, 1)
+		lowerHandleError(p+4, handleErrorFrom(err))
+		return uint32(p)
+	}
+	store8(p, 0)
+	return uint32(p)
+}
+
+//go:wasmexport kubewasm:plugin/handler@0.5.0#finalize
+func wasmexport_finalize(a0 uint32, a1 uint32, a2 uint32, a3 uint32, a4 uint32) uint32 {
+	key := ObjectKey{Namespace: func() *string {
+		if a0 == 0 {
+			return nil
+		}
+		v := liftString(a1, a2)
+		return &v
+	}(), Name: liftString(a3, a4)}
+	releaseAllocs()
+	defer returnBorrowed()
+	keptRelease(0)
+	p := exportRetAddr()
+	guestWindow()
+	err := handlerImpl.Finalize(key)
+	hostWindow()
+	if err != nil {
+		store8(p, 1)
+		lowerHandleError(p+4, handleErrorFrom(err))
+		return uint32(p)
+	}
+	store8(p, 0)
 	return uint32(p)
 }
 
@@ -1943,6 +2319,19 @@ func liftListWriteFailureAt(base uintptr, n uint32) []WriteFailure {
 	v := make([]WriteFailure, n)
 	for i := range v {
 		v[i] = liftWriteFailure(base + uintptr(i)*80)
+	}
+	return v
+}
+
+func liftMetricError(p uintptr) MetricError {
+	v := MetricError{Tag: MetricErrorTag(load8(p))}
+	switch v.Tag {
+	case MetricErrorUndeclared:
+		v.Undeclared = loadString(p + 4)
+	case MetricErrorOverBound:
+		v.OverBound = loadString(p + 4)
+	case MetricErrorInvalidArgument:
+		v.InvalidArgument = loadString(p + 4)
 	}
 	return v
 }
@@ -2126,6 +2515,19 @@ func lowerAdmissionRule(p uintptr, v AdmissionRule) {
 	lowerListString(p+32, v.Subresources)
 }
 
+func lowerController(p uintptr, v Controller) {
+	lowerGvk(p+0, v.Reconciles)
+	lowerListGvk(p+24, v.Owns)
+	lowerListWatched(p+32, v.Watches)
+	store8(p+40, b2u8(v.Finalizer))
+}
+
+func lowerDeleteOptions(p uintptr, v DeleteOptions) {
+	lowerPropagation(p+0, v.Propagation)
+	lowerOptionString(p+4, v.Uid)
+	lowerOptionString(p+16, v.ResourceVersion)
+}
+
 func lowerFailurePolicy(p uintptr, v FailurePolicy) {
 	store8(p, uint8(v))
 }
@@ -2156,12 +2558,29 @@ func lowerListAdmissionRule(p uintptr, v []AdmissionRule) {
 	store32(p+4, uint32(len(v)))
 }
 
+func lowerListArgString(v []string) (uint32, uint32) {
+	base := allocKept(uintptr(len(v))*8, 4)
+	for i := range v {
+		storeString(base+uintptr(i)*8, v[i])
+	}
+	return uint32(base), uint32(len(v))
+}
+
 func lowerListArgTuple2String(v [][2]string) (uint32, uint32) {
 	base := allocKept(uintptr(len(v))*16, 4)
 	for i := range v {
 		lowerTuple2String(base+uintptr(i)*16, v[i])
 	}
 	return uint32(base), uint32(len(v))
+}
+
+func lowerListF64(p uintptr, v []float64) {
+	base := allocKept(uintptr(len(v))*8, 8)
+	for i := range v {
+		storeF64(base+uintptr(i)*8, v[i])
+	}
+	store32(p, uint32(base))
+	store32(p+4, uint32(len(v)))
 }
 
 func lowerListGvk(p uintptr, v []Gvk) {
@@ -2177,6 +2596,15 @@ func lowerListIndex(p uintptr, v []Index) {
 	base := allocKept(uintptr(len(v))*40, 4)
 	for i := range v {
 		lowerIndex(base+uintptr(i)*40, v[i])
+	}
+	store32(p, uint32(base))
+	store32(p+4, uint32(len(v)))
+}
+
+func lowerListMetric(p uintptr, v []Metric) {
+	base := allocKept(uintptr(len(v))*36, 4)
+	for i := range v {
+		lowerMetric(base+uintptr(i)*36, v[i])
 	}
 	store32(p, uint32(base))
 	store32(p+4, uint32(len(v)))
@@ -2227,6 +2655,15 @@ func lowerListTuple2String(p uintptr, v [][2]string) {
 	store32(p+4, uint32(len(v)))
 }
 
+func lowerListWatched(p uintptr, v []Watched) {
+	base := allocKept(uintptr(len(v))*36, 4)
+	for i := range v {
+		lowerWatched(base+uintptr(i)*36, v[i])
+	}
+	store32(p, uint32(base))
+	store32(p+4, uint32(len(v)))
+}
+
 func lowerManifest(p uintptr, v Manifest) {
 	lowerListSubscription(p+0, v.Subscriptions)
 	lowerListGvk(p+8, v.Queries)
@@ -2235,6 +2672,20 @@ func lowerManifest(p uintptr, v Manifest) {
 	lowerListSchedule(p+28, v.Schedules)
 	store8(p+36, b2u8(v.State))
 	lowerOptionAdmission(p+40, v.Admission)
+	lowerOptionController(p+84, v.Controller)
+	lowerListMetric(p+132, v.Metrics)
+}
+
+func lowerMetric(p uintptr, v Metric) {
+	storeString(p+0, v.Name)
+	storeString(p+8, v.Help)
+	lowerMetricKind(p+16, v.Kind)
+	lowerListString(p+20, v.Labels)
+	lowerListF64(p+28, v.Buckets)
+}
+
+func lowerMetricKind(p uintptr, v MetricKind) {
+	store8(p, uint8(v))
 }
 
 func lowerMutation(p uintptr, v Mutation) {
@@ -2260,6 +2711,15 @@ func lowerOptionAdmission(p uintptr, v *Admission) {
 	lowerAdmission(p+4, *v)
 }
 
+func lowerOptionController(p uintptr, v *Controller) {
+	if v == nil {
+		store8(p, 0)
+		return
+	}
+	store8(p, 1)
+	lowerController(p+4, *v)
+}
+
 func lowerOptionMutation(p uintptr, v *Mutation) {
 	if v == nil {
 		store8(p, 0)
@@ -2276,6 +2736,10 @@ func lowerOptionString(p uintptr, v *string) {
 	}
 	store8(p, 1)
 	storeString(p+4, *v)
+}
+
+func lowerPropagation(p uintptr, v Propagation) {
+	store8(p, uint8(v))
 }
 
 func lowerSchedule(p uintptr, v Schedule) {
@@ -2304,4 +2768,19 @@ func lowerTarget(p uintptr, v Target) {
 func lowerTuple2String(p uintptr, v [2]string) {
 	storeString(p+0, v[0])
 	storeString(p+8, v[1])
+}
+
+func lowerWakeMap(p uintptr, v WakeMap) {
+	store8(p, uint8(v.Tag))
+	switch v.Tag {
+	case WakeMapIndex:
+		storeString(p+4, v.Index)
+	case WakeMapLabel:
+		storeString(p+4, v.Label)
+	}
+}
+
+func lowerWatched(p uintptr, v Watched) {
+	lowerGvk(p+0, v.Gvk)
+	lowerWakeMap(p+24, v.Wakes)
 }

@@ -146,3 +146,69 @@ func (r AdmissionResponse) Warn(warning string) AdmissionResponse {
 	r.Warnings = append(r.Warnings, warning)
 	return r
 }
+
+// WithController makes the plugin a controller: `Reconcile` is called by key.
+func (m Manifest) WithController(c Controller) Manifest {
+	m.Controller = &c
+	return m
+}
+
+// Metric declares a metric the plugin updates through `Metrics`.
+func (m Manifest) Metric(metric Metric) Manifest {
+	m.Metrics = append(m.Metrics, metric)
+	return m
+}
+
+// NewController is a controller of `gvk`: each of its objects is a key.
+func NewController(gvk Gvk) Controller { return Controller{Reconciles: gvk} }
+
+// Owning adds a type the controller owns: an event on one wakes its controller's key.
+func (c Controller) Owning(gvk Gvk) Controller {
+	c.Owns = append(c.Owns, gvk)
+	return c
+}
+
+// WatchingByLabel adds a watched type whose objects' label `label` names a key in their
+// namespace.
+func (c Controller) WatchingByLabel(gvk Gvk, label string) Controller {
+	c.Watches = append(c.Watches, Watched{Gvk: gvk, Wakes: WakeMap{Tag: WakeMapLabel, Label: label}})
+	return c
+}
+
+// WatchingByIndex adds a watched type whose objects' values in the manifest's index `index`
+// are keys (`namespace/name`).
+func (c Controller) WatchingByIndex(gvk Gvk, index string) Controller {
+	c.Watches = append(c.Watches, Watched{Gvk: gvk, Wakes: WakeMap{Tag: WakeMapIndex, Index: index}})
+	return c
+}
+
+// WithFinalizer keeps the finalizer `kubewasm.dev/<plugin>` on every live object:
+// `Finalize` runs before one goes.
+func (c Controller) WithFinalizer() Controller {
+	c.Finalizer = true
+	return c
+}
+
+// Counter is a counter with these label names, for `Manifest.Metric`.
+func Counter(name, help string, labels ...string) Metric {
+	return Metric{Name: name, Help: help, Kind: MetricKindCounter, Labels: labels}
+}
+
+// Gauge is a gauge with these label names, for `Manifest.Metric`.
+func Gauge(name, help string, labels ...string) Metric {
+	return Metric{Name: name, Help: help, Kind: MetricKindGauge, Labels: labels}
+}
+
+// Histogram is a histogram with these label names and bucket upper bounds (none: the host's
+// defaults), for `Manifest.Metric`.
+func Histogram(name, help string, labels []string, buckets ...float64) Metric {
+	return Metric{Name: name, Help: help, Kind: MetricKindHistogram, Labels: labels, Buckets: buckets}
+}
+
+// Key is the cache's key of the object: `namespace/name`, or `name` when cluster-scoped.
+func (k ObjectKey) Key() string {
+	if k.Namespace != nil && *k.Namespace != "" {
+		return *k.Namespace + "/" + k.Name
+	}
+	return k.Name
+}

@@ -6,7 +6,8 @@ import (
 )
 
 // Plugin gives a plugin the defaults of the calls most plugins do not need: `Init` accepts
-// any configuration, `Synced` and `Tick` do nothing and `Admit` allows. Embed it, then write
+// any configuration, `Synced`, `Tick` and `Finalize` do nothing, `Admit` allows and
+// `Reconcile` fails. Embed it, then write
 // `Describe` and `Handle`:
 //
 //	type podPhase struct{ kubewasm.Plugin }
@@ -24,6 +25,14 @@ func (Plugin) Tick(schedule string) error { return nil }
 
 // Admit allows every request.
 func (Plugin) Admit(request AdmissionRequest) AdmissionResponse { return Allow() }
+
+// Reconcile fails: a controller writes its own.
+func (Plugin) Reconcile(key ObjectKey) error {
+	return Fatal("reconcile of " + key.Key() + " is not implemented by this plugin")
+}
+
+// Finalize has nothing to release.
+func (Plugin) Finalize(key ObjectKey) error { return nil }
 
 // Error is the message, for logs.
 func (e HandleError) Error() string { return e.Message }

@@ -1,4 +1,4 @@
-// Helpers for kubewasm plugins in JavaScript (contract kubewasm:plugin@0.4.0).
+// Helpers for kubewasm plugins in JavaScript (contract kubewasm:plugin@0.5.0).
 //
 // componentize-js bundles what a plugin imports by relative path only (a package name fails
 // with "Error loading module") and only inside the project folder: install it as a copy
@@ -10,9 +10,10 @@
 // and retry false (given up at once); a thrown string or other value traps, which discards the
 // instance and is retried. `fail` and `handleErrors` make this explicit.
 
-import { log as hostLog } from "kubewasm:plugin/logging@0.4.0";
-import * as hostState from "kubewasm:plugin/state@0.4.0";
-import { requeueAfter as hostRequeueAfter } from "kubewasm:plugin/triggers@0.4.0";
+import { log as hostLog } from "kubewasm:plugin/logging@0.5.0";
+import * as hostState from "kubewasm:plugin/state@0.5.0";
+import * as hostMetrics from "kubewasm:plugin/metrics@0.5.0";
+import { requeueAfter as hostRequeueAfter } from "kubewasm:plugin/triggers@0.5.0";
 
 export { Selector } from "./selector.js";
 
@@ -98,9 +99,64 @@ export function manifest({
   schedules = [],
   state = false,
   admission = undefined,
+  controller = undefined,
+  metrics = [],
 } = {}) {
-  return { subscriptions, queries, indexes, resyncSeconds, schedules, state, admission };
+  return {
+    subscriptions, queries, indexes, resyncSeconds, schedules, state, admission, controller,
+    metrics,
+  };
 }
+
+/**
+ * A controller for `manifest({ controller })`: `reconcile(key)` is called for each object of
+ * `reconciles`, once per burst of events on it, its `owns` children (through their controller
+ * ownerReference) and `watches`; with `finalizer`, the host keeps `kubewasm.dev/<plugin>` on
+ * each live object and calls `finalize` before it goes.
+ */
+export function controller(reconciles, { owns = [], watches = [], finalizer = false } = {}) {
+  return { reconciles, owns, watches, finalizer };
+}
+
+/** A watched type whose objects' label `label` names a key in their namespace. */
+export function watchLabel(gvk, label) {
+  return { gvk, wakes: { tag: "label", val: label } };
+}
+
+/** A watched type whose objects' values in the manifest's index `index` are keys. */
+export function watchIndex(gvk, index) {
+  return { gvk, wakes: { tag: "index", val: index } };
+}
+
+/** A counter for `manifest({ metrics })`: `metrics.add` or `metrics.inc`. */
+export function counter(name, help, labels = []) {
+  return { name, help, kind: "counter", labels, buckets: [] };
+}
+
+/** A gauge for `manifest({ metrics })`: `metrics.set`. */
+export function gauge(name, help, labels = []) {
+  return { name, help, kind: "gauge", labels, buckets: [] };
+}
+
+/** A histogram for `manifest({ metrics })` (no buckets: the host's defaults): `metrics.observe`. */
+export function histogram(name, help, labels = [], buckets = []) {
+  return { name, help, kind: "histogram", labels, buckets };
+}
+
+/**
+ * Updates of the metrics the manifest declares; each throws when refused (undeclared, past the
+ * plugin's series bound, or a value the metric cannot take).
+ */
+export const metrics = Object.freeze({
+  /** Adds `value` (0 or more) to counter `name` for these label values. */
+  add: (name, labels, value) => hostMetrics.add(name, labels, value),
+  /** Adds one to counter `name` for these label values. */
+  inc: (name, labels = []) => hostMetrics.add(name, labels, 1),
+  /** Sets gauge `name` for these label values. */
+  set: (name, labels, value) => hostMetrics.set(name, labels, value),
+  /** Records one observation in histogram `name` for these label values. */
+  observe: (name, labels, value) => hostMetrics.observe(name, labels, value),
+});
 
 /** An admission rule: `operations` (`"create"`, `"update"`, ...) on objects of `gvk`. */
 export function rule(gvk, operations, { subresources = [] } = {}) {
@@ -152,8 +208,8 @@ export function patchTo(object, ...warnings) {
 }
 
 /**
- * A handler with defaults for what it leaves out: `synced` and `tick` do nothing, `admit`
- * allows. `export const handler = plugin({ init, describe, handle })`.
+ * A handler with defaults for what it leaves out: `synced`, `tick` and `finalize` do nothing,
+ * `admit` allows, `reconcile` fails. `export const handler = plugin({ init, describe, handle })`.
  */
 export function plugin(handler) {
   return {
@@ -163,6 +219,10 @@ export function plugin(handler) {
     admit(_request) {
       return allow();
     },
+    reconcile(key) {
+      throw { message: `reconcile of ${key.name} is not implemented by this plugin`, retry: false };
+    },
+    finalize(_key) {},
     ...handler,
   };
 }

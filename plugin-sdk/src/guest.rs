@@ -17,9 +17,10 @@ pub mod bindings {
 }
 
 pub use bindings::kubewasm::plugin::types::{
-    Added, Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Deleted, Event,
-    FailurePolicy, Gvk, HandleError, Index, Manifest, Mutation, Object, Operation, OwnerReference,
-    QueryError, Schedule, Subscription, Updated, UserInfo, Value,
+    Added, Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Controller, Deleted,
+    Event, FailurePolicy, Gvk, HandleError, Index, Manifest, Metric, MetricKind, Mutation, Object,
+    ObjectKey, Operation, OwnerReference, QueryError, Schedule, Subscription, Updated, UserInfo,
+    Value, WakeMap, Watched,
 };
 
 /// The operator's configuration handed to [`Plugin::init`], read as `T`; the error says what
@@ -41,8 +42,12 @@ pub trait Plugin {
     fn describe() -> Manifest;
 
     /// Handles one event. Its objects are handles lent for this call: read what you need
-    /// through them ([`Object::field`], [`Object::label`], [`Object::parse`], ...).
-    fn handle(event: Event<'_>) -> Result<(), HandleError>;
+    /// through them ([`Object::field`], [`Object::label`], [`Object::parse`], ...). Does
+    /// nothing unless overridden (a controller reconciles by key instead).
+    fn handle(event: Event<'_>) -> Result<(), HandleError> {
+        let _ = event;
+        Ok(())
+    }
 
     /// Every subscription's initial state has been handed over (at start, after a hot swap,
     /// after a relist): the moment to reconcile everything once. Does nothing unless
@@ -62,6 +67,25 @@ pub trait Plugin {
     fn admit(request: AdmissionRequest<'_>) -> AdmissionResponse {
         let _ = request;
         AdmissionResponse::allow()
+    }
+
+    /// Brings the world in line for one key of the controller declared with
+    /// [`Manifest::controller`]: read the object with [`cache::get`] (gone is an answer),
+    /// apply what should exist, and return Ok. Called once for every burst of events that
+    /// woke the key, never twice at once for one key. Fails unless overridden.
+    fn reconcile(key: ObjectKey) -> Result<(), HandleError> {
+        Err(HandleError::fatal(format!(
+            "reconcile of {} is not implemented by this plugin",
+            key.key()
+        )))
+    }
+
+    /// The object of `key` is being deleted and carries this plugin's finalizer (declared
+    /// with [`Controller::with_finalizer`]): release what it holds outside the cluster; on Ok
+    /// the host removes the finalizer. Does nothing unless overridden.
+    fn finalize(key: ObjectKey) -> Result<(), HandleError> {
+        let _ = key;
+        Ok(())
     }
 }
 
@@ -89,6 +113,12 @@ macro_rules! export_plugin {
                 }
                 fn admit(request: $crate::AdmissionRequest<'_>) -> $crate::AdmissionResponse {
                     <$plugin as $crate::Plugin>::admit(request)
+                }
+                fn reconcile(key: $crate::ObjectKey) -> ::std::result::Result<(), $crate::HandleError> {
+                    <$plugin as $crate::Plugin>::reconcile(key)
+                }
+                fn finalize(key: $crate::ObjectKey) -> ::std::result::Result<(), $crate::HandleError> {
+                    <$plugin as $crate::Plugin>::finalize(key)
                 }
             }
             $crate::bindings::__export_kubewasm_plugin!(KubewasmExport with_types_in $crate::bindings);
@@ -187,7 +217,21 @@ impl Manifest {
             schedules: Vec::new(),
             state: false,
             admission: None,
+            controller: None,
+            metrics: Vec::new(),
         }
+    }
+
+    /// Makes the plugin a controller: `reconcile` is called by key.
+    pub fn controller(mut self, controller: Controller) -> Self {
+        self.controller = Some(controller);
+        self
+    }
+
+    /// Declares a metric the plugin updates through [`metrics`].
+    pub fn metric(mut self, metric: Metric) -> Self {
+        self.metrics.push(metric);
+        self
     }
 
     /// Adds a subscription.
@@ -240,6 +284,88 @@ impl Manifest {
     pub fn admission(mut self, admission: Admission) -> Self {
         self.admission = Some(admission);
         self
+    }
+}
+
+impl Controller {
+    /// A controller of `gvk`: each of its objects is a key.
+    pub fn of(gvk: Gvk) -> Self {
+        Self {
+            reconciles: gvk,
+            owns: Vec::new(),
+            watches: Vec::new(),
+            finalizer: false,
+        }
+    }
+
+    /// Owns objects of `gvk`: an event on one wakes its controller's key; children applied
+    /// during `reconcile` get the ownerReference and are pruned when no longer applied.
+    pub fn owns(mut self, gvk: Gvk) -> Self {
+        self.owns.push(gvk);
+        self
+    }
+
+    /// Watches `gvk`: an object's label `label` names a key in its namespace.
+    pub fn watches_by_label(mut self, gvk: Gvk, label: &str) -> Self {
+        self.watches.push(Watched {
+            gvk,
+            wakes: WakeMap::Label(label.to_owned()),
+        });
+        self
+    }
+
+    /// Watches `gvk`: an object's values in the manifest's index `index` are keys
+    /// (`namespace/name`).
+    pub fn watches_by_index(mut self, gvk: Gvk, index: &str) -> Self {
+        self.watches.push(Watched {
+            gvk,
+            wakes: WakeMap::Index(index.to_owned()),
+        });
+        self
+    }
+
+    /// Keeps the finalizer `kubewasm.dev/<plugin>` on every live object: `finalize` runs
+    /// before one goes.
+    pub fn with_finalizer(mut self) -> Self {
+        self.finalizer = true;
+        self
+    }
+}
+
+impl Metric {
+    fn new(name: &str, help: &str, kind: MetricKind, labels: &[&str]) -> Self {
+        Self {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            kind,
+            labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+            buckets: Vec::new(),
+        }
+    }
+
+    /// A counter with these label names.
+    pub fn counter(name: &str, help: &str, labels: &[&str]) -> Self {
+        Self::new(name, help, MetricKind::Counter, labels)
+    }
+
+    /// A gauge with these label names.
+    pub fn gauge(name: &str, help: &str, labels: &[&str]) -> Self {
+        Self::new(name, help, MetricKind::Gauge, labels)
+    }
+
+    /// A histogram with these label names and bucket upper bounds (empty: the defaults).
+    pub fn histogram(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> Self {
+        Self {
+            buckets: buckets.to_vec(),
+            ..Self::new(name, help, MetricKind::Histogram, labels)
+        }
+    }
+}
+
+impl ObjectKey {
+    /// The cache key: `namespace/name`, or `name` when cluster-scoped.
+    pub fn key(&self) -> String {
+        crate::key(self.namespace.as_deref(), &self.name)
     }
 }
 
@@ -627,6 +753,19 @@ pub mod cluster {
         }
     }
 
+    /// Deletes `target` with its dependents deleted in the background (as kubectl does),
+    /// only if its uid is still `uid` when given.
+    pub fn delete_background(target: &Target, uid: Option<&str>) -> Result<(), WriteError> {
+        delete_with(
+            target,
+            &DeleteOptions {
+                propagation: Propagation::Background,
+                uid: uid.map(str::to_owned),
+                resource_version: None,
+            },
+        )
+    }
+
     impl WriteError {
         /// A one-line explanation: what kind of failure, then the host's detail.
         pub fn explain(&self) -> String {
@@ -650,6 +789,50 @@ pub mod cluster {
                 message: e.explain(),
                 retry,
             }
+        }
+    }
+}
+
+/// Metrics the plugin declared with [`Manifest::metric`], updated from any call; the host
+/// exposes them on `/metrics` as `kubewasm_custom_<plugin>_<name>`, labelled with the plugin
+/// and its version. An update of a series past the plugin's bound is refused (and counted).
+pub mod metrics {
+    use crate::bindings::kubewasm::plugin::metrics as host;
+    pub use crate::bindings::kubewasm::plugin::metrics::MetricError;
+
+    /// Adds `value` (0 or more) to counter `name` for these label values.
+    pub fn add(name: &str, labels: &[&str], value: f64) -> Result<(), MetricError> {
+        host::add(name, &owned(labels), value)
+    }
+
+    /// Adds one to counter `name` for these label values.
+    pub fn inc(name: &str, labels: &[&str]) -> Result<(), MetricError> {
+        add(name, labels, 1.0)
+    }
+
+    /// Sets gauge `name` for these label values.
+    pub fn set(name: &str, labels: &[&str], value: f64) -> Result<(), MetricError> {
+        host::set(name, &owned(labels), value)
+    }
+
+    /// Records one observation in histogram `name` for these label values.
+    pub fn observe(name: &str, labels: &[&str], value: f64) -> Result<(), MetricError> {
+        host::observe(name, &owned(labels), value)
+    }
+
+    fn owned(labels: &[&str]) -> Vec<String> {
+        labels.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    impl MetricError {
+        /// A one-line explanation: what kind of failure, then the host's detail.
+        pub fn explain(&self) -> String {
+            let (what, detail) = match self {
+                MetricError::Undeclared(d) => ("undeclared", d),
+                MetricError::OverBound(d) => ("over bound", d),
+                MetricError::InvalidArgument(d) => ("invalid argument", d),
+            };
+            format!("{what}: {detail}")
         }
     }
 }

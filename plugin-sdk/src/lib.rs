@@ -9,7 +9,7 @@
 //! typed view (`pod.parse::<k8s::api::core::v1::Pod>()`). Instances are disposable (after a trap, on a
 //! reload): what must outlive one (an alert already sent) goes in [`state`].
 //!
-//! Contract `kubewasm:plugin@0.4.0`. Besides events: change filters
+//! Contract `kubewasm:plugin@0.5.0`. Besides events: change filters
 //! ([`Subscription::on_changes`]), declared reads ([`Subscription::fields`],
 //! [`Subscription::metadata_only`]), requeues ([`triggers::requeue_after`]),
 //! [`Plugin::synced`], schedules ([`Manifest::schedule`], [`Plugin::tick`]), [`state`], and

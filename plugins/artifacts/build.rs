@@ -22,6 +22,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("pod-defaults", "POD_DEFAULTS"),
     ("service-alert", "SERVICE_ALERT"),
     ("pod-age", "POD_AGE"),
+    ("namespace-provisioner", "NAMESPACE_PROVISIONER"),
 ];
 
 fn main() {

@@ -52,6 +52,14 @@ pub enum Reason {
         /// The type, as `apiVersion/Kind`.
         gvk: String,
     },
+    /// The plugin's controller needs a write the configuration does not grant it.
+    #[error("manifest field `{field}`: {why}; add it to this plugin's grants.writes")]
+    WriteNotGranted {
+        /// The manifest field.
+        field: String,
+        /// What needs which write.
+        why: String,
+    },
     /// The plugin needs what the host does not offer in the mode it runs in.
     #[error("not supported here: {0}")]
     NotSupported(String),

@@ -88,6 +88,10 @@ struct Running {
     contract: &'static str,
     /// The names of its schedules.
     schedules: Vec<String>,
+    /// The type it reconciles, when it is a controller.
+    reconciles: Option<String>,
+    /// Its metrics, shared by its versions.
+    metrics: Arc<crate::plugin_metrics::Registry>,
     /// Keeps its queue open while it runs: a plugin with no subscription (queries and
     /// schedules, or admission only) has no other sender, and its worker would end at once,
     /// releasing its informers. Halting interrupts the worker's wait through it.
@@ -192,6 +196,8 @@ pub struct PluginHost {
     memory: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
     /// Every plugin's state, by name.
     states: Mutex<BTreeMap<String, Arc<PluginState>>>,
+    /// Every plugin's metrics, by name: kept across its versions while their bound stays.
+    metrics: Mutex<BTreeMap<String, Arc<crate::plugin_metrics::Registry>>>,
     /// What all plugins together may use of the CPU.
     cpu_pool: Arc<crate::cpu::CpuPool>,
     /// Every plugin's CPU budget, by name: kept across its versions, so a new version does not
@@ -243,6 +249,7 @@ impl PluginHost {
             left_behind: Mutex::default(),
             memory: Mutex::default(),
             states: Mutex::default(),
+            metrics: Mutex::default(),
             admitters: Mutex::default(),
         }
     }
@@ -302,6 +309,31 @@ impl PluginHost {
             |l| l.lock().unwrap_or_else(PoisonError::into_inner).rates() == rates,
             || Arc::new(Mutex::new(WriteLimits::new(rates, Instant::now()))),
         )
+    }
+
+    /// The metrics of plugin `name` holding at most `max_series` series, kept across its
+    /// versions while the bound stays.
+    fn metrics_of(&self, name: &str, max_series: usize) -> Arc<crate::plugin_metrics::Registry> {
+        kept_by_name(
+            &self.metrics,
+            name,
+            |r| r.max_series() == max_series,
+            || Arc::new(crate::plugin_metrics::Registry::new(max_series)),
+        )
+    }
+
+    /// The metrics of every running plugin: name, version digest, and each metric's series.
+    pub fn metrics(&self) -> Vec<crate::plugin_metrics::PluginMetrics> {
+        self.plugins()
+            .running
+            .iter()
+            .filter(|(_, r)| r.metrics.declared() > 0)
+            .map(|(name, r)| crate::plugin_metrics::PluginMetrics {
+                plugin: name.clone(),
+                digest: r.file.digest().to_owned(),
+                families: r.metrics.snapshot(),
+            })
+            .collect()
     }
 
     /// Every plugin's state, by name.
@@ -615,8 +647,9 @@ impl PluginHost {
             }
         }
         // The built-in indexes of every granted type, kept while a plugin that can query
-        // them is loaded; none for a plugin that imports no index query.
-        if code.queries_indexes() {
+        // them is loaded, or a controller (its children are found by label); none for a
+        // plugin that imports no index query.
+        if code.queries_indexes() || manifest.controller.is_some() {
             claims.extend(leases.iter().map(|l| IndexClaim::builtins(l.informer())));
         }
         ctx.grants = leases
@@ -646,6 +679,11 @@ impl PluginHost {
             tracing::info!(plugin = %file.name, pointers, "its change filters compare {pointers} pointers on each update of their types; the host's time for that is charged to the plugin's CPU budget, and while it is past the budget updates pass without a comparison");
         }
         ctx.cpu = Some(budget);
+        if let Some(c) = &manifest.controller {
+            controller_fits(c, &settings, self.duty.shard_key()).map_err(|e| e.of(file))?;
+        }
+        ctx.metrics = self.metrics_of(&file.name, settings.limits.metric_series);
+        ctx.metrics.declare(&manifest.metrics);
         ctx.memory = crate::wasm::limits::MemoryGauges::for_version(self.memory_of(&file.name));
         ctx.writes = self.writer.as_ref().map(|writer| {
             Arc::new(WriteAccess::new(
@@ -801,6 +839,9 @@ impl PluginHost {
                         .map(|c| c.unchecked.load(Ordering::Relaxed))
                         .sum(),
                     contract: r.contract.to_owned(),
+                    reconciles: r.reconciles.clone(),
+                    metric_series: r.metrics.series(),
+                    metric_updates_refused: r.metrics.refused(),
                     ..r.stats.status()
                 },
             )
@@ -961,6 +1002,12 @@ fn activate(
         crate::plugins::manifest::with_configured(&p.manifest.schedules, &p.settings.schedules);
     let schedules: Vec<String> = runs.iter().map(|s| s.name.clone()).collect();
     let resync = p.settings.resync_with(p.manifest.resync);
+    let reconciles = p
+        .manifest
+        .controller
+        .as_ref()
+        .map(|c| c.reconciles.to_string());
+    let metrics = p.ctx.metrics.clone();
     let thread = dispatch::start(dispatch::Setup {
         engine: engine.clone(),
         code: p.code,
@@ -983,6 +1030,7 @@ fn activate(
         stop: stop.clone(),
         duty: duty.clone(),
         write_limits: p.write_limits,
+        controller: p.manifest.controller.clone(),
     })
     .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
     let (outcome, reloads) = match old {
@@ -1022,10 +1070,64 @@ fn activate(
             memory,
             contract,
             schedules,
+            reconciles,
+            metrics,
             open,
         },
     );
     Ok(outcome)
+}
+
+/// Whether this host can run controller `c` with `settings`: not under sharding by uid (a
+/// child and its parent have different uids, so different replicas would see them), and with
+/// a patch grant on the reconciled type when it keeps a finalizer.
+fn controller_fits(
+    c: &crate::controller::Spec,
+    settings: &PluginSettings,
+    sharding: Option<crate::shard::ShardKey>,
+) -> Result<(), Reason> {
+    if sharding == Some(crate::shard::ShardKey::Uid) {
+        return Err(Reason::NotSupported(
+            "a controller under sharding by uid: a parent and its children would be placed apart; shard by namespace".into(),
+        ));
+    }
+    // Granted in every namespace (a grant with no namespaces also covers cluster-scoped
+    // objects).
+    let granted = crate::write::allowed(
+        &settings.grants.writes,
+        crate::write::Verb::Patch,
+        &c.reconciles,
+        None,
+        None,
+    )
+    .is_ok();
+    if c.finalizer && !granted {
+        return Err(Reason::WriteNotGranted {
+            field: "controller.finalizer".into(),
+            why: format!(
+                "the finalizer is added and removed by a patch of {}, in every namespace",
+                c.reconciles
+            ),
+        });
+    }
+    for (i, gvk) in c.owns.iter().enumerate() {
+        let prunes = crate::write::allowed(
+            &settings.grants.writes,
+            crate::write::Verb::Delete,
+            gvk,
+            None,
+            None,
+        );
+        if prunes.is_err() {
+            return Err(Reason::WriteNotGranted {
+                field: format!("controller.owns[{i}]"),
+                why: format!(
+                    "children no longer applied are deleted: delete of {gvk}, in every namespace"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl Drop for PluginHost {

@@ -57,6 +57,11 @@ pub struct PluginStats {
     pub synced_calls: AtomicU64,
     /// Schedule ticks handled (`tick` returned Ok).
     pub ticks: AtomicU64,
+    /// A controller's keys waiting to be reconciled.
+    pub keys_waiting: AtomicU64,
+    /// A controller's objects being deleted whose `finalize` is failing now: their
+    /// finalizer holds them.
+    pub finalizers_failing: AtomicU64,
     /// Milliseconds its writes and Events waited for their rate.
     pub write_wait_ms: AtomicU64,
     /// HTTP requests sent to granted hosts.
@@ -114,6 +119,8 @@ impl PluginStats {
             ),
             synced_calls: self.synced_calls.load(Ordering::Relaxed),
             ticks: self.ticks.load(Ordering::Relaxed),
+            keys_waiting: self.keys_waiting.load(Ordering::Relaxed),
+            finalizers_failing: self.finalizers_failing.load(Ordering::Relaxed),
             write_wait_ms: self.write_wait_ms.load(Ordering::Relaxed),
             http_sent: self.http_sent.load(Ordering::Relaxed),
             http_denied: self.http_denied.load(Ordering::Relaxed),
@@ -217,6 +224,22 @@ pub struct PluginStatus {
     /// Schedule ticks handled.
     #[serde(default)]
     pub ticks: u64,
+    /// The controller it is, if any: the type it reconciles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciles: Option<String>,
+    /// A controller's keys waiting to be reconciled.
+    #[serde(default)]
+    pub keys_waiting: u64,
+    /// A controller's objects being deleted whose `finalize` is failing now (its finalizer
+    /// holds them).
+    #[serde(default)]
+    pub finalizers_failing: u64,
+    /// Label combinations its metrics hold.
+    #[serde(default)]
+    pub metric_series: usize,
+    /// Metric updates refused for its series bound or a label value's length.
+    #[serde(default)]
+    pub metric_updates_refused: u64,
     /// Updates its change filters dropped (no plugin call).
     #[serde(default)]
     pub filtered: u64,

@@ -358,7 +358,111 @@ pub fn render(status: &Status) -> String {
         w.sample(&format!("{name}_count"), &[("plugin", &p.name)], h.count);
     }
     admission(&mut w, plugins);
+    controllers(&mut w, plugins);
+    published(&mut w, &status.plugin_metrics);
     w.out
+}
+
+/// What controller plugins' work queues hold, and the plugins' own metrics' bounds.
+fn controllers(w: &mut Writer, plugins: &[PluginStatus]) {
+    let controllers: Vec<PluginStatus> = plugins
+        .iter()
+        .filter(|p| p.reconciles.is_some())
+        .cloned()
+        .collect();
+    w.family(
+        "kubewasm_plugin_keys_waiting",
+        "gauge",
+        "A controller plugin's keys waiting to be reconciled",
+        &controllers,
+        |p| (plugin(p), p.keys_waiting as f64),
+    );
+    w.family(
+        "kubewasm_plugin_finalizers_failing",
+        "gauge",
+        "Objects being deleted that a controller plugin's finalizer holds while its finalize fails",
+        &controllers,
+        |p| (plugin(p), p.finalizers_failing as f64),
+    );
+    w.family(
+        "kubewasm_plugin_metric_series",
+        "gauge",
+        "Label combinations the plugin's own metrics hold",
+        plugins,
+        |p| (plugin(p), p.metric_series as f64),
+    );
+    w.family(
+        "kubewasm_plugin_metric_updates_refused_total",
+        "counter",
+        "Updates of the plugin's own metrics refused for its series bound or a label value's length",
+        plugins,
+        |p| (plugin(p), p.metric_updates_refused as f64),
+    );
+}
+
+/// The name a plugin's metric is exposed under: `kubewasm_custom_<plugin>_<metric>`, the
+/// plugin's name with what a metric name cannot hold as `_`.
+pub fn published_name(plugin: &str, metric: &str) -> String {
+    let plugin: String = plugin
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("kubewasm_custom_{plugin}_{metric}")
+}
+
+/// What plugins publish from their own code, labelled with the plugin and its version.
+fn published(w: &mut Writer, all: &[crate::plugin_metrics::PluginMetrics]) {
+    use crate::plugin_metrics::{Value, bounds};
+    let mut written = std::collections::HashSet::new();
+    for p in all {
+        for family in &p.families {
+            let d = &family.declared;
+            let name = published_name(&p.plugin, &d.name);
+            // Two plugin names that read alike: the first one's metric is shown.
+            if !written.insert(name.clone()) {
+                continue;
+            }
+            w.header(
+                &name,
+                d.kind.as_str(),
+                &d.help.replace('\\', "\\\\").replace('\n', "\\n"),
+            );
+            for (values, value) in &family.series {
+                let mut labels: Vec<(&str, &str)> =
+                    vec![("plugin", p.plugin.as_str()), ("digest", p.digest.as_str())];
+                labels.extend(
+                    d.labels
+                        .iter()
+                        .map(String::as_str)
+                        .zip(values.iter().map(String::as_str)),
+                );
+                match value {
+                    Value::Single(v) => w.sample(&name, &labels, v),
+                    Value::Histogram {
+                        buckets,
+                        count,
+                        sum,
+                    } => {
+                        let mut total = 0;
+                        let bucket = format!("{name}_bucket");
+                        let les: Vec<String> = bounds(d)
+                            .iter()
+                            .map(f64::to_string)
+                            .chain(std::iter::once("+Inf".to_owned()))
+                            .collect();
+                        for (le, n) in les.iter().zip(buckets) {
+                            total += n;
+                            let mut with_le = labels.clone();
+                            with_le.push(("le", le));
+                            w.sample(&bucket, &with_le, total);
+                        }
+                        w.sample(&format!("{name}_sum"), &labels, sum);
+                        w.sample(&format!("{name}_count"), &labels, count);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The admission reviews of the plugins that serve admission.

@@ -54,6 +54,8 @@ pub struct Parts {
     pub readiness_follows_api_server: bool,
     /// This replica's part when replicas split the work.
     pub sharding: Option<SplitStatus>,
+    /// What the plugins publish from their own code.
+    pub plugin_metrics: Vec<crate::plugin_metrics::PluginMetrics>,
 }
 
 impl Parts {
@@ -72,6 +74,7 @@ impl Parts {
             api_server_reachable: None,
             readiness_follows_api_server: false,
             sharding: None,
+            plugin_metrics: Vec::new(),
         }
     }
 }
@@ -112,6 +115,9 @@ pub struct Status {
     /// This replica's part when replicas split the work (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharding: Option<SplitStatus>,
+    /// What the plugins publish from their own code: on `/metrics`, not in `/status`.
+    #[serde(skip)]
+    pub plugin_metrics: Vec<crate::plugin_metrics::PluginMetrics>,
 }
 
 impl Status {
@@ -135,6 +141,7 @@ impl Status {
             api_server_reachable,
             readiness_follows_api_server,
             sharding,
+            plugin_metrics,
         } = parts;
         let timeout = sync_timeout.as_secs();
         let mut not_ready = Vec::new();
@@ -186,6 +193,7 @@ impl Status {
             reflectors,
             api_server_reachable,
             sharding,
+            plugin_metrics,
         }
     }
 
@@ -283,6 +291,7 @@ mod tests {
             api_server_reachable: None,
             readiness_follows_api_server: false,
             sharding: None,
+            plugin_metrics: Vec::new(),
             plugins: vec![PluginStatus {
                 name: "stuck".into(),
                 running_seconds: plugin_age,

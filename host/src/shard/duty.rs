@@ -261,6 +261,20 @@ impl Duty {
         self.leading() || !self.slices().is_empty()
     }
 
+    /// True when this replica reconciles a key of `namespace` whose object the cache does not
+    /// hold (a controller's key of a deleted object): by namespace, as [`Self::delivers`]
+    /// places its objects; by uid (an absent object has none) and cluster-wide, while it leads.
+    pub fn delivers_namespace(&self, namespace: Option<&str>) -> bool {
+        match (self.sharded, namespace) {
+            (Some(ShardKey::Namespace), Some(ns)) => {
+                let hash = crate::shard::fnv1a64(ns);
+                let cuts = self.cuts.read().unwrap_or_else(|e| e.into_inner());
+                self.slices().contains(cuts.slice_of(hash)) && self.confirmed(&self.slices_until)
+            }
+            _ => self.leading(),
+        }
+    }
+
     /// True when this replica delivers the events of `object` (and sends the writes they
     /// stage): namespaced objects of its slices, the rest while it leads.
     pub fn delivers(&self, object: &KubeObject) -> bool {

@@ -598,8 +598,38 @@ impl Shared {
             }
         }
         for id in gone {
-            if let Some(r) = state.objects.remove(&id) {
+            let Some(r) = state.objects.remove(&id) else {
+                continue;
+            };
+            // As on a server: an object with finalizers is only marked, and stays (as if
+            // a plugin had created it) until a write removes the last of them.
+            let mut value = serde_json::from_str::<Value>(&r.object.json()).ok();
+            let held = value
+                .as_mut()
+                .filter(|v| write::has_finalizers(v))
+                .map(|v| {
+                    write::mark_deleted(v);
+                    std::mem::take(v)
+                });
+            let Some(value) = held else {
                 events.push((id.0, SourceEvent::Deleted(r.object)));
+                continue;
+            };
+            state.version += 1;
+            match self.materialize(value, id_namespace(&id), state.version, None) {
+                Ok(object) => {
+                    let object = Arc::new(object);
+                    events.push((id.0.clone(), SourceEvent::Applied(object.clone())));
+                    let digest = r.digest;
+                    state
+                        .objects
+                        .insert(id.clone(), Reported { digest, object });
+                    state.created.insert(id);
+                }
+                Err(e) => {
+                    tracing::error!(key = %id.1, "{e}");
+                    events.push((id.0, SourceEvent::Deleted(r.object)));
+                }
             }
         }
         for (gvk, event) in events {

@@ -8,7 +8,8 @@ use wasmtime::component::Resource;
 use crate::gvk::Gvk;
 use crate::object::names;
 use crate::wasm::bindings::kubewasm::plugin::cluster::{
-    EventType, Host, Target as WitTarget, WriteError, WriteFailure,
+    DeleteOptions, EventType, Host, Propagation as WitPropagation, Target as WitTarget, WriteError,
+    WriteFailure,
 };
 use crate::wasm::bindings::kubewasm::plugin::types::{Gvk as WitGvk, Object};
 use crate::wasm::{HostState, convert, limits};
@@ -408,19 +409,40 @@ impl Host for HostState {
     }
 
     fn delete(&mut self, target: WitTarget, uid: Option<String>) -> Answer {
+        let options = DeleteOptions {
+            propagation: WitPropagation::Background,
+            uid,
+            resource_version: None,
+        };
+        self.delete_with(target, options)
+    }
+
+    fn delete_with(&mut self, target: WitTarget, options: DeleteOptions) -> Answer {
         let _timed = self.host_calls.start();
         let staged = target_of(target).and_then(|target| {
             if target.subresource.is_some() {
                 return Err(invalid("delete: a subresource cannot be deleted"));
             }
-            if let Some(uid) = &uid {
+            if let Some(uid) = &options.uid {
                 name("uid", uid)?;
             }
+            if let Some(version) = &options.resource_version {
+                name("resourceVersion", version)?;
+            }
+            let propagation = match options.propagation {
+                WitPropagation::Background => write::Propagation::Background,
+                WitPropagation::Foreground => write::Propagation::Foreground,
+                WitPropagation::Orphan => write::Propagation::Orphan,
+            };
             self.stage(
                 &[Verb::Delete],
                 Write {
                     target,
-                    action: Action::Delete(uid),
+                    action: Action::Delete(write::DeleteOptions {
+                        propagation,
+                        uid: options.uid,
+                        resource_version: options.resource_version,
+                    }),
                 },
             )
         });

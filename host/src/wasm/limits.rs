@@ -28,6 +28,8 @@ pub struct Limits {
     pub state: crate::wasm::state::StateLimits,
     /// CPU time it may use per second, all its calls together (0: only the pool's bound).
     pub cpu_millis_per_second: u32,
+    /// Label combinations its metrics may hold, all together.
+    pub metric_series: usize,
 }
 
 impl Default for Limits {
@@ -44,6 +46,7 @@ impl Default for Limits {
             },
             state: crate::wasm::state::StateLimits::default(),
             cpu_millis_per_second: crate::cpu::DEFAULT_MILLIS_PER_SECOND,
+            metric_series: crate::plugin_metrics::DEFAULT_MAX_SERIES,
         }
     }
 }

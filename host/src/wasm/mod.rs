@@ -18,6 +18,7 @@ pub mod http;
 mod http_send;
 pub mod limits;
 pub mod logging;
+mod metrics;
 mod objects;
 pub mod shape;
 pub mod state;
@@ -44,8 +45,9 @@ use crate::gvk::Gvk;
 use crate::informer::Informer;
 use logging::PluginLogger;
 
-/// Bindings generated from `wit/plugin.wit` (the contract, 0.4), and in [`bindings::v3`] and
-/// [`bindings::v2`] from the frozen earlier contracts, for components built before 0.4.
+/// Bindings generated from `wit/plugin.wit` (the contract, 0.5), and in [`bindings::v4`],
+/// [`bindings::v3`] and [`bindings::v2`] from the frozen earlier contracts, for components
+/// built before 0.5.
 #[allow(missing_docs)]
 pub mod bindings {
     wasmtime::component::bindgen!({
@@ -56,7 +58,19 @@ pub mod bindings {
         imports: { default: trappable },
     });
 
-    /// The 0.3 contract (`wit/compat/0.3`): its imports are answered by 0.4's
+    /// The 0.4 contract (`wit/compat/0.4`): its imports are answered by 0.5's
+    /// (`compat/v4.rs`).
+    pub mod v4 {
+        wasmtime::component::bindgen!({
+            path: "../wit/compat/0.4",
+            world: "kubewasm:plugin/plugin",
+            imports: { default: trappable },
+            // One host type for an object handle, whichever contract lends it.
+            with: { "kubewasm:plugin/types.object": super::kubewasm::plugin::types::Object },
+        });
+    }
+
+    /// The 0.3 contract (`wit/compat/0.3`): its imports are answered by 0.5's
     /// (`compat/v3.rs`).
     pub mod v3 {
         wasmtime::component::bindgen!({
@@ -68,7 +82,7 @@ pub mod bindings {
         });
     }
 
-    /// The 0.2 contract (`wit/compat/0.2`): its imports are answered by 0.4's
+    /// The 0.2 contract (`wit/compat/0.2`): its imports are answered by 0.5's
     /// (`compat/v2.rs`).
     pub mod v2 {
         wasmtime::component::bindgen!({
@@ -117,8 +131,9 @@ pub enum LoadError {
     WrongWorld(String),
     /// The component was built for another version of the contract.
     #[error(
-        "built for {found}, but this host speaks kubewasm:plugin@{} (and runs 0.2.0): rebuild it against the current SDK or wit/plugin.wit",
-        version::CONTRACT
+        "built for {found}, but this host speaks kubewasm:plugin@{} (and runs {}): rebuild it against the current SDK or wit/plugin.wit",
+        version::CONTRACT,
+        version::earlier()
     )]
     WrongVersion {
         /// The contract version the component imports or exports, for example `kubewasm:plugin@0.1.0`.
@@ -163,6 +178,8 @@ pub struct PluginContext {
     pub cpu: Option<Arc<crate::cpu::CpuBudget>>,
     /// What this version's instances, and all the plugin's versions', hold in memory.
     pub memory: limits::MemoryGauges,
+    /// Its metrics (0.5), shared by its instances and versions.
+    pub metrics: Arc<crate::plugin_metrics::Registry>,
 }
 
 /// Distinct write denials logged per plugin; later ones are only counted.
@@ -227,6 +244,7 @@ impl PluginContext {
             state_declared: false,
             cpu: None,
             memory: limits::MemoryGauges::default(),
+            metrics: Arc::default(),
             limits,
         }
     }
@@ -348,7 +366,8 @@ impl Engine {
         // After everything that links WASI's I/O: every blocking wait ends at the deadline.
         waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
-        // Components built for 0.3 and 0.2 keep loading: their imports, answered by 0.4's.
+        // Components built for 0.4, 0.3 and 0.2 keep loading: their imports, answered by 0.5's.
+        bindings::v4::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         bindings::v3::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         bindings::v2::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Self {
@@ -648,6 +667,10 @@ pub enum Call<'a> {
     Synced,
     /// A schedule, by name, is due.
     Tick(&'a str),
+    /// `reconcile` the object of a cache key (a controller).
+    Reconcile(&'a str),
+    /// `finalize` the object of a cache key before it goes (a controller's finalizer).
+    Finalize(&'a str),
 }
 
 /// What a call asked for besides its writes, applied only if it succeeded.
@@ -670,13 +693,13 @@ impl Instance {
         self.store.set_epoch_deadline(first);
     }
 
-    /// Calls `describe` (an earlier manifest reads as 0.4's with none of the additions).
+    /// Calls `describe` (an earlier manifest reads as 0.5's with none of the additions).
     pub fn describe(&mut self) -> wasmtime::Result<Manifest> {
         self.arm();
         self.plugin.describe(&mut self.store)
     }
 
-    /// The contract version the component was built for (`0.4.0`, `0.3.0`, `0.2.0`).
+    /// The contract version the component was built for (`0.5.0`, `0.4.0`, `0.3.0`, `0.2.0`).
     pub fn contract(&self) -> &'static str {
         self.plugin.contract().version()
     }
@@ -735,7 +758,9 @@ impl Instance {
         let previous = std::mem::take(&mut self.previous_failures);
         let state = self.store.data_mut();
         state.staging.open(previous);
-        state.call.open(matches!(call, Call::Event(_)));
+        state
+            .call
+            .open(matches!(call, Call::Event(_) | Call::Reconcile(_)));
         let outcome = self.plugin.call(&mut self.store, call);
         let state = self.store.data_mut();
         state.clock.finish();

@@ -473,7 +473,8 @@ impl triggers::Host for HostState {
     fn requeue_after(&mut self, seconds: u32) -> wasmtime::Result<Result<(), String>> {
         if !self.call.handling {
             return Ok(Err(
-                "requeue-after is possible only during handle (it names the event's object)".into(),
+                "requeue-after is possible only during handle and reconcile (it names the object)"
+                    .into(),
             ));
         }
         self.call.requeue = Some(Duration::from_secs(u64::from(seconds)));

@@ -6,16 +6,19 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 /// The contract version this host speaks and plugins are built against.
-pub const CONTRACT: &str = "0.4.0";
+pub const CONTRACT: &str = "0.5.0";
 
-/// The versions the host runs: the current one, 0.3 and 0.2 (their imports answered by 0.4's).
-const RUNS: [Contract; 3] = [Contract::V4, Contract::V3, Contract::V2];
+/// The versions the host runs: the current one, 0.4, 0.3 and 0.2 (their imports answered by
+/// 0.5's).
+const RUNS: [Contract; 4] = [Contract::V5, Contract::V4, Contract::V3, Contract::V2];
 
 const PACKAGE: &str = "kubewasm:plugin/";
 
 /// A contract version the host runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contract {
+    /// 0.5.
+    V5,
     /// 0.4.
     V4,
     /// 0.3.
@@ -28,10 +31,21 @@ impl Contract {
     /// The version as components name it (`0.4.0`).
     pub fn version(self) -> &'static str {
         match self {
-            Contract::V4 => CONTRACT,
+            Contract::V5 => CONTRACT,
+            Contract::V4 => "0.4.0",
             Contract::V3 => "0.3.0",
             Contract::V2 => "0.2.0",
         }
+    }
+}
+
+/// The earlier versions the host runs, for messages (`0.4.0, 0.3.0 and 0.2.0`).
+pub fn earlier() -> String {
+    let versions: Vec<&str> = RUNS[1..].iter().map(|c| c.version()).collect();
+    match versions.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 
@@ -59,7 +73,7 @@ pub fn of(component: &Component, engine: &wasmtime::Engine) -> Result<Contract, 
     Ok(RUNS
         .into_iter()
         .find(|c| Some(c.version()) == found)
-        .unwrap_or(Contract::V4))
+        .unwrap_or(Contract::V5))
 }
 
 /// The cache queries that read indexes: `list-objects` starts from the `namespace` or
@@ -98,7 +112,8 @@ mod tests {
         let message = error.to_string();
         assert!(
             message.contains("built for kubewasm:plugin@0.1.0")
-                && message.contains("kubewasm:plugin@0.4.0"),
+                && message.contains("kubewasm:plugin@0.5.0")
+                && message.contains("0.4.0, 0.3.0 and 0.2.0"),
             "{message}"
         );
     }
@@ -113,10 +128,11 @@ mod tests {
             super::of(&component, &engine.engine)
         };
         let import = |v: &str| format!(r#"(import "kubewasm:plugin/logging@{v}" (instance))"#);
+        assert_eq!(of(&import("0.5.0")), Ok(super::Contract::V5));
         assert_eq!(of(&import("0.4.0")), Ok(super::Contract::V4));
         assert_eq!(of(&import("0.3.0")), Ok(super::Contract::V3));
         assert_eq!(of(&import("0.2.0")), Ok(super::Contract::V2));
-        assert_eq!(of(""), Ok(super::Contract::V4), "imports nothing of ours");
+        assert_eq!(of(""), Ok(super::Contract::V5), "imports nothing of ours");
         let mixed = of(&format!(
             "{} {}",
             import("0.2.0"),

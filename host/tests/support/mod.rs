@@ -226,6 +226,23 @@ pub fn relists(agent: &kubewasm::agent::Agent) -> u64 {
         .sum()
 }
 
+/// Polls an async `check` every 100 ms until it holds, for at most `within`.
+pub async fn until_async<F: std::future::Future<Output = anyhow::Result<bool>>>(
+    what: &str,
+    within: std::time::Duration,
+    check: impl Fn() -> F,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + within;
+    while !check().await? {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{what} did not happen"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 /// Polls `check` every 50 ms until it gives a value, for at most `within`.
 pub async fn wait_for<T>(
     what: &str,

@@ -1,4 +1,4 @@
-"""Helpers for kubewasm plugins in Python (contract kubewasm:plugin@0.4.0).
+"""Helpers for kubewasm plugins in Python (contract kubewasm:plugin@0.5.0).
 
 Import it next to the bindings componentize-py generates; build with both folders on the path:
 ``componentize-py -d wit -w kubewasm:plugin/plugin componentize -p . -p SDK app -o plugin.wasm``
@@ -7,8 +7,13 @@ installed package's site-packages).
 
 What it gives:
 
-- ``Plugin``: a base class with ``synced``, ``tick`` and ``admit`` that do nothing (allow), so
-  a handler writes only what it uses: ``class Handler(Plugin, exports.Handler)``;
+- ``Plugin``: a base class with ``synced``, ``tick`` and ``admit`` that do nothing (allow),
+  ``finalize`` that does nothing and ``reconcile`` that fails, so a handler writes only what
+  it uses: ``class Handler(Plugin, exports.Handler)``;
+- controllers: ``manifest(controller=controller(APP, owns=[DEPLOYMENT], finalizer=True))``
+  (``watch_label``, ``watch_index`` for other types that wake keys), then ``reconcile(key)``;
+- metrics: ``manifest(metrics=[counter("sent_total", "Alerts sent", ["to"])])``, then
+  ``metrics.inc("sent_total", ["ops"])`` (``gauge``, ``histogram``; ``set``, ``observe``);
 - ``manifest(...)`` and ``subscribe(...)``: the manifest and its subscriptions with every
   field defaulted (``changes=["/spec"]`` for a change filter, ``fields=["/status/phase"]``
   or ``metadata_only=True`` to declare what the plugin reads);
@@ -38,6 +43,7 @@ from kubewasm_sdk.selector import Selector
 
 from componentize_py_types import Err
 from wit_world.imports import logging as _logging
+from wit_world.imports import metrics as _metrics
 from wit_world.imports import state as _state
 from wit_world.imports import triggers as _triggers
 from wit_world.imports import types
@@ -54,7 +60,8 @@ __all__ = [
     "key", "changed",
     "log", "fail", "to_handle_error", "handle_errors", "Plugin", "manifest", "subscribe",
     "schedule", "state", "requeue_after", "rule", "validating", "mutating", "allow", "deny",
-    "patch_to", "Selector",
+    "patch_to", "Selector", "controller", "watch_label", "watch_index", "counter", "gauge",
+    "histogram", "metrics",
 ]
 
 
@@ -162,6 +169,8 @@ def manifest(
     schedules: Sequence[types.Schedule] = (),
     state: bool = False,
     admission: Optional[types.Admission] = None,
+    controller: Optional[types.Controller] = None,
+    metrics: Sequence[types.Metric] = (),
 ) -> types.Manifest:
     """What ``describe`` returns, every field defaulted."""
     return types.Manifest(
@@ -172,7 +181,86 @@ def manifest(
         schedules=list(schedules),
         state=state,
         admission=admission,
+        controller=controller,
+        metrics=list(metrics),
     )
+
+
+def controller(
+    reconciles: types.Gvk,
+    owns: Sequence[types.Gvk] = (),
+    watches: Sequence[types.Watched] = (),
+    finalizer: bool = False,
+) -> types.Controller:
+    """A controller for ``manifest(controller=...)``: ``reconcile(key)`` is called for each
+    object of ``reconciles``, once per burst of events on it, its ``owns`` children
+    (through their controller ownerReference) and ``watches``; with ``finalizer``, the host
+    keeps ``kubewasm.dev/<plugin>`` on each live object and calls ``finalize`` before it
+    goes."""
+    return types.Controller(
+        reconciles=reconciles, owns=list(owns), watches=list(watches), finalizer=finalizer
+    )
+
+
+def watch_label(resource: types.Gvk, label: str) -> types.Watched:
+    """A watched type whose objects' label ``label`` names a key in their namespace."""
+    return types.Watched(gvk=resource, wakes=types.WakeMap_Label(label))
+
+
+def watch_index(resource: types.Gvk, index_name: str) -> types.Watched:
+    """A watched type whose objects' values in the manifest's index ``index_name`` are keys
+    (``namespace/name``)."""
+    return types.Watched(gvk=resource, wakes=types.WakeMap_Index(index_name))
+
+
+def _metric(
+    name: str, help: str, kind: Any, labels: Sequence[str], buckets: Sequence[float] = ()
+) -> types.Metric:
+    return types.Metric(
+        name=name, help=help, kind=kind, labels=list(labels), buckets=[float(b) for b in buckets]
+    )
+
+
+def counter(name: str, help: str, labels: Sequence[str] = ()) -> types.Metric:
+    """A counter for ``manifest(metrics=...)``: ``metrics.add`` or ``metrics.inc``."""
+    return _metric(name, help, types.MetricKind.COUNTER, labels)
+
+
+def gauge(name: str, help: str, labels: Sequence[str] = ()) -> types.Metric:
+    """A gauge for ``manifest(metrics=...)``: ``metrics.set``."""
+    return _metric(name, help, types.MetricKind.GAUGE, labels)
+
+
+def histogram(
+    name: str, help: str, labels: Sequence[str] = (), buckets: Sequence[float] = ()
+) -> types.Metric:
+    """A histogram for ``manifest(metrics=...)`` (no buckets: the host's defaults):
+    ``metrics.observe``."""
+    return _metric(name, help, types.MetricKind.HISTOGRAM, labels, buckets)
+
+
+class _Metrics:
+    """Updates of the metrics the manifest declares (each raises ``Err`` when refused:
+    undeclared, past the plugin's series bound, or a value the metric cannot take)."""
+
+    def add(self, name: str, labels: Sequence[str] = (), value: float = 1.0) -> None:
+        """Adds ``value`` to counter ``name`` for these label values."""
+        _metrics.add(name, list(labels), float(value))
+
+    def inc(self, name: str, labels: Sequence[str] = ()) -> None:
+        """Adds one to counter ``name``."""
+        _metrics.add(name, list(labels), 1.0)
+
+    def set(self, name: str, labels: Sequence[str] = (), value: float = 0.0) -> None:
+        """Sets gauge ``name``."""
+        _metrics.set(name, list(labels), float(value))
+
+    def observe(self, name: str, labels: Sequence[str] = (), value: float = 0.0) -> None:
+        """Records one observation in histogram ``name``."""
+        _metrics.observe(name, list(labels), float(value))
+
+
+metrics = _Metrics()
 
 
 def rule(
@@ -257,6 +345,18 @@ class Plugin:
     def admit(self, request: types.AdmissionRequest) -> types.AdmissionResponse:
         """Reviews an admission request: allows it."""
         return allow()
+
+    def reconcile(self, key: types.ObjectKey) -> None:
+        """Reconciles one key of the manifest's controller: not implemented here."""
+        raise Err(
+            types.HandleError(
+                message=f"reconcile of {key.name} is not implemented by this plugin", retry=False
+            )
+        )
+
+    def finalize(self, key: types.ObjectKey) -> None:
+        """The object of ``key`` is being deleted: nothing to release."""
+        return None
 
 
 class _State:

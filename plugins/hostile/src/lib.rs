@@ -2,6 +2,7 @@
 //!
 //! It subscribes to ConfigMaps and misbehaves as its configuration says:
 //! `{"mode": "loop" | "alloc" | "panic" | "panic-on" | "error" | "fatal" | "log-flood" |
+//! "metric-flood" |
 //! "secret" | "big-query" | "scoped" | "count" | "slow" | ..., "key": "ns/name"}` (`key` for
 //! `panic-on`; `scoped` subscribes to namespace t only and queries beyond it; `declared`
 //! declares it reads `/data/v` only and reads that, `/data`, the whole object and, through
@@ -130,6 +131,14 @@ impl Plugin for Hostile {
                 .with_state()
                 .admission(admission.timeout_seconds(5));
         }
+        if mode == "metric-flood" {
+            // A counter labelled by a value it makes up without end.
+            return manifest.metric(kubewasm_sdk::Metric::counter(
+                "seen_total",
+                "Made-up series",
+                &["id"],
+            ));
+        }
         if mode == "declared" {
             return Manifest::new()
                 .subscribe(Subscription::to(Gvk::config_map()).fields(&["/data/v"]));
@@ -159,6 +168,31 @@ impl Plugin for Hostile {
         };
         let key = event.object().key();
         match config.mode.as_str() {
+            "metric-flood" => {
+                // Ten thousand new series a call, and a label value of 1 MiB: the host keeps
+                // its bound and refuses the rest.
+                let mut refused = 0u32;
+                for i in 0..10_000u32 {
+                    let id = format!("{key}-{i}");
+                    if kubewasm_sdk::metrics::inc("seen_total", &[&id]).is_err() {
+                        refused += 1;
+                    }
+                }
+                let huge = "x".repeat(1 << 20);
+                let long = kubewasm_sdk::metrics::inc("seen_total", &[&huge]);
+                let undeclared = kubewasm_sdk::metrics::inc("not_declared", &[]);
+                log::info(
+                    "metric flood",
+                    &[
+                        ("refused", &refused.to_string()),
+                        ("long", &format!("{:?}", long.map_err(|e| e.explain()))),
+                        (
+                            "undeclared",
+                            &format!("{:?}", undeclared.map_err(|e| e.explain())),
+                        ),
+                    ],
+                );
+            }
             "loop" => {
                 let mut n: u64 = 0;
                 loop {

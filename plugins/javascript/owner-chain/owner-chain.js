@@ -6,8 +6,8 @@
 // pod=... replicaset=... deployment=... siblings=N`. Build: node build.mjs (componentize-js
 // against ../../../wit).
 
-import { indexKeys } from "kubewasm:plugin/cache@0.4.0";
-import { log } from "kubewasm:plugin/logging@0.4.0";
+import { indexKeys } from "kubewasm:plugin/cache@0.5.0";
+import { log } from "kubewasm:plugin/logging@0.5.0";
 
 const POD = { group: "", version: "v1", kind: "Pod" };
 const REPLICA_SET = { group: "apps", version: "v1", kind: "ReplicaSet" };
@@ -34,15 +34,20 @@ export const handler = {
       schedules: [],
       state: false,
       admission: undefined,
+      controller: undefined,
+      metrics: [],
     };
   },
 
-  // Called after the initial state, on schedules and for admission: nothing to do here.
+  // Called after the initial state, on schedules, for admission and for a controller's
+  // keys: nothing to do here (this plugin declares no controller).
   synced() {},
   tick(_schedule) {},
   admit(_request) {
     return { allowed: true, message: "", code: 0, mutation: undefined, warnings: [] };
   },
+  reconcile(_key) {},
+  finalize(_key) {},
 
   handle(event) {
     let pod;

@@ -7,8 +7,8 @@
 // goes, a Normal Event `ReadyPodsBack` when one is back, each once. Its grant needs
 // events.k8s.io/v1/Event (create, patch). Build: node service-alert/build.mjs OUT.wasm.
 
-import { listObjects } from "kubewasm:plugin/cache@0.4.0";
-import { recordEvent } from "kubewasm:plugin/cluster@0.4.0";
+import { listObjects } from "kubewasm:plugin/cache@0.5.0";
+import { recordEvent } from "kubewasm:plugin/cluster@0.5.0";
 import {
   POD, SERVICE, changed, handleErrors, log, manifest, plugin, state, subscribe,
 } from "../../../plugin-sdk/javascript/index.js";

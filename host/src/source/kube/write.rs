@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-    PostParams, Preconditions,
+    PostParams, Preconditions, PropagationPolicy,
 };
 use kube::discovery::Scope;
 use kube::{Client, discovery};
@@ -163,13 +163,21 @@ impl Sender {
                     .map(drop)
                     .map_err(refused)
             }
-            Action::Delete(uid) => {
+            Action::Delete(options) => {
                 let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
+                let preconditions = (options.uid.is_some() || options.resource_version.is_some())
+                    .then(|| Preconditions {
+                        uid: options.uid.clone(),
+                        resource_version: options.resource_version.clone(),
+                    });
+                let propagation_policy = Some(match options.propagation {
+                    crate::write::Propagation::Background => PropagationPolicy::Background,
+                    crate::write::Propagation::Foreground => PropagationPolicy::Foreground,
+                    crate::write::Propagation::Orphan => PropagationPolicy::Orphan,
+                });
                 let params = DeleteParams {
-                    preconditions: uid.as_ref().map(|uid| Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
+                    preconditions,
+                    propagation_policy,
                     ..DeleteParams::default()
                 };
                 api.delete(&t.name, &params)

@@ -3,21 +3,53 @@
 //! top of them until the file that defines the object changes (then the file wins, as a
 //! `kubectl apply` of it would).
 //!
+//! Deletion is the API server's: an object with finalizers gets a `deletionTimestamp` and
+//! stays until a write removes the last of them; a deleted object's dependents (objects whose
+//! ownerReferences name its uid) are deleted after it (background and foreground) or lose that
+//! reference (orphan).
+//!
 //! Approximations, documented in docs/ARCHITECTURE.md: apply merges the given fields into the
 //! object (there is no field ownership here, so lists are replaced whole); a subresource write
-//! changes the object itself; names are never generated.
+//! changes the object itself; names are never generated; foreground deletion deletes the
+//! dependents first and then the object at once, with no waiting state.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use crate::gvk::Gvk;
 use crate::object::object_key;
 use crate::source::SourceEvent;
-use crate::source::manifests::{ManifestFolder, Reported, Shared};
+use crate::source::manifests::{Id, ManifestFolder, Reported, Shared, State};
 use crate::write::{
-    Action, Occurrence, Refusal, Write, Writer, event_gvk, event_object, micro_time,
+    Action, Occurrence, Propagation, Refusal, Write, Writer, event_gvk, event_object, micro_time,
 };
+
+/// True when the object's `metadata.finalizers` holds at least one entry.
+pub(super) fn has_finalizers(value: &Value) -> bool {
+    value
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// True when the object is being deleted (it has a `deletionTimestamp`).
+fn terminating(value: &Value) -> bool {
+    value.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+/// Marks `value` as being deleted now, as the API server does for an object with finalizers.
+pub(super) fn mark_deleted(value: &mut Value) {
+    if let Some(Value::Object(meta)) = value.get_mut("metadata") {
+        let now = crate::clock::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        meta.entry("deletionTimestamp")
+            .or_insert(Value::String(now));
+        meta.entry("deletionGracePeriodSeconds").or_insert(json!(0));
+    }
+}
 
 fn refusal(reason: &str, message: String, retry: bool) -> Refusal {
     Refusal {
@@ -109,9 +141,9 @@ impl Shared {
                 }
                 (name.clone(), Some(value))
             }
-            Action::Delete(uid) => {
+            Action::Delete(options) => {
                 let object = current(&name, &state).ok_or_else(missing)?;
-                if let Some(uid) = uid
+                if let Some(uid) = &options.uid
                     && *uid != object.uid()
                 {
                     return Err(refusal(
@@ -123,7 +155,28 @@ impl Shared {
                         false,
                     ));
                 }
-                (name.clone(), None)
+                if let Some(version) = &options.resource_version
+                    && version != object.resource_version()
+                {
+                    return Err(refusal(
+                        "Conflict",
+                        format!(
+                            "Precondition failed: ResourceVersion in precondition: {version}, ResourceVersion in object meta: {}",
+                            object.resource_version()
+                        ),
+                        false,
+                    ));
+                }
+                let mut value = parse("the stored object", &object.json())?;
+                if !has_finalizers(&value) {
+                    (name.clone(), None)
+                } else if terminating(&value) {
+                    // Already being deleted: the API server changes nothing.
+                    return Ok(());
+                } else {
+                    mark_deleted(&mut value);
+                    (name.clone(), Some(value))
+                }
             }
             Action::RecordEvent { regarding, .. } => {
                 let now = crate::clock::now();
@@ -147,7 +200,10 @@ impl Shared {
                 }
             }
         };
+        // The last finalizer of an object being deleted is gone: so is the object.
+        let value = value.filter(|v| !terminating(v) || has_finalizers(v));
         let id = (gvk.clone(), object_key(namespace.as_deref(), &name));
+        let mut dependents = Vec::new();
         let event = match value {
             None => {
                 let Some(gone) = state.objects.remove(&id) else {
@@ -157,6 +213,11 @@ impl Shared {
                     // Defined by a file: stays deleted until that file changes.
                     state.deleted.insert(id.clone(), gone.digest);
                 }
+                let propagation = match &write.action {
+                    Action::Delete(options) => options.propagation,
+                    _ => Propagation::Background,
+                };
+                dependents.push((gone.object.uid().to_owned(), propagation));
                 SourceEvent::Deleted(gone.object)
             }
             Some(value) => {
@@ -196,8 +257,90 @@ impl Shared {
             }
         };
         state.notify(&id.0, &event);
+        while let Some((uid, propagation)) = dependents.pop() {
+            self.collect(&mut state, &uid, propagation, &mut dependents);
+        }
         // Against a folder nothing else shows a plugin's writes (the files do not change).
         tracing::info!(plugin, verb = write.verb(), target = %write.target, "write applied to the folder's objects (its files are not changed)");
         Ok(())
+    }
+
+    /// The garbage collector's part for one deleted owner (`uid`): each dependent is deleted
+    /// (and its own dependents after it), or, for `orphan`, loses its reference.
+    fn collect(
+        &self,
+        state: &mut State,
+        uid: &str,
+        propagation: Propagation,
+        next: &mut Vec<(String, Propagation)>,
+    ) {
+        let owned: Vec<Id> = state
+            .objects
+            .iter()
+            .filter(|(_, r)| r.object.owners().any(|o| o.uid == uid))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in owned {
+            let Some(reported) = state.objects.get(&id) else {
+                continue;
+            };
+            let Ok(mut value) = serde_json::from_str::<Value>(&reported.object.json()) else {
+                continue;
+            };
+            let gone = match propagation {
+                Propagation::Orphan => {
+                    if let Some(Value::Array(refs)) = value.pointer_mut("/metadata/ownerReferences")
+                    {
+                        refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+                    }
+                    false
+                }
+                Propagation::Background | Propagation::Foreground => {
+                    if has_finalizers(&value) {
+                        if terminating(&value) {
+                            continue;
+                        }
+                        mark_deleted(&mut value);
+                        false
+                    } else {
+                        true
+                    }
+                }
+            };
+            let event = if gone {
+                let Some(r) = state.objects.remove(&id) else {
+                    continue;
+                };
+                if !state.created.remove(&id) {
+                    state.deleted.insert(id.clone(), r.digest);
+                }
+                next.push((r.object.uid().to_owned(), Propagation::Background));
+                SourceEvent::Deleted(r.object)
+            } else {
+                state.version += 1;
+                let namespace = crate::source::manifests::id_namespace(&id);
+                match self.materialize(value, namespace, state.version, None) {
+                    Ok(object) => {
+                        let object = Arc::new(object);
+                        let digest = reported.digest;
+                        state.objects.insert(
+                            id.clone(),
+                            Reported {
+                                digest,
+                                object: object.clone(),
+                            },
+                        );
+                        SourceEvent::Applied(object)
+                    }
+                    Err(e) => {
+                        tracing::error!(key = %id.1, "garbage collection: {e}");
+                        continue;
+                    }
+                }
+            };
+            tracing::info!(resource = %id.0, key = %id.1, owner = uid, "dependent collected after its owner's deletion");
+            let gvk: Gvk = id.0.clone();
+            state.notify(&gvk, &event);
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Every contract version the host runs, in one table: each file holds one version's calls
-//! into a component ([`Exports`]) and, for an earlier version, answers its imports with 0.4's
-//! implementation and converts what changed since. [`pre`] is the table: the one place that
+//! into a component ([`Exports`]) and, for an earlier version, answers its imports with the
+//! current implementation and converts what changed since. [`pre`] is the table: the one place that
 //! matches on the version. The types of two contracts are the same shapes under two names:
 //! the macros here convert them. docs/design/contract-versions.md lists what a new version
 //! takes.
@@ -31,22 +31,17 @@ macro_rules! same_cases {
     };
 }
 
-/// The imports every earlier contract shares with 0.4 (`object`, `cache`, `cluster`,
-/// `logging`), answered by 0.4's implementation: arguments converted in, answers out (a query
-/// error without 0.4's `undeclared` case). The
-/// caller's module names the two contracts `$v` and `v4`, and has the conversions (`From`).
+/// The imports every earlier contract shares with the current one (`object`, `cache`,
+/// `cluster`, `logging`), answered by the current implementation: arguments converted in,
+/// answers out. `forward_shared!(v3)` is for a contract before 0.4 (a query error without
+/// `undeclared`, a total `json`); `forward_shared!(v4, json: T = read)` names the type of
+/// `json`'s answer and how to read it. The caller's module names the two contracts `$v` and
+/// `now`, and has the conversions (`From`).
 macro_rules! forward_shared {
     ($v:ident) => {
-        type R<T> = wasmtime::Result<T>;
-        type Handle = wasmtime::component::Resource<v4::types::Object>;
-        type Answer<T> = R<Result<T, $v::types::QueryError>>;
-        type Written = R<Result<(), $v::cluster::WriteError>>;
-        type Gvk = $v::types::Gvk;
-        type Target = $v::cluster::Target;
-
-        impl From<v4::types::QueryError> for $v::types::QueryError {
-            fn from(e: v4::types::QueryError) -> Self {
-                use v4::types::QueryError as E;
+        impl From<now::types::QueryError> for $v::types::QueryError {
+            fn from(e: now::types::QueryError) -> Self {
+                use now::types::QueryError as E;
                 match e {
                     E::Denied(m) => Self::Denied(m),
                     E::NotCached(m) => Self::NotCached(m),
@@ -61,53 +56,63 @@ macro_rules! forward_shared {
             }
         }
 
+        forward_shared!($v, json: String = crate::wasm::compat::total_json);
+    };
+    ($v:ident, json: $json:ty = $read:path) => {
+        type R<T> = wasmtime::Result<T>;
+        type Handle = wasmtime::component::Resource<now::types::Object>;
+        type Answer<T> = R<Result<T, $v::types::QueryError>>;
+        type Written = R<Result<(), $v::cluster::WriteError>>;
+        type Gvk = $v::types::Gvk;
+        type Target = $v::cluster::Target;
+
         impl $v::types::HostObject for HostState {
             fn gvk(&mut self, this: Handle) -> R<Gvk> {
-                v4::types::HostObject::gvk(self, this).map(Into::into)
+                now::types::HostObject::gvk(self, this).map(Into::into)
             }
             fn namespace(&mut self, this: Handle) -> R<Option<String>> {
-                v4::types::HostObject::namespace(self, this)
+                now::types::HostObject::namespace(self, this)
             }
             fn name(&mut self, this: Handle) -> R<String> {
-                v4::types::HostObject::name(self, this)
+                now::types::HostObject::name(self, this)
             }
             fn key(&mut self, this: Handle) -> R<String> {
-                v4::types::HostObject::key(self, this)
+                now::types::HostObject::key(self, this)
             }
             fn uid(&mut self, this: Handle) -> R<String> {
-                v4::types::HostObject::uid(self, this)
+                now::types::HostObject::uid(self, this)
             }
             fn resource_version(&mut self, this: Handle) -> R<String> {
-                v4::types::HostObject::resource_version(self, this)
+                now::types::HostObject::resource_version(self, this)
             }
             fn label(&mut self, this: Handle, key: String) -> R<Option<String>> {
-                v4::types::HostObject::label(self, this, key)
+                now::types::HostObject::label(self, this, key)
             }
             fn labels(&mut self, this: Handle) -> R<Vec<(String, String)>> {
-                v4::types::HostObject::labels(self, this)
+                now::types::HostObject::labels(self, this)
             }
             fn annotation(&mut self, this: Handle, key: String) -> R<Option<String>> {
-                v4::types::HostObject::annotation(self, this, key)
+                now::types::HostObject::annotation(self, this, key)
             }
             fn owner_references(&mut self, this: Handle) -> R<Vec<$v::types::OwnerReference>> {
-                let refs = v4::types::HostObject::owner_references(self, this)?;
+                let refs = now::types::HostObject::owner_references(self, this)?;
                 Ok(refs.into_iter().map(Into::into).collect())
             }
             fn controller(&mut self, this: Handle) -> R<Option<$v::types::OwnerReference>> {
-                Ok(v4::types::HostObject::controller(self, this)?.map(Into::into))
+                Ok(now::types::HostObject::controller(self, this)?.map(Into::into))
             }
             fn owner(&mut self, this: Handle, gvk: Gvk) -> Answer<Option<Handle>> {
-                Ok(v4::types::HostObject::owner(self, this, gvk.into())?.map_err(Into::into))
+                Ok(now::types::HostObject::owner(self, this, gvk.into())?.map_err(Into::into))
             }
             fn field(&mut self, this: Handle, pointer: String) -> Answer<Option<$v::types::Value>> {
-                let answer = v4::types::HostObject::field(self, this, pointer)?;
+                let answer = now::types::HostObject::field(self, this, pointer)?;
                 Ok(answer.map(|v| v.map(Into::into)).map_err(Into::into))
             }
-            fn json(&mut self, this: Handle) -> R<String> {
-                crate::wasm::compat::total_json(v4::types::HostObject::json(self, this)?)
+            fn json(&mut self, this: Handle) -> R<$json> {
+                $read(now::types::HostObject::json(self, this)?)
             }
             fn drop(&mut self, this: Handle) -> R<()> {
-                v4::types::HostObject::drop(self, this)
+                now::types::HostObject::drop(self, this)
             }
         }
 
@@ -120,7 +125,7 @@ macro_rules! forward_shared {
                 namespace: Option<String>,
                 name: String,
             ) -> Answer<Option<Handle>> {
-                Ok(v4::cache::Host::get(self, gvk.into(), namespace, name)?.map_err(Into::into))
+                Ok(now::cache::Host::get(self, gvk.into(), namespace, name)?.map_err(Into::into))
             }
             fn list_objects(
                 &mut self,
@@ -129,11 +134,11 @@ macro_rules! forward_shared {
                 label_selector: Option<String>,
             ) -> Answer<Vec<Handle>> {
                 let answer =
-                    v4::cache::Host::list_objects(self, gvk.into(), namespace, label_selector)?;
+                    now::cache::Host::list_objects(self, gvk.into(), namespace, label_selector)?;
                 Ok(answer.map_err(Into::into))
             }
             fn by_index(&mut self, gvk: Gvk, index: String, value: String) -> Answer<Vec<Handle>> {
-                Ok(v4::cache::Host::by_index(self, gvk.into(), index, value)?.map_err(Into::into))
+                Ok(now::cache::Host::by_index(self, gvk.into(), index, value)?.map_err(Into::into))
             }
             fn index_keys(
                 &mut self,
@@ -141,30 +146,30 @@ macro_rules! forward_shared {
                 index: String,
                 value: String,
             ) -> Answer<Vec<String>> {
-                let answer = v4::cache::Host::index_keys(self, gvk.into(), index, value)?;
+                let answer = now::cache::Host::index_keys(self, gvk.into(), index, value)?;
                 Ok(answer.map_err(Into::into))
             }
             fn index_values(&mut self, gvk: Gvk, index: String) -> Answer<Vec<String>> {
-                Ok(v4::cache::Host::index_values(self, gvk.into(), index)?.map_err(Into::into))
+                Ok(now::cache::Host::index_values(self, gvk.into(), index)?.map_err(Into::into))
             }
         }
 
         impl $v::cluster::Host for HostState {
             fn apply(&mut self, target: Target, json: String) -> Written {
-                Ok(v4::cluster::Host::apply(self, target.into(), json)?.map_err(Into::into))
+                Ok(now::cluster::Host::apply(self, target.into(), json)?.map_err(Into::into))
             }
             fn merge_patch(&mut self, target: Target, patch: String) -> Written {
-                Ok(v4::cluster::Host::merge_patch(self, target.into(), patch)?.map_err(Into::into))
+                Ok(now::cluster::Host::merge_patch(self, target.into(), patch)?.map_err(Into::into))
             }
             fn json_patch(&mut self, target: Target, patch: String) -> Written {
-                Ok(v4::cluster::Host::json_patch(self, target.into(), patch)?.map_err(Into::into))
+                Ok(now::cluster::Host::json_patch(self, target.into(), patch)?.map_err(Into::into))
             }
             fn create(&mut self, gvk: Gvk, namespace: Option<String>, json: String) -> Written {
-                let created = v4::cluster::Host::create(self, gvk.into(), namespace, json)?;
+                let created = now::cluster::Host::create(self, gvk.into(), namespace, json)?;
                 Ok(created.map_err(Into::into))
             }
             fn delete(&mut self, target: Target, uid: Option<String>) -> Written {
-                Ok(v4::cluster::Host::delete(self, target.into(), uid)?.map_err(Into::into))
+                Ok(now::cluster::Host::delete(self, target.into(), uid)?.map_err(Into::into))
             }
             fn record_event(
                 &mut self,
@@ -173,7 +178,7 @@ macro_rules! forward_shared {
                 reason: String,
                 note: String,
             ) -> Written {
-                let recorded = v4::cluster::Host::record_event(
+                let recorded = now::cluster::Host::record_event(
                     self,
                     regarding,
                     event_type.into(),
@@ -183,7 +188,7 @@ macro_rules! forward_shared {
                 Ok(recorded.map_err(Into::into))
             }
             fn previous_failures(&mut self) -> R<Vec<$v::cluster::WriteFailure>> {
-                let failures = v4::cluster::Host::previous_failures(self)?;
+                let failures = now::cluster::Host::previous_failures(self)?;
                 Ok(failures.into_iter().map(Into::into).collect())
             }
         }
@@ -195,7 +200,143 @@ macro_rules! forward_shared {
                 message: String,
                 fields: Vec<(String, String)>,
             ) -> R<()> {
-                v4::logging::Host::log(self, level.into(), message, fields)
+                now::logging::Host::log(self, level.into(), message, fields)
+            }
+        }
+    };
+}
+
+/// The imports 0.3 added (`triggers`, `state`), for a later contract than 0.3 that is not the
+/// current one, answered by the current implementation.
+macro_rules! forward_since_0_3 {
+    ($v:ident) => {
+        impl $v::triggers::Host for HostState {
+            fn requeue_after(&mut self, seconds: u32) -> R<Result<(), String>> {
+                now::triggers::Host::requeue_after(self, seconds)
+            }
+        }
+
+        type Changed = R<Result<(), $v::state::StateError>>;
+
+        impl $v::state::Host for HostState {
+            fn get(&mut self, key: String) -> R<Option<String>> {
+                now::state::Host::get(self, key)
+            }
+            fn set(&mut self, key: String, value: String) -> Changed {
+                Ok(now::state::Host::set(self, key, value)?.map_err(Into::into))
+            }
+            fn remove(&mut self, key: String) -> Changed {
+                Ok(now::state::Host::remove(self, key)?.map_err(Into::into))
+            }
+            fn keys(&mut self, prefix: String) -> R<Vec<String>> {
+                now::state::Host::keys(self, prefix)
+            }
+        }
+    };
+}
+
+/// The manifest and admission types of a contract since 0.3 that is not the current one:
+/// the same shapes as the current ones under another name (a manifest with neither
+/// controller nor metrics), and `admission_request`, its review of a current one.
+macro_rules! manifest_since_0_3 {
+    ($v:ident) => {
+        impl From<$v::types::AdmissionRule> for now::types::AdmissionRule {
+            fn from(r: $v::types::AdmissionRule) -> Self {
+                Self {
+                    gvk: r.gvk.into(),
+                    operations: r.operations.into_iter().map(Into::into).collect(),
+                    subresources: r.subresources,
+                }
+            }
+        }
+
+        impl From<$v::types::Admission> for now::types::Admission {
+            fn from(a: $v::types::Admission) -> Self {
+                Self {
+                    mutating: a.mutating,
+                    rules: a.rules.into_iter().map(Into::into).collect(),
+                    failure_policy: a.failure_policy.into(),
+                    timeout_seconds: a.timeout_seconds,
+                    namespace_selector: a.namespace_selector,
+                    match_conditions: a.match_conditions,
+                }
+            }
+        }
+
+        impl From<$v::types::Manifest> for now::types::Manifest {
+            fn from(m: $v::types::Manifest) -> Self {
+                Self {
+                    subscriptions: m.subscriptions.into_iter().map(Into::into).collect(),
+                    queries: m.queries.into_iter().map(Into::into).collect(),
+                    indexes: m.indexes.into_iter().map(Into::into).collect(),
+                    resync_seconds: m.resync_seconds,
+                    schedules: m.schedules.into_iter().map(Into::into).collect(),
+                    state: m.state,
+                    admission: m.admission.map(Into::into),
+                    controller: None,
+                    metrics: Vec::new(),
+                }
+            }
+        }
+
+        impl From<$v::types::AdmissionResponse> for now::types::AdmissionResponse {
+            fn from(r: $v::types::AdmissionResponse) -> Self {
+                Self {
+                    allowed: r.allowed,
+                    message: r.message,
+                    code: r.code,
+                    mutation: r.mutation.map(Into::into),
+                    warnings: r.warnings,
+                }
+            }
+        }
+
+        /// The review of a current one in this contract: the same fields, its objects lent
+        /// as they are.
+        pub fn admission_request(r: now::types::AdmissionRequest) -> $v::types::AdmissionRequest {
+            $v::types::AdmissionRequest {
+                uid: r.uid,
+                operation: r.operation.into(),
+                gvk: r.gvk.into(),
+                plural: r.plural,
+                subresource: r.subresource,
+                namespace: r.namespace,
+                name: r.name,
+                object: r.object,
+                old_object: r.old_object,
+                user_info: r.user_info.into(),
+                dry_run: r.dry_run,
+            }
+        }
+    };
+}
+
+/// `pub fn event`: contract `$v`'s event for a notification, its objects lent from the
+/// store's handles for one call (0.3 and later: with `requeue`).
+macro_rules! lend_event {
+    ($v:ident) => {
+        /// The event for a notification, its objects lent from `handles` for one call.
+        pub fn event(
+            n: &crate::informer::Notification,
+            handles: &mut crate::wasm::handles::Handles,
+        ) -> $v::types::Event {
+            use crate::informer::Notification;
+            use $v::types::{Added, Deleted, Event, Updated};
+            match n {
+                Notification::Added { object, initial } => Event::Added(Added {
+                    object: handles.lend(object),
+                    initial: *initial,
+                }),
+                Notification::Updated { old, new } => Event::Updated(Updated {
+                    old: handles.lend(old),
+                    new: handles.lend(new),
+                }),
+                Notification::Deleted { object, stale } => Event::Deleted(Deleted {
+                    object: handles.lend(object),
+                    stale: *stale,
+                }),
+                Notification::Sync(object) => Event::Sync(handles.lend(object)),
+                Notification::Requeue(object) => Event::Requeue(handles.lend(object)),
             }
         }
     };
@@ -252,7 +393,8 @@ pub trait Pre: Send + Sync {
 pub fn pre(contract: Contract, linked: InstancePre<HostState>) -> wasmtime::Result<Box<dyn Pre>> {
     use crate::wasm::bindings;
     Ok(match contract {
-        Contract::V4 => Box::new(bindings::PluginPre::new(linked)?),
+        Contract::V5 => Box::new(bindings::PluginPre::new(linked)?),
+        Contract::V4 => Box::new(bindings::v4::PluginPre::new(linked)?),
         Contract::V3 => Box::new(bindings::v3::PluginPre::new(linked)?),
         Contract::V2 => Box::new(bindings::v2::PluginPre::new(linked)?),
     })
@@ -304,7 +446,15 @@ macro_rules! common_exports {
 
 pub mod v2;
 pub mod v3;
-mod v4;
+pub mod v4;
+mod v5;
+
+/// `json`'s answer for a contract whose query errors are the current ones under another name.
+pub fn same_json<E: From<QueryError>>(
+    answer: Result<String, QueryError>,
+) -> wasmtime::Result<Result<String, E>> {
+    Ok(answer.map_err(Into::into))
+}
 
 /// The whole JSON of an object for a contract whose `json` cannot fail: components built
 /// before 0.4 declare no fields, so they only ever hold whole objects.

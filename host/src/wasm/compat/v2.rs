@@ -1,5 +1,5 @@
-//! Components built for contract 0.2: its imports are answered by 0.4's implementation
-//! (0.3 and 0.4 only added to them), and its exports are called with what 0.2 knows. The
+//! Components built for contract 0.2: its imports are answered by the current implementation
+//! (0.3, 0.4 and 0.5 only added to them), and its exports are called with what 0.2 knows. The
 //! types of the two contracts are the same shapes under two names; this file converts between
 //! them and holds nothing else.
 
@@ -7,40 +7,40 @@ use wasmtime::Store;
 
 use crate::informer::Notification;
 use crate::wasm::bindings::exports::kubewasm::plugin::handler::HandleError;
-use crate::wasm::bindings::kubewasm::plugin as v4;
+use crate::wasm::bindings::kubewasm::plugin as now;
 use crate::wasm::bindings::v2::kubewasm::plugin as v2;
 use crate::wasm::compat::Exports;
 use crate::wasm::handles::Handles;
 use crate::wasm::version::Contract;
 use crate::wasm::{Call, HostState};
 
-same_record!(v2::types::Gvk => v4::types::Gvk { group, version, kind });
-same_record!(v4::types::Gvk => v2::types::Gvk { group, version, kind });
-same_record!(v4::types::OwnerReference => v2::types::OwnerReference {
+same_record!(v2::types::Gvk => now::types::Gvk { group, version, kind });
+same_record!(now::types::Gvk => v2::types::Gvk { group, version, kind });
+same_record!(now::types::OwnerReference => v2::types::OwnerReference {
     api_version, kind, name, uid, controller,
 });
-same_record!(v2::types::HandleError => v4::types::HandleError { message, retry });
-same_record!(v2::types::Index => v4::types::Index { gvk, name, json_pointer });
-same_record!(v2::cluster::Target => v4::cluster::Target {
+same_record!(v2::types::HandleError => now::types::HandleError { message, retry });
+same_record!(v2::types::Index => now::types::Index { gvk, name, json_pointer });
+same_record!(v2::cluster::Target => now::cluster::Target {
     gvk, namespace, name, subresource,
 });
-same_record!(v4::cluster::Target => v2::cluster::Target {
+same_record!(now::cluster::Target => v2::cluster::Target {
     gvk, namespace, name, subresource,
 });
-same_record!(v4::cluster::WriteFailure => v2::cluster::WriteFailure {
+same_record!(now::cluster::WriteFailure => v2::cluster::WriteFailure {
     target, verb, reason, message,
 });
 
-same_cases!(v4::types::Value => v2::types::Value {
+same_cases!(now::types::Value => v2::types::Value {
     Null, Boolean(b), Integer(i), Number(n), Text(t), Json(j),
 });
-same_cases!(v4::cluster::WriteError => v2::cluster::WriteError {
+same_cases!(now::cluster::WriteError => v2::cluster::WriteError {
     Denied(m), NotLeader(m), InvalidArgument(m), TooLarge(m), Unsupported(m),
 });
-same_cases!(v2::cluster::EventType => v4::cluster::EventType { Normal, Warning });
-same_cases!(v2::logging::Level => v4::logging::Level { Trace, Debug, Info, Warn, Error });
+same_cases!(v2::cluster::EventType => now::cluster::EventType { Normal, Warning });
+same_cases!(v2::logging::Level => now::logging::Level { Trace, Debug, Info, Warn, Error });
 
-impl From<v2::types::Subscription> for v4::types::Subscription {
+impl From<v2::types::Subscription> for now::types::Subscription {
     fn from(s: v2::types::Subscription) -> Self {
         Self {
             gvk: s.gvk.into(),
@@ -53,7 +53,7 @@ impl From<v2::types::Subscription> for v4::types::Subscription {
     }
 }
 
-impl From<v2::types::Manifest> for v4::types::Manifest {
+impl From<v2::types::Manifest> for now::types::Manifest {
     fn from(m: v2::types::Manifest) -> Self {
         Self {
             subscriptions: m.subscriptions.into_iter().map(Into::into).collect(),
@@ -63,6 +63,8 @@ impl From<v2::types::Manifest> for v4::types::Manifest {
             schedules: Vec::new(),
             state: false,
             admission: None,
+            controller: None,
+            metrics: Vec::new(),
         }
     }
 }
@@ -118,8 +120,8 @@ impl Exports for crate::wasm::bindings::v2::Plugin {
     fn admit(
         &self,
         _: &mut Store<HostState>,
-        _: v4::types::AdmissionRequest,
-    ) -> Option<wasmtime::Result<v4::types::AdmissionResponse>> {
+        _: now::types::AdmissionRequest,
+    ) -> Option<wasmtime::Result<now::types::AdmissionResponse>> {
         None
     }
 }

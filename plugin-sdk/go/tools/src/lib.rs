@@ -7,7 +7,7 @@ pub mod generate;
 use std::path::Path;
 
 /// The contract's world, as the generator and the componentizer read it.
-pub const WORLD: &str = "kubewasm:plugin/plugin@0.4.0";
+pub const WORLD: &str = "kubewasm:plugin/plugin@0.5.0";
 
 /// The Go package the glue belongs to.
 pub const GO_PACKAGE: &str = "kubewasm";

@@ -21,13 +21,13 @@ fn bindings_go_is_what_the_generator_makes_of_the_contract() {
     );
     // Every function of the contract is there, and nothing is left for a person to write.
     for name in [
-        "kubewasm:plugin/cache@0.4.0 by-index",
-        "kubewasm:plugin/cluster@0.4.0 delete",
-        "kubewasm:plugin/state@0.4.0 keys",
-        "kubewasm:plugin/types@0.4.0 [method]object.owner",
-        "kubewasm:plugin/types@0.4.0 [resource-drop]object",
-        "kubewasm:plugin/triggers@0.4.0 requeue-after",
-        "kubewasm:plugin/logging@0.4.0 log",
+        "kubewasm:plugin/cache@0.5.0 by-index",
+        "kubewasm:plugin/cluster@0.5.0 delete",
+        "kubewasm:plugin/state@0.5.0 keys",
+        "kubewasm:plugin/types@0.5.0 [method]object.owner",
+        "kubewasm:plugin/types@0.5.0 [resource-drop]object",
+        "kubewasm:plugin/triggers@0.5.0 requeue-after",
+        "kubewasm:plugin/logging@0.5.0 log",
     ] {
         assert!(
             committed.contains(&format!("//go:wasmimport {name}\n")),
@@ -35,7 +35,7 @@ fn bindings_go_is_what_the_generator_makes_of_the_contract() {
         );
     }
     for name in ["init", "describe", "handle", "synced", "tick", "admit"] {
-        let export = format!("kubewasm:plugin/handler@0.4.0#{name}");
+        let export = format!("kubewasm:plugin/handler@0.5.0#{name}");
         assert!(
             committed.contains(&format!("//go:wasmexport {export}\n")),
             "{name}"

@@ -9,6 +9,11 @@
 //! down is per key: each key's backoff, and retries of all its keys released at most
 //! [`RETRY_RATE`] (client-go's workqueue rate limiter: per item, and a bucket for them all).
 //! A new event for another object is attempted at once, however many keys are failing.
+//!
+//! A controller plugin's events wake keys instead (`reconcile.rs`): each key is reconciled
+//! once for every event that woke it meanwhile, from its own work queue.
+
+mod reconcile;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,6 +95,18 @@ enum Work {
     Synced,
     /// Call `tick` for this schedule.
     Tick(String),
+    /// Call `reconcile` for a controller's key.
+    Reconcile(Keyed),
+    /// Call `finalize` for a controller's key whose object is being deleted.
+    Finalize(Keyed),
+}
+
+/// A controller's key, with its object as the cache held it when the key was taken.
+#[derive(Debug, Clone)]
+struct Keyed {
+    gvk: crate::gvk::Gvk,
+    key: crate::object::Key,
+    object: Option<Arc<KubeObject>>,
 }
 
 impl Work {
@@ -99,6 +116,7 @@ impl Work {
             Work::Event(n) => n.id(),
             Work::Synced => "@synced".into(),
             Work::Tick(name) => format!("@tick/{name}"),
+            Work::Reconcile(k) | Work::Finalize(k) => format!("{}/{}", k.gvk, k.key),
         }
     }
 
@@ -107,6 +125,8 @@ impl Work {
             Work::Event(n) => Call::Event(n),
             Work::Synced => Call::Synced,
             Work::Tick(name) => Call::Tick(name),
+            Work::Reconcile(k) => Call::Reconcile(&k.key),
+            Work::Finalize(k) => Call::Finalize(&k.key),
         }
     }
 
@@ -114,7 +134,17 @@ impl Work {
     fn key(&self) -> String {
         match self {
             Work::Event(n) => n.object().key().to_owned(),
+            Work::Reconcile(k) | Work::Finalize(k) => k.key.as_str().to_owned(),
             other => other.id(),
+        }
+    }
+
+    /// The object it is about, as the cache held it.
+    fn object(&self) -> Option<&KubeObject> {
+        match self {
+            Work::Event(n) => Some(n.object()),
+            Work::Reconcile(k) | Work::Finalize(k) => k.object.as_deref(),
+            Work::Synced | Work::Tick(_) => None,
         }
     }
 }
@@ -156,6 +186,8 @@ pub struct Setup {
     pub duty: Arc<Duty>,
     /// The plugin's write rates and loops, kept across its versions.
     pub write_limits: Arc<Mutex<WriteLimits>>,
+    /// The controller it is, if any: its events wake keys.
+    pub controller: Option<crate::controller::Spec>,
 }
 
 /// What a worker counts locally between [`Worker::publish`]es.
@@ -209,6 +241,8 @@ struct Worker {
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
     duty: Arc<Duty>,
+    /// The controller's keys, when it is one.
+    controller: Option<reconcile::Controller>,
 }
 
 /// Why an attempt failed, and whether trying again may help.
@@ -254,9 +288,7 @@ fn state_scope(duty: &Duty, work: &Work) -> StateScope {
     let Some(share) = duty.share() else {
         return StateScope::Whole;
     };
-    if let Work::Event(n) = work
-        && let Some(part) = share.part_of(n.object())
-    {
+    if let Some(part) = work.object().and_then(|o| share.part_of(o)) {
         return StateScope::Part(part.id());
     }
     if duty.leading() {
@@ -277,6 +309,9 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         crate::clock::now(),
         Instant::now(),
     );
+    let controller = setup
+        .controller
+        .map(|spec| reconcile::Controller::new(spec, &setup.ctx.name));
     let worker = Worker {
         engine: setup.engine,
         code: setup.code,
@@ -306,6 +341,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         write_limits: setup.write_limits,
         retry_bucket: Bucket::new(RETRY_RATE, Instant::now()),
         in_flight: HashMap::new(),
+        controller,
         stats: setup.stats,
         stop: setup.stop,
         duty: setup.duty,
@@ -326,6 +362,12 @@ impl Worker {
             Work::Event(n) => self.duty.delivers(n.object()),
             Work::Tick(_) => self.duty.leading(),
             Work::Synced => true,
+            Work::Reconcile(k) | Work::Finalize(k) => match &k.object {
+                Some(object) => self.duty.delivers(object),
+                None => self
+                    .duty
+                    .delivers_namespace(crate::object::split_key(&k.key).0),
+            },
         }
     }
 
@@ -378,6 +420,24 @@ impl Worker {
             if open && self.due_triggers(now) {
                 continue;
             }
+            if self.controller.is_some() {
+                // Every event at hand wakes its keys before the next reconcile: a burst that
+                // arrived during one costs one more reconcile, not one each.
+                loop {
+                    match self.next_delivery(Duration::ZERO) {
+                        Ok(delivery) => self.take(delivery),
+                        Err(RecvTimeoutError::Timeout) => break,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            open = false;
+                            break;
+                        }
+                    }
+                }
+                // A replaced version's keys are the new one's: it reconciles every key anew.
+                if open && self.reconcile_next(Instant::now()) {
+                    continue;
+                }
+            }
             if !open {
                 match self.retries.next_due() {
                     Some(due) => std::thread::sleep(due.saturating_duration_since(now).min(POLL)),
@@ -385,7 +445,9 @@ impl Worker {
                 }
                 continue;
             }
-            let idle = self.retries.next_due().is_none() && self.taken.is_empty();
+            let idle = self.retries.next_due().is_none()
+                && self.taken.is_empty()
+                && self.keys_due().is_none();
             let release = self.release_at().filter(|_| idle);
             if release.is_some_and(|at| at <= now) {
                 self.release_instance();
@@ -396,6 +458,7 @@ impl Worker {
                 self.release_at(),
                 self.requeues.next_due(),
                 self.schedules.next_due(),
+                self.keys_due(),
             ]
             .into_iter()
             .flatten()
@@ -403,24 +466,7 @@ impl Worker {
             .fold(IDLE_WAIT, Duration::min);
             self.stats.idle.store(idle, Ordering::Relaxed);
             match self.next_delivery(wait) {
-                Ok(queue::Delivery::Event(n)) => {
-                    self.stats.idle.store(false, Ordering::Relaxed);
-                    self.start(Work::Event(n));
-                }
-                Ok(queue::Delivery::InitialListSent) => {
-                    self.initial_lists = self.initial_lists.saturating_sub(1);
-                    if self.initial_lists == 0 {
-                        tracing::debug!(plugin = %self.ctx.name, "initial state handed over");
-                        self.stats.synced.store(true, Ordering::Relaxed);
-                        self.start(Work::Synced);
-                    }
-                }
-                Ok(queue::Delivery::Relisted) => {
-                    // A relist after the initial state: reconcile everything once again.
-                    if self.initial_lists == 0 {
-                        self.start(Work::Synced);
-                    }
-                }
+                Ok(delivery) => self.take(delivery),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => open = false,
             }
@@ -435,6 +481,33 @@ impl Worker {
                     sub.resync();
                 }
                 next_resync = Some(at + period);
+            }
+        }
+    }
+
+    /// Acts on one entry of the queue: an event (handled, or waking a controller's keys), the
+    /// end of an initial list, a relist.
+    fn take(&mut self, delivery: queue::Delivery) {
+        match delivery {
+            queue::Delivery::Event(n) => {
+                self.stats.idle.store(false, Ordering::Relaxed);
+                if !self.wake(&n) {
+                    self.start(Work::Event(n));
+                }
+            }
+            queue::Delivery::InitialListSent => {
+                self.initial_lists = self.initial_lists.saturating_sub(1);
+                if self.initial_lists == 0 {
+                    tracing::debug!(plugin = %self.ctx.name, "initial state handed over");
+                    self.stats.synced.store(true, Ordering::Relaxed);
+                    self.start(Work::Synced);
+                }
+            }
+            queue::Delivery::Relisted => {
+                // A relist after the initial state: reconcile everything once again.
+                if self.initial_lists == 0 {
+                    self.start(Work::Synced);
+                }
             }
         }
     }
@@ -759,7 +832,7 @@ impl Worker {
         match &outcome {
             Ok(()) => {
                 match n {
-                    Work::Event(_) => {
+                    Work::Event(_) | Work::Reconcile(_) | Work::Finalize(_) => {
                         self.tally.delivered += 1;
                         // Only a handled event ends a run of failures: a plugin that fails
                         // every event but answers `synced` or a tick is still degraded.
@@ -813,15 +886,17 @@ impl Worker {
         instance.set_state_scope(scope.clone());
         let handling = match n {
             Work::Event(event) => Handling::enter(event.object()),
+            Work::Reconcile(k) | Work::Finalize(k) => Handling::enter_key(&k.key),
             other => Handling::enter_key(&other.id()),
         };
         let (called, ended) = timed(&self.stats, &mut self.tally.durations, instance, n.call());
         drop(handling);
-        let staged = instance.take_staged();
+        let mut staged = instance.take_staged();
         let effects = instance.take_effects();
         self.last_call = ended;
         match called {
             Ok(Ok(())) => {
+                self.controller_writes(n, &mut staged)?;
                 self.send(n, staged)?;
                 self.apply_effects(n, effects, scope);
                 Ok(())
@@ -852,6 +927,10 @@ impl Worker {
         let limits = &self.ctx.limits.state;
         if let Err(e) = self.ctx.state.apply(&scope, effects.state, limits) {
             tracing::error!(plugin = %self.ctx.name, key = %n.key(), "state changes dropped: {e}");
+        }
+        if let (Some(after), Work::Reconcile(k)) = (effects.requeue, n) {
+            self.requeue_key(k.key.clone(), after);
+            return;
         }
         let (Some(after), Work::Event(event)) = (effects.requeue, n) else {
             return;
@@ -950,11 +1029,7 @@ impl Worker {
                 continue;
             }
             // Not waited on past the Lease's confirmation: by then another replica may lead.
-            let object = match n {
-                Work::Event(event) => Some(event.object().as_ref()),
-                _ => None,
-            };
-            let sent = match self.duty.confirmed_for(object) {
+            let sent = match self.duty.confirmed_for(n.object()) {
                 Some(within) => access.writer.send_within(&self.ctx.name, write, within),
                 None => access.writer.send(&self.ctx.name, write),
             };
@@ -1031,6 +1106,17 @@ impl AttemptSpan {
             Work::Tick(schedule) => {
                 attributes.push(KeyValue::new("kubewasm.schedule", schedule.clone()));
                 "tick"
+            }
+            Work::Reconcile(k) | Work::Finalize(k) => {
+                attributes.extend([
+                    KeyValue::new("k8s.resource", k.gvk.to_string()),
+                    KeyValue::new("k8s.object.key", k.key.as_str().to_owned()),
+                ]);
+                if matches!(work, Work::Reconcile(_)) {
+                    "reconcile"
+                } else {
+                    "finalize"
+                }
             }
         };
         let span = tracer

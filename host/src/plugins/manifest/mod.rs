@@ -1,4 +1,8 @@
-//! A plugin's manifest, validated: what it subscribes to, queries and indexes.
+//! A plugin's manifest, validated: what it subscribes to, queries and indexes, the controller
+//! it is and the metrics it publishes.
+
+mod controller;
+mod metrics;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -100,6 +104,10 @@ pub struct PluginManifest {
     pub state: bool,
     /// The admission webhook it serves.
     pub admission: Option<Admission>,
+    /// The controller it is, if any (0.5).
+    pub controller: Option<crate::controller::Spec>,
+    /// The metrics it publishes (0.5).
+    pub metrics: Vec<crate::plugin_metrics::Declared>,
 }
 
 /// A declared schedule.
@@ -383,6 +391,39 @@ impl PluginManifest {
                 },
             ));
         }
+        // A controller's types are subscribed to whole, for the controller: their events wake
+        // keys (a plugin-declared subscription to one of them would be a second stream).
+        if let Some(c) = &m.controller {
+            let types = std::iter::once(&c.reconciles)
+                .chain(&c.owns)
+                .chain(c.watches.iter().map(|w| &w.gvk));
+            for g in types {
+                let gvk = check_gvk("controller".into(), g)?;
+                if subscriptions.iter().any(|(s, _)| *s == gvk) {
+                    return Err(error(
+                        "subscriptions".into(),
+                        format!(
+                            "{gvk} is also the controller's: its events wake keys; drop the subscription"
+                        ),
+                    ));
+                }
+                if cached.contains(&gvk) {
+                    continue;
+                }
+                cached.push(gvk.clone());
+                scopes.insert(gvk.clone(), Scope::everything());
+                subscriptions.push((
+                    gvk,
+                    Filter {
+                        namespaces: Vec::new(),
+                        selector: Selector::everything(),
+                        keys: None,
+                        changes: None,
+                        also: Vec::new(),
+                    },
+                ));
+            }
+        }
         for (i, q) in m.queries.iter().enumerate() {
             let gvk = check_gvk(format!("queries[{i}]"), q)?;
             scopes.insert(gvk.clone(), Scope::everything());
@@ -430,6 +471,12 @@ impl PluginManifest {
         let resync = (m.resync_seconds > 0).then(|| Duration::from_secs(m.resync_seconds.into()));
         let schedules = schedules(&m.schedules)?;
         let admission = m.admission.as_ref().map(admission).transpose()?;
+        let controller = m
+            .controller
+            .as_ref()
+            .map(|c| controller::controller(c, &indexes))
+            .transpose()?;
+        let metrics = metrics::metrics(&m.metrics)?;
         Ok(Self {
             subscriptions,
             cached,
@@ -439,6 +486,8 @@ impl PluginManifest {
             schedules,
             state: m.state,
             admission,
+            controller,
+            metrics,
         })
     }
 }
@@ -624,6 +673,8 @@ mod tests {
             schedules: Vec::new(),
             state: false,
             admission: None,
+            controller: None,
+            metrics: Vec::new(),
         }
     }
 

@@ -1,0 +1,281 @@
+//! A work queue of keys with client-go's semantics: a key waiting is queued once however
+//! often it is added; a key being processed is never handed out again until it is done, and
+//! one added meanwhile is queued once more then; failures wait out a per-key backoff under
+//! an overall rate; a key can be added after a delay.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::object::Key;
+use crate::rate::{Bucket, Rate};
+
+/// client-go's per-item backoff: 5 ms doubling to 1,000 s.
+pub const BASE_DELAY: Duration = Duration::from_millis(5);
+/// The longest per-key backoff.
+pub const MAX_DELAY: Duration = Duration::from_secs(1000);
+/// client-go's overall rate for retries: 10 a second, bursts of 100.
+pub const RETRY_RATE: Rate = Rate {
+    per_second: 10,
+    burst: 100,
+};
+
+/// The keys of one controller: waiting, being processed, and timed.
+pub struct WorkQueue {
+    /// Keys ready to hand out, oldest first; each is also in `dirty`.
+    ready: VecDeque<Key>,
+    /// Keys added and not yet handed out (ready, or being processed and added again).
+    dirty: HashSet<Key>,
+    /// Keys handed out and not yet done.
+    processing: HashSet<Key>,
+    /// Keys to add at a time, earliest first; `due` holds each key's earliest time, and an
+    /// entry of the heap that is not it is stale.
+    timers: BinaryHeap<Reverse<(Instant, Key)>>,
+    due: HashMap<Key, Instant>,
+    /// Failures in a row per key, for its backoff.
+    failures: HashMap<Key, u32>,
+    retries: Bucket,
+}
+
+impl WorkQueue {
+    /// An empty queue whose retries start at `now`'s full bucket.
+    pub fn new(now: Instant) -> Self {
+        Self {
+            ready: VecDeque::new(),
+            dirty: HashSet::new(),
+            processing: HashSet::new(),
+            timers: BinaryHeap::new(),
+            due: HashMap::new(),
+            failures: HashMap::new(),
+            retries: Bucket::new(RETRY_RATE, now),
+        }
+    }
+
+    /// Queues `key` unless it already waits; a key being processed is queued when it is done.
+    pub fn add(&mut self, key: Key) {
+        if !self.dirty.insert(key.clone()) {
+            return;
+        }
+        if !self.processing.contains(&key) {
+            self.ready.push_back(key);
+        }
+    }
+
+    /// Adds `key` once `delay` has passed from `now`; an earlier time already set stands.
+    pub fn add_after(&mut self, key: Key, delay: Duration, now: Instant) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let at = now + delay;
+        match self.due.get(&key) {
+            Some(earlier) if *earlier <= at => {}
+            _ => {
+                self.due.insert(key.clone(), at);
+                self.timers.push(Reverse((at, key)));
+            }
+        }
+    }
+
+    /// Adds `key` after its backoff: one more failure in a row, and the overall rate.
+    pub fn add_rate_limited(&mut self, key: Key, now: Instant) -> Duration {
+        let failures = self.failures.entry(key.clone()).or_insert(0);
+        *failures = failures.saturating_add(1);
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(31));
+        let delay = BASE_DELAY
+            .saturating_mul(factor)
+            .min(MAX_DELAY)
+            .max(self.retries.take(now));
+        self.add_after(key, delay, now);
+        delay
+    }
+
+    /// Ends `key`'s run of failures (it succeeded, or was given up).
+    pub fn forget(&mut self, key: &Key) {
+        self.failures.remove(key);
+    }
+
+    /// The keys failing now (waiting out their backoff, or being tried again).
+    pub fn failing(&self) -> impl Iterator<Item = &Key> + '_ {
+        self.failures.keys()
+    }
+
+    /// Failures in a row of `key`.
+    pub fn failures(&self, key: &Key) -> u32 {
+        self.failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Moves the keys whose time has come by `now` to the ready ones.
+    fn release_due(&mut self, now: Instant) {
+        while let Some(Reverse((at, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, key))) = self.timers.pop() else {
+                break;
+            };
+            if self.due.get(&key) == Some(&at) {
+                self.due.remove(&key);
+                self.add(key);
+            }
+        }
+    }
+
+    /// The next key to process, if one is ready by `now`: it is processing until [`Self::done`].
+    pub fn get(&mut self, now: Instant) -> Option<Key> {
+        self.release_due(now);
+        let key = self.ready.pop_front()?;
+        self.dirty.remove(&key);
+        self.processing.insert(key.clone());
+        Some(key)
+    }
+
+    /// `key` is processed: queued again if it was added meanwhile.
+    pub fn done(&mut self, key: &Key) {
+        self.processing.remove(key);
+        if self.dirty.contains(key) {
+            self.ready.push_back(key.clone());
+        }
+    }
+
+    /// When the next timed key is due, if any.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.timers
+            .iter()
+            .filter(|Reverse((at, key))| self.due.get(key) == Some(at))
+            .map(|Reverse((at, _))| *at)
+            .min()
+    }
+
+    /// Keys ready now.
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Keys waiting: ready, added while processing, or timed.
+    pub fn waiting(&self) -> usize {
+        let timed_only = self.due.keys().filter(|k| !self.dirty.contains(*k)).count();
+        self.dirty.len() + timed_only
+    }
+
+    /// Drops every key that `keep` refuses (another replica reconciles them now).
+    pub fn retain(&mut self, keep: impl Fn(&Key) -> bool) {
+        self.ready.retain(&keep);
+        self.dirty.retain(&keep);
+        self.due.retain(|k, _| keep(k));
+        self.failures.retain(|k, _| keep(k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> Key {
+        Key::new(format!("ns/{name}"))
+    }
+
+    #[test]
+    fn a_key_added_many_times_is_handed_out_once() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        for _ in 0..1000 {
+            q.add(key("a"));
+        }
+        q.add(key("b"));
+        assert_eq!(q.get(now), Some(key("a")));
+        assert_eq!(q.get(now), Some(key("b")));
+        assert_eq!(q.get(now), None);
+    }
+
+    #[test]
+    fn a_key_added_while_processing_waits_for_done_then_comes_once() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        q.add(key("a"));
+        let a = q.get(now).expect("ready");
+        for _ in 0..1000 {
+            q.add(key("a"));
+        }
+        assert_eq!(q.get(now), None, "never handed out twice at once");
+        assert_eq!(q.waiting(), 1);
+        q.done(&a);
+        assert_eq!(q.get(now), Some(key("a")), "once more after done");
+        q.done(&key("a"));
+        assert_eq!(q.get(now), None);
+        assert_eq!(q.waiting(), 0);
+    }
+
+    #[test]
+    fn failures_back_off_per_key_doubling_and_forget_resets() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        let delays: Vec<Duration> = (0..4).map(|_| q.add_rate_limited(key("a"), now)).collect();
+        assert_eq!(delays, [5, 10, 20, 40].map(Duration::from_millis));
+        assert_eq!(q.get(now), None, "not before its time");
+        assert_eq!(q.next_due(), Some(now + Duration::from_millis(5)));
+        assert_eq!(q.get(now + Duration::from_millis(5)), Some(key("a")));
+        q.done(&key("a"));
+        assert_eq!(q.failures(&key("a")), 4);
+        q.forget(&key("a"));
+        assert_eq!(q.add_rate_limited(key("a"), now), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn the_backoff_stops_at_its_cap() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        let mut last = Duration::ZERO;
+        for _ in 0..40 {
+            last = q.add_rate_limited(key("a"), now);
+        }
+        assert_eq!(last, MAX_DELAY);
+    }
+
+    #[test]
+    fn retries_of_many_keys_share_the_overall_rate() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        let delays: Vec<Duration> = (0..150)
+            .map(|i| q.add_rate_limited(key(&format!("k{i}")), now))
+            .collect();
+        assert!(delays[..100].iter().all(|d| *d == BASE_DELAY), "the burst");
+        assert!(
+            delays[149] >= Duration::from_secs(4),
+            "past the burst, 10 a second: {:?}",
+            delays[149]
+        );
+    }
+
+    #[test]
+    fn an_earlier_timer_wins_and_a_direct_add_does_not_wait_for_it() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        q.add_after(key("a"), Duration::from_secs(10), now);
+        q.add_after(key("a"), Duration::from_secs(1), now);
+        q.add_after(key("a"), Duration::from_secs(5), now);
+        assert_eq!(q.next_due(), Some(now + Duration::from_secs(1)));
+        assert_eq!(q.get(now + Duration::from_secs(1)), Some(key("a")));
+        q.done(&key("a"));
+        assert_eq!(
+            q.get(now + Duration::from_secs(20)),
+            None,
+            "stale timers add nothing"
+        );
+        q.add_after(key("b"), Duration::from_secs(10), now);
+        q.add(key("b"));
+        assert_eq!(q.get(now), Some(key("b")));
+    }
+
+    #[test]
+    fn keys_another_replica_takes_are_dropped() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        q.add(key("a"));
+        q.add(Key::from("other/b"));
+        q.add_after(Key::from("other/c"), Duration::from_secs(1), now);
+        q.retain(|k| crate::object::split_key(k).0 == Some("ns"));
+        assert_eq!(q.waiting(), 1);
+        assert_eq!(q.get(now + Duration::from_secs(2)), Some(key("a")));
+        assert_eq!(q.get(now + Duration::from_secs(2)), None);
+    }
+}

@@ -1,0 +1,328 @@
+//! Controllers (contract 0.5) on the manifests folder, with the example namespace provisioner:
+//! children applied with their parent's ownerReference and apply-set label, pruned when no
+//! longer applied and never when not the parent's; events that arrive while a key is being
+//! reconciled fold into one more reconcile; a finalizer is added, holds a deleted object until
+//! `finalize` returns Ok, then goes with it; and the plugin's own metrics reach `/metrics`,
+//! within their bound even from a plugin that makes up series without end.
+
+use std::fs;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubewasm::agent::Agent;
+use kubewasm::gvk::Gvk;
+use kubewasm::plugins::PluginSettings;
+use kubewasm::source::manifests::ManifestFolder;
+use kubewasm::wasm::logging::MemorySink;
+use kubewasm::write::{Verb, WriteGrant};
+
+mod support;
+
+const WAIT: Duration = Duration::from_secs(60);
+const PART_OF: &str = "applyset.kubernetes.io/part-of";
+
+fn namespace(name: &str, labels: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {labels}\n")
+}
+
+fn children_types() -> [Gvk; 4] {
+    [
+        Gvk::new("", "v1", "ResourceQuota"),
+        Gvk::new("", "v1", "LimitRange"),
+        Gvk::new("networking.k8s.io", "v1", "NetworkPolicy"),
+        Gvk::new("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+    ]
+}
+
+/// The provisioner's settings: `config`, and the writes a controller of its children needs.
+fn provisioner(config: &str) -> PluginSettings {
+    let mut settings = support::configs(&[]).plugins.defaults.clone();
+    settings.config = config.to_owned();
+    settings.grants.writes = vec![
+        WriteGrant {
+            resources: children_types().to_vec(),
+            subresources: vec![],
+            verbs: vec![Verb::Patch, Verb::Create, Verb::Delete],
+            namespaces: None,
+        },
+        WriteGrant {
+            resources: vec![Gvk::new("", "v1", "Namespace")],
+            subresources: vec![],
+            verbs: vec![Verb::Patch],
+            namespaces: None,
+        },
+    ];
+    settings.limits.deadline = Duration::from_secs(10);
+    settings
+}
+
+struct Run {
+    _runtime: tokio::runtime::Runtime,
+    cluster: tempfile::TempDir,
+    _plugins: tempfile::TempDir,
+    agent: Agent,
+    folder: Arc<ManifestFolder>,
+    sink: Arc<MemorySink>,
+}
+
+impl Run {
+    fn start(files: &[(&str, String)], settings: PluginSettings) -> Self {
+        let runtime = support::tokio();
+        let cluster = tempfile::tempdir().expect("temp dir");
+        for (name, text) in files {
+            fs::write(cluster.path().join(name), text).expect("write");
+        }
+        let mut config = support::configs(&[]);
+        config.plugins.named.insert("provisioner".into(), settings);
+        let sink = Arc::new(MemorySink::default());
+        let (agent, folder) =
+            support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
+        let plugins = tempfile::tempdir().expect("temp dir");
+        let file = plugins.path().join("provisioner.wasm");
+        fs::copy(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER, &file).expect("copy");
+        agent.plugins().load(&file).expect("the provisioner loads");
+        Self {
+            _runtime: runtime,
+            cluster,
+            _plugins: plugins,
+            agent,
+            folder,
+            sink,
+        }
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        fs::write(self.cluster.path().join(name), text).expect("write");
+        self.folder.rescan();
+    }
+
+    fn remove(&self, name: &str) {
+        fs::remove_file(self.cluster.path().join(name)).expect("remove");
+        self.folder.rescan();
+    }
+
+    fn object(&self, gvk: &Gvk, key: &str) -> Option<Arc<kubewasm::object::KubeObject>> {
+        self.agent.factory().get(gvk)?.store().get(key)
+    }
+
+    fn until(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        let end = Instant::now() + WAIT;
+        while !done(self) {
+            let status = support::plugin_status(&self.agent, "provisioner");
+            assert!(Instant::now() < end, "{what}: {status:#?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn children_in(&self, namespace: &str) -> usize {
+        let names = ["team-quota", "team-limits", "default-deny", "team-edit"];
+        children_types()
+            .iter()
+            .zip(names)
+            .filter(|(gvk, name)| self.object(gvk, &format!("{namespace}/{name}")).is_some())
+            .count()
+    }
+
+    /// The value of the plugin's `reconciles_total` for `outcome`.
+    fn reconciles(&self, outcome: &str) -> f64 {
+        let metrics = self.agent.status().metrics();
+        let line = "kubewasm_custom_provisioner_reconciles_total{plugin=\"provisioner\",digest=\"";
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(line) && l.contains(&format!("outcome=\"{outcome}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+fn quiet(run: &Run) {
+    run.until("the provisioner settles", |r| {
+        let s = support::plugin_status(&r.agent, "provisioner");
+        s.synced && s.idle && s.queued == 0 && s.keys_waiting == 0
+    });
+}
+
+#[test]
+fn children_are_applied_owned_and_pruned_and_a_stranger_is_left_alone() {
+    let stranger = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: hand-made, namespace: team-a}\nspec: {hard: {pods: '5'}}\n";
+    let run = Run::start(
+        &[
+            ("team-a.yaml", namespace("team-a", "{team: shop}")),
+            ("plain.yaml", namespace("plain", "{}")),
+            ("stranger.yaml", stranger.to_owned()),
+        ],
+        provisioner("{}"),
+    );
+    run.until("team-a's four children", |r| r.children_in("team-a") == 4);
+    quiet(&run);
+    assert_eq!(run.children_in("plain"), 0, "no team, no children");
+    let parent = run
+        .object(&Gvk::new("", "v1", "Namespace"), "team-a")
+        .expect("team-a is cached");
+    let quota = run
+        .object(&children_types()[0], "team-a/team-quota")
+        .expect("the quota");
+    let owner = quota.controller().expect("the quota has a controller");
+    assert_eq!(
+        (owner.kind, owner.name, owner.uid),
+        ("Namespace", "team-a", parent.uid())
+    );
+    let id = quota
+        .label(PART_OF)
+        .expect("the apply-set label")
+        .to_owned();
+    assert!(id.starts_with("applyset-") && id.ends_with("-v1"), "{id}");
+
+    // The label goes: so do the children, and only they.
+    run.write("team-a.yaml", &namespace("team-a", "{}"));
+    run.until("team-a's children pruned", |r| r.children_in("team-a") == 0);
+    quiet(&run);
+    assert!(
+        run.object(&children_types()[0], "team-a/hand-made")
+            .is_some(),
+        "a quota someone else made is never pruned"
+    );
+    assert!(run.reconciles("unlabelled") >= 1.0);
+    let status = support::plugin_status(&run.agent, "provisioner");
+    assert_eq!(status.reconciles.as_deref(), Some("v1/Namespace"));
+    assert_eq!((status.failed, status.given_up), (0, 0), "{status:#?}");
+    assert!(
+        status.writes_sent >= 8,
+        "four applies and four deletes: {status:#?}"
+    );
+}
+
+#[test]
+fn events_during_a_reconcile_fold_into_one_more() {
+    let run = Run::start(
+        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
+        provisioner(r#"{"reconcileMs": 1500}"#),
+    );
+    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    quiet(&run);
+    let before = run.reconciles("applied");
+    // A reconcile starts with the first change, then 300 more changes land while it waits.
+    run.write("team-a.yaml", &namespace("team-a", "{team: shop, n: '0'}"));
+    run.until("a reconcile is running", |r| {
+        !support::plugin_status(&r.agent, "provisioner").idle
+    });
+    for n in 1..=300 {
+        run.write(
+            "team-a.yaml",
+            &namespace("team-a", &format!("{{team: shop, n: '{n}'}}")),
+        );
+    }
+    quiet(&run);
+    let reconciles = run.reconciles("applied") - before;
+    assert!(
+        (1.0..=2.0).contains(&reconciles),
+        "301 changes of one key gave {reconciles} reconciles"
+    );
+}
+
+#[test]
+fn a_finalizer_holds_a_deleted_object_until_finalize_lets_it_go() {
+    let run = Run::start(
+        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
+        provisioner(r#"{"finalizer": true}"#),
+    );
+    let finalizer = "kubewasm.dev/provisioner";
+    let held = |r: &Run| {
+        r.object(&Gvk::new("", "v1", "Namespace"), "team-a")
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(&o.json()).ok())
+            .is_some_and(|v| {
+                v.pointer("/metadata/finalizers")
+                    .and_then(|f| f.as_array())
+                    .is_some_and(|f| f.iter().any(|x| x == finalizer))
+            })
+    };
+    run.until("the finalizer added", held);
+    quiet(&run);
+    // Deleted (its file removed): it stays until `finalize` returns Ok, then goes.
+    run.remove("team-a.yaml");
+    run.until("team-a gone", |r| {
+        r.object(&Gvk::new("", "v1", "Namespace"), "team-a")
+            .is_none()
+    });
+    let released = support::field_values(&run.sink.records(), "released", "namespace");
+    assert_eq!(released, ["team-a"], "finalize ran once");
+    quiet(&run);
+    let status = support::plugin_status(&run.agent, "provisioner");
+    assert_eq!(
+        (status.failed, status.finalizers_failing),
+        (0, 0),
+        "{status:#?}"
+    );
+}
+
+#[test]
+fn a_controller_without_the_grants_it_needs_is_refused_naming_them() {
+    let mut settings = provisioner(r#"{"finalizer": true}"#);
+    settings.grants.writes.truncate(1);
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    let mut config = support::configs(&[]);
+    config.plugins.named.insert("provisioner".into(), settings);
+    let sink = Arc::new(MemorySink::default());
+    let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let file = plugins.path().join("provisioner.wasm");
+    fs::copy(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER, &file).expect("copy");
+    let error = agent
+        .plugins()
+        .load(&file)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        error.contains("controller.finalizer") && error.contains("grants.writes"),
+        "{error}"
+    );
+    drop(runtime);
+}
+
+#[test]
+fn a_plugin_making_up_series_stays_within_its_bound() {
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        cluster.path().join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: t}\n",
+    )
+    .expect("write");
+    let mut config = support::configs(&[("flood", r#"{"mode": "metric-flood"}"#)]);
+    let settings = config.plugins.named.get_mut("flood").expect("configured");
+    settings.limits.metric_series = 50;
+    let sink = Arc::new(MemorySink::default());
+    let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
+    let plugins = tempfile::tempdir().expect("temp dir");
+    let file = plugins.path().join("flood.wasm");
+    fs::copy(kubewasm_plugin_artifacts::HOSTILE, &file).expect("copy");
+    agent.plugins().load(&file).expect("loads");
+    let end = Instant::now() + WAIT;
+    while support::field_values(&sink.records(), "metric flood", "refused").is_empty() {
+        assert!(Instant::now() < end, "{:#?}", agent.plugins().status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let refused = support::field_values(&sink.records(), "metric flood", "refused");
+    assert_eq!(refused, ["9950"], "all past the bound refused");
+    let long = support::field_values(&sink.records(), "metric flood", "long");
+    assert!(
+        long[0].contains("over bound") && long[0].contains("128 bytes"),
+        "{long:?}"
+    );
+    let undeclared = support::field_values(&sink.records(), "metric flood", "undeclared");
+    assert!(undeclared[0].contains("undeclared"), "{undeclared:?}");
+    let status = support::plugin_status(&agent, "flood");
+    assert_eq!(status.metric_series, 50);
+    assert_eq!(status.metric_updates_refused, 9951);
+    let metrics = agent.status().metrics();
+    let series = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubewasm_custom_flood_seen_total{"))
+        .count();
+    assert_eq!(series, 50, "the scrape holds the bound, no more");
+    assert!(metrics.contains("# TYPE kubewasm_custom_flood_seen_total counter"));
+    assert!(
+        metrics.contains("kubewasm_plugin_metric_updates_refused_total{plugin=\"flood\"} 9951")
+    );
+}
