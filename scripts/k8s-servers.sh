@@ -2,10 +2,11 @@
 # Builds pinned etcd and kube-apiserver from the Go module proxy with the machine's Go, into a
 # cache outside the repository keyed by version, and reuses them when present. Prints the
 # folder holding the binaries (what KUBEWASM_SERVERS must point at for the end-to-end tests):
-# etcd, kube-apiserver (1.36: sharded list and watch) and kube-apiserver-1.34 (without it).
+# etcd, kube-apiserver (1.36: sharded list and watch), kube-apiserver-1.34 (without it) and
+# kube-controller-manager (1.36: the garbage collector and workload controllers).
 #
-# Sources: tests/k8s-servers/{etcd,kube-apiserver,kube-apiserver-1.34} (wrapper mains and
-# pinned go.mod/go.sum).
+# Sources: tests/k8s-servers/{etcd,kube-apiserver,kube-apiserver-1.34,kube-controller-manager}
+# (wrapper mains and pinned go.mod/go.sum).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +19,14 @@ if [[ -z "$kube_version" || -z "$old_kube_version" || -z "$etcd_version" ]]; the
   echo "k8s-servers: cannot read the pinned versions from tests/k8s-servers/*/go.mod" >&2
   exit 1
 fi
+kcm_version=$(pinned k8s.io/kubernetes tests/k8s-servers/kube-controller-manager/go.mod)
+if [[ "$kcm_version" != "$kube_version" ]]; then
+  echo "k8s-servers: kube-controller-manager pins $kcm_version, kube-apiserver $kube_version: pin both alike" >&2
+  exit 1
+fi
 cache=${KUBEWASM_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubewasm/servers}
 dir="$cache/kube-$kube_version-$old_kube_version-etcd-$etcd_version"
-servers=(etcd kube-apiserver kube-apiserver-1.34)
+servers=(etcd kube-apiserver kube-apiserver-1.34 kube-controller-manager)
 
 built() { for s in "${servers[@]}"; do [[ -x "$dir/$s" ]] || return 1; done; }
 if built; then

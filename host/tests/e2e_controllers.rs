@@ -1,8 +1,10 @@
-//! A controller plugin on a real kube-apiserver and etcd (kubewasm-testenv): the example
-//! namespace provisioner's children carry their Namespace as controller (the server checks
-//! the ownerReference), are pruned by uid when the team label goes, and a ResourceQuota made
-//! by hand beside them is never touched; the host keeps its finalizer on every Namespace and,
-//! when one is deleted, removes it only after `finalize` returned Ok.
+//! A controller plugin on a real kube-apiserver, etcd and kube-controller-manager
+//! (kubewasm-testenv): the example namespace provisioner's children carry their Namespace as
+//! controller (the server checks the ownerReference), are pruned by uid when the team label
+//! goes, and a ResourceQuota made by hand beside them is never touched; the host keeps its
+//! finalizer on every Namespace and, when one is deleted, removes it only after `finalize`
+//! returned Ok: the real namespace controller empties it meanwhile, then it is gone. Once the
+//! plugin is removed, `kubewasm finalizers release` lets the objects it held go.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +81,8 @@ fn finalizers(ns: &Namespace) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_are_owned_pruned_by_uid_and_a_finalizer_waits_for_finalize() -> anyhow::Result<()>
 {
-    let env = TestEnv::start().await?;
+    let mut env = TestEnv::start().await?;
+    env.start_controller_manager().await?;
     let admin = env.client().await?;
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let team: Namespace = serde_json::from_value(json!({
@@ -153,22 +156,48 @@ async fn children_are_owned_pruned_by_uid_and_a_finalizer_waits_for_finalize() -
         "never a stranger"
     );
 
-    // Deleting plain: it stays, terminating, until finalize returned Ok and the host removed
-    // its finalizer (the namespace controller is not running: `kubernetes` stays).
-    namespaces.delete("plain", &DeleteParams::default()).await?;
-    until("plain released", || async {
-        let ns = namespaces.get("plain").await?;
-        Ok(ns.metadata.deletion_timestamp.is_some()
-            && !finalizers(&ns).iter().any(|f| f == FINALIZER))
+    // Deleting team-a: the namespace controller deletes what is in it (the hand-made quota),
+    // the host calls finalize and removes its finalizer, and the namespace goes.
+    namespaces
+        .delete("team-a", &DeleteParams::default())
+        .await?;
+    until("team-a gone", || async {
+        Ok(namespaces.get_opt("team-a").await?.is_none())
     })
     .await?;
     let released = support::field_values(&sink.records(), "released", "namespace");
-    assert_eq!(released, ["plain"], "finalize ran once");
+    assert_eq!(released, ["team-a"], "finalize ran once");
     let status = support::plugin_status(&agent, "provisioner");
     assert_eq!(
         (status.given_up, status.finalizers_failing),
         (0, 0),
         "{status:#?}"
+    );
+
+    // Removed, the plugin leaves its finalizer on every Namespace; one command releases them.
+    assert!(agent.plugins().unload("provisioner"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args([
+            "finalizers",
+            "release",
+            "provisioner",
+            "--type",
+            "v1/Namespace",
+        ])
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("released v1/Namespace plain"), "{stdout}");
+    let plain = namespaces.get("plain").await?;
+    assert!(
+        !finalizers(&plain).iter().any(|f| f == FINALIZER),
+        "{plain:?}"
     );
     Ok(())
 }

@@ -198,3 +198,130 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
         settings.json()
     );
 }
+
+/// The folder's objects of `gvk` now, by key: its list, as a new watch of the type starts.
+fn objects(
+    folder: &kubewasm::source::manifests::ManifestFolder,
+    gvk: &Gvk,
+) -> std::collections::BTreeMap<String, Arc<kubewasm::object::KubeObject>> {
+    let mut stream = folder.watch(gvk, &kubewasm::source::Scope::everything());
+    let mut out = std::collections::BTreeMap::new();
+    futures::executor::block_on(async {
+        while let Some(event) = stream.next().await {
+            match event {
+                SourceEvent::Listed(o) => {
+                    out.insert(o.key().to_owned(), o);
+                }
+                SourceEvent::ListDone => break,
+                _ => {}
+            }
+        }
+    });
+    out
+}
+
+#[test]
+fn the_folder_deletes_as_the_api_server_does_finalizers_and_dependents_included() {
+    use kubewasm::write::{Action, DeleteOptions, Propagation, Target, Write, Writer};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let owner = |name: &str, uid: &str, finalizers: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: t, uid: {uid}, finalizers: {finalizers}}}\n"
+        )
+    };
+    let owned = |name: &str, owner_uid: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: t\n  ownerReferences: [{{apiVersion: v1, kind: ConfigMap, name: x, uid: {owner_uid}}}]\n"
+        )
+    };
+    for (file, text) in [
+        ("held.yaml", owner("held", "u-held", "[example.com/hold]")),
+        ("parent.yaml", owner("parent", "u-parent", "[]")),
+        ("child.yaml", owned("child", "u-parent")),
+        ("grandchild.yaml", owned("grandchild", "u-child")),
+        ("kept-parent.yaml", owner("kept-parent", "u-kept", "[]")),
+        ("orphan.yaml", owned("orphan", "u-kept")),
+    ] {
+        std::fs::write(dir.path().join(file), text).expect("write");
+    }
+    // The dependents' uids are derived; child's must be u-child for the grandchild.
+    let child = std::fs::read_to_string(dir.path().join("child.yaml")).expect("read");
+    std::fs::write(
+        dir.path().join("child.yaml"),
+        child.replace("  name: child\n", "  name: child\n  uid: u-child\n"),
+    )
+    .expect("write");
+    let folder = kubewasm::source::manifests::ManifestFolder::snapshot(
+        dir.path(),
+        kubewasm::object::Transform::default(),
+    )
+    .expect("the folder");
+    let cm = Gvk::new("", "v1", "ConfigMap");
+    let delete = |name: &str, propagation: Propagation| Write {
+        target: Target {
+            gvk: cm.clone(),
+            namespace: Some("t".into()),
+            name: name.into(),
+            subresource: None,
+        },
+        action: Action::Delete(DeleteOptions {
+            propagation,
+            ..DeleteOptions::default()
+        }),
+    };
+    // A finalizer holds it, marked as being deleted; a second delete changes nothing.
+    folder
+        .send("p", &delete("held", Propagation::Background))
+        .expect("deleted");
+    let held = objects(&folder, &cm)["t/held"].clone();
+    let version = held.resource_version().to_owned();
+    let value: Value = serde_json::from_str(&held.json()).expect("json");
+    assert!(
+        value.pointer("/metadata/deletionTimestamp").is_some(),
+        "{value}"
+    );
+    folder
+        .send("p", &delete("held", Propagation::Background))
+        .expect("deleted again");
+    assert_eq!(objects(&folder, &cm)["t/held"].resource_version(), version);
+    // The last finalizer removed: gone.
+    let release = Write {
+        action: Action::MergePatch(json!({"metadata": {"finalizers": []}}).to_string()),
+        ..delete("held", Propagation::Background)
+    };
+    folder.send("p", &release).expect("released");
+    assert!(!objects(&folder, &cm).contains_key("t/held"));
+    // Background: its dependents go after it, and theirs.
+    folder
+        .send("p", &delete("parent", Propagation::Background))
+        .expect("deleted");
+    let now = objects(&folder, &cm);
+    for gone in ["t/parent", "t/child", "t/grandchild"] {
+        assert!(
+            !now.contains_key(gone),
+            "{gone} is collected: {:?}",
+            now.keys()
+        );
+    }
+    // Orphan: its dependent stays, without the reference.
+    folder
+        .send("p", &delete("kept-parent", Propagation::Orphan))
+        .expect("deleted");
+    let now = objects(&folder, &cm);
+    let orphan = now.get("t/orphan").expect("the orphan stays");
+    assert_eq!(
+        orphan.owners().count(),
+        0,
+        "its reference to the deleted owner is removed"
+    );
+    // A resourceVersion precondition that no longer holds is a conflict.
+    let stale = Write {
+        action: Action::Delete(DeleteOptions {
+            resource_version: Some("0".into()),
+            ..DeleteOptions::default()
+        }),
+        ..delete("orphan", Propagation::Background)
+    };
+    let refused = folder.send("p", &stale).expect_err("refused");
+    assert_eq!(refused.reason, "Conflict", "{refused}");
+}

@@ -2,6 +2,7 @@
 
 mod build;
 mod check;
+mod finalizers;
 mod new;
 mod rbac;
 mod record;
@@ -72,6 +73,8 @@ pub enum Command {
     /// Run a plugin through the cluster states of test files and check what it logs and
     /// writes in each.
     Test(test::TestArgs),
+    /// Release the objects a removed controller plugin still holds with its finalizer.
+    Finalizers(finalizers::FinalizersArgs),
 }
 
 impl Command {
@@ -79,7 +82,9 @@ impl Command {
     /// warnings; the others log at info.
     pub fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Test(_) | Command::Record(_) => "warn,kube_client::client::builder=off",
+            Command::Test(_) | Command::Record(_) | Command::Finalizers(_) => {
+                "warn,kube_client::client::builder=off"
+            }
             _ => kubewasm::agent::LOG_FILTER,
         }
     }
@@ -96,6 +101,7 @@ impl Command {
             Command::New(args) => new::new(args).await,
             Command::Build(args) => build::build(args).await,
             Command::Record(args) => record::record_cmd(args).await,
+            Command::Finalizers(args) => finalizers::finalizers(args).await,
         }
     }
 }

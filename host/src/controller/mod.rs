@@ -16,10 +16,27 @@ pub fn finalizer(plugin: &str) -> String {
     format!("kubewasm.dev/{plugin}")
 }
 
-/// The field manager that owns a plugin's finalizer entry (and nothing else), so adding or
-/// removing it never touches what the plugin's own applies own.
-pub fn finalizer_manager(plugin: &str) -> String {
-    format!("kubewasm-{plugin}-finalizer")
+/// The finalizers an object carries.
+pub fn finalizers(object: &KubeObject) -> Vec<String> {
+    match object.field(&["metadata".into(), "finalizers".into()]) {
+        Some(serde_json::Value::Array(items)) => items
+            .into_iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// True when the object carries `finalizer`.
+pub fn holds_finalizer(object: &KubeObject, finalizer: &str) -> bool {
+    finalizers(object).iter().any(|f| f == finalizer)
+}
+
+/// True when the object is being deleted (it has a `deletionTimestamp`).
+pub fn terminating(object: &KubeObject) -> bool {
+    object
+        .field(&["metadata".into(), "deletionTimestamp".into()])
+        .is_some()
 }
 
 /// How a watched object names the keys it wakes.

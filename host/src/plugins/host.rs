@@ -90,6 +90,8 @@ struct Running {
     schedules: Vec<String>,
     /// The type it reconciles, when it is a controller.
     reconciles: Option<String>,
+    /// The type whose objects carry its finalizer, when it keeps one.
+    finalizes: Option<crate::gvk::Gvk>,
     /// Its metrics, shared by its versions.
     metrics: Arc<crate::plugin_metrics::Registry>,
     /// Keeps its queue open while it runs: a plugin with no subscription (queries and
@@ -763,7 +765,30 @@ impl PluginHost {
         drop(plugins);
         self.stop(&mut running);
         tracing::info!(plugin = %name, "plugin unloaded");
+        self.warn_of_finalizers(name, running.finalizes.as_ref());
         true
+    }
+
+    /// Says how many objects of `gvk` still carry the finalizer of plugin `name`, unloaded:
+    /// they stay until it is back or an operator releases them.
+    fn warn_of_finalizers(&self, name: &str, gvk: Option<&crate::gvk::Gvk>) {
+        let Some(informer) = gvk.and_then(|g| self.factory.get(g)) else {
+            return;
+        };
+        let finalizer = crate::controller::finalizer(name);
+        let held = informer
+            .store()
+            .list()
+            .iter()
+            .filter(|o| crate::controller::holds_finalizer(o, &finalizer))
+            .count();
+        if held > 0 {
+            tracing::warn!(
+                plugin = %name, objects = held,
+                "unloaded while {held} objects of {} carry its finalizer {finalizer}: they stay until it is loaded again or `kubewasm finalizers release {name} --type {}` releases them",
+                informer.gvk(), informer.gvk()
+            );
+        }
     }
 
     /// The plugins that failed and have no version loaded, by name.
@@ -1007,6 +1032,12 @@ fn activate(
         .controller
         .as_ref()
         .map(|c| c.reconciles.to_string());
+    let finalizes = p
+        .manifest
+        .controller
+        .as_ref()
+        .filter(|c| c.finalizer)
+        .map(|c| c.reconciles.clone());
     let metrics = p.ctx.metrics.clone();
     let thread = dispatch::start(dispatch::Setup {
         engine: engine.clone(),
@@ -1071,6 +1102,7 @@ fn activate(
             contract,
             schedules,
             reconciles,
+            finalizes,
             metrics,
             open,
         },

@@ -63,6 +63,7 @@ impl Default for Options {
 /// A running etcd and kube-apiserver.
 pub struct TestEnv {
     // Field order is drop order: servers stop before their folder is removed.
+    controller_manager: Option<Server>,
     apiserver: Option<Server>,
     // Held so that etcd stops on drop (after kube-apiserver).
     _etcd: Server,
@@ -309,6 +310,7 @@ impl TestEnv {
         ];
         let apiserver_log = path("kube-apiserver.log");
         let mut env = Self {
+            controller_manager: None,
             apiserver: None,
             _etcd: etcd,
             etcd_port,
@@ -339,6 +341,53 @@ impl TestEnv {
         })
         .await?;
         Ok(env)
+    }
+
+    /// Starts the real kube-controller-manager (built with the servers, at the API server's
+    /// version) against this API server, with the controllers a test of owned objects needs:
+    /// the garbage collector, namespaces, Deployments, ReplicaSets and Jobs. Nothing else: no
+    /// service account tokens, certificate signing or node lifecycle.
+    pub async fn start_controller_manager(&mut self) -> anyhow::Result<()> {
+        let program = servers_dir()?.join("kube-controller-manager");
+        let log = self.dir.path().join("kube-controller-manager.log");
+        let kubeconfig = self.kubeconfig.display().to_string();
+        let certs = self.dir.path().join("kcm-certs");
+        let mut server = start_on_free_ports(&log, async || {
+            let args: Vec<String> = vec![
+                format!("--kubeconfig={kubeconfig}"),
+                format!("--authentication-kubeconfig={kubeconfig}"),
+                format!("--authorization-kubeconfig={kubeconfig}"),
+                "--controllers=garbagecollector,namespace,deployment,replicaset,job".into(),
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", free_port()?),
+                format!("--cert-dir={}", certs.display()),
+                "--concurrent-gc-syncs=5".into(),
+                "--v=1".into(),
+            ];
+            let mut server = Server::start("kube-controller-manager", &program, &args, &log)?;
+            // Started when its informers have synced; a test polls for what it does anyway.
+            let deadline = Instant::now() + READY_TIMEOUT;
+            loop {
+                let tail = server.log_tail(400);
+                if tail.contains("Caches are synced") || tail.contains("Started controller") {
+                    return Ok(server);
+                }
+                if !server.is_running() || Instant::now() > deadline {
+                    bail!(
+                        "kube-controller-manager did not start (running: {}); last log lines:\n{}",
+                        server.is_running(),
+                        server.log_tail(30)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+        .await?;
+        anyhow::ensure!(server.is_running(), "kube-controller-manager stopped");
+        self.controller_manager = Some(server);
+        Ok(())
     }
 
     async fn start_apiserver(&mut self) -> anyhow::Result<()> {

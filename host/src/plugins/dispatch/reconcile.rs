@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::controller::{Spec, WorkQueue, children, finalizer};
+use crate::controller::{Spec, WorkQueue, children, finalizer, finalizers, terminating};
 use crate::informer::Notification;
 use crate::object::{Key, KubeObject};
 use crate::plugins::dispatch::{AttemptFailure, Keyed, Work, Worker};
@@ -31,24 +31,6 @@ impl Controller {
             finalizer: finalizer(plugin),
         }
     }
-}
-
-/// The finalizers an object carries.
-fn finalizers(object: &KubeObject) -> Vec<String> {
-    match object.field(&[std::borrow::Cow::Borrowed("metadata"), "finalizers".into()]) {
-        Some(serde_json::Value::Array(items)) => items
-            .into_iter()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// True when the object is being deleted.
-fn terminating(object: &KubeObject) -> bool {
-    object
-        .field(&["metadata".into(), "deletionTimestamp".into()])
-        .is_some()
 }
 
 /// A JSON patch of `object`'s finalizers, conditional on its resourceVersion (a newer object
@@ -307,6 +289,17 @@ impl Worker {
             for child in labelled {
                 if !children::is_child_of(&child, parent, &id)
                     || children::applied(&applies, &child)
+                {
+                    continue;
+                }
+                // Deleted already, and the cache has not seen it go yet: not again.
+                let target = super::target_id(&Target {
+                    gvk: gvk.clone(),
+                    namespace: child.namespace().map(str::to_owned),
+                    name: child.name().to_owned(),
+                    subresource: None,
+                });
+                if self.in_flight.get(&target).map(String::as_str) == Some(child.resource_version())
                 {
                     continue;
                 }
