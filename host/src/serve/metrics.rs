@@ -524,4 +524,53 @@ mod tests {
     fn label_values_are_escaped() {
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
+
+    #[test]
+    fn plugin_metrics_carry_their_plugin_and_digest_and_cumulative_buckets() {
+        use crate::plugin_metrics::{Declared, Kind, PluginMetrics, Registry};
+        let registry = Registry::default();
+        let declared = |name: &str, kind, buckets: Vec<f64>| Declared {
+            name: name.into(),
+            help: format!("{name} help"),
+            kind,
+            labels: vec!["to".into()],
+            buckets,
+        };
+        registry.declare(&[
+            declared("latency_seconds", Kind::Histogram, vec![0.1, 1.0]),
+            declared("sent_total", Kind::Counter, vec![]),
+        ]);
+        for v in [0.0625, 0.5, 4.0] {
+            registry
+                .observe("latency_seconds", vec!["ops".into()], v)
+                .expect("observed");
+        }
+        registry
+            .add("sent_total", vec!["ops".into()], 2.0)
+            .expect("added");
+        let mut parts = crate::serve::Parts::starting();
+        parts.plugin_metrics = vec![PluginMetrics {
+            plugin: "pod-alerts".into(),
+            digest: "abc".into(),
+            families: registry.snapshot(),
+        }];
+        let text = crate::serve::Status::new(parts, std::time::Duration::from_secs(60)).metrics();
+        let name = "kubewasm_custom_pod_alerts_latency_seconds";
+        let labels = r#"plugin="pod-alerts",digest="abc",to="ops""#;
+        for line in [
+            format!("# TYPE {name} histogram"),
+            format!("{name}_bucket{{{labels},le=\"0.1\"}} 1"),
+            format!("{name}_bucket{{{labels},le=\"1\"}} 2"),
+            format!("{name}_bucket{{{labels},le=\"+Inf\"}} 3"),
+            format!("{name}_count{{{labels}}} 3"),
+            "# TYPE kubewasm_custom_pod_alerts_sent_total counter".to_owned(),
+            format!("kubewasm_custom_pod_alerts_sent_total{{{labels}}} 2"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        assert!(
+            text.contains(&format!("{name}_sum{{{labels}}} 4.5625")),
+            "{text}"
+        );
+    }
 }
