@@ -58,6 +58,9 @@ struct Reading {
 thread_local! {
     /// The current thread's last reading and the tick it was taken in.
     static LAST: Cell<Option<(u64, Reading)>> = const { Cell::new(None) };
+    /// The current thread's CPU clock up to which its calls have been charged to a budget: a
+    /// call that starts from a reading older than that is charged from there, never twice.
+    static CHARGED: Cell<Option<Duration>> = const { Cell::new(None) };
 }
 
 /// The calling thread's CPU clock.
@@ -158,7 +161,9 @@ impl CallClock {
     pub fn start(&mut self) -> u64 {
         let started = recent();
         self.started = Some(started);
-        self.charged = started.cpu;
+        // The reading may be up to a tick old, from before calls this thread has already
+        // charged: from there on, not from the reading.
+        self.charged = started.cpu.max(CHARGED.get());
         self.overslept = false;
         if self.budget.is_some() {
             self.deadline_ticks.min(ticks(CHECK_EVERY))
@@ -177,6 +182,7 @@ impl CallClock {
         if let (Some(budget), Some(before), Some(after)) = (&self.budget, self.charged, cpu) {
             budget.charge(after.saturating_sub(before), Instant::now());
             self.charged = Some(after);
+            CHARGED.set(Some(after));
         }
     }
 
@@ -274,6 +280,32 @@ mod tests {
             UpdateDeadline::Continue(ticks) => Some(ticks),
             _ => None,
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn calls_within_one_tick_are_charged_their_own_cpu_once() {
+        // No engine ticks here: every call starts from the same cached reading, as the calls
+        // of one epoch tick do. Each must be charged from the end of the one before it.
+        let pool = Arc::new(crate::cpu::CpuPool::new(0));
+        let budget = CpuBudget::new(0, pool);
+        let mut c = CallClock::new(Duration::from_secs(1));
+        c.set_budget(Some(budget.clone()));
+        let before = cpu_time().expect("a thread CPU clock");
+        for _ in 0..2_000 {
+            c.start();
+            let mut x = 0u64;
+            for i in 0..2_000u64 {
+                x = std::hint::black_box(x.wrapping_add(i));
+            }
+            c.finish();
+        }
+        let used = cpu_time().expect("a thread CPU clock") - before;
+        let charged = Duration::from_micros(budget.used_us());
+        assert!(
+            charged <= used + Duration::from_millis(1),
+            "charged {charged:?} for {used:?} of CPU"
+        );
     }
 
     #[test]
