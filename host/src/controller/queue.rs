@@ -137,13 +137,17 @@ impl WorkQueue {
         }
     }
 
-    /// When the next timed key is due, if any.
-    pub fn next_due(&self) -> Option<Instant> {
-        self.timers
-            .iter()
-            .filter(|Reverse((at, key))| self.due.get(key) == Some(at))
-            .map(|Reverse((at, _))| *at)
-            .min()
+    /// When the next timed key is due, if any. Stale timers at the top (a key's earlier time
+    /// replaced it, or it was dropped) are let go first: the worker asks before every wait,
+    /// so this must not walk every timer.
+    pub fn next_due(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, key))) = self.timers.peek() {
+            if self.due.get(key) == Some(at) {
+                return Some(*at);
+            }
+            self.timers.pop();
+        }
+        None
     }
 
     /// Keys ready now.

@@ -76,14 +76,12 @@ impl Worker {
                 c.queue.add(key);
             }
         }
-        let waiting = u64::try_from(c.queue.waiting()).unwrap_or(u64::MAX);
-        self.stats.keys_waiting.store(waiting, Ordering::Relaxed);
         true
     }
 
     /// When the next key is ready: now when one is, else when the next timed one is due.
-    pub(super) fn keys_due(&self) -> Option<Instant> {
-        let c = self.controller.as_ref()?;
+    pub(super) fn keys_due(&mut self) -> Option<Instant> {
+        let c = self.controller.as_mut()?;
         if c.queue.ready_len() > 0 {
             return Some(Instant::now());
         }
