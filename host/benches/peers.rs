@@ -711,13 +711,13 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
     host.load(&paths[0]).expect("loads");
     wait_for("ready", || synced(host));
     std::thread::sleep(Duration::from_millis(500));
-    let (heap_before, rss_before) = (alloc::live(), support::rss::rss());
+    let (heap_before, rss_before) = (alloc::live(), settled_rss());
     for path in &paths[1..] {
         host.load(path).expect("loads");
     }
     wait_for("ready", || synced(host));
     std::thread::sleep(Duration::from_millis(500));
-    let (heap_after, rss_after) = (alloc::live(), support::rss::rss());
+    let (heap_after, rss_after) = (alloc::live(), settled_rss());
     // Nothing happens now: what the process spends is the cost of being loaded and idle
     // (the engine's epoch ticker, the workers' waits, the informers' watches).
     let window = Duration::from_secs(10);
@@ -733,6 +733,20 @@ fn idle(rig: &Rig, count: usize, released: bool) -> Idle {
         rss_per_plugin: (rss_after - rss_before) / count as f64,
         idle_cpu_percent: 100.0 * idle_cpu.as_secs_f64() / window.as_secs_f64(),
     }
+}
+
+/// Resident memory as the median of ten readings over a second: one reading alone catches the
+/// allocator in the middle of handing pages back (a released plugin's instance, the double's
+/// buffers) and made a per-plugin figure negative.
+fn settled_rss() -> f64 {
+    let mut readings: Vec<f64> = (0..10)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            support::rss::rss()
+        })
+        .collect();
+    readings.sort_by(f64::total_cmp);
+    readings[readings.len() / 2]
 }
 
 /// Throughput of each of `clients` on `stream`, one row each. Rounds outside, clients
@@ -810,7 +824,7 @@ fn main() {
     let idle: Vec<Idle> = [false, true]
         .into_iter()
         .filter(|_| chosen("idle"))
-        .map(|released| idle(&rig, 20, released))
+        .map(|released| idle(&rig, 50, released))
         .collect();
     for i in &idle {
         println!(
