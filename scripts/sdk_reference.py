@@ -13,7 +13,7 @@ wit/plugin.wit, with their WIT docs), and:
   scripts/sdk_reference.py --check  fails, naming what differs, when a row names something an
                                     SDK does not define, when an SDK defines a public helper no
                                     row names, when a helper has no doc, or when the page is
-                                    not what this script writes (host/tests/languages.rs runs it)
+                                    not what this script writes (host/tests/all/languages.rs runs it)
 """
 
 import ast
@@ -409,7 +409,7 @@ def page(table, found, bound):
         "",
         "Written by `scripts/sdk_reference.py` from `plugin-sdk/parity.json` and the SDKs' own "
         "doc comments (Rust `///`, Python docstrings, JavaScript `/** */`, Go `//`); do not edit "
-        "by hand. A test (`host/tests/languages.rs`) fails when an SDK lacks a helper another has "
+        "by hand. A test (`host/tests/all/languages.rs`) fails when an SDK lacks a helper another has "
         "and the table does not say why, or when this page is out of date. Calls marked "
         "*bindings* come straight from the contract (`wit/plugin.wit`): Rust reaches `cluster` "
         "through `kubewasm_sdk::cluster`, Python imports `cache`, `cluster`, `state` and "

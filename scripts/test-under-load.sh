@@ -6,7 +6,7 @@
 #   scripts/test-under-load.sh [RUNS]      RUNS (default 5) runs, each beside LOAD busy loops
 #                                          (default 2: one per core here) at the host's priority
 #   LOAD=bench scripts/test-under-load.sh  the delivery benchmark in a loop as the load instead
-#   TESTS="-p kubewasm --test sandbox" ... only these tests (cargo test arguments)
+#   TESTS="-p kubewasm --test all sandbox::" ... only these tests (cargo test arguments)
 #
 # The tests are built first, without the load. Each run's output is kept in
 # target/under-load/run-N.log; the end prints, per run, the tests that failed. Exits non-zero

@@ -7,7 +7,7 @@
 //! election.
 //!
 //! Layers, lowest first; a module imports only from layers below it (checked by
-//! `tests/layers.rs`, which also keeps this list whole): `clock`, `text`, `priority`, `rate`,
+//! `tests/all/layers.rs`, which also keeps this list whole): `clock`, `text`, `priority`, `rate`,
 //! `cpu`, `schedule`, `captured_log` (tests only), `whole_file`, `gvk`, `yaml`, `object`,
 //! `shard`, `write`, `histogram`, `plugin_metrics`, `watch`, `leader`, `members`, `rbac`,
 //! `oci`, `traces` · `source` · `informer` · `controller` · `wasm` · `plugins` · `keeper`,

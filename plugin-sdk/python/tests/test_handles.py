@@ -1,5 +1,5 @@
 """The SDK's handle finalizer (kubewasm_sdk/_handles.py), on the machine's own CPython: run with
-``pytest plugin-sdk/python/tests`` (host/tests/languages.rs does). It is loaded by path, as the
+``pytest plugin-sdk/python/tests`` (host/tests/all/languages.rs does). It is loaded by path, as the
 package itself needs componentize-py's generated bindings."""
 
 import gc

@@ -13,7 +13,7 @@ use kubewasm::plugins::throttle::{LOOP_LIMIT, Rate};
 use kubewasm::wasm::logging::MemorySink;
 use kubewasm::write::{Verb, WriteGrant};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kubewasm::config::HostConfig;
 use kubewasm_testenv::agent_process::{AgentProcess, resident};
 
-mod support;
+use crate::support;
 
 const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
 

@@ -24,7 +24,7 @@ use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 use support::{audit, render};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -29,7 +29,7 @@ use kubewasm::write::{Verb, WriteGrant, event_gvk};
 use kubewasm_testenv::{Audited, TestEnv, resources};
 use serde_json::json;
 
-mod support;
+use crate::support;
 
 use support::plugin_status as plugin;
 

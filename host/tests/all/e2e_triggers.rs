@@ -18,7 +18,7 @@ use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(120);
 

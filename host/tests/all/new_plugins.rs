@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod support;
+use crate::support;
 
 const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
 

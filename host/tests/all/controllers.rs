@@ -16,7 +16,7 @@ use kubewasm::source::manifests::ManifestFolder;
 use kubewasm::wasm::logging::MemorySink;
 use kubewasm::write::{Verb, WriteGrant};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const PART_OF: &str = "applyset.kubernetes.io/part-of";

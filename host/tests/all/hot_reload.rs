@@ -15,7 +15,7 @@ use kubewasm::source::manifests::ManifestFolder;
 use kubewasm::wasm::Engine;
 use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const OBJECTS: usize = 40;

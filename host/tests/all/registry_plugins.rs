@@ -11,7 +11,7 @@ use kubewasm::plugins::PluginStatus;
 use kubewasm::wasm::logging::MemorySink;
 use kubewasm_testenv::oci::{Cosign, KeyPair, Registry};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const REPO: &str = "plugins/audit-log";

@@ -15,7 +15,7 @@ use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use serde_json::Value;
 use support::render;
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(30);
 

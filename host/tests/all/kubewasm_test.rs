@@ -8,7 +8,7 @@ use std::time::Duration;
 use kubewasm::testing::spec::Spec;
 use kubewasm::testing::{Options, StepResult, run};
 
-mod support;
+use crate::support;
 
 /// `kubewasm test --plugin PLUGIN FILE`.
 fn kubewasm_test(plugin: &Path, file: &Path) -> std::process::Output {

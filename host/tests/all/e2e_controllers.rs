@@ -20,7 +20,7 @@ use kubewasm::write::{Verb, WriteGrant};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const FINALIZER: &str = "kubewasm.dev/provisioner";

@@ -9,7 +9,7 @@ use kubewasm::wasm::http::AllowedHost;
 use kubewasm::wasm::logging::MemorySink;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-mod support;
+use crate::support;
 
 use support::plugin_status as status;
 

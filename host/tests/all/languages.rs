@@ -14,7 +14,7 @@ use kubewasm::object::Transform;
 use kubewasm::source::manifests::ManifestFolder;
 use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(120);
 

@@ -23,7 +23,7 @@ use kubewasm::wasm::logging::MemorySink;
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 

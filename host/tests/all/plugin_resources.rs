@@ -14,7 +14,7 @@ use kubewasm_testenv::TestEnv;
 use kubewasm_testenv::oci::Registry;
 use serde_json::{Value, json};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const REPO: &str = "plugins/audit-log";

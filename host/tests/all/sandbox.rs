@@ -14,7 +14,7 @@ use kubewasm::wasm::logging::{Level, LogRate, MemorySink, PluginLogRecord};
 use kubewasm::wasm::{Limits, LoadError};
 use support::field_values;
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -25,7 +25,7 @@ use kubewasm::source::kube::KubeSource;
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const NAMESPACES: usize = 30;

@@ -12,7 +12,7 @@ use kubewasm::write::{Verb, WriteGrant, event_gvk};
 use serde_json::{Value, json};
 use support::field_values;
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 

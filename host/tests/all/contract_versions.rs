@@ -16,7 +16,7 @@ use kubewasm::gvk::Gvk;
 use kubewasm::wasm::logging::{MemorySink, PluginLogRecord};
 use kubewasm::write::{Verb, WriteGrant};
 
-mod support;
+use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 

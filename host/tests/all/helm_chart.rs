@@ -9,7 +9,7 @@ use std::process::Command;
 use serde::Deserialize;
 use serde_json::Value;
 
-mod support;
+use crate::support;
 
 const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
 
