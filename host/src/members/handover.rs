@@ -15,7 +15,9 @@
 //!   carries (or this member proposes). A slice under one table may overlap another slice
 //!   under another, so while any live Lease, its own included, carries an older table, a
 //!   member delivers nothing. It writes the new table into its Lease only after it stopped
-//!   delivering under the old one, so no hash is delivered under two tables at once.
+//!   delivering under the old one, so no hash is delivered under two tables at once. A
+//!   Lease that claims no slice does not count: its member delivers nothing, so a member
+//!   joining with equal cuts (before it has listed the group's table) stops no one.
 
 use crate::members::View;
 use crate::shard::{Slices, Table, claim};
@@ -54,10 +56,13 @@ pub fn next(me: &str, view: &View, delivering: Slices, proposal: Option<Table>) 
         };
     }
     let claim = claim(me, &view.members);
+    // A member whose Lease claims nothing delivers nothing, under any table: one that has
+    // just joined (its first Lease knows no table but equal cuts) stops no one.
     let agreed = view
         .members
-        .keys()
-        .all(|m| view.tables.get(m) == Some(&table));
+        .iter()
+        .filter(|(m, claims)| m.as_str() == me || !claims.is_empty())
+        .all(|(m, _)| view.tables.get(m) == Some(&table));
     if !agreed {
         return Step {
             claim,
@@ -279,6 +284,50 @@ mod tests {
         // A member that never saw the proposal joins late: it takes the table up too.
         g.proposals.clear();
         g.join("d");
+        g.settle(&["d", "a", "b", "c"]);
+        quiet(&mut g, &["d", "a", "b", "c"]);
+        balanced(&g);
+        assert_eq!(g.delivering["d"].1, table);
+    }
+
+    #[test]
+    fn a_member_joining_under_balanced_cuts_stops_no_one_else() {
+        // The group delivers under a table of its own; a new member's first Lease carries
+        // no claim and equal cuts, the only table it knows before its first list.
+        let mut g = Group::new(&["a", "b", "c"]);
+        let names: Vec<u64> = (0..200)
+            .map(|i| crate::shard::fnv1a64(&format!("tenant-{i:03}")))
+            .collect();
+        let table = Table {
+            generation: 1,
+            cuts: Cuts::balanced(&names),
+        };
+        g.proposals.insert("a".to_owned(), table);
+        g.settle(&["a", "b", "c"]);
+        quiet(&mut g, &["a", "b", "c"]);
+        g.proposals.clear();
+        let three = g.delivering.clone();
+        g.join("d");
+        // Every round: the others give up only what moves to d, never the rest of their
+        // share (a member that claims nothing delivers nothing, under any table), and stay
+        // under the group's table.
+        for m in ["a", "b", "c", "d", "a", "b", "c", "d", "a", "b", "c"] {
+            g.round(m);
+            for old in ["a", "b", "c"] {
+                let (now, under) = g.delivering[old];
+                assert_eq!(
+                    now.intersect(three[old].0),
+                    now,
+                    "{old} took a slice after {m}'s round"
+                );
+                assert!(
+                    now.count() >= 16 && under == table,
+                    "{old} delivers {} slices under generation {} after {m}'s round",
+                    now.count(),
+                    under.generation
+                );
+            }
+        }
         g.settle(&["d", "a", "b", "c"]);
         quiet(&mut g, &["d", "a", "b", "c"]);
         balanced(&g);

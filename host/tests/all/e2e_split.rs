@@ -657,8 +657,30 @@ async fn plugin_state_moves_with_its_namespace_when_replicas_join_and_leave() ->
     g.delivered(&rvs).await?;
     // A fourth joins: the namespaces moving to it are written by their old owners before
     // they let them go, and read by it before it delivers them.
+    let split = |g: &Group, name: &str| {
+        g.replicas[name]
+            .status()
+            .and_then(|s| s.sharding)
+            .map(|s| (s.delivering, s.handovers))
+    };
+    let before: BTreeMap<&str, Option<(u32, u64)>> =
+        ["a", "b", "c"].map(|m| (m, split(&g, m))).into();
     g.add("d", &kubeconfig)?;
     g.converged().await?;
+    // Under the group's own cuts the newcomer's first Lease (no claim, equal cuts) stops no
+    // one: each old member hands over exactly the slices that go to d, and gives up none
+    // to take it back.
+    for (m, was) in before {
+        let (Some((had, handed)), Some((has, handed_now))) = (was, split(&g, m)) else {
+            anyhow::bail!("{m} shows no sharding status");
+        };
+        assert_eq!(
+            handed_now - handed,
+            u64::from(had - has),
+            "{m} delivered {had} slices, then {has} after d joined, in {} hand-overs",
+            handed_now - handed
+        );
+    }
     let rvs = g.touch_all(2).await?;
     g.delivered(&rvs).await?;
     // b leaves (SIGTERM): it writes its state before its Lease goes.
