@@ -13,9 +13,10 @@
 //! A controller plugin's events wake keys instead (`reconcile.rs`): each key is reconciled
 //! once for every event that woke it meanwhile, from its own work queue.
 
+mod outbox;
 mod reconcile;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
@@ -35,11 +36,12 @@ use crate::shard::Duty;
 use crate::text::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::bindings::kubewasm::plugin::types::HandleError;
-use crate::wasm::cluster::{Staged, failure};
+use crate::wasm::cluster::Staged;
 use crate::wasm::logging::Handling;
 use crate::wasm::state::StateScope;
 use crate::wasm::{Call, Engine, Instance, PluginCode, PluginContext};
-use crate::write::{self, Action, Refusal};
+use crate::write;
+use outbox::{Outbox, Sending};
 /// How fast failed events are tried again, all keys of a plugin together, at most (client-go's
 /// default controller rate limiter: 10 a second, a burst of 100), besides each key's backoff.
 pub const RETRY_RATE: crate::rate::Rate = crate::rate::Rate {
@@ -69,22 +71,6 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 /// How many times its `init`'s cost an idle instance is kept before it is released.
 const KEEP_WARM: u32 = 100;
-
-/// Objects whose last write is remembered as still on its way into the cache.
-const MAX_IN_FLIGHT: usize = 4096;
-
-/// The identity of a write's object, as [`Notification::id`] names an event's.
-fn target_id(t: &write::Target) -> String {
-    match &t.namespace {
-        Some(ns) => format!("{}/{ns}/{}", t.gvk, t.name),
-        None => format!("{}/{}", t.gvk, t.name),
-    }
-}
-
-/// An object's JSON as a tree, to compare a write against.
-fn current_json(object: &KubeObject) -> serde_json::Value {
-    serde_json::from_str(&object.json()).unwrap_or(serde_json::Value::Null)
-}
 
 /// What a worker delivers: an event, or a call that names no object.
 #[derive(Debug, Clone)]
@@ -228,16 +214,10 @@ struct Worker {
     requeues: Requeues,
     /// Its schedules, when each is next due.
     schedules: Schedules,
-    /// Per object key: why the writes of its last failed attempt were refused.
-    write_failures: HashMap<String, Vec<WriteFailure>>,
-    /// The rates of its writes and Events, and its loops: the plugin's, shared by its versions.
-    write_limits: Arc<Mutex<WriteLimits>>,
+    /// Its writes: rates, loops, what is on its way, and the last refusals.
+    outbox: Outbox,
     /// Retries of all its keys together ([`RETRY_RATE`]).
     retry_bucket: Bucket,
-    /// Objects written, by id, with the resource version the cache held when the write was
-    /// sent: until the cache moves past it, the cache cannot tell that a write changes
-    /// nothing.
-    in_flight: HashMap<String, String>,
     stats: Arc<PluginStats>,
     stop: Arc<AtomicBool>,
     duty: Arc<Duty>,
@@ -298,6 +278,30 @@ fn state_scope(duty: &Duty, work: &Work) -> StateScope {
     }
 }
 
+/// True when this replica delivers `work` now: an event of an object it delivers, a tick
+/// while it leads, `synced` always.
+fn delivers(duty: &Duty, work: &Work) -> bool {
+    match work {
+        Work::Event(n) => duty.delivers(n.object()),
+        Work::Tick(_) => duty.leading(),
+        Work::Synced => true,
+        Work::Reconcile(k) | Work::Finalize(k) => match &k.object {
+            Some(object) => duty.delivers(object),
+            None => duty.delivers_namespace(crate::object::split_key(&k.key).0),
+        },
+    }
+}
+
+/// The cached object a write is aimed at, when the plugin reads its type.
+fn cached(ctx: &PluginContext, target: &write::Target) -> Option<Arc<KubeObject>> {
+    let informer = ctx.grants.get(&target.gvk)?;
+    let key = match &target.namespace {
+        Some(ns) => format!("{ns}/{}", target.name),
+        None => target.name.clone(),
+    };
+    informer.store().get(&key)
+}
+
 /// Starts a plugin's dispatch thread.
 pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
     let name = setup.ctx.name.clone();
@@ -337,10 +341,8 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         retries: RetryQueue::default(),
         requeues: Requeues::default(),
         schedules,
-        write_failures: HashMap::new(),
-        write_limits: setup.write_limits,
+        outbox: Outbox::new(setup.write_limits),
         retry_bucket: Bucket::new(RETRY_RATE, Instant::now()),
-        in_flight: HashMap::new(),
         controller,
         stats: setup.stats,
         stop: setup.stop,
@@ -355,20 +357,9 @@ impl Worker {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// True when this replica delivers `work` now: an event of an object it delivers, a
-    /// tick while it leads, `synced` always.
+    /// True when this replica delivers `work` now ([`delivers`]).
     fn ours(&self, work: &Work) -> bool {
-        match work {
-            Work::Event(n) => self.duty.delivers(n.object()),
-            Work::Tick(_) => self.duty.leading(),
-            Work::Synced => true,
-            Work::Reconcile(k) | Work::Finalize(k) => match &k.object {
-                Some(object) => self.duty.delivers(object),
-                None => self
-                    .duty
-                    .delivers_namespace(crate::object::split_key(&k.key).0),
-            },
-        }
+        delivers(&self.duty, work)
     }
 
     fn run(mut self) {
@@ -680,75 +671,9 @@ impl Worker {
         }
     }
 
-    /// The cached object a write is aimed at, when the plugin reads its type.
-    fn cached(&self, target: &write::Target) -> Option<Arc<KubeObject>> {
-        let informer = self.ctx.grants.get(&target.gvk)?;
-        let key = match &target.namespace {
-            Some(ns) => format!("{ns}/{}", target.name),
-            None => target.name.clone(),
-        };
-        informer.store().get(&key)
-    }
-
-    /// True when no write of this plugin to `target` is still on its way into the cache (the
-    /// cache has moved past the version it held when the last one was sent).
-    fn settled(&mut self, target: &str, current: &KubeObject) -> bool {
-        match self.in_flight.get(target) {
-            Some(version) if version == current.resource_version() => false,
-            Some(_) => {
-                self.in_flight.remove(target);
-                true
-            }
-            None => true,
-        }
-    }
-
-    /// Notes a write to `target` sent while the cache held `cached`.
-    fn note_in_flight(&mut self, target: String, cached: Option<&KubeObject>) {
-        if self.in_flight.len() >= MAX_IN_FLIGHT {
-            self.in_flight.clear();
-        }
-        let version = cached.map_or(String::new(), |o| o.resource_version().to_owned());
-        self.in_flight.insert(target, version);
-    }
-
-    /// Waits until the plugin's write (or Event) rate allows one more, or it is stopped.
-    fn wait_for_rate(&mut self, event: bool) {
-        let now = Instant::now();
-        let wait = {
-            let mut limits = self.limits();
-            if event {
-                limits.events.take(now)
-            } else {
-                limits.writes.take(now)
-            }
-        };
-        if wait.is_zero() {
-            return;
-        }
-        let until = now + wait;
-        while !self.stopped() && Instant::now() < until {
-            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
-        }
-        let waited = u64::try_from(now.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.stats
-            .write_wait_ms
-            .fetch_add(waited, Ordering::Relaxed);
-    }
-
-    fn limits(&self) -> std::sync::MutexGuard<'_, WriteLimits> {
-        self.write_limits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Why the writes of `n`'s object's last failed attempt were refused, forgotten here.
     fn take_write_failures(&mut self, n: &Work) -> Vec<WriteFailure> {
-        // Nearly always empty: no id to build for the lookup then.
-        if self.write_failures.is_empty() {
-            return Vec::new();
-        }
-        self.write_failures.remove(&n.id()).unwrap_or_default()
+        self.outbox.take_failures(&n.id())
     }
 
     /// When the live instance is due for release if no work comes; none without one, or
@@ -902,14 +827,14 @@ impl Worker {
                 Ok(())
             }
             Ok(Err(e)) => {
-                self.count_denied(&staged);
+                Outbox::count_denied(&self.stats, &staged);
                 Err(AttemptFailure {
                     reason: e.message,
                     retry: e.retry,
                 })
             }
             Err(trap) => {
-                self.count_denied(&staged);
+                Outbox::count_denied(&self.stats, &staged);
                 self.instance = None;
                 self.stats.traps.fetch_add(1, Ordering::Relaxed);
                 Err(AttemptFailure {
@@ -954,121 +879,29 @@ impl Worker {
             .add_after(event.id(), Instant::now(), after, requeue);
     }
 
-    fn count_denied(&self, staged: &Staged) {
-        self.stats
-            .writes_denied
-            .fetch_add(staged.denied, Ordering::Relaxed);
-    }
-
-    /// Sends what a successful call staged, in order; the first refusal fails the attempt
-    /// (the writes before it stay sent: each is idempotent or answers the retry plainly).
+    /// Sends what a successful call staged ([`Outbox::send`]).
     fn send(&mut self, n: &Work, staged: Staged) -> Result<(), AttemptFailure> {
-        self.count_denied(&staged);
-        if staged.writes.is_empty() {
-            return Ok(());
-        }
-        let Some(access) = self.ctx.writes.clone() else {
-            return Err(AttemptFailure {
-                reason: "writes staged, but this host's cluster takes none".into(),
-                retry: false,
-            });
+        let (ctx, duty, stop) = (&self.ctx, &self.duty, &self.stop);
+        let (handling, key) = (n.id(), n.key());
+        let sending = Sending {
+            plugin: &ctx.name,
+            writer: ctx.writes.as_ref().map(|a| a.writer.as_ref()),
+            stats: &self.stats,
+            handling: &handling,
+            key: &key,
+            ours: &|| {
+                // A confirmation that lapsed meanwhile is waited out first.
+                duty.settle();
+                delivers(duty, n)
+            },
+            stopped: &|| stop.load(Ordering::Relaxed),
+            cached: &|target| cached(ctx, target),
+            confirmed: &|| duty.confirmed_for(n.object()),
         };
-        let total = staged.writes.len();
-        let handling = n.id();
-        for (i, write) in staged.writes.iter().enumerate() {
-            // Leadership or the object's slice lost between staging and sending: nothing
-            // more goes out (a confirmation that lapsed meanwhile is waited out first).
-            self.duty.settle();
-            if self.stopped() || !self.ours(n) {
-                return Err(AttemptFailure {
-                    reason: format!(
-                        "this replica no longer delivers {}: {} of {total} staged writes not sent",
-                        n.key(),
-                        total - i
-                    ),
-                    retry: true,
-                });
-            }
-            let event = matches!(write.action, Action::RecordEvent { .. });
-            let target = target_id(&write.target);
-            // A write the API server answers, to the object its event is about, counts
-            // towards a loop.
-            let own_object = !event && target == handling;
-            if !event {
-                let cached = self.cached(&write.target);
-                if let Some(current) = &cached
-                    && self.settled(&target, current)
-                    && write::changes_nothing(&current_json(current), &write.action)
-                {
-                    self.stats.writes_skipped.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let looping = if own_object {
-                    self.limits().loops.check(&target, Instant::now())
-                } else {
-                    Ok(())
-                };
-                if let Err(why) = looping {
-                    let refusal = Refusal {
-                        reason: "FeedbackLoop".into(),
-                        message: why,
-                        retry: false,
-                    };
-                    self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
-                    self.write_failures
-                        .insert(n.id(), vec![failure(write, &refusal)]);
-                    return Err(AttemptFailure {
-                        reason: format!("write {} of {total} refused: {refusal}", i + 1),
-                        retry: false,
-                    });
-                }
-                self.note_in_flight(target, cached.as_deref());
-            }
-            self.wait_for_rate(event);
-            if self.stopped() {
-                continue;
-            }
-            // Not waited on past the Lease's confirmation: by then another replica may lead.
-            let sent = match self.duty.confirmed_for(n.object()) {
-                Some(within) => access.writer.send_within(&self.ctx.name, write, within),
-                None => access.writer.send(&self.ctx.name, write),
-            };
-            match sent {
-                Ok(()) => {
-                    self.stats.writes_sent.fetch_add(1, Ordering::Relaxed);
-                    if own_object {
-                        self.limits().loops.answered(&handling, Instant::now());
-                    }
-                }
-                Err(refusal) => {
-                    // Answered by the API server, or perhaps on its way there (a write
-                    // given up on for its time may still land): it counts. Only the
-                    // writer's `Unavailable`, a write that could not be sent (as through an
-                    // outage), does not.
-                    if own_object && refusal.reason != "Unavailable" {
-                        self.limits().loops.answered(&handling, Instant::now());
-                    }
-                    self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
-                    let reason = format!(
-                        "write {} of {total} ({} {}) refused: {refusal}",
-                        i + 1,
-                        write.verb(),
-                        write.target
-                    );
-                    self.write_failures
-                        .insert(n.id(), vec![failure(write, &refusal)]);
-                    return Err(AttemptFailure {
-                        reason,
-                        retry: refusal.retry,
-                    });
-                }
-            }
-        }
-        Ok(())
+        self.outbox.send(&sending, staged)
     }
 }
 
-/// The OpenTelemetry span of one delivery attempt (only while traces are exported).
 struct AttemptSpan(opentelemetry::global::BoxedSpan);
 
 impl AttemptSpan {

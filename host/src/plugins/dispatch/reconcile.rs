@@ -291,14 +291,13 @@ impl Worker {
                     continue;
                 }
                 // Deleted already, and the cache has not seen it go yet: not again.
-                let target = super::target_id(&Target {
+                let target = super::outbox::target_id(&Target {
                     gvk: gvk.clone(),
                     namespace: child.namespace().map(str::to_owned),
                     name: child.name().to_owned(),
                     subresource: None,
                 });
-                if self.in_flight.get(&target).map(String::as_str) == Some(child.resource_version())
-                {
+                if self.outbox.on_its_way(&target, child.resource_version()) {
                     continue;
                 }
                 tracing::info!(plugin = %self.ctx.name, parent = %parent.key(), child = %child.key(), resource = %gvk, "child no longer applied: pruned");
