@@ -59,6 +59,47 @@ pub fn remove_stale_partials(dir: &Path) {
     }
 }
 
+/// Removes the least recently modified entries of a cache folder (those `entry` accepts)
+/// until they hold at most `max_bytes`, keeping `keep`, and the partial files killed writers
+/// left; each removal is logged as `what` evicted.
+pub fn evict_oldest(
+    dir: &Path,
+    max_bytes: u64,
+    keep: &Path,
+    entry: impl Fn(&Path) -> bool,
+    what: &str,
+) {
+    remove_stale_partials(dir);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = entries
+        .flatten()
+        .filter(|e| entry(&e.path()))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+    files.sort();
+    for (_, len, path) in files {
+        if total <= max_bytes {
+            break;
+        }
+        if path == keep {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                total -= len;
+                tracing::info!(file = %path.display(), "{what} evicted: the cache holds at most {max_bytes} bytes");
+            }
+            Err(e) => tracing::warn!(file = %path.display(), "cannot evict {what}: {e}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,28 +75,11 @@ impl ArtifactCache {
 
     /// Removes the least recently used entries until the folder fits, keeping `keep`.
     fn evict(&self, keep: &Path) {
-        crate::whole_file::remove_stale_partials(&self.dir);
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
+        let artifact = |p: &Path| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("sha256-"))
         };
-        let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("sha256-"))
-            .filter_map(|e| {
-                let meta = e.metadata().ok()?;
-                Some((meta.modified().ok()?, meta.len(), e.path()))
-            })
-            .collect();
-        let mut total: u64 = files.iter().map(|f| f.1).sum();
-        files.sort();
-        for (_, len, path) in files {
-            if total <= self.max_bytes {
-                break;
-            }
-            if path != keep && std::fs::remove_file(&path).is_ok() {
-                total -= len;
-            }
-        }
+        crate::whole_file::evict_oldest(&self.dir, self.max_bytes, keep, artifact, "artifact");
     }
 }
 

@@ -98,35 +98,8 @@ impl CompiledCache {
 
     /// Removes the least recently used files until the folder fits its bound, keeping `keep`.
     fn evict(&self, keep: &Path) {
-        crate::whole_file::remove_stale_partials(&self.dir);
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
-            .filter_map(|e| {
-                let meta = e.metadata().ok()?;
-                Some((meta.modified().ok()?, meta.len(), e.path()))
-            })
-            .collect();
-        let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
-        files.sort();
-        for (_, len, path) in files {
-            if total <= self.max_bytes {
-                break;
-            }
-            if path == keep {
-                continue;
-            }
-            match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    total -= len;
-                    tracing::info!(file = %path.display(), "compiled code evicted: the cache holds at most {} bytes", self.max_bytes);
-                }
-                Err(e) => tracing::warn!(file = %path.display(), "cannot evict compiled code: {e}"),
-            }
-        }
+        let code = |p: &Path| p.extension().is_some_and(|x| x == "cwasm");
+        crate::whole_file::evict_oldest(&self.dir, self.max_bytes, keep, code, "compiled code");
     }
 }
 
