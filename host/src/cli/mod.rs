@@ -133,6 +133,52 @@ fn engine(cache_dir: Option<&Path>, config: &HostConfig) -> anyhow::Result<Arc<E
     ))
 }
 
+/// The plugins a generating command (`rbac`, `webhooks`) prints for: the folder, the host's
+/// configuration and the compiled-code cache.
+#[derive(clap::Args)]
+pub struct FolderArgs {
+    /// Folder of plugin components; default: `pluginsDir` of the configuration.
+    #[arg(long, env = "KUBEWASM_PLUGINS")]
+    plugins: Option<PathBuf>,
+    /// Host configuration file (grants and each plugin's configuration shape what is
+    /// printed).
+    #[arg(long, env = "KUBEWASM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Folder for compiled plugin code (see `run`).
+    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+/// What a generating command prints for: the configuration, the folder, and every plugin of
+/// it inspected.
+struct Folder {
+    config: HostConfig,
+    dir: PathBuf,
+    loaded: Vec<(PluginFile, Inspection)>,
+}
+
+impl FolderArgs {
+    /// Inspects every plugin `run` would load; an error naming those that do not load, as
+    /// nothing is printed for `what` then.
+    async fn inspect(&self, what: &str) -> anyhow::Result<Folder> {
+        let config = load_config(self.config.as_deref())?;
+        let dir = plugins_dir(self.plugins.as_deref(), &config)?;
+        // One engine for every file (each new one would start its own epoch ticker).
+        let engine = engine(self.cache_dir.as_deref(), &config)?;
+        let (loaded, failed) = inspect_all(&dir, &config, &engine).await?;
+        anyhow::ensure!(
+            failed.is_empty(),
+            "no {what} printed: these plugins do not load:\n{}",
+            failed.join("\n")
+        );
+        Ok(Folder {
+            config,
+            dir,
+            loaded,
+        })
+    }
+}
+
 /// Every plugin `run` would load with `config` from folder `dir` and from registries, inspected:
 /// those that load, and an error line for each that does not.
 async fn inspect_all(

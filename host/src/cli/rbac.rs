@@ -1,21 +1,16 @@
 //! `kubewasm rbac`: the least-privilege RBAC for the plugins of a folder.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kubewasm::rbac;
 
-use super::{engine, inspect_all, load_config, plugins_dir};
+use super::FolderArgs;
 
 /// Arguments of `kubewasm rbac`.
 #[derive(clap::Args)]
 pub struct RbacArgs {
-    /// Folder of plugin components; default: `pluginsDir` of the configuration.
-    #[arg(long, env = "KUBEWASM_PLUGINS")]
-    plugins: Option<PathBuf>,
-    /// Host configuration file (grants shape what each plugin reads).
-    #[arg(long, env = "KUBEWASM_CONFIG")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    folder: FolderArgs,
     /// Name of the ClusterRole and its binding.
     #[arg(long, default_value = "kubewasm")]
     name: String,
@@ -29,9 +24,6 @@ pub struct RbacArgs {
     /// `leaderElection.enabled` in the configuration.
     #[arg(long)]
     leader_elect: bool,
-    /// Folder for compiled plugin code (see `run`).
-    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
 }
 
 /// Whether the leader keeps something of this plugin's in a ConfigMap: its state, or when
@@ -45,11 +37,7 @@ fn keeps_state(
 
 /// `kubewasm rbac`.
 pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
-    let config = load_config(args.config.as_deref())?;
-    let dir = plugins_dir(args.plugins.as_deref(), &config)?;
-    // One engine for every file (each new one would start its own epoch ticker).
-    let engine = engine(args.cache_dir.as_deref(), &config)?;
-    let (loaded, failed) = inspect_all(&dir, &config, &engine).await?;
+    let super::Folder { config, loaded, .. } = args.folder.inspect("RBAC").await?;
     let mut types = rbac::Reads::default();
     let mut names = Vec::new();
     let mut writes = Vec::new();
@@ -60,11 +48,6 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         writes.extend(config.plugins.settings(&file.name).grants.writes.clone());
         names.push(file.name);
     }
-    anyhow::ensure!(
-        failed.is_empty(),
-        "no RBAC printed: these plugins do not load:\n{}",
-        failed.join("\n")
-    );
     let identity = rbac::Identity {
         name: args.name,
         namespace: args.namespace,

@@ -7,17 +7,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use kubewasm::admission::webhooks::{Target, render};
 
-use super::{engine, inspect_all, load_config, plugins_dir};
+use super::FolderArgs;
 
 /// Arguments of `kubewasm webhooks`.
 #[derive(clap::Args)]
 pub struct WebhooksArgs {
-    /// Folder of plugin components; default: `pluginsDir` of the configuration.
-    #[arg(long, env = "KUBEWASM_PLUGINS")]
-    plugins: Option<PathBuf>,
-    /// Host configuration file (each plugin's configuration can shape its declaration).
-    #[arg(long, env = "KUBEWASM_CONFIG")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    folder: FolderArgs,
     /// Name of the webhook configurations.
     #[arg(long, default_value = "kubewasm")]
     name: String,
@@ -38,26 +34,15 @@ pub struct WebhooksArgs {
     /// to cert-manager's CA injector.
     #[arg(long)]
     ca_bundle: Option<PathBuf>,
-    /// Folder for compiled plugin code (see `run`).
-    #[arg(long, env = "KUBEWASM_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
 }
 
 /// `kubewasm webhooks`.
 pub async fn webhooks(args: WebhooksArgs) -> anyhow::Result<ExitCode> {
-    let config = load_config(args.config.as_deref())?;
-    let dir = plugins_dir(args.plugins.as_deref(), &config)?;
-    let engine = engine(args.cache_dir.as_deref(), &config)?;
-    let (loaded, failed) = inspect_all(&dir, &config, &engine).await?;
+    let super::Folder { dir, loaded, .. } = args.folder.inspect("webhooks").await?;
     let declared: Vec<_> = loaded
         .into_iter()
         .filter_map(|(file, inspection)| Some((file.name, inspection.manifest.admission?)))
         .collect();
-    anyhow::ensure!(
-        failed.is_empty(),
-        "no webhooks printed: these plugins do not load:\n{}",
-        failed.join("\n")
-    );
     anyhow::ensure!(
         !declared.is_empty(),
         "no plugin in {} declares admission: nothing to print",
