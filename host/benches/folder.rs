@@ -9,11 +9,11 @@
 use std::path::Path;
 
 use futures::{FutureExt, StreamExt};
+use kubewasm::follow::Changes;
 use kubewasm::gvk::Gvk;
 use kubewasm::object::Transform;
 use kubewasm::source::manifests::ManifestFolder;
 use kubewasm::source::{Source, SourceEvent};
-use kubewasm::watch::Changes;
 
 /// The agent's allocator, so what is measured is what the agent does.
 #[global_allocator]

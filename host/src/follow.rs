@@ -1,4 +1,5 @@
-//! Following a folder: one action after each burst of file-system changes.
+//! Following a folder: one action after each burst of file-system changes (named apart from
+//! the API's watches, which are `source`'s).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! Layers, lowest first; a module imports only from layers below it (checked by
 //! `tests/all/layers.rs`, which also keeps this list whole): `clock`, `text`, `priority`, `rate`,
 //! `cpu`, `schedule`, `captured_log` (tests only), `whole_file`, `gvk`, `yaml`, `object`,
-//! `shard`, `write`, `histogram`, `plugin_metrics`, `watch`, `leader`, `members`, `rbac`,
+//! `shard`, `write`, `histogram`, `plugin_metrics`, `follow`, `leader`, `members`, `rbac`,
 //! `oci`, `traces` · `source` · `informer` · `controller` · `wasm` · `plugins` · `keeper`,
 //! `admission` · `config` · `crd`,
 //! `split`, `serve` · `agent` · `testing`. [`keeper`] writes plugin state through to the
@@ -24,6 +24,7 @@ pub mod config;
 pub mod controller;
 pub mod cpu;
 pub mod crd;
+pub mod follow;
 pub mod gvk;
 pub mod histogram;
 pub mod informer;
@@ -46,7 +47,6 @@ pub mod testing;
 pub mod text;
 pub mod traces;
 pub mod wasm;
-pub mod watch;
 pub mod whole_file;
 pub mod write;
 pub mod yaml;

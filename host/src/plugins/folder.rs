@@ -13,8 +13,8 @@ use std::time::SystemTime;
 
 use notify::RecursiveMode;
 
+use crate::follow::DEBOUNCE;
 use crate::plugins::{Outcome, PluginFile, PluginHost, plugin_name};
-use crate::watch::DEBOUNCE;
 
 /// What one reconciliation did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -114,7 +114,7 @@ impl FolderWatcher {
         // Watch first, so that a change during the first reconciliation is not missed.
         let folder = dir.to_owned();
         let watched = host.clone();
-        let watcher = crate::watch::debounced(
+        let watcher = crate::follow::debounced(
             dir,
             RecursiveMode::NonRecursive,
             "plugins-folder",

@@ -213,7 +213,7 @@ impl ManifestFolder {
         let shared = folder.shared.clone();
         // Each burst of changes ends with one reading, of the files it changed, once the
         // folder is quiet.
-        let watcher = crate::watch::debounced(
+        let watcher = crate::follow::debounced(
             &folder.shared.root,
             RecursiveMode::Recursive,
             "manifest-folder",
@@ -268,7 +268,7 @@ impl ManifestFolder {
     }
 
     /// Reads what `changes` touched (as the folder's watcher does) and reports what changed.
-    pub fn apply_changes(&self, changes: crate::watch::Changes) {
+    pub fn apply_changes(&self, changes: crate::follow::Changes) {
         self.shared.changed(changes);
     }
 
@@ -394,7 +394,7 @@ impl Shared {
     /// Reads what a burst of changes touched: the changed files alone when the changes name
     /// them, so a change costs its file rather than the folder; the whole folder when they
     /// touch anything else (a folder, a symlink, a special file) or may have been missed.
-    fn changed(&self, changes: crate::watch::Changes) {
+    fn changed(&self, changes: crate::follow::Changes) {
         let mut state = self.state();
         let Some(paths) = self.files_changed(&state, changes) else {
             drop(state);
@@ -434,7 +434,7 @@ impl Shared {
     fn files_changed(
         &self,
         state: &State,
-        changes: crate::watch::Changes,
+        changes: crate::follow::Changes,
     ) -> Option<BTreeSet<PathBuf>> {
         if changes.all {
             return None;

@@ -21,7 +21,7 @@ const LAYERS: [&str; 34] = [
     "write",
     "histogram",
     "plugin_metrics",
-    "watch",
+    "follow",
     "leader",
     "members",
     "rbac",

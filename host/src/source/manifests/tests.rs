@@ -509,8 +509,8 @@ fn a_configured_namespace_takes_the_place_of_default() {
 }
 
 /// Changes naming `paths` under `dir`.
-fn changes(dir: &Path, paths: &[&str]) -> crate::watch::Changes {
-    crate::watch::Changes {
+fn changes(dir: &Path, paths: &[&str]) -> crate::follow::Changes {
+    crate::follow::Changes {
         paths: paths.iter().map(|p| dir.join(p)).collect(),
         all: false,
     }
@@ -554,7 +554,7 @@ fn a_change_costs_the_files_it_names_not_the_folder() {
     assert_eq!(folder.files_read() - read, 101);
     assert_eq!(ready(&mut stream), ["apply s"]);
     let read = folder.files_read();
-    folder.apply_changes(crate::watch::Changes {
+    folder.apply_changes(crate::follow::Changes {
         all: true,
         ..Default::default()
     });
