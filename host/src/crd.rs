@@ -289,6 +289,18 @@ fn status(
                 p.reload_error.clone().unwrap_or_default()
             ),
         ),
+        Some(p) if p.finalizers_failing > 0 => condition(
+            "Degraded",
+            true,
+            "FinalizersFailing",
+            format!(
+                "{} object(s) being deleted wait on its finalizer: finalize keeps failing ({}); \
+                 `kubewasm finalizers release {name} --type {}` lets them go",
+                p.finalizers_failing,
+                p.last_error.clone().unwrap_or_default(),
+                p.reconciles.clone().unwrap_or_default()
+            ),
+        ),
         Some(p) if p.degraded => condition(
             "Degraded",
             true,
@@ -354,7 +366,38 @@ fn with_times(status: &Value, before: Option<&Value>) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::DEFINITION;
+    use super::*;
+
+    #[test]
+    fn a_controller_whose_finalize_fails_is_degraded_and_says_how_to_release() {
+        let tracked = Tracked {
+            generation: 3,
+            spec_error: None,
+            written: None,
+        };
+        let mut running = PluginStatus {
+            name: "provisioner".into(),
+            reconciles: Some("v1/Namespace".into()),
+            last_error: Some("bucket service unavailable".into()),
+            ..PluginStatus::default()
+        };
+        let degraded = |running: &PluginStatus| {
+            status("provisioner", &tracked, std::slice::from_ref(running), &[])["conditions"][1]
+                .clone()
+        };
+        assert_eq!(degraded(&running)["status"], "False");
+        running.finalizers_failing = 2;
+        let condition = degraded(&running);
+        assert_eq!(condition["status"], "True");
+        assert_eq!(condition["reason"], "FinalizersFailing");
+        let message = condition["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("2 object(s) being deleted wait on its finalizer")
+                && message.contains("bucket service unavailable")
+                && message.contains("kubewasm finalizers release provisioner --type v1/Namespace"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn the_plugin_resources_schema_has_every_field_of_a_plugin_entry() {
