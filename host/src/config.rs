@@ -343,10 +343,10 @@ fn parse_secret(text: &str) -> Result<String, String> {
 }
 
 /// Each of `items` parsed, or the first error prefixed with `field[i]`.
-fn parse_each<T>(
+fn parse_each<T, E: std::fmt::Display>(
     items: Vec<String>,
     field: &str,
-    parse: fn(&str) -> Result<T, String>,
+    parse: fn(&str) -> Result<T, E>,
 ) -> Result<Vec<T>, String> {
     items
         .iter()

@@ -38,14 +38,12 @@ impl Gvk {
     }
 
     /// A resource type written as `apiVersion/Kind` (`v1/Pod`, `apps/v1/Deployment`).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, NotAGvk> {
         match text.rsplit_once('/') {
             Some((api_version, kind)) if !api_version.is_empty() && !kind.is_empty() => {
                 Ok(Self::from_api_version(api_version, kind))
             }
-            _ => Err(format!(
-                "{text:?} is not apiVersion/Kind (for example apps/v1/Deployment)"
-            )),
+            _ => Err(NotAGvk(crate::text::cut(text.to_owned(), 120))),
         }
     }
 
@@ -54,6 +52,11 @@ impl Gvk {
         kubewasm_sdk::api_version(&self.group, &self.version)
     }
 }
+
+/// Text that does not name a resource type as `apiVersion/Kind`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not apiVersion/Kind (for example apps/v1/Deployment)")]
+pub struct NotAGvk(pub String);
 
 impl fmt::Display for Gvk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -44,16 +44,88 @@ impl fmt::Debug for Cron {
     }
 }
 
-fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<u64, String> {
-    let value = |t: &str| -> Result<u32, String> {
+/// Why a schedule does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CronError {
+    /// An IANA time zone this machine does not know.
+    #[error("time zone {zone:?}: {why}")]
+    Zone {
+        /// The zone named.
+        zone: String,
+        /// What the time zone database said.
+        why: String,
+    },
+    /// Neither five fields nor a shorthand.
+    #[error("{0:?} is not five cron fields (minute hour day-of-month month day-of-week) or @every")]
+    NotFiveFields(String),
+    /// One of the five fields is wrong.
+    #[error("{field}: {problem}")]
+    Field {
+        /// Which field: `minute`, `hour`, `day of month`, `month` or `day of week`.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: FieldProblem,
+    },
+    /// An `@every` period is wrong.
+    #[error("@every {text:?}: {problem}")]
+    Every {
+        /// The period as written.
+        text: String,
+        /// What is wrong with it.
+        problem: EveryProblem,
+    },
+}
+
+/// What is wrong with one cron field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    /// A value that is neither a number nor a name.
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    /// A value outside the field's range.
+    #[error("{value} is outside {min}-{max}")]
+    Outside {
+        /// The value.
+        value: u32,
+        /// The field's least value.
+        min: u32,
+        /// The field's greatest value.
+        max: u32,
+    },
+    /// A step of zero, or not a number.
+    #[error("step {0:?} is not a positive number")]
+    Step(String),
+    /// A range whose end comes before its start.
+    #[error("range {0:?} runs backwards")]
+    Backwards(String),
+}
+
+/// What is wrong with an `@every` period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EveryProblem {
+    /// No number before the unit.
+    #[error("write a number and a unit (30s, 5m, 2h)")]
+    NoNumber,
+    /// A unit other than s, m or h.
+    #[error("the unit is s, m or h")]
+    Unit,
+    /// Shorter than the least period.
+    #[error("at least {MIN_EVERY_SECONDS} s")]
+    TooShort,
+}
+
+fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<u64, FieldProblem> {
+    let value = |t: &str| -> Result<u32, FieldProblem> {
         if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(t)) {
             return Ok(min + u32::try_from(i).unwrap_or(0));
         }
-        let v: u32 = t.parse().map_err(|_| format!("{t:?} is not a number"))?;
+        let v: u32 = t
+            .parse()
+            .map_err(|_| FieldProblem::NotANumber(t.to_owned()))?;
         // Day of week 7 is Sunday too.
         let v = if max == 6 && v == 7 { 0 } else { v };
         if v < min || v > max {
-            return Err(format!("{v} is outside {min}-{max}"));
+            return Err(FieldProblem::Outside { value: v, min, max });
         }
         Ok(v)
     };
@@ -65,7 +137,7 @@ fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<u64, String> 
                 s.parse::<u32>()
                     .ok()
                     .filter(|s| *s > 0)
-                    .ok_or_else(|| format!("step {s:?} is not a positive number"))?,
+                    .ok_or_else(|| FieldProblem::Step(s.to_owned()))?,
             ),
             None => (part, 1),
         };
@@ -80,7 +152,7 @@ fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<u64, String> 
             },
         };
         if from > to {
-            return Err(format!("range {range:?} runs backwards"));
+            return Err(FieldProblem::Backwards(range.to_owned()));
         }
         let mut v = from;
         while v <= to {
@@ -91,33 +163,38 @@ fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<u64, String> 
     Ok(bits)
 }
 
-fn every(text: &str) -> Result<std::time::Duration, String> {
+fn every(text: &str) -> Result<std::time::Duration, CronError> {
+    let fail = |problem| CronError::Every {
+        text: text.to_owned(),
+        problem,
+    };
     let (number, unit) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len()),
     );
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("@every {text:?}: write a number and a unit (30s, 5m, 2h)"))?;
+    let n: u64 = number.parse().map_err(|_| fail(EveryProblem::NoNumber))?;
     let seconds = match unit {
         "s" => n,
         "m" => n.saturating_mul(60),
         "h" => n.saturating_mul(3600),
-        _ => return Err(format!("@every {text:?}: the unit is s, m or h")),
+        _ => return Err(fail(EveryProblem::Unit)),
     };
     if seconds < MIN_EVERY_SECONDS {
-        return Err(format!("@every {text:?}: at least {MIN_EVERY_SECONDS} s"));
+        return Err(fail(EveryProblem::TooShort));
     }
     Ok(std::time::Duration::from_secs(seconds))
 }
 
 impl Cron {
     /// Parses `text` for time zone `zone` (an IANA name; none: UTC).
-    pub fn parse(text: &str, zone: Option<&str>) -> Result<Self, String> {
+    pub fn parse(text: &str, zone: Option<&str>) -> Result<Self, CronError> {
         let text = text.trim();
         let zone = match zone {
             None => TimeZone::UTC,
-            Some(name) => TimeZone::get(name).map_err(|e| format!("time zone {name:?}: {e}"))?,
+            Some(name) => TimeZone::get(name).map_err(|e| CronError::Zone {
+                zone: name.to_owned(),
+                why: e.to_string(),
+            })?,
         };
         if let Some(rest) = text.strip_prefix("@every ") {
             return Ok(Cron::Every(every(rest.trim())?));
@@ -132,15 +209,15 @@ impl Cron {
         };
         let parts: Vec<&str> = text.split_whitespace().collect();
         let [m, h, dom, mon, dow] = parts[..] else {
-            return Err(format!(
-                "{text:?} is not five cron fields (minute hour day-of-month month day-of-week) or @every"
-            ));
+            return Err(CronError::NotFiveFields(text.to_owned()));
         };
         const MONTHS: [&str; 12] = [
             "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
         ];
         const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
-        let named = |what: &str, r: Result<u64, String>| r.map_err(|e| format!("{what}: {e}"));
+        let named = |field: &'static str, r: Result<u64, FieldProblem>| {
+            r.map_err(|problem| CronError::Field { field, problem })
+        };
         Ok(Cron::Fields {
             minutes: named("minute", field(m, 0, 59, &[]))?,
             hours: named("hour", field(h, 0, 23, &[]))? as u32,
@@ -288,10 +365,13 @@ mod tests {
             ("@every 0s", "at least"),
             ("5-1 * * * *", "backwards"),
         ] {
-            let e = Cron::parse(text, None).expect_err(text);
+            let e = Cron::parse(text, None).expect_err(text).to_string();
             assert!(e.contains(says), "{text}: {e}");
         }
         let e = Cron::parse("* * * * *", Some("Mars/Olympus")).expect_err("zone");
-        assert!(e.contains("time zone"), "{e}");
+        assert!(
+            matches!(&e, CronError::Zone { zone, .. } if zone == "Mars/Olympus"),
+            "{e}"
+        );
     }
 }

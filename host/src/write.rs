@@ -33,18 +33,18 @@ impl Verb {
     }
 
     /// Parses an RBAC verb that a write grant may name.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, UnknownVerb> {
         Self::ALL
             .into_iter()
             .find(|v| v.as_str() == text)
-            .ok_or_else(|| {
-                format!(
-                    "unknown verb {:?}: a write grant names create, patch or delete",
-                    text.chars().take(40).collect::<String>()
-                )
-            })
+            .ok_or_else(|| UnknownVerb(text.chars().take(40).collect()))
     }
 }
+
+/// A verb a write grant cannot name (its first 40 characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown verb {0:?}: a write grant names create, patch or delete")]
+pub struct UnknownVerb(pub String);
 
 impl fmt::Display for Verb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -550,11 +550,9 @@ mod tests {
             "a namespaced grant does not reach cluster-scoped objects"
         );
         assert!(allowed(&[grant(None)], Verb::Patch, &pod, None, None).is_ok());
-        assert!(
-            Verb::parse("update")
-                .expect_err("refused")
-                .contains("create, patch or delete")
-        );
+        let refused = Verb::parse("update").expect_err("refused");
+        assert_eq!(refused, UnknownVerb("update".into()));
+        assert!(refused.to_string().contains("create, patch or delete"));
     }
 
     fn event(note: &str) -> Write {

@@ -38,12 +38,8 @@ pub fn namespace_problem(namespace: &str) -> Option<&'static str> {
 
 /// Refuses an object whose name or (non-empty) namespace the API server refuses, naming the
 /// field.
-pub fn check(name: &str, namespace: Option<&str>) -> Result<(), String> {
-    let refused = |field: &str, problem: &str| {
-        Err(format!(
-            "field `{field}` {problem}, which the API server refuses for every kind"
-        ))
-    };
+pub fn check(name: &str, namespace: Option<&str>) -> Result<(), BadName> {
+    let refused = |field, problem| Err(BadName { field, problem });
     if let Some(problem) = name_problem(name) {
         return refused("metadata.name", problem);
     }
@@ -56,12 +52,23 @@ pub fn check(name: &str, namespace: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// A name or namespace the API server refuses for every kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("field `{field}` {problem}, which the API server refuses for every kind")]
+pub struct BadName {
+    /// `metadata.name` or `metadata.namespace`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: &'static str,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn check_names_the_field() {
+        let check = |name, namespace| check(name, namespace).map_err(|e| e.to_string());
         assert_eq!(
             check("a/../b", Some("shop")),
             Err(

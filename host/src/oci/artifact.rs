@@ -55,7 +55,7 @@ pub struct Platform {
 impl Descriptor {
     /// The digest, checked.
     pub fn digest(&self) -> Result<Digest, OciError> {
-        Digest::parse(&self.digest).map_err(OciError::Artifact)
+        Digest::parse(&self.digest).map_err(|e| OciError::Artifact(e.to_string()))
     }
 }
 

@@ -8,18 +8,12 @@ pub struct Digest(String);
 
 impl Digest {
     /// Parses `sha256:<64 hex>`; anything else is refused with what was wrong.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ReferenceError> {
         let Some(hex) = text.strip_prefix("sha256:") else {
-            return Err(format!(
-                "{:?} is not a digest: expected sha256:<64 hex digits>",
-                truncate(text)
-            ));
+            return Err(ReferenceError::NotSha256(truncate(text).to_owned()));
         };
         if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(format!(
-                "{:?} is not a digest: expected sha256:<64 lowercase hex digits>",
-                truncate(text)
-            ));
+            return Err(ReferenceError::NotHex(truncate(text).to_owned()));
         }
         Ok(Self(text.to_owned()))
     }
@@ -49,6 +43,25 @@ impl fmt::Display for Digest {
     }
 }
 
+/// Why text is not a digest or an `oci://` reference.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReferenceError {
+    /// A digest of another algorithm, or none.
+    #[error("{0:?} is not a digest: expected sha256:<64 hex digits>")]
+    NotSha256(String),
+    /// A sha256 digest of the wrong length or case.
+    #[error("{0:?} is not a digest: expected sha256:<64 lowercase hex digits>")]
+    NotHex(String),
+    /// A reference with a part out of shape.
+    #[error("{text:?}: {why}")]
+    Malformed {
+        /// The reference, shortened.
+        text: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
+
 /// A parsed `oci://` reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reference {
@@ -64,8 +77,13 @@ pub struct Reference {
 
 impl Reference {
     /// Parses `oci://host[:port]/repo[:tag][@sha256:...]` (the `oci://` prefix is optional).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let fail = |why: &str| Err(format!("{:?}: {why}", truncate(text)));
+    pub fn parse(text: &str) -> Result<Self, ReferenceError> {
+        let fail = |why: &'static str| {
+            Err(ReferenceError::Malformed {
+                text: truncate(text).to_owned(),
+                why,
+            })
+        };
         if text.len() > 1024 {
             return fail("longer than 1024 bytes");
         }
@@ -255,13 +273,14 @@ mod tests {
             ("oci://h/a@sha256:abc", "not a digest"),
             ("oci://h/a@md5:abc", "not a digest"),
         ] {
-            let error = Reference::parse(text).expect_err(text);
+            let error = Reference::parse(text).expect_err(text).to_string();
             assert!(error.contains(expected), "{text}: {error}");
         }
         let long = format!("oci://h/{}", "a".repeat(2000));
         assert!(
             Reference::parse(&long)
                 .expect_err("long")
+                .to_string()
                 .contains("longer than 1024")
         );
     }

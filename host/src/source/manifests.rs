@@ -752,7 +752,7 @@ impl Shared {
     /// Checks one item is an object the folder can hold, and remembers it by digest.
     fn doc(&self, mut value: Value, item: usize) -> Result<Doc, String> {
         if let Some(api_version) = value.get("apiVersion").and_then(Value::as_str) {
-            parse::check_api_version(api_version)?;
+            parse::check_api_version(api_version).map_err(|e| e.to_string())?;
         }
         if let Some(Value::Object(meta)) = value.get_mut("metadata") {
             // The folder plays the API server: it sets resource versions itself.
@@ -777,7 +777,8 @@ impl Shared {
         // What a file names becomes a cache key (`namespace/name`) and, for writes, a URL. A
         // built-in cluster-scoped kind's namespace is dropped, so it is not checked.
         let cluster = Scopes::default().of(object.gvk()) == scope::Scope::Cluster;
-        names::check(object.name(), object.namespace().filter(|_| !cluster))?;
+        names::check(object.name(), object.namespace().filter(|_| !cluster))
+            .map_err(|e| e.to_string())?;
         let json = object.json();
         Ok(Doc {
             digest: digest(json.as_bytes()),

@@ -39,15 +39,15 @@ pub struct AllowedHost {
     pub port: Option<u16>,
 }
 
+/// Text that is not `host` or `host:port` (its first 80 characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not host or host:port (for example hooks.example.com or 127.0.0.1:8080)")]
+pub struct NotAHost(pub String);
+
 impl AllowedHost {
     /// Parses `host` or `host:port` (IPv6 in brackets).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let invalid = || {
-            format!(
-                "{:?} is not host or host:port (for example hooks.example.com or 127.0.0.1:8080)",
-                text.chars().take(80).collect::<String>()
-            )
-        };
+    pub fn parse(text: &str) -> Result<Self, NotAHost> {
+        let invalid = || NotAHost(text.chars().take(80).collect());
         let authority: http::uri::Authority = text.parse().map_err(|_| invalid())?;
         if authority.as_str().contains('@') || authority.host().is_empty() {
             return Err(invalid());

@@ -529,7 +529,8 @@ impl Schedule {
             check_name(String::new(), zone).map_err(named("time-zone"))?;
             jiff::tz::TimeZone::get(zone).map_err(|e| ("time-zone", format!("{zone:?}: {e}")))?;
         }
-        let parsed = crate::schedule::Cron::parse(cron, time_zone).map_err(|e| ("cron", e))?;
+        let parsed =
+            crate::schedule::Cron::parse(cron, time_zone).map_err(|e| ("cron", e.to_string()))?;
         if jitter_seconds > MAX_JITTER_SECONDS {
             return Err((
                 "jitter-seconds",

@@ -42,7 +42,7 @@ pub fn is_json(path: &std::path::Path, text: &str) -> bool {
 }
 
 /// An `apiVersion` as the API server takes it: `version`, or `group/version` with both parts.
-pub fn check_api_version(api_version: &str) -> Result<(), String> {
+pub fn check_api_version(api_version: &str) -> Result<(), BadApiVersion> {
     let parts: Vec<&str> = api_version.split('/').collect();
     let well_formed = match parts.as_slice() {
         [version] => !version.is_empty(),
@@ -52,12 +52,14 @@ pub fn check_api_version(api_version: &str) -> Result<(), String> {
     if well_formed {
         Ok(())
     } else {
-        Err(format!(
-            "apiVersion {:?} is not `version` or `group/version` (for example v1 or apps/v1)",
-            crate::text::cut(api_version.to_owned(), 80)
-        ))
+        Err(BadApiVersion(crate::text::cut(api_version.to_owned(), 80)))
     }
 }
+
+/// An `apiVersion` the API server would not take (its first 80 bytes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("apiVersion {0:?} is not `version` or `group/version` (for example v1 or apps/v1)")]
+pub struct BadApiVersion(pub String);
 
 /// One document: its first line, its value or why not, and (when it could not be read) what
 /// it may stand for.
