@@ -29,6 +29,20 @@ pub struct HistogramSnapshot {
     pub sum_nanos: u64,
 }
 
+impl HistogramSnapshot {
+    /// Adds `other`'s observations to these.
+    pub fn merge(&mut self, other: &HistogramSnapshot) {
+        if self.cumulative.len() < other.cumulative.len() {
+            self.cumulative.resize(other.cumulative.len(), 0);
+        }
+        for (mine, theirs) in self.cumulative.iter_mut().zip(&other.cumulative) {
+            *mine += theirs;
+        }
+        self.count += other.count;
+        self.sum_nanos = self.sum_nanos.saturating_add(other.sum_nanos);
+    }
+}
+
 /// Observations one thread holds until it adds them to a [`Histogram`].
 #[derive(Debug, Default)]
 pub struct Tally {

@@ -52,6 +52,16 @@ impl fmt::Display for Verb {
     }
 }
 
+/// The kinds of write, as the contract names them.
+pub const WRITE_VERBS: [&str; 6] = [
+    "apply",
+    "merge-patch",
+    "json-patch",
+    "create",
+    "delete",
+    "record-event",
+];
+
 /// The type of an Event (events.k8s.io/v1).
 pub fn event_gvk() -> Gvk {
     Gvk::new("events.k8s.io", "v1", "Event")
@@ -248,13 +258,18 @@ pub struct Write {
 impl Write {
     /// The name the contract gives the write's kind (`apply`, `merge-patch`, ...).
     pub fn verb(&self) -> &'static str {
+        WRITE_VERBS[self.verb_index()]
+    }
+
+    /// Its kind's index in [`WRITE_VERBS`].
+    pub fn verb_index(&self) -> usize {
         match self.action {
-            Action::Apply(_) => "apply",
-            Action::MergePatch(_) => "merge-patch",
-            Action::JsonPatch(_) => "json-patch",
-            Action::Create(_) => "create",
-            Action::Delete(_) => "delete",
-            Action::RecordEvent { .. } => "record-event",
+            Action::Apply(_) => 0,
+            Action::MergePatch(_) => 1,
+            Action::JsonPatch(_) => 2,
+            Action::Create(_) => 3,
+            Action::Delete(_) => 4,
+            Action::RecordEvent { .. } => 5,
         }
     }
 

@@ -94,6 +94,8 @@ struct Running {
     finalizes: Option<crate::gvk::Gvk>,
     /// Its metrics, shared by its versions.
     metrics: Arc<crate::plugin_metrics::Registry>,
+    /// What became of its HTTP requests.
+    http: Arc<crate::wasm::http::HttpTally>,
     /// Keeps its queue open while it runs: a plugin with no subscription (queries and
     /// schedules, or admission only) has no other sender, and its worker would end at once,
     /// releasing its informers. Halting interrupts the worker's wait through it.
@@ -866,6 +868,7 @@ impl PluginHost {
                     contract: r.contract.to_owned(),
                     reconciles: r.reconciles.clone(),
                     metric_series: r.metrics.series(),
+                    http_by_host: r.http.snapshot(),
                     metric_updates_refused: r.metrics.refused(),
                     ..r.stats.status()
                 },
@@ -1039,6 +1042,7 @@ fn activate(
         .filter(|c| c.finalizer)
         .map(|c| c.reconciles.clone());
     let metrics = p.ctx.metrics.clone();
+    let http = p.ctx.http_tally.clone();
     let thread = dispatch::start(dispatch::Setup {
         engine: engine.clone(),
         code: p.code,
@@ -1104,6 +1108,7 @@ fn activate(
             reconciles,
             finalizes,
             metrics,
+            http,
             open,
         },
     );

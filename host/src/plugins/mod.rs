@@ -24,4 +24,6 @@ pub use settings::{
     DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_FILE_BYTES, DEFAULT_RELEASE_IDLE_AFTER,
     DEFAULT_STATE_WRITE_BYTES_PER_SECOND, Delivery, Grants, PluginSettings, PluginsConfig,
 };
-pub use status::{DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus};
+pub use status::{
+    CALL_KINDS, DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus, WRITE_RESULTS,
+};

@@ -1,14 +1,23 @@
 //! One plugin's counters while it runs, and the snapshot status and metrics read.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::histogram::{Histogram, HistogramSnapshot};
+use crate::write::WRITE_VERBS;
 
 /// Consecutive failed attempts (any key) after which a plugin counts as degraded.
 pub const DEGRADED_AFTER: u64 = 10;
+
+/// The kinds of call into a plugin's worker, as `/status` and `/metrics` name them
+/// (`admit` is the admission server's, counted in [`crate::plugins::admit`]).
+pub const CALL_KINDS: [&str; 5] = ["handle", "synced", "tick", "reconcile", "finalize"];
+
+/// What became of a write that was not refused at once for its grant.
+pub const WRITE_RESULTS: [&str; 3] = ["sent", "failed", "skipped"];
 
 /// Counters of one plugin's deliveries.
 #[derive(Debug, Default)]
@@ -32,8 +41,10 @@ pub struct PluginStats {
     /// Set once every informer the plugin needs has synced and the plugin has been handed
     /// the initial state of every type it subscribes to.
     pub synced: AtomicBool,
-    /// Time of each call into the handler.
-    pub durations: Histogram,
+    /// Time of each call into the plugin, by kind ([`CALL_KINDS`]).
+    pub calls: [Histogram; CALL_KINDS.len()],
+    /// The most linear memory one of its instances held after a call, in bytes.
+    pub memory_peak_bytes: AtomicU64,
     /// Linear memory of the current instance, in bytes.
     pub memory_bytes: AtomicU64,
     /// Object handles the current instance holds after its last call.
@@ -49,6 +60,8 @@ pub struct PluginStats {
     pub writes_denied: AtomicU64,
     /// Writes not sent because they would not change the cached object.
     pub writes_skipped: AtomicU64,
+    /// Writes by kind ([`crate::write::WRITE_VERBS`]) and result ([`WRITE_RESULTS`]).
+    pub writes_by_verb: [[AtomicU64; WRITE_RESULTS.len()]; WRITE_VERBS.len()],
     /// Requeues refused because the backlog was full.
     pub requeues_refused: AtomicU64,
     /// Requeues taken (each waits at least [`crate::plugins::triggers::MIN_REQUEUE`]).
@@ -82,6 +95,11 @@ impl PluginStats {
             .unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
     }
 
+    /// Counts `write` as `result` (an index in [`WRITE_RESULTS`]) by its kind.
+    pub fn count_write(&self, write: &crate::write::Write, result: usize) {
+        self.writes_by_verb[write.verb_index()][result].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// True while the plugin's attempts keep failing ([`DEGRADED_AFTER`] or more in a row).
     pub fn degraded(&self) -> bool {
         self.consecutive_failures.load(Ordering::Relaxed) >= DEGRADED_AFTER
@@ -89,6 +107,12 @@ impl PluginStats {
 
     /// The delivery fields of a status; the caller fills in the rest.
     pub fn status(&self) -> PluginStatus {
+        let calls: BTreeMap<String, HistogramSnapshot> = CALL_KINDS
+            .iter()
+            .zip(&self.calls)
+            .map(|(kind, h)| ((*kind).to_owned(), h.snapshot()))
+            .filter(|(_, h)| h.count > 0)
+            .collect();
         PluginStatus {
             delivered: self.delivered.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
@@ -103,7 +127,14 @@ impl PluginStats {
             memory_recycles: self.memory_recycles.load(Ordering::Relaxed),
             given_up: self.given_up.load(Ordering::Relaxed),
             synced: self.synced.load(Ordering::Relaxed),
-            durations: self.durations.snapshot(),
+            durations: calls
+                .values()
+                .fold(HistogramSnapshot::default(), |mut all, h| {
+                    all.merge(h);
+                    all
+                }),
+            calls,
+            memory_peak_bytes: self.memory_peak_bytes.load(Ordering::Relaxed),
             memory_bytes: self.memory_bytes.load(Ordering::Relaxed),
             handles: self.handles.load(Ordering::Relaxed),
             slowest_host_call_us: self.slowest_host_call_us.load(Ordering::Relaxed),
@@ -111,6 +142,19 @@ impl PluginStats {
             writes_failed: self.writes_failed.load(Ordering::Relaxed),
             writes_denied: self.writes_denied.load(Ordering::Relaxed),
             writes_skipped: self.writes_skipped.load(Ordering::Relaxed),
+            writes_by_verb: WRITE_VERBS
+                .iter()
+                .zip(&self.writes_by_verb)
+                .filter_map(|(verb, results)| {
+                    let counts: BTreeMap<String, u64> = WRITE_RESULTS
+                        .iter()
+                        .zip(results)
+                        .map(|(r, n)| ((*r).to_owned(), n.load(Ordering::Relaxed)))
+                        .filter(|(_, n)| *n > 0)
+                        .collect();
+                    (!counts.is_empty()).then(|| ((*verb).to_owned(), counts))
+                })
+                .collect(),
             requeues_refused: self.requeues_refused.load(Ordering::Relaxed),
             requeued: self.requeued.load(Ordering::Relaxed),
             requeues_most_events: requeues_most_events(
@@ -184,8 +228,15 @@ pub struct PluginStatus {
     pub queued_bytes: usize,
     /// Events folded into a newer state of their object because the queue was backed up.
     pub coalesced: u64,
-    /// Time of each call into the handler.
+    /// Time of each call into the plugin, all kinds together.
     pub durations: HistogramSnapshot,
+    /// Time of each call into the plugin by kind (`handle`, `synced`, `tick`, `reconcile`,
+    /// `finalize`), the kinds it was called for only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub calls: BTreeMap<String, HistogramSnapshot>,
+    /// The most linear memory one of its instances held after a call, in bytes.
+    #[serde(default)]
+    pub memory_peak_bytes: u64,
     /// Linear memory of the current instance, in bytes.
     pub memory_bytes: u64,
     /// Object handles its current instance holds after its last call (query answers it has
@@ -203,6 +254,14 @@ pub struct PluginStatus {
     /// Writes not sent because they would not change the cached object.
     #[serde(default)]
     pub writes_skipped: u64,
+    /// HTTP requests by granted host (`(not granted)` for the others) and outcome (`2xx` to
+    /// `5xx`, `error`, `refused`, `denied`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub http_by_host: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Writes by kind (`apply`, `merge-patch`, `json-patch`, `create`, `delete`,
+    /// `record-event`) and result (`sent`, `failed`, `skipped`), those that happened only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub writes_by_verb: BTreeMap<String, BTreeMap<String, u64>>,
     /// Milliseconds its writes and Events waited for their rate (`writesPerSecond`,
     /// `eventsPerSecond`).
     #[serde(default)]

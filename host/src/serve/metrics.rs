@@ -302,6 +302,13 @@ pub fn render(status: &Status) -> String {
         |p| (plugin(p), p.memory_bytes as f64),
     );
     w.family(
+        "kubewasm_plugin_memory_peak_bytes",
+        "gauge",
+        "The most linear memory one of the plugin's instances held after a call",
+        plugins,
+        |p| (plugin(p), p.memory_peak_bytes as f64),
+    );
+    w.family(
         "kubewasm_plugin_object_handles",
         "gauge",
         "Object handles the plugin's current instance holds",
@@ -356,6 +363,66 @@ pub fn render(status: &Status) -> String {
             h.sum_nanos as f64 / 1e9,
         );
         w.sample(&format!("{name}_count"), &[("plugin", &p.name)], h.count);
+    }
+    let name = "kubewasm_plugin_call_duration_seconds";
+    w.header(
+        name,
+        "histogram",
+        "Time of each call into the plugin, by kind (handle, synced, tick, reconcile, finalize)",
+    );
+    for p in plugins {
+        for (call, h) in &p.calls {
+            let labels = [("plugin", p.name.as_str()), ("call", call.as_str())];
+            for (bound, count) in BUCKETS.iter().zip(&h.cumulative) {
+                let le = bound.to_string();
+                w.sample(
+                    &format!("{name}_bucket"),
+                    &[labels[0], labels[1], ("le", &le)],
+                    count,
+                );
+            }
+            w.sample(
+                &format!("{name}_bucket"),
+                &[labels[0], labels[1], ("le", "+Inf")],
+                h.count,
+            );
+            w.sample(&format!("{name}_sum"), &labels, h.sum_nanos as f64 / 1e9);
+            w.sample(&format!("{name}_count"), &labels, h.count);
+        }
+    }
+    let name = "kubewasm_plugin_writes_by_verb_total";
+    w.header(
+        name,
+        "counter",
+        "The plugin's writes by kind and result (sent, failed, skipped: would change nothing)",
+    );
+    for p in plugins {
+        for (verb, results) in &p.writes_by_verb {
+            for (result, n) in results {
+                w.sample(
+                    name,
+                    &[("plugin", &p.name), ("verb", verb), ("result", result)],
+                    n,
+                );
+            }
+        }
+    }
+    let name = "kubewasm_plugin_http_requests_by_host_total";
+    w.header(
+        name,
+        "counter",
+        "The plugin's HTTP requests by granted host and outcome (status class, error, refused, denied)",
+    );
+    for p in plugins {
+        for (host, outcomes) in &p.http_by_host {
+            for (outcome, n) in outcomes {
+                w.sample(
+                    name,
+                    &[("plugin", &p.name), ("host", host), ("outcome", outcome)],
+                    n,
+                );
+            }
+        }
     }
     admission(&mut w, plugins);
     controllers(&mut w, plugins);
@@ -519,6 +586,50 @@ fn admission(w: &mut Writer, plugins: &[PluginStatus]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_plugins_cost_is_broken_out_by_call_kind_write_verb_and_http_host() {
+        use crate::histogram::HistogramSnapshot;
+        use std::collections::BTreeMap;
+        let mut cumulative = vec![0u64; BUCKETS.len()];
+        cumulative[4..].iter_mut().for_each(|n| *n = 3);
+        let reconcile = HistogramSnapshot {
+            cumulative,
+            count: 3,
+            sum_nanos: 1_500_000,
+        };
+        let nested = |pairs: &[(&str, &str, u64)]| {
+            let mut m: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+            for (a, b, n) in pairs {
+                m.entry((*a).into()).or_default().insert((*b).into(), *n);
+            }
+            m
+        };
+        let plugin = PluginStatus {
+            name: "provisioner".into(),
+            calls: [("reconcile".to_owned(), reconcile)].into(),
+            memory_peak_bytes: 4096,
+            writes_by_verb: nested(&[("apply", "sent", 7), ("delete", "failed", 1)]),
+            http_by_host: nested(&[("hooks.example.com:443", "5xx", 2)]),
+            ..PluginStatus::default()
+        };
+        let mut parts = crate::serve::Parts::starting();
+        parts.plugins = vec![plugin];
+        let text = crate::serve::Status::new(parts, std::time::Duration::from_secs(60)).metrics();
+        for line in [
+            r#"kubewasm_plugin_call_duration_seconds_bucket{plugin="provisioner",call="reconcile",le="0.001"} 3"#,
+            r#"kubewasm_plugin_call_duration_seconds_count{plugin="provisioner",call="reconcile"} 3"#,
+            r#"kubewasm_plugin_call_duration_seconds_sum{plugin="provisioner",call="reconcile"} 0.0015"#,
+            r#"kubewasm_plugin_memory_peak_bytes{plugin="provisioner"} 4096"#,
+            r#"kubewasm_plugin_writes_by_verb_total{plugin="provisioner",verb="apply",result="sent"} 7"#,
+            r#"kubewasm_plugin_writes_by_verb_total{plugin="provisioner",verb="delete",result="failed"} 1"#,
+            r#"kubewasm_plugin_http_requests_by_host_total{plugin="provisioner",host="hooks.example.com:443",outcome="5xx"} 2"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        // Kinds it was never called for have no series.
+        assert!(!text.contains(r#"call="handle""#), "{text}");
+    }
 
     #[test]
     fn label_values_are_escaped() {

@@ -80,7 +80,7 @@ impl Parts {
 }
 
 /// The `/status` document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     /// Whether `/readyz` answers 200.
     pub ready: bool,

@@ -6,6 +6,7 @@
 //! requests counted. Anything else answers an error value (`HTTP-request-denied`,
 //! `destination-IP-prohibited`, `connection-limit-reached`).
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -76,6 +77,82 @@ impl std::fmt::Display for AllowedHost {
     }
 }
 
+/// What became of one plugin's HTTP requests, by the granted host they went to (its entry
+/// in `grants.http`) and outcome: a response's status class (`2xx` to `5xx`), `error` (no
+/// response: refused late, timed out, failed), `refused` (its rate or open requests), or
+/// `denied` under `(not granted)`. Bounded by the plugin's grants times the outcomes.
+#[derive(Debug, Default)]
+pub struct HttpTally(Mutex<BTreeMap<(String, &'static str), u64>>);
+
+/// The host a request to a host the plugin may not reach is counted under.
+pub const NOT_GRANTED: &str = "(not granted)";
+
+impl HttpTally {
+    /// Counts one request to `host` that ended in `outcome`.
+    pub fn add(&self, host: &str, outcome: &'static str) {
+        let mut counts = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match counts.get_mut(&(host.to_owned(), outcome)) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert((host.to_owned(), outcome), 1);
+            }
+        }
+    }
+
+    /// The counts by host, then outcome.
+    pub fn snapshot(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
+        let counts = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut by_host: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for ((host, outcome), n) in counts.iter() {
+            by_host
+                .entry(host.clone())
+                .or_default()
+                .insert((*outcome).to_owned(), *n);
+        }
+        by_host
+    }
+}
+
+/// The status class of a response.
+fn status_class(status: http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// One request's entry in its plugin's [`HttpTally`]: `error` unless answered.
+struct Pending {
+    tally: Arc<HttpTally>,
+    host: String,
+    answered: bool,
+}
+
+impl Pending {
+    /// Counts the response's status class.
+    fn answered(mut self, class: &'static str) {
+        self.tally.add(&self.host, class);
+        self.answered = true;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.tally.add(&self.host, "error");
+        }
+    }
+}
+
 /// The `wasi:http` hooks of one instance.
 pub struct HttpHooks {
     plugin: String,
@@ -93,12 +170,21 @@ pub struct HttpHooks {
     in_flight: Arc<AtomicUsize>,
     /// The plugin's request rate, shared by its instances.
     rate: Arc<Mutex<Bucket>>,
+    /// What became of its requests, shared by its instances and versions.
+    tally: Arc<HttpTally>,
 }
 
 impl HttpHooks {
-    /// Hooks allowing `allowed` for plugin `plugin`, at the plugin's `rate`.
-    pub fn new(plugin: &str, allowed: Arc<Vec<AllowedHost>>, rate: Arc<Mutex<Bucket>>) -> Self {
+    /// Hooks allowing `allowed` for plugin `plugin`, at the plugin's `rate`, counting what
+    /// became of each request in `tally`.
+    pub fn new(
+        plugin: &str,
+        allowed: Arc<Vec<AllowedHost>>,
+        rate: Arc<Mutex<Bucket>>,
+        tally: Arc<HttpTally>,
+    ) -> Self {
         Self {
+            tally,
             plugin: plugin.to_owned(),
             allowed,
             deadline: Instant::now(),
@@ -149,17 +235,21 @@ impl WasiHttpHooks for HttpHooks {
             _ => 80,
         });
         let host = uri.host().unwrap_or("");
-        if !self.allowed.iter().any(|a| a.allows(host, port)) {
+        let Some(grant) = self.allowed.iter().find(|a| a.allows(host, port)) else {
             self.denied += 1;
+            self.tally.add(NOT_GRANTED, "denied");
             tracing::warn!(plugin = %self.plugin, host = %crate::text::cut(host.to_owned(), 256), port, "HTTP request denied: the host is not in this plugin's grants.http");
             return refuse(Error::HttpRequestDenied);
-        }
+        };
+        let grant = grant.to_string();
         let now = Instant::now();
         if self.deadline.saturating_duration_since(now).is_zero() {
+            self.tally.add(&grant, "error");
             return refuse(Error::ConnectionTimeout);
         }
         if self.in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
             self.denied += 1;
+            self.tally.add(&grant, "refused");
             return refuse(Error::ConnectionLimitReached);
         }
         let within_rate = self
@@ -169,6 +259,7 @@ impl WasiHttpHooks for HttpHooks {
             .try_take(now);
         if !within_rate {
             self.denied += 1;
+            self.tally.add(&grant, "refused");
             return refuse(Error::ConnectionLimitReached);
         }
         self.sent += 1;
@@ -176,6 +267,13 @@ impl WasiHttpHooks for HttpHooks {
         let deadline = tokio::time::Instant::from_std(self.deadline);
         let (host, tls) = (host.to_owned(), uri.scheme_str() == Some("https"));
         let (plugin, refused_late) = (self.plugin.clone(), self.refused_late.clone());
+        // Counted as `error` unless a response comes: a call stopped at its deadline drops
+        // this future unfinished.
+        let outcome = Pending {
+            tally: self.tally.clone(),
+            host: grant,
+            answered: false,
+        };
         let request = request.map(|body| {
             Bounded::new(
                 body,
@@ -195,8 +293,10 @@ impl WasiHttpHooks for HttpHooks {
                 super::http_send::send(request, addresses, host, tls).await
             })
             .await
-            .map_err(|_| Error::ConnectionTimeout)??;
-            let (response, io) = sent;
+            .map_err(|_| Error::ConnectionTimeout)
+            .and_then(|sent| sent);
+            let (response, io) = sent?;
+            outcome.answered(status_class(response.status()));
             let response = response.map(|body| {
                 let mut bounded = Bounded::new(
                     body,

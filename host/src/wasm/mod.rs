@@ -170,6 +170,8 @@ pub struct PluginContext {
     pub http_hosts: Arc<Vec<http::AllowedHost>>,
     /// Its HTTP request rate, shared by its instances.
     pub http_rate: Arc<Mutex<crate::rate::Bucket>>,
+    /// What became of its HTTP requests, by granted host and outcome.
+    pub http_tally: Arc<http::HttpTally>,
     /// Its state, shared by its instances and versions.
     pub state: Arc<state::PluginState>,
     /// Whether its manifest declares `state`.
@@ -240,6 +242,7 @@ impl PluginContext {
                 limits.http_rate,
                 std::time::Instant::now(),
             ))),
+            http_tally: Arc::default(),
             state: Arc::default(),
             state_declared: false,
             cpu: None,
@@ -622,6 +625,7 @@ impl Engine {
                 &ctx.name,
                 ctx.http_hosts.clone(),
                 ctx.http_rate.clone(),
+                ctx.http_tally.clone(),
             ),
             ctx,
         };

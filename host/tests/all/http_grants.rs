@@ -177,6 +177,19 @@ fn the_notifier_reaches_its_granted_webhook_and_nothing_else_within_its_deadline
     );
     let notify = status(&agent, "notify");
     assert_eq!((notify.http_sent, notify.http_denied), (1, 0), "{notify:?}");
+    // By host and outcome: the granted address answered 200.
+    let by_host = |pairs: &[(&str, &str, u64)]| {
+        let mut m: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>> =
+            Default::default();
+        for (host, outcome, n) in pairs {
+            m.entry((*host).to_owned())
+                .or_default()
+                .insert((*outcome).to_owned(), *n);
+        }
+        m
+    };
+    let granted_host = granted.address.to_string();
+    assert_eq!(notify.http_by_host, by_host(&[(&granted_host, "2xx", 1)]));
 
     // A host not granted: refused in the host, the server never sees a connection.
     wait_for("the refusal", || {
@@ -196,6 +209,11 @@ fn the_notifier_reaches_its_granted_webhook_and_nothing_else_within_its_deadline
         "{elsewhere:?}"
     );
     assert_eq!(*other.connections.lock().expect("lock"), 0);
+    assert_eq!(
+        elsewhere.http_by_host,
+        by_host(&[("(not granted)", "denied", 1)]),
+        "a host not granted is not named: what a plugin asks for cannot grow the table"
+    );
 
     // A webhook that never answers: every attempt ends at the 300 ms deadline, so the
     // attempts keep coming (retried) instead of one call hanging.
@@ -210,6 +228,12 @@ fn the_notifier_reaches_its_granted_webhook_and_nothing_else_within_its_deadline
         "every call ended within 0.5 s: {s:?}"
     );
     assert!(s.http_sent >= 2, "{s:?}");
+    let silent_host = silent.address.to_string();
+    let errors = s
+        .http_by_host
+        .get(&silent_host)
+        .and_then(|o| o.get("error"));
+    assert!(errors.is_some_and(|n| *n >= 2), "{:?}", s.http_by_host);
 }
 
 #[test]

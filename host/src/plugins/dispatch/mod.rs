@@ -31,7 +31,7 @@ use crate::object::KubeObject;
 use crate::plugins::retry::{Failures, RetryQueue};
 use crate::plugins::throttle::{Bucket, WriteLimits};
 use crate::plugins::triggers::{Requeue, Requeues, Schedules};
-use crate::plugins::{Delivery, PluginStats};
+use crate::plugins::{CALL_KINDS, Delivery, PluginStats};
 use crate::shard::Duty;
 use crate::text::{MAX_MESSAGE_BYTES, cut};
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
@@ -103,6 +103,17 @@ impl Work {
             Work::Synced => "@synced".into(),
             Work::Tick(name) => format!("@tick/{name}"),
             Work::Reconcile(k) | Work::Finalize(k) => format!("{}/{}", k.gvk, k.key),
+        }
+    }
+
+    /// Its index in [`CALL_KINDS`].
+    fn kind(&self) -> usize {
+        match self {
+            Work::Event(_) => 0,
+            Work::Synced => 1,
+            Work::Tick(_) => 2,
+            Work::Reconcile(_) => 3,
+            Work::Finalize(_) => 4,
         }
     }
 
@@ -179,7 +190,8 @@ pub struct Setup {
 /// What a worker counts locally between [`Worker::publish`]es.
 #[derive(Default)]
 struct Tally {
-    durations: histogram::Tally,
+    /// Call durations by kind ([`crate::plugins::CALL_KINDS`]).
+    calls: [histogram::Tally; CALL_KINDS.len()],
     delivered: u64,
 }
 
@@ -245,6 +257,10 @@ fn timed(
     durations.observe(ended - started);
     let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
     stats.memory_bytes.store(memory, Ordering::Relaxed);
+    // Read first: the peak rarely moves.
+    if memory > stats.memory_peak_bytes.load(Ordering::Relaxed) {
+        stats.memory_peak_bytes.fetch_max(memory, Ordering::Relaxed);
+    }
     let handles = u64::try_from(instance.handles_held()).unwrap_or(u64::MAX);
     stats.handles.store(handles, Ordering::Relaxed);
     let (sent, denied) = instance.take_http_counts();
@@ -559,7 +575,9 @@ impl Worker {
     /// the worker may wait, so whoever reads them while it waits sees every delivery.
     fn publish(&mut self, now: Instant) {
         self.published = now;
-        self.stats.durations.add(&mut self.tally.durations);
+        for (shared, tally) in self.stats.calls.iter().zip(&mut self.tally.calls) {
+            shared.add(tally);
+        }
         let delivered = std::mem::take(&mut self.tally.delivered);
         if delivered > 0 {
             self.stats.delivered.fetch_add(delivered, Ordering::Relaxed);
@@ -814,7 +832,8 @@ impl Worker {
             Work::Reconcile(k) | Work::Finalize(k) => Handling::enter_key(&k.key),
             other => Handling::enter_key(&other.id()),
         };
-        let (called, ended) = timed(&self.stats, &mut self.tally.durations, instance, n.call());
+        let tally = &mut self.tally.calls[n.kind()];
+        let (called, ended) = timed(&self.stats, tally, instance, n.call());
         drop(handling);
         let mut staged = instance.take_staged();
         let effects = instance.take_effects();

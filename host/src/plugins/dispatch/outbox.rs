@@ -28,6 +28,11 @@ use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::cluster::{Staged, failure};
 use crate::write::{self, Action, Refusal, Writer};
 
+/// Indexes of [`crate::plugins::status::WRITE_RESULTS`].
+const SENT: usize = 0;
+const FAILED: usize = 1;
+const SKIPPED: usize = 2;
+
 /// Objects whose last write is remembered as still on its way into the cache.
 const MAX_IN_FLIGHT: usize = 4096;
 
@@ -146,6 +151,7 @@ impl Outbox {
                     && write::changes_nothing(&current_json(current), &write.action)
                 {
                     s.stats.writes_skipped.fetch_add(1, Ordering::Relaxed);
+                    s.stats.count_write(write, SKIPPED);
                     continue;
                 }
                 let looping = if own_object {
@@ -160,6 +166,7 @@ impl Outbox {
                         retry: false,
                     };
                     s.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
+                    s.stats.count_write(write, FAILED);
                     self.failures
                         .insert(s.handling.to_owned(), vec![failure(write, &refusal)]);
                     return Err(AttemptFailure {
@@ -180,6 +187,7 @@ impl Outbox {
             match sent {
                 Ok(()) => {
                     s.stats.writes_sent.fetch_add(1, Ordering::Relaxed);
+                    s.stats.count_write(write, SENT);
                     if own_object {
                         self.limits().loops.answered(s.handling, Instant::now());
                     }
@@ -193,6 +201,7 @@ impl Outbox {
                         self.limits().loops.answered(s.handling, Instant::now());
                     }
                     s.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
+                    s.stats.count_write(write, FAILED);
                     let reason = format!(
                         "write {} of {total} ({} {}) refused: {refusal}",
                         i + 1,
