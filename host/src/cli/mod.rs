@@ -9,6 +9,7 @@ mod record;
 mod run;
 mod status;
 mod test;
+mod top;
 mod webhooks;
 
 use std::path::{Path, PathBuf};
@@ -64,6 +65,9 @@ pub enum Command {
     Webhooks(webhooks::WebhooksArgs),
     /// Print the plugins of a running host (from its `/status` endpoint).
     Status(status::StatusArgs),
+    /// Show what each plugin of a running host costs, refreshed (CPU, calls, memory,
+    /// writes, HTTP, state).
+    Top(top::TopArgs),
     /// Record a cluster's objects and changes as a test file for `test` to replay.
     Record(record::RecordArgs),
     /// Build a Go plugin package as a component (Go's tool chain, the WASI adapter included).
@@ -97,6 +101,7 @@ impl Command {
             Command::Rbac(args) => rbac::rbac(args).await,
             Command::Webhooks(args) => webhooks::webhooks(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Top(args) => top::top(args).await,
             Command::Test(args) => test::test(args).await,
             Command::New(args) => new::new(args).await,
             Command::Build(args) => build::build(args).await,

@@ -19,9 +19,9 @@ pub struct StatusArgs {
     address: String,
 }
 
-/// `kubewasm status`: one line per plugin from the host's `/status`.
-pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let address = args.address.trim_start_matches("http://").to_owned();
+/// The `/status` of the host at `address`.
+pub async fn fetch(address: &str) -> anyhow::Result<Status> {
+    let address = address.trim_start_matches("http://").to_owned();
     let body = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
         let mut stream = std::net::TcpStream::connect(&address)
             .with_context(|| format!("cannot reach the host at {address}"))?;
@@ -42,7 +42,12 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(body.to_owned())
     })
     .await??;
-    let status: Status = serde_json::from_str(&body).context("malformed /status")?;
+    serde_json::from_str(&body).context("malformed /status")
+}
+
+/// `kubewasm status`: one line per plugin from the host's `/status`.
+pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let status = fetch(&args.address).await?;
     let role = match (&status.sharding, status.leader) {
         (Some(_), true) => "a member and the leader (cluster-scoped work)",
         (Some(_), false) => "a member",

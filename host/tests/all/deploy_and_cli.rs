@@ -278,6 +278,69 @@ fn sigterm_stops_delivery_and_exits_zero() {
     );
 }
 
+#[test]
+fn top_shows_what_each_plugin_costs_from_a_running_host() {
+    let plugins = support::deployed_plugins();
+    let cluster = support::root().join("examples/cluster");
+    let address = support::free_address().to_string();
+    let (mut agent, _) = run_until_ready(&[
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+        "--cluster".as_ref(),
+        cluster.as_os_str(),
+        "--metrics-address".as_ref(),
+        address.as_ref(),
+    ]);
+    let out = run(&[
+        "top",
+        "--once",
+        "--every",
+        "0.3",
+        "--sort",
+        "memory",
+        "--address",
+        &address,
+    ]);
+    let _ = agent.kill();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("kubewasm top:") && lines[0].contains("by memory"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("PLUGIN") && lines[1].contains("PEAK MiB"),
+        "{stdout}"
+    );
+    let names: Vec<&str> = lines[2..]
+        .iter()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for plugin in ["pod-phase", "deployment-view"] {
+        assert!(names.contains(&plugin), "{plugin} missing: {stdout}");
+    }
+    // Ordered by the memory column (the sixth), highest first.
+    let memory: Vec<f64> = lines[2..]
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(5)?.parse().ok())
+        .collect();
+    assert_eq!(memory.len(), names.len(), "{stdout}");
+    assert!(memory.windows(2).all(|w| w[0] >= w[1]), "{stdout}");
+    // A host that does not answer is a clear error.
+    let refused = run(&["top", "--once", "--address", "127.0.0.1:1"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("cannot reach the host at 127.0.0.1:1"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
 /// A `kubewasm run` of copies of `plugins` (file name, artifact) with `config`, over a
 /// cluster folder of `config_maps` ConfigMaps, once it is ready.
 struct Hosted {
