@@ -11,7 +11,7 @@
 //! start shares that reading: a call is charged at most one tick it did not use. Where threads
 //! have no CPU clock, the deadline is the wall clock's.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -61,21 +61,6 @@ thread_local! {
     /// The current thread's CPU clock up to which its calls have been charged to a budget: a
     /// call that starts from a reading older than that is charged from there, never twice.
     static CHARGED: Cell<Option<Duration>> = const { Cell::new(None) };
-    /// The budget the thread's CPU since [`CHARGED`] is owed to, and the tick of its last
-    /// charge: calls ending in that tick for that budget are charged with the next one.
-    static OWED: RefCell<Option<(Arc<CpuBudget>, u64)>> = const { RefCell::new(None) };
-}
-
-/// Charges what the thread used since its last charge to the budget it is owed to, if any,
-/// reading its CPU clock (a system call); returns the reading.
-fn settle_owed() -> Option<Duration> {
-    let owed = OWED.with(|o| o.borrow_mut().take());
-    let now = cpu_time();
-    if let (Some((budget, _)), Some(before), Some(after)) = (owed, CHARGED.get(), now) {
-        budget.charge(after.saturating_sub(before), Instant::now());
-        CHARGED.set(Some(after));
-    }
-    now
 }
 
 /// The calling thread's CPU clock.
@@ -176,20 +161,9 @@ impl CallClock {
     pub fn start(&mut self) -> u64 {
         let started = recent();
         self.started = Some(started);
-        let owed = OWED.with(|o| {
-            o.borrow()
-                .as_ref()
-                .map(|(budget, _)| self.budget.as_ref().is_some_and(|b| Arc::ptr_eq(b, budget)))
-        });
-        self.charged = match owed {
-            // This thread's CPU since its last charge is this budget's: from there on.
-            Some(true) => CHARGED.get(),
-            // Another budget's: charged to it first, so none of it lands on this one.
-            Some(false) => settle_owed(),
-            // The reading may be up to a tick old, from before calls this thread has
-            // already charged: from there on, not from the reading.
-            None => started.cpu.max(CHARGED.get()),
-        };
+        // The reading may be up to a tick old, from before calls this thread has already
+        // charged: from there on, not from the reading.
+        self.charged = started.cpu.max(CHARGED.get());
         self.overslept = false;
         if self.budget.is_some() {
             self.deadline_ticks.min(ticks(CHECK_EVERY))
@@ -198,26 +172,9 @@ impl CallClock {
         }
     }
 
-    /// Ends a call on this thread: what it used since it was last charged goes to the budget,
-    /// at most once per epoch tick. A call ending in the tick of the thread's last charge to
-    /// the same budget reads no clock (a system call, about 330 ns here: more than a no-op
-    /// call): its CPU is charged with the thread's next call for that budget in a later tick,
-    /// or before it works for another. A budget sees its plugin's CPU up to a tick late.
+    /// Ends a call on this thread: what it used since it was last charged goes to the budget.
     pub fn finish(&mut self) {
-        let Some(budget) = self.budget.clone() else {
-            return;
-        };
-        let tick = TICKS.load(Ordering::Relaxed);
-        let deferred = OWED.with(|o| {
-            o.borrow()
-                .as_ref()
-                .is_some_and(|(b, at)| *at == tick && Arc::ptr_eq(b, &budget))
-        });
-        if deferred {
-            return;
-        }
         self.charge(cpu_time());
-        OWED.with(|o| *o.borrow_mut() = Some((budget, tick)));
     }
 
     /// Charges the CPU used from the last charge to `cpu` (the thread's CPU clock now).
@@ -343,74 +300,11 @@ mod tests {
             }
             c.finish();
         }
-        // Within one tick only the first call reads the clock; the next tick's first call
-        // is charged what all of them used.
-        tick();
-        c.start();
-        c.finish();
         let used = cpu_time().expect("a thread CPU clock") - before;
         let charged = Duration::from_micros(budget.used_us());
         assert!(
             charged <= used + Duration::from_millis(1),
             "charged {charged:?} for {used:?} of CPU"
-        );
-        assert!(
-            charged + Duration::from_millis(2) >= used,
-            "charged {charged:?} of the {used:?} the calls used"
-        );
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_thread_working_for_two_budgets_charges_each_its_own() {
-        let pool = Arc::new(crate::cpu::CpuPool::new(0));
-        let (a, b) = (CpuBudget::new(0, pool.clone()), CpuBudget::new(0, pool));
-        let mut on_a = CallClock::new(Duration::from_secs(1));
-        on_a.set_budget(Some(a.clone()));
-        let mut on_b = CallClock::new(Duration::from_secs(1));
-        on_b.set_budget(Some(b.clone()));
-        let spin = |n: u64| {
-            let started = cpu_time().expect("a thread CPU clock");
-            let mut x = 0u64;
-            for i in 0..n {
-                x = std::hint::black_box(x.wrapping_add(i));
-            }
-            cpu_time().expect("a thread CPU clock") - started
-        };
-        // Within one tick: a's calls, then b's, then a's again.
-        let mut used = (Duration::ZERO, Duration::ZERO);
-        for _ in 0..50 {
-            on_a.start();
-            used.0 += spin(200_000);
-            on_a.finish();
-        }
-        for _ in 0..5 {
-            on_b.start();
-            used.1 += spin(200_000);
-            on_b.finish();
-        }
-        tick();
-        on_a.start();
-        on_a.finish();
-        let charged = |x: &CpuBudget| Duration::from_micros(x.used_us());
-        // a used ten times what b did, and is charged about that; b is not charged a's.
-        assert!(
-            charged(&a) + Duration::from_millis(2) >= used.0,
-            "a: {:?} of {:?}",
-            charged(&a),
-            used.0
-        );
-        assert!(
-            charged(&b) <= used.1 + Duration::from_millis(2),
-            "b: {:?} of {:?}",
-            charged(&b),
-            used.1
-        );
-        assert!(
-            charged(&b) + Duration::from_millis(2) >= used.1,
-            "b: {:?} of {:?}",
-            charged(&b),
-            used.1
         );
     }
 
