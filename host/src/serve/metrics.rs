@@ -3,7 +3,9 @@
 use std::fmt::Write as _;
 
 use crate::gvk::Gvk;
-use crate::histogram::BUCKETS;
+use std::collections::BTreeMap;
+
+use crate::histogram::{BUCKETS, HistogramSnapshot};
 use crate::plugins::PluginStatus;
 use crate::serve::Status;
 
@@ -33,6 +35,41 @@ impl Writer {
             let _ = writeln!(self.out, "{name} {value}");
         } else {
             let _ = writeln!(self.out, "{name}{{{}}} {value}", labels.join(","));
+        }
+    }
+
+    /// The samples of one histogram series with `labels`: its cumulative buckets (`le`
+    /// added), sum in seconds and count.
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &HistogramSnapshot) {
+        fn with_le<'a>(labels: &[(&'a str, &'a str)], le: &'a str) -> Vec<(&'a str, &'a str)> {
+            labels.iter().copied().chain([("le", le)]).collect()
+        }
+        let bucket = format!("{name}_bucket");
+        for (bound, count) in BUCKETS.iter().zip(&h.cumulative) {
+            let le = bound.to_string();
+            self.sample(&bucket, &with_le(labels, &le), count);
+        }
+        self.sample(&bucket, &with_le(labels, "+Inf"), h.count);
+        self.sample(&format!("{name}_sum"), labels, h.sum_nanos as f64 / 1e9);
+        self.sample(&format!("{name}_count"), labels, h.count);
+    }
+
+    /// A counter of each plugin by two labels, from a map of maps of its status.
+    fn counter_by_two(
+        &mut self,
+        name: &str,
+        help: &str,
+        plugins: &[PluginStatus],
+        (outer, inner): (&str, &str),
+        counts: fn(&PluginStatus) -> &BTreeMap<String, BTreeMap<String, u64>>,
+    ) {
+        self.header(name, "counter", help);
+        for p in plugins {
+            for (a, by) in counts(p) {
+                for (b, n) in by {
+                    self.sample(name, &[("plugin", &p.name), (outer, a), (inner, b)], n);
+                }
+            }
         }
     }
 
@@ -343,26 +380,7 @@ pub fn render(status: &Status) -> String {
         "Time of each call into the plugin's handler",
     );
     for p in plugins {
-        let h = &p.durations;
-        for (bound, count) in BUCKETS.iter().zip(&h.cumulative) {
-            let le = bound.to_string();
-            w.sample(
-                &format!("{name}_bucket"),
-                &[("plugin", &p.name), ("le", &le)],
-                count,
-            );
-        }
-        w.sample(
-            &format!("{name}_bucket"),
-            &[("plugin", &p.name), ("le", "+Inf")],
-            h.count,
-        );
-        w.sample(
-            &format!("{name}_sum"),
-            &[("plugin", &p.name)],
-            h.sum_nanos as f64 / 1e9,
-        );
-        w.sample(&format!("{name}_count"), &[("plugin", &p.name)], h.count);
+        w.histogram(name, &[("plugin", &p.name)], &p.durations);
     }
     let name = "kubewasm_plugin_call_duration_seconds";
     w.header(
@@ -372,58 +390,23 @@ pub fn render(status: &Status) -> String {
     );
     for p in plugins {
         for (call, h) in &p.calls {
-            let labels = [("plugin", p.name.as_str()), ("call", call.as_str())];
-            for (bound, count) in BUCKETS.iter().zip(&h.cumulative) {
-                let le = bound.to_string();
-                w.sample(
-                    &format!("{name}_bucket"),
-                    &[labels[0], labels[1], ("le", &le)],
-                    count,
-                );
-            }
-            w.sample(
-                &format!("{name}_bucket"),
-                &[labels[0], labels[1], ("le", "+Inf")],
-                h.count,
-            );
-            w.sample(&format!("{name}_sum"), &labels, h.sum_nanos as f64 / 1e9);
-            w.sample(&format!("{name}_count"), &labels, h.count);
+            w.histogram(name, &[("plugin", &p.name), ("call", call)], h);
         }
     }
-    let name = "kubewasm_plugin_writes_by_verb_total";
-    w.header(
-        name,
-        "counter",
+    w.counter_by_two(
+        "kubewasm_plugin_writes_by_verb_total",
         "The plugin's writes by kind and result (sent, failed, skipped: would change nothing)",
+        plugins,
+        ("verb", "result"),
+        |p| &p.writes_by_verb,
     );
-    for p in plugins {
-        for (verb, results) in &p.writes_by_verb {
-            for (result, n) in results {
-                w.sample(
-                    name,
-                    &[("plugin", &p.name), ("verb", verb), ("result", result)],
-                    n,
-                );
-            }
-        }
-    }
-    let name = "kubewasm_plugin_http_requests_by_host_total";
-    w.header(
-        name,
-        "counter",
+    w.counter_by_two(
+        "kubewasm_plugin_http_requests_by_host_total",
         "The plugin's HTTP requests by granted host and outcome (status class, error, refused, denied)",
+        plugins,
+        ("host", "outcome"),
+        |p| &p.http_by_host,
     );
-    for p in plugins {
-        for (host, outcomes) in &p.http_by_host {
-            for (outcome, n) in outcomes {
-                w.sample(
-                    name,
-                    &[("plugin", &p.name), ("host", host), ("outcome", outcome)],
-                    n,
-                );
-            }
-        }
-    }
     admission(&mut w, plugins);
     controllers(&mut w, plugins);
     published(&mut w, &status.plugin_metrics);
@@ -553,32 +536,7 @@ fn admission(w: &mut Writer, plugins: &[PluginStatus]) {
     );
     for (plugin, a) in &serving {
         for (decision, h) in &a.durations {
-            let labels = |le: &'static str| {
-                [
-                    ("plugin", *plugin),
-                    ("decision", decision.as_str()),
-                    ("le", le),
-                ]
-            };
-            for (bound, count) in BUCKETS.iter().zip(&h.cumulative) {
-                let le = bound.to_string();
-                w.sample(
-                    &format!("{name}_bucket"),
-                    &[("plugin", plugin), ("decision", decision), ("le", &le)],
-                    count,
-                );
-            }
-            w.sample(&format!("{name}_bucket"), &labels("+Inf"), h.count);
-            w.sample(
-                &format!("{name}_sum"),
-                &[("plugin", plugin), ("decision", decision)],
-                h.sum_nanos as f64 / 1e9,
-            );
-            w.sample(
-                &format!("{name}_count"),
-                &[("plugin", plugin), ("decision", decision)],
-                h.count,
-            );
+            w.histogram(name, &[("plugin", plugin), ("decision", decision)], h);
         }
     }
 }

@@ -268,14 +268,8 @@ pub struct Spec {
 }
 
 const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
-const ACTIONS: [&str; 6] = [
-    "apply",
-    "merge-patch",
-    "json-patch",
-    "create",
-    "delete",
-    "record-event",
-];
+/// The write kinds a step may expect, as the contract names them.
+const ACTIONS: [&str; 6] = crate::write::WRITE_VERBS;
 
 impl Spec {
     /// Reads the test file at `path`; `plugin` replaces the file's `plugin`.

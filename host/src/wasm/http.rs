@@ -94,12 +94,7 @@ impl HttpTally {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match counts.get_mut(&(host.to_owned(), outcome)) {
-            Some(n) => *n += 1,
-            None => {
-                counts.insert((host.to_owned(), outcome), 1);
-            }
-        }
+        *counts.entry((host.to_owned(), outcome)).or_default() += 1;
     }
 
     /// The counts by host, then outcome.
