@@ -17,7 +17,9 @@ made=
 if [[ $# -ge 1 ]]; then dir=$1; mkdir -p "$dir"; else dir=$(mktemp -d); made=1; fi
 dir=$(cd "$dir" && pwd)
 port=${PORT:-6443}
+# etcd listens 10000 above the API server (two ports), or 10000 below where that passes 65535.
 etcd_port=$((port + 10000))
+if ((etcd_port + 1 > 65535)); then etcd_port=$((port - 10000)); fi
 
 # Certificates: a CA, the server's (127.0.0.1 and localhost), the admin's (system:masters), and
 # the service-account signing key.
