@@ -216,16 +216,14 @@ fn main() -> anyhow::Result<()> {
         let mut slow = config.plugins.defaults.clone();
         slow.config = r#"{"mode": "admit-slow"}"#.to_owned();
         config.plugins.named.insert("slow".to_owned(), slow);
-        let plugins = files.path().join("plugins");
-        std::fs::create_dir(&plugins)?;
-        std::fs::copy(
+        let plugins = kubewasm_testenv::PluginFolder::with(&[(
+            "image-policy",
             kubewasm_plugin_artifacts::IMAGE_POLICY,
-            plugins.join("image-policy.wasm"),
-        )?;
+        )]);
         let seen = Arc::new(Seen::default());
         let options = AgentOptions::new(Cluster::Kube(admin.clone()), config, seen.clone());
         let mut agent = Agent::start(options).await?;
-        let report = agent.follow_plugins(&plugins).await?;
+        let report = agent.follow_plugins(plugins.path()).await?;
         anyhow::ensure!(report.failed.is_empty(), "image-policy failed: {report:?}");
         let address = agent
             .webhooks_address()
@@ -292,7 +290,7 @@ async fn flood(
     env: &TestEnv,
     admin: &kube::Client,
     agent: &Agent,
-    plugins: &std::path::Path,
+    plugins: &kubewasm_testenv::PluginFolder,
     seen: &Seen,
     quick: bool,
 ) -> anyhow::Result<()> {
@@ -305,14 +303,8 @@ async fn flood(
     for ns in ["neighbour", "flood"] {
         resources::create_namespace(admin, ns).await?;
     }
-    std::fs::copy(
-        kubewasm_plugin_artifacts::POD_PHASE,
-        plugins.join("pod-phase.wasm"),
-    )?;
-    std::fs::copy(
-        kubewasm_plugin_artifacts::HOSTILE,
-        plugins.join("slow.wasm"),
-    )?;
+    plugins.put("pod-phase", kubewasm_plugin_artifacts::POD_PHASE);
+    plugins.put("slow", kubewasm_plugin_artifacts::HOSTILE);
     let loaded = |name: &str| {
         agent
             .plugins()

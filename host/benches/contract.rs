@@ -177,15 +177,14 @@ fn reviews(
         )
     };
     let agent = tasks.block_on(Agent::start(options)).expect("agent");
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = kubewasm_testenv::PluginFolder::new();
     let body = review_body();
     let decoded = body.clone();
     let mut cases = vec![Case::new("review_decode", move || {
         std::hint::black_box(review::parse(&decoded).expect("a review"));
     })];
     for (name, file, _) in plugins {
-        let path = dir.path().join(format!("{name}.wasm"));
-        std::fs::copy(file, &path).expect("copy");
+        let path = dir.put(name, file);
         agent.plugins().load(&path).expect("loads");
         let admitter = agent.plugins().admitter(name).expect("declares admission");
         let body = body.clone();

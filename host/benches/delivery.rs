@@ -174,13 +174,9 @@ fn rss_per_copy(path: &str, release: Duration) -> f64 {
     };
     let agent = tokio.block_on(Agent::start(options)).expect("agent");
     let host = agent.plugins().clone();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = kubewasm_testenv::PluginFolder::new();
     let paths: Vec<_> = (0..=COPIES)
-        .map(|i| {
-            let p = dir.path().join(format!("pod-phase-{i}.wasm"));
-            std::fs::copy(path, &p).expect("copy");
-            p
-        })
+        .map(|i| dir.put(&format!("pod-phase-{i}"), path))
         .collect();
     let released = release < Duration::from_secs(60);
     let settled = |n: usize| {

@@ -131,9 +131,9 @@ fn bench_plugins(
     work: &str,
     changes: &[&str],
     release_idle_after: Duration,
-) -> (Agent, Lease, Vec<PathBuf>, tempfile::TempDir) {
+) -> (Agent, Lease, Vec<PathBuf>, kubewasm_testenv::PluginFolder) {
     let mut config = HostConfig::default();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = kubewasm_testenv::PluginFolder::new();
     let paths = (0..count)
         .map(|i| {
             let name = format!("bench-{i}");
@@ -148,9 +148,7 @@ fn bench_plugins(
             // pass the default 64 MiB, and the folding that follows ends the run waiting.
             settings.delivery.backlog_bytes = usize::MAX;
             config.plugins.named.insert(name.clone(), settings);
-            let path = dir.path().join(format!("{name}.wasm"));
-            std::fs::copy(kubewasm_plugin_artifacts::BENCH, &path).expect("copy");
-            path
+            dir.put(&name, kubewasm_plugin_artifacts::BENCH)
         })
         .collect();
     let options = AgentOptions {

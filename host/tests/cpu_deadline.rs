@@ -49,9 +49,8 @@ fn a_call_waiting_for_a_core_is_not_charged_for_the_wait() {
     settings.delivery.max_attempts = 3;
     let sink = Arc::new(MemorySink::default());
     let (agent, folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
-    let plugins = tempfile::tempdir().expect("temp dir");
-    let file = plugins.path().join("starved.wasm");
-    fs::copy(kubewasm_plugin_artifacts::HOSTILE, &file).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    let file = plugins.put("starved", kubewasm_plugin_artifacts::HOSTILE);
     agent.plugins().load(&file).expect("loads");
     let status = || {
         agent

@@ -7,7 +7,6 @@
 //! admission) pass their own test files.
 
 use std::collections::BTreeSet;
-use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,7 +65,7 @@ fn plugins_built_for_0_2_0_3_and_0_4_run_beside_0_5_ones_and_say_the_same() {
         verbs: vec![Verb::Patch],
         namespaces: None,
     }];
-    let plugins = tempfile::tempdir().expect("temp dir");
+    let plugins = kubewasm_testenv::PluginFolder::new();
     for (name, from) in [
         ("pod-phase-02", fixture("pod_phase.wasm")),
         ("pod-phase", kubewasm_plugin_artifacts::POD_PHASE.into()),
@@ -85,7 +84,7 @@ fn plugins_built_for_0_2_0_3_and_0_4_run_beside_0_5_ones_and_say_the_same() {
         ("deployment-view-04", fixture_0_4("deployment_view.wasm")),
         ("owner-chain-04", fixture_0_4("owner_chain.wasm")),
     ] {
-        fs::copy(&from, plugins.path().join(format!("{name}.wasm"))).expect("copy");
+        plugins.put(name, &from);
     }
     let sink = Arc::new(MemorySink::default());
     let mut agent = support::folder_agent(&runtime, cluster.path(), config, sink.clone());

@@ -59,7 +59,7 @@ fn provisioner(config: &str) -> PluginSettings {
 struct Run {
     _runtime: tokio::runtime::Runtime,
     cluster: tempfile::TempDir,
-    _plugins: tempfile::TempDir,
+    _plugins: kubewasm_testenv::PluginFolder,
     agent: Agent,
     folder: Arc<ManifestFolder>,
     sink: Arc<MemorySink>,
@@ -77,9 +77,11 @@ impl Run {
         let sink = Arc::new(MemorySink::default());
         let (agent, folder) =
             support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
-        let plugins = tempfile::tempdir().expect("temp dir");
-        let file = plugins.path().join("provisioner.wasm");
-        fs::copy(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER, &file).expect("copy");
+        let plugins = kubewasm_testenv::PluginFolder::new();
+        let file = plugins.put(
+            "provisioner",
+            kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER,
+        );
         agent.plugins().load(&file).expect("the provisioner loads");
         Self {
             _runtime: runtime,
@@ -265,9 +267,11 @@ fn a_controller_without_the_grants_it_needs_is_refused_naming_them() {
     config.plugins.named.insert("provisioner".into(), settings);
     let sink = Arc::new(MemorySink::default());
     let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
-    let plugins = tempfile::tempdir().expect("temp dir");
-    let file = plugins.path().join("provisioner.wasm");
-    fs::copy(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER, &file).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    let file = plugins.put(
+        "provisioner",
+        kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER,
+    );
     let error = agent
         .plugins()
         .load(&file)
@@ -294,9 +298,8 @@ fn a_plugin_making_up_series_stays_within_its_bound() {
     settings.limits.metric_series = 50;
     let sink = Arc::new(MemorySink::default());
     let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
-    let plugins = tempfile::tempdir().expect("temp dir");
-    let file = plugins.path().join("flood.wasm");
-    fs::copy(kubewasm_plugin_artifacts::HOSTILE, &file).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    let file = plugins.put("flood", kubewasm_plugin_artifacts::HOSTILE);
     agent.plugins().load(&file).expect("loads");
     let end = Instant::now() + WAIT;
     while support::field_values(&sink.records(), "metric flood", "refused").is_empty() {

@@ -152,8 +152,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         stdout.contains("reads of each apps/v1/Deployment: whole objects"),
         "{stdout}"
     );
-    let phase = plugins.path().join("phase.wasm");
-    std::fs::copy(kubewasm_plugin_artifacts::POD_PHASE, &phase).expect("copy");
+    let phase = plugins.put("phase", kubewasm_plugin_artifacts::POD_PHASE);
     let out = check_with(&phase, None);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -161,8 +160,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         "{stdout}"
     );
     // cargo writes deployment_view.wasm; the configuration names deployment-view.
-    let renamed = plugins.path().join("deployment_view.wasm");
-    std::fs::copy(&plugin, &renamed).expect("copy");
+    let renamed = plugins.put("deployment_view", &plugin);
     let out = check(&renamed);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -176,8 +174,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         "plugins:\n  labeler:\n    grants:\n      http: [hooks.example.com, 127.0.0.1:8080]\n      writes:\n        - {resources: [v1/Pod], verbs: [patch], subresources: [status], namespaces: [shop]}\n",
     )
     .expect("write");
-    let labeler = plugins.path().join("labeler.wasm");
-    std::fs::copy(kubewasm_plugin_artifacts::LABELER, &labeler).expect("copy");
+    let labeler = plugins.put("labeler", kubewasm_plugin_artifacts::LABELER);
     let out = check_with(&labeler, Some(&writes));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -189,8 +186,7 @@ fn check_prints_what_a_plugin_reads_and_refuses_a_broken_file() {
         "{stdout}"
     );
     // Schedules and resyncs as they will run: the manifest's, or the operator's over them.
-    let pod_age = plugins.path().join("pod-age.wasm");
-    std::fs::copy(kubewasm_plugin_artifacts::POD_AGE, &pod_age).expect("copy");
+    let pod_age = plugins.put("pod-age", kubewasm_plugin_artifacts::POD_AGE);
     let out = check_with(&pod_age, None);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -346,13 +342,13 @@ fn top_shows_what_each_plugin_costs_from_a_running_host() {
 struct Hosted {
     agent: AgentProcess,
     lines: Vec<String>,
-    _dirs: [tempfile::TempDir; 2],
+    _dirs: (kubewasm_testenv::PluginFolder, tempfile::TempDir),
 }
 
 fn host_with(plugins: &[(&str, &str)], config: &str, config_maps: usize) -> Hosted {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = kubewasm_testenv::PluginFolder::new();
     for (name, artifact) in plugins {
-        fs::copy(artifact, dir.path().join(format!("{name}.wasm"))).expect("copy");
+        dir.put(name, artifact);
     }
     let config_file = dir.path().join("config.yaml");
     fs::write(&config_file, config).expect("write");
@@ -375,7 +371,7 @@ fn host_with(plugins: &[(&str, &str)], config: &str, config_maps: usize) -> Host
     Hosted {
         agent,
         lines,
-        _dirs: [dir, cluster],
+        _dirs: (dir, cluster),
     }
 }
 
@@ -529,7 +525,7 @@ fn healthz_answers_from_the_start_while_a_large_folder_is_read() {
         )
         .expect("write");
     }
-    let plugins = tempfile::tempdir().expect("temp dir");
+    let plugins = kubewasm_testenv::PluginFolder::new();
     let address = support::free_address();
     let started = Instant::now();
     let mut child = Command::new(KUBEWASM)
@@ -564,12 +560,8 @@ fn healthz_answers_from_the_start_while_a_large_folder_is_read() {
 
 #[test]
 fn webhooks_print_yaml_alone_on_stdout_and_logs_without_colour_on_stderr() {
-    let plugins = tempfile::tempdir().expect("temp dir");
-    std::fs::copy(
-        kubewasm_plugin_artifacts::IMAGE_POLICY,
-        plugins.path().join("image-policy.wasm"),
-    )
-    .expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("image-policy", kubewasm_plugin_artifacts::IMAGE_POLICY);
     // A cold cache: the compile log lines that used to precede the YAML are written.
     let cache = tempfile::tempdir().expect("temp dir");
     let out = Command::new(KUBEWASM)

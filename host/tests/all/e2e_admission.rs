@@ -107,9 +107,9 @@ async fn serving(
         key_file,
         concurrency,
     });
-    let folder = tempfile::tempdir()?;
+    let folder = kubewasm_testenv::PluginFolder::new();
     for (name, built, _) in plugins {
-        std::fs::copy(built, folder.path().join(format!("{name}.wasm")))?;
+        folder.put(name, built);
     }
     let options = AgentOptions::new(
         Cluster::Kube(admin.clone()),

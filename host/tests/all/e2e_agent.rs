@@ -40,7 +40,7 @@ struct Host {
     agent: Agent,
     sink: Arc<MemorySink>,
     address: std::net::SocketAddr,
-    plugins: tempfile::TempDir,
+    plugins: kubewasm_testenv::PluginFolder,
 }
 
 async fn agent(
@@ -48,10 +48,10 @@ async fn agent(
     plugins: &[PluginSpec],
     election: Option<ElectionConfig>,
 ) -> anyhow::Result<Host> {
-    let dir = tempfile::tempdir()?;
+    let dir = kubewasm_testenv::PluginFolder::new();
     let mut configs = Vec::new();
     for (name, built, config) in plugins {
-        std::fs::copy(built, dir.path().join(format!("{name}.wasm")))?;
+        dir.put(name, built);
         configs.push((*name, config.as_str()));
     }
     let sink = Arc::new(MemorySink::default());
@@ -572,11 +572,8 @@ async fn readiness_follows_a_hung_api_server_within_twenty_seconds() -> anyhow::
     let admin = env.client().await?;
     let proxy = kubewasm_testenv::proxy::FreezableProxy::start(env.addr()).await?;
     let through_proxy = env.admin_client_via(proxy.addr()).await?;
-    let dir = tempfile::tempdir()?;
-    std::fs::copy(
-        kubewasm_plugin_artifacts::AUDIT_LOG,
-        dir.path().join("audit.wasm"),
-    )?;
+    let dir = kubewasm_testenv::PluginFolder::new();
+    dir.put("audit", kubewasm_plugin_artifacts::AUDIT_LOG);
     let mut config = support::configs(&[("audit", &audit_of(&["v1/ConfigMap"]))]);
     config.readiness_follows_api_server = true;
     let options = AgentOptions {

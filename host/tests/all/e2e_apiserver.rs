@@ -24,14 +24,14 @@ struct Host {
     host: Arc<PluginHost>,
     sink: Arc<MemorySink>,
     agent: Agent,
-    _plugins: tempfile::TempDir,
+    _plugins: kubewasm_testenv::PluginFolder,
 }
 
 async fn host(env: &TestEnv, plugins: &[(&str, &str, &str)]) -> anyhow::Result<Host> {
-    let dir = tempfile::tempdir()?;
+    let dir = kubewasm_testenv::PluginFolder::new();
     let mut configs = Vec::new();
     for (name, built, config) in plugins {
-        std::fs::copy(built, dir.path().join(format!("{name}.wasm")))?;
+        dir.put(name, built);
         configs.push((*name, *config));
     }
     let sink = Arc::new(MemorySink::default());

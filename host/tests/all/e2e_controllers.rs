@@ -36,7 +36,7 @@ async fn until<F: Future<Output = anyhow::Result<bool>>>(
 async fn start(
     client: kube::Client,
     sink: Arc<MemorySink>,
-) -> anyhow::Result<(Agent, tempfile::TempDir)> {
+) -> anyhow::Result<(Agent, kubewasm_testenv::PluginFolder)> {
     let mut config = support::configs(&[("provisioner", r#"{"finalizer": true}"#)]);
     let settings = config
         .plugins
@@ -62,11 +62,11 @@ async fn start(
             namespaces: None,
         },
     ];
-    let dir = tempfile::tempdir()?;
-    std::fs::copy(
+    let dir = kubewasm_testenv::PluginFolder::new();
+    dir.put(
+        "provisioner",
         kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER,
-        dir.path().join("provisioner.wasm"),
-    )?;
+    );
     let options = AgentOptions::new(Cluster::Kube(client), config, sink);
     let mut agent = Agent::start(options).await?;
     let report = agent.follow_plugins(dir.path()).await?;

@@ -68,11 +68,8 @@ async fn a_write_failing_through_an_outage_lands_once_it_is_over() -> anyhow::Re
     let sink = Arc::new(MemorySink::default());
     let options = AgentOptions::new(Cluster::Source(source, Some(writer)), config, sink);
     let mut agent = Agent::start(options).await?;
-    let plugins = tempfile::tempdir()?;
-    std::fs::copy(
-        kubewasm_plugin_artifacts::LABELER,
-        plugins.path().join("labeler.wasm"),
-    )?;
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("labeler", kubewasm_plugin_artifacts::LABELER);
     agent.follow_plugins(plugins.path()).await?;
 
     proxy.set_down(true);
@@ -110,7 +107,9 @@ async fn a_write_failing_through_an_outage_lands_once_it_is_over() -> anyhow::Re
 }
 
 /// A host with the audit-log plugin watching ConfigMaps in `e2e`.
-async fn audit_host(env: &TestEnv) -> anyhow::Result<(Agent, Arc<MemorySink>, tempfile::TempDir)> {
+async fn audit_host(
+    env: &TestEnv,
+) -> anyhow::Result<(Agent, Arc<MemorySink>, kubewasm_testenv::PluginFolder)> {
     let sink = Arc::new(MemorySink::default());
     let config = support::configs(&[(
         "audit",
@@ -118,11 +117,8 @@ async fn audit_host(env: &TestEnv) -> anyhow::Result<(Agent, Arc<MemorySink>, te
     )]);
     let options = AgentOptions::new(Cluster::Kube(env.client().await?), config, sink.clone());
     let mut agent = Agent::start(options).await?;
-    let plugins = tempfile::tempdir()?;
-    std::fs::copy(
-        kubewasm_plugin_artifacts::AUDIT_LOG,
-        plugins.path().join("audit.wasm"),
-    )?;
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("audit", kubewasm_plugin_artifacts::AUDIT_LOG);
     agent.follow_plugins(plugins.path()).await?;
     wait_for("ready", WAIT, async || {
         Ok(agent.status().ready.then_some(()))

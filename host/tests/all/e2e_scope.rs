@@ -5,7 +5,6 @@
 //! other plugins no event they would not have had.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -45,10 +44,10 @@ async fn host(
     client: kube::Client,
     configs: &[(&str, &str)],
     files: &[&str],
-) -> anyhow::Result<(Agent, Arc<MemorySink>, tempfile::TempDir)> {
-    let dir = tempfile::tempdir()?;
+) -> anyhow::Result<(Agent, Arc<MemorySink>, kubewasm_testenv::PluginFolder)> {
+    let dir = kubewasm_testenv::PluginFolder::new();
     for name in files {
-        put(dir.path(), name)?;
+        dir.put(name, kubewasm_plugin_artifacts::AUDIT_LOG);
     }
     let sink = Arc::new(MemorySink::default());
     let mut agent = Agent::start(AgentOptions::new(
@@ -60,14 +59,6 @@ async fn host(
     let report = agent.follow_plugins(dir.path()).await?;
     anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
     Ok((agent, sink, dir))
-}
-
-/// Puts audit-log into `dir` as plugin `name`, whole (written aside, then renamed).
-fn put(dir: &Path, name: &str) -> anyhow::Result<()> {
-    let aside = dir.join(format!(".{name}.part"));
-    std::fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &aside)?;
-    std::fs::rename(aside, dir.join(format!("{name}.wasm")))?;
-    Ok(())
 }
 
 /// Polls `check` until it gives a value.
@@ -268,7 +259,7 @@ async fn widen_and_narrow(
         })
     };
     a_few_more().await?;
-    put(dir.path(), "wide")?;
+    dir.put("wide", kubewasm_plugin_artifacts::AUDIT_LOG);
     wait("wide synced", || synced(&agent, "wide").then_some(())).await?;
     a_few_more().await?;
     std::fs::remove_file(dir.path().join("wide.wasm"))?;
@@ -531,11 +522,8 @@ async fn a_metadata_only_plugin_has_the_server_send_metadata_and_is_told_what_it
     maps.create(&PostParams::default(), &config_map("one", json!({}))?)
         .await?;
     let (client, accepts) = recording_client(&env).await?;
-    let dir = tempfile::tempdir()?;
-    std::fs::copy(
-        kubewasm_plugin_artifacts::HOSTILE,
-        dir.path().join("meta.wasm"),
-    )?;
+    let dir = kubewasm_testenv::PluginFolder::new();
+    dir.put("meta", kubewasm_plugin_artifacts::HOSTILE);
     let sink = Arc::new(MemorySink::default());
     let mut agent = Agent::start(AgentOptions::new(
         Cluster::Kube(client),

@@ -43,10 +43,10 @@ async fn agent(
     plugins: &[(&str, &str)],
     config: &str,
     election: Option<ElectionConfig>,
-) -> anyhow::Result<(Agent, Arc<MemorySink>, tempfile::TempDir)> {
-    let dir = tempfile::tempdir()?;
+) -> anyhow::Result<(Agent, Arc<MemorySink>, kubewasm_testenv::PluginFolder)> {
+    let dir = kubewasm_testenv::PluginFolder::new();
     for (name, built) in plugins {
-        std::fs::copy(built, dir.path().join(format!("{name}.wasm")))?;
+        dir.put(name, built);
     }
     let config = HostConfig::parse(config).map_err(anyhow::Error::msg)?;
     let sink = Arc::new(MemorySink::default());
@@ -497,7 +497,7 @@ plugins:
     // synced call, and stays quiet: the edge was crossed already.
     let swap = async |to: &str| -> anyhow::Result<()> {
         let digest = kubewasm::plugins::digest(&std::fs::read(to)?);
-        std::fs::copy(to, dir.path().join("service-alert.wasm"))?;
+        dir.put("service-alert", to);
         wait_for("the new version synced", async || {
             let s = status(&agent, "service-alert");
             Ok((s.digest == digest && s.synced_calls >= 1 && s.idle).then_some(()))

@@ -121,11 +121,11 @@ async fn start(
     env: &TestEnv,
     name: &str,
     election: Option<ElectionConfig>,
-) -> anyhow::Result<(Agent, tempfile::TempDir)> {
+) -> anyhow::Result<(Agent, kubewasm_testenv::PluginFolder)> {
     let client = env.service_account_client("kubewasm", name).await?;
-    let dir = tempfile::tempdir()?;
+    let dir = kubewasm_testenv::PluginFolder::new();
     for (plugin, built, _, _) in plugins() {
-        std::fs::copy(built, dir.path().join(format!("{plugin}.wasm")))?;
+        dir.put(plugin, built);
     }
     let options = AgentOptions {
         election,

@@ -21,7 +21,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 struct Harness {
     cluster: tempfile::TempDir,
-    plugins: tempfile::TempDir,
+    plugins: kubewasm_testenv::PluginFolder,
     folder: Arc<ManifestFolder>,
     factory: Arc<InformerFactory>,
     host: Arc<PluginHost>,
@@ -35,7 +35,7 @@ fn harness(configs: &[(&str, &str)]) -> Harness {
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     support::copy_examples(cluster.path());
-    let plugins = tempfile::tempdir().expect("temp dir");
+    let plugins = kubewasm_testenv::PluginFolder::new();
     let sink = Arc::new(MemorySink::default());
     let agent = support::folder_agent(
         &runtime,
@@ -69,9 +69,7 @@ impl Harness {
     }
 
     fn install(&self, built: &str, name: &str) -> PathBuf {
-        let path = self.plugins.path().join(format!("{name}.wasm"));
-        fs::copy(built, &path).expect("copy plugin");
-        path
+        self.plugins.put(name, built)
     }
 
     /// Waits until some line of `plugin` satisfies `pred`; panics with every line otherwise.

@@ -67,7 +67,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
     support::copy_examples(cluster.path());
     std::fs::write(cluster.path().join("worker.yaml"), CRASHING).expect("write");
     std::fs::write(cluster.path().join("settings.yaml"), CONFIG_MAP).expect("write");
-    let plugins = tempfile::tempdir().expect("tempdir");
+    let plugins = kubewasm_testenv::PluginFolder::new();
     let mut config = support::configs(&[
         ("labeler", r#"{"key": "team", "value": "shop"}"#),
         ("crashloop-events", "{}"),
@@ -103,7 +103,7 @@ fn writes_land_in_the_folders_memory_as_events_and_bad_ones_never_leave_the_host
         ),
         ("write-huge", kubewasm_plugin_artifacts::HOSTILE),
     ] {
-        std::fs::copy(built, plugins.path().join(format!("{name}.wasm"))).expect("copy");
+        plugins.put(name, built);
     }
     let sink = Arc::new(MemorySink::default());
     let mut agent = support::folder_agent(&rt, cluster.path(), config, sink.clone());

@@ -221,13 +221,10 @@ fn rbac_matches(docs: &[Value]) {
 
 #[test]
 fn the_charts_webhooks_are_what_kubewasm_webhooks_prints_served_by_its_own_service() {
-    let plugins = tempfile::tempdir().expect("temp dir");
-    for (name, built) in [
+    let plugins = kubewasm_testenv::PluginFolder::with(&[
         ("image-policy", kubewasm_plugin_artifacts::IMAGE_POLICY),
         ("pod-defaults", kubewasm_plugin_artifacts::POD_DEFAULTS),
-    ] {
-        std::fs::copy(built, plugins.path().join(format!("{name}.wasm"))).expect("copy");
-    }
+    ]);
     let printed = kubewasm_yaml(&[
         "webhooks".as_ref(),
         "--namespace".as_ref(),

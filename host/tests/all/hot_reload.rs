@@ -406,9 +406,8 @@ fn the_default_resync_period_reaches_plugins_the_configuration_does_not_name() {
     .expect("valid configuration");
     let sink = Arc::new(MemorySink::default());
     let agent = support::folder_agent(&runtime, cluster.path(), config, sink.clone());
-    let plugins = tempfile::tempdir().expect("temp dir");
-    let path = plugins.path().join("audit.wasm");
-    fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &path).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    let path = plugins.put("audit", kubewasm_plugin_artifacts::AUDIT_LOG);
     agent.plugins().load(&path).expect("loads");
     let lines = sink.wait_until(WAIT, |rs| {
         support::audit(rs, "ConfigMap")
@@ -475,7 +474,7 @@ fn a_plugin_that_compiles_too_long_fails_and_the_folder_goes_on() {
     config.plugins.compile_timeout = Duration::from_millis(1);
     let sink = Arc::new(MemorySink::default());
     let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
-    let plugins = tempfile::tempdir().expect("temp dir");
+    let plugins = kubewasm_testenv::PluginFolder::new();
     fs::write(plugins.path().join("audit.wasm"), variant("slow")).expect("write");
     let started = Instant::now();
     let report = sync_dir(agent.plugins(), plugins.path()).expect("sync");

@@ -143,13 +143,9 @@ fn the_notifier_reaches_its_granted_webhook_and_nothing_else_within_its_deadline
             settings.limits.deadline = Duration::from_millis(300);
         }
     }
-    let plugins = tempfile::tempdir().expect("tempdir");
+    let plugins = kubewasm_testenv::PluginFolder::new();
     for (name, _) in &configs {
-        std::fs::copy(
-            kubewasm_plugin_artifacts::ROLLOUT_NOTIFIER,
-            plugins.path().join(format!("{name}.wasm")),
-        )
-        .expect("copy");
+        plugins.put(name, kubewasm_plugin_artifacts::ROLLOUT_NOTIFIER);
     }
     let mut agent =
         support::folder_agent(&rt, cluster.path(), config, Arc::new(MemorySink::default()));
@@ -250,12 +246,8 @@ fn a_granted_name_that_resolves_inward_is_refused_after_resolution() {
     let mut config = support::configs(&[("notify", &url)]);
     let settings = config.plugins.named.get_mut("notify").expect("configured");
     settings.grants.http = vec![AllowedHost::parse(&format!("localhost:{port}")).expect("host")];
-    let plugins = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(
-        kubewasm_plugin_artifacts::ROLLOUT_NOTIFIER,
-        plugins.path().join("notify.wasm"),
-    )
-    .expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("notify", kubewasm_plugin_artifacts::ROLLOUT_NOTIFIER);
     let mut agent =
         support::folder_agent(&rt, cluster.path(), config, Arc::new(MemorySink::default()));
     rt.block_on(agent.follow_plugins(plugins.path()))

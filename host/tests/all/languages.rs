@@ -75,9 +75,8 @@ fn owner_chain_through_the_host(built: Option<&str>, language: &str) {
         .block_on(Agent::start(options))
         .expect("the agent starts");
     let host = agent.plugins();
-    let plugins = tempfile::tempdir().expect("temp dir");
-    let path = plugins.path().join(format!("owner-chain-{language}.wasm"));
-    fs::copy(built, &path).expect("copy plugin");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    let path = plugins.put(&format!("owner-chain-{language}"), built);
     host.load(&path).unwrap_or_else(|e| panic!("{e}"));
 
     let lines = sink.wait_until(WAIT, |rs| chains(rs).len() >= EXPECTED.len());
@@ -173,13 +172,9 @@ fn pod_phase_in_go_logs_what_the_rust_one_logs() {
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     support::copy_examples(cluster.path());
-    let plugins = tempfile::tempdir().expect("temp dir");
-    fs::copy(
-        kubewasm_plugin_artifacts::POD_PHASE,
-        plugins.path().join("pod-phase.wasm"),
-    )
-    .expect("copy");
-    fs::copy(go, plugins.path().join("pod-phase-go.wasm")).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("pod-phase", kubewasm_plugin_artifacts::POD_PHASE);
+    plugins.put("pod-phase-go", go);
     let sink = Arc::new(MemorySink::default());
     let (mut agent, folder) = support::snapshot_agent(
         &runtime,
@@ -270,14 +265,10 @@ fn the_labeler_writes_the_same_labels_from_rust_python_and_go() {
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
     support::copy_examples(cluster.path());
-    let plugins = tempfile::tempdir().expect("temp dir");
-    fs::copy(
-        kubewasm_plugin_artifacts::LABELER,
-        plugins.path().join("labeler.wasm"),
-    )
-    .expect("copy");
-    fs::copy(python, plugins.path().join("labeler-py.wasm")).expect("copy");
-    fs::copy(go, plugins.path().join("labeler-go.wasm")).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("labeler", kubewasm_plugin_artifacts::LABELER);
+    plugins.put("labeler-py", python);
+    plugins.put("labeler-go", go);
     let mut config = support::configs(&[
         ("labeler", r#"{"key": "from-rust", "value": "yes"}"#),
         ("labeler-py", r#"{"key": "from-python", "value": "yes"}"#),

@@ -37,7 +37,7 @@ fn cm(name: &str, value: &str) -> String {
 struct Run {
     cluster: tempfile::TempDir,
     /// The plugins' folder; `bad.wasm` in it is the hostile plugin's file.
-    plugins: tempfile::TempDir,
+    plugins: kubewasm_testenv::PluginFolder,
     folder: Arc<ManifestFolder>,
     host: Arc<PluginHost>,
     sink: Arc<MemorySink>,
@@ -141,12 +141,10 @@ fn run(bad: &Path, settings: PluginSettings) -> Run {
     config.plugins.named.insert("bad".into(), settings);
     let (agent, folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
     let host = agent.plugins().clone();
-    let plugins = tempfile::tempdir().expect("temp dir");
-    let good = plugins.path().join("good.wasm");
-    fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &good).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    let good = plugins.put("good", kubewasm_plugin_artifacts::AUDIT_LOG);
     host.load(&good).expect("the good plugin loads");
-    let bad_copy = plugins.path().join("bad.wasm");
-    fs::copy(bad, &bad_copy).expect("copy");
+    let bad_copy = plugins.put("bad", bad);
     let bad_loaded = host.load(&bad_copy);
 
     // Edits, one rescan each so every one is its own event.
@@ -914,8 +912,8 @@ fn a_plugin_that_never_syncs_stops_holding_readiness_after_the_sync_timeout() {
     config.plugins.named.insert("bad".into(), settings);
     let sink = Arc::new(MemorySink::default());
     let (mut agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
-    let plugins = tempfile::tempdir().expect("temp dir");
-    fs::copy(bad, plugins.path().join("bad.wasm")).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("bad", bad);
     let loaded = Instant::now();
     let report = runtime
         .block_on(agent.follow_plugins(plugins.path()))
@@ -998,9 +996,8 @@ fn a_wait_that_never_ends_in_init_fails_the_load_and_nothing_else() {
     config.plugins.named.insert("bad".into(), settings);
     let sink = Arc::new(MemorySink::default());
     let (agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink.clone());
-    let plugins = tempfile::tempdir().expect("temp dir");
-    let bad = plugins.path().join("bad.wasm");
-    fs::copy(kubewasm_plugin_artifacts::HOSTILE, &bad).expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    let bad = plugins.put("bad", kubewasm_plugin_artifacts::HOSTILE);
     let started = Instant::now();
     let error = agent.plugins().load(&bad).expect_err("init never returns");
     let message = format!("{error:#}");
@@ -1014,8 +1011,7 @@ fn a_wait_that_never_ends_in_init_fails_the_load_and_nothing_else() {
         "{:?}",
         started.elapsed()
     );
-    let good = plugins.path().join("good.wasm");
-    fs::copy(kubewasm_plugin_artifacts::AUDIT_LOG, &good).expect("copy");
+    let good = plugins.put("good", kubewasm_plugin_artifacts::AUDIT_LOG);
     agent.plugins().load(&good).expect("the next plugin loads");
     sink.wait_until(WAIT, |rs| !good_sequence(rs).is_empty());
 }

@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(60);
 struct Storm {
     agent: kubewasm::agent::Agent,
     sink: Arc<MemorySink>,
-    _dirs: [tempfile::TempDir; 2],
+    _dirs: (tempfile::TempDir, kubewasm_testenv::PluginFolder),
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -68,17 +68,9 @@ fn storm(mode: &str, tune: impl FnOnce(&mut kubewasm::plugins::PluginSettings)) 
         namespaces: Some(vec!["t".into()]),
     }];
     tune(settings);
-    let plugins = tempfile::tempdir().expect("temp dir");
-    fs::copy(
-        kubewasm_plugin_artifacts::HOSTILE,
-        plugins.path().join("bad.wasm"),
-    )
-    .expect("copy");
-    fs::copy(
-        kubewasm_plugin_artifacts::POD_PHASE,
-        plugins.path().join("pod-phase.wasm"),
-    )
-    .expect("copy");
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    plugins.put("bad", kubewasm_plugin_artifacts::HOSTILE);
+    plugins.put("pod-phase", kubewasm_plugin_artifacts::POD_PHASE);
     let sink = Arc::new(MemorySink::default());
     let mut agent = support::folder_agent(&runtime, cluster.path(), config, sink.clone());
     runtime
@@ -87,7 +79,7 @@ fn storm(mode: &str, tune: impl FnOnce(&mut kubewasm::plugins::PluginSettings)) 
     Storm {
         agent,
         sink,
-        _dirs: [cluster, plugins],
+        _dirs: (cluster, plugins),
         _runtime: runtime,
     }
 }
@@ -116,14 +108,14 @@ fn a_plugin_in_a_loop_stays_stopped_when_replaced() {
     let s = storm("write-loop", |_| {});
     let first = s.until("the loop on each object stopped", |p| p.given_up >= 3);
     let version = kubewasm_plugin_artifacts::variant(kubewasm_plugin_artifacts::HOSTILE, "v2");
-    let plugins = s._dirs[1].path();
+    let plugins = s._dirs.1.path();
     fs::write(plugins.join(".bad.tmp"), version).expect("write");
     fs::rename(plugins.join(".bad.tmp"), plugins.join("bad.wasm")).expect("rename");
     s.until("replaced", |p| p.reloads == 1);
     // An update of one of its objects reaches the new version, whose write to it is
     // refused: the loop the old version ran is the plugin's, not the version's.
     fs::write(
-        s._dirs[0].path().join("cm-1.yaml"),
+        s._dirs.0.path().join("cm-1.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-1, namespace: t}\ndata: {v: '2'}\n",
     )
     .expect("write");

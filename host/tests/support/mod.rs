@@ -174,18 +174,14 @@ pub fn plugin_status(
 }
 
 /// The example plugins under the names examples/deploy and the Helm chart configure.
-pub fn deployed_plugins() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    for (name, built) in [
+pub fn deployed_plugins() -> kubewasm_testenv::PluginFolder {
+    kubewasm_testenv::PluginFolder::with(&[
         ("pod-phase", kubewasm_plugin_artifacts::POD_PHASE),
         (
             "deployment-view",
             kubewasm_plugin_artifacts::DEPLOYMENT_VIEW,
         ),
-    ] {
-        std::fs::copy(built, dir.path().join(format!("{name}.wasm"))).expect("copy");
-    }
-    dir
+    ])
 }
 
 /// (id, command, nice) of each of this process's threads, from `/proc` (none elsewhere).

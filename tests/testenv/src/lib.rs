@@ -12,10 +12,13 @@ pub mod generate;
 pub mod hostile_registry;
 pub mod oci;
 pub mod otel;
+mod plugin_folder;
 mod pki;
 mod process;
 pub mod proxy;
 pub mod resources;
+
+pub use plugin_folder::PluginFolder;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
