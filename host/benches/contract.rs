@@ -5,10 +5,17 @@
 //! - `deliver_noop`, `state_get`, `state_set`: a no-op Rust plugin's delivery, and the same
 //!   with one state read or one state write in the handler (the write applied to the map as
 //!   the dispatch loop applies it); the difference is what one state call costs;
+//! - `deliver_noop_accounted`: `deliver_noop` with the cost accounting the dispatch loop does
+//!   around every call (its clock readings, duration histogram, memory, handles, HTTP and
+//!   slowest host call); the difference is what accounting adds to a delivery;
+//! - `metric_inc`: the no-op delivery with one counter increment from the plugin (contract
+//!   0.5 `metrics`); the difference to `deliver_noop` is what one increment costs;
 //! - `review_noop`, `review_image_policy`: one admission review in the host, as the webhook
 //!   server handles it (decode the AdmissionReview body, the plugin's `admit`, encode the
 //!   answer): a plugin that allows everything, and `plugins/image-policy`, which reads its
 //!   allow list from a ConfigMap in the cache.
+//! - `scrape_50x20`: the whole `/metrics` text of an agent running 50 plugins that each keep
+//!   20 series of their own (the bench plugin counting 20 pods in 20 slots).
 //!
 //! Rounds side by side (`support/rounds.rs`). Run with
 //! `cargo bench -p kubewasm --bench contract`.
@@ -23,6 +30,7 @@ use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::{Changes, Informer, Notification};
 use kubewasm::object::{KubeObject, Transform};
+use kubewasm::plugins::PluginStats;
 use kubewasm::source::SourceEvent;
 use kubewasm::wasm::state::{PluginState, StateLimits};
 use kubewasm_testenv::generate;
@@ -83,9 +91,19 @@ fn pods() -> Arc<Informer> {
     informer
 }
 
+/// How a delivery case accounts for its calls.
+#[derive(Clone, Copy, PartialEq)]
+enum Accounting {
+    /// Not at all: the call alone.
+    None,
+    /// As the dispatch loop does.
+    AsDispatch,
+}
+
 /// A case that delivers an update to the bench plugin doing `work` with `arg`, applying the
-/// state changes it asked for as the dispatch loop does.
-fn deliver(name: &'static str, work: &str, arg: &str) -> Case<'static> {
+/// state changes it asked for as the dispatch loop does, and accounting for it as `accounting`
+/// says.
+fn deliver(name: &'static str, work: &str, arg: &str, accounting: Accounting) -> Case<'static> {
     let informer = pods();
     let held = Arc::new(PluginState::default());
     let store = held.whole().clone();
@@ -97,6 +115,17 @@ fn deliver(name: &'static str, work: &str, arg: &str) -> Case<'static> {
         |ctx| {
             ctx.state = held;
             ctx.state_declared = true;
+            let metrics = kubewasm::plugin_metrics::Registry::new(
+                kubewasm::plugin_metrics::DEFAULT_MAX_SERIES,
+            );
+            metrics.declare(&[kubewasm::plugin_metrics::Declared {
+                name: "events".into(),
+                help: "Calls of the bench plugin".into(),
+                kind: kubewasm::plugin_metrics::Kind::Counter,
+                labels: vec!["slot".into()],
+                buckets: Vec::new(),
+            }]);
+            ctx.metrics = Arc::new(metrics);
         },
     );
     store
@@ -111,11 +140,17 @@ fn deliver(name: &'static str, work: &str, arg: &str) -> Case<'static> {
         new: pod,
     };
     let limits = StateLimits::default();
+    let stats = PluginStats::default();
+    let mut durations = kubewasm::histogram::Tally::default();
     Case::new(name, move || {
+        let started = (accounting == Accounting::AsDispatch).then(Instant::now);
         instance
             .handle(&notification)
             .expect("no trap")
             .expect("handled");
+        if let Some(started) = started {
+            stats.account(&mut durations, started.elapsed(), &instance.usage());
+        }
         store
             .apply(instance.take_effects().state, &limits)
             .expect("within the limits");
@@ -204,6 +239,61 @@ fn reviews(
     (agent, cases)
 }
 
+/// Plugins and series each for `scrape_50x20`.
+const SCRAPED_PLUGINS: usize = 50;
+const SERIES_EACH: usize = 20;
+
+/// A case rendering `/metrics` of an agent on a folder of `SERIES_EACH` pods running
+/// `SCRAPED_PLUGINS` copies of the bench plugin, each counting the pods in `SERIES_EACH` slots.
+fn scrape(tasks: &tokio::runtime::Runtime) -> Case<'static> {
+    let cluster = tempfile::tempdir().expect("temp dir");
+    for i in 0..SERIES_EACH {
+        let pod = generate::pod(i, 1024, 10).to_string();
+        std::fs::write(cluster.path().join(format!("pod-{i}.yaml")), pod).expect("write");
+    }
+    let mut config = HostConfig::default();
+    let plugins = kubewasm_testenv::PluginFolder::new();
+    for i in 0..SCRAPED_PLUGINS {
+        let name = format!("metric-{i}");
+        let mut settings = config.plugins.defaults.clone();
+        settings.config = json!({"work": "metric", "arg": SERIES_EACH.to_string()}).to_string();
+        config.plugins.named.insert(name.clone(), settings);
+        plugins.put(&name, kubewasm_plugin_artifacts::BENCH);
+    }
+    let options = AgentOptions {
+        compiled_cache: Some(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
+        ..AgentOptions::new(
+            Cluster::Folder(cluster.path().to_owned()),
+            config,
+            Arc::new(Discard),
+        )
+    };
+    let mut agent = tasks.block_on(Agent::start(options)).expect("agent");
+    let report = tasks
+        .block_on(agent.follow_plugins(plugins.path()))
+        .expect("plugins");
+    assert!(report.failed.is_empty(), "{report:?}");
+    let series = |agent: &Agent| -> usize {
+        agent
+            .status()
+            .plugin_metrics
+            .iter()
+            .flat_map(|p| &p.families)
+            .map(|f| f.series.len())
+            .sum()
+    };
+    let end = Instant::now() + Duration::from_secs(120);
+    while series(&agent) < SCRAPED_PLUGINS * SERIES_EACH {
+        assert!(Instant::now() < end, "{} series", series(&agent));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The case keeps the agent and both folders for as long as it runs.
+    Case::new("scrape_50x20", move || {
+        let _held = (&cluster, &plugins);
+        std::hint::black_box(agent.status().metrics());
+    })
+}
+
 fn main() {
     support::logging::as_the_agent();
     let tasks = tokio::runtime::Runtime::new().expect("runtime");
@@ -234,12 +324,25 @@ fn main() {
                 "/metadata/deletionTimestamp",
             ],
         ),
-        deliver("deliver_noop", "noop", ""),
-        deliver("state_get", "state-get", "seen/bench-5/pod-5"),
-        deliver("state_set", "state-set", "seen/bench-5/pod-5"),
+        deliver("deliver_noop", "noop", "", Accounting::None),
+        deliver("deliver_noop_accounted", "noop", "", Accounting::AsDispatch),
+        deliver("metric_inc", "metric", "", Accounting::None),
+        deliver(
+            "state_get",
+            "state-get",
+            "seen/bench-5/pod-5",
+            Accounting::None,
+        ),
+        deliver(
+            "state_set",
+            "state-set",
+            "seen/bench-5/pod-5",
+            Accounting::None,
+        ),
     ];
     cases.extend(review_cases);
-    // Seven cases of 20 ms a round: about 6 s.
+    cases.push(scrape(&tasks));
+    // Ten cases of 20 ms a round: about 8 s.
     rounds::run(
         "contract",
         Plan::new(40, Duration::from_millis(20)),

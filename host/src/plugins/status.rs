@@ -95,6 +95,36 @@ impl PluginStats {
             .unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
     }
 
+    /// Accounts for one call that took `elapsed` (into the worker's own `durations`, added to
+    /// [`Self::calls`] later) and left its instance holding `usage`.
+    pub fn account(
+        &self,
+        durations: &mut crate::histogram::Tally,
+        elapsed: std::time::Duration,
+        usage: &crate::wasm::Usage,
+    ) {
+        durations.observe(elapsed);
+        let memory = u64::try_from(usage.memory_bytes).unwrap_or(u64::MAX);
+        self.memory_bytes.store(memory, Ordering::Relaxed);
+        // Read first: the peak rarely moves.
+        if memory > self.memory_peak_bytes.load(Ordering::Relaxed) {
+            self.memory_peak_bytes.fetch_max(memory, Ordering::Relaxed);
+        }
+        let handles = u64::try_from(usage.handles).unwrap_or(u64::MAX);
+        self.handles.store(handles, Ordering::Relaxed);
+        if usage.http_sent + usage.http_denied > 0 {
+            self.http_sent.fetch_add(usage.http_sent, Ordering::Relaxed);
+            self.http_denied
+                .fetch_add(usage.http_denied, Ordering::Relaxed);
+        }
+        let slowest = u64::try_from(usage.slowest_host_call.as_micros()).unwrap_or(u64::MAX);
+        // Read first: the shared maximum rarely moves, and a read takes no lock.
+        if slowest > self.slowest_host_call_us.load(Ordering::Relaxed) {
+            self.slowest_host_call_us
+                .fetch_max(slowest, Ordering::Relaxed);
+        }
+    }
+
     /// Counts `write` as `result` (an index in [`WRITE_RESULTS`]) by its kind.
     pub fn count_write(&self, write: &crate::write::Write, result: usize) {
         self.writes_by_verb[write.verb_index()][result].fetch_add(1, Ordering::Relaxed);

@@ -820,6 +820,33 @@ impl Instance {
         let hooks = &mut self.store.data_mut().http_hooks;
         (std::mem::take(&mut hooks.sent), hooks.take_denied())
     }
+
+    /// What the instance holds after a call, and the HTTP requests since the last reading.
+    pub fn usage(&mut self) -> Usage {
+        let (http_sent, http_denied) = self.take_http_counts();
+        Usage {
+            memory_bytes: self.memory_bytes(),
+            handles: self.handles_held(),
+            http_sent,
+            http_denied,
+            slowest_host_call: self.slowest_host_call(),
+        }
+    }
+}
+
+/// What an instance holds after a call ([`Instance::usage`]), for its plugin's accounting.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    /// Bytes of linear memory granted.
+    pub memory_bytes: usize,
+    /// Object handles held.
+    pub handles: usize,
+    /// HTTP requests sent since the last reading.
+    pub http_sent: u64,
+    /// HTTP requests refused since the last reading.
+    pub http_denied: u64,
+    /// The longest of the instance's timed calls into the host.
+    pub slowest_host_call: Duration,
 }
 
 #[cfg(test)]

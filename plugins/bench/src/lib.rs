@@ -10,18 +10,21 @@
 //! - `field`: reads the field at the JSON pointer `arg` through the object's handle;
 //! - `state-get`, `state-set`: reads the state entry `arg`, or sets it to `"1"` (the plugin
 //!   declares state);
-//! - `admit`: also declares a validating webhook on Pods that allows every request.
+//! - `admit`: also declares a validating webhook on Pods that allows every request;
+//! - `metric`: adds one to its counter `events`, on the series `slot` of the call's number
+//!   modulo `arg` (default 1), so `arg` calls make `arg` series.
 //!
 //! `changes` subscribes with a change filter on those pointers.
 //!
 //! Results go nowhere: it logs nothing, so logging is not what is measured.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
 
 use kubewasm_sdk::k8s::api::core::v1::Pod;
 use kubewasm_sdk::{
     Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Event, Gvk, HandleError,
-    Manifest, Operation, Plugin, Subscription, cache, export_plugin, state,
+    Manifest, Metric, Operation, Plugin, Subscription, cache, export_plugin, metrics, state,
 };
 use serde::Deserialize;
 
@@ -39,6 +42,10 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Built once, like the type constants of the Python and JavaScript plugins: a `Gvk` holds
 /// its strings, and building one per call would be timed as part of the query.
 static POD: LazyLock<Gvk> = LazyLock::new(Gvk::pod);
+/// The `slot` label values of `metric`, made once so the update is what is timed.
+static SLOTS: OnceLock<Vec<String>> = OnceLock::new();
+/// Calls of `metric` so far.
+static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 struct Bench;
 
@@ -48,6 +55,17 @@ impl Plugin for Bench {
         match config.work.as_str() {
             "noop" | "parse" | "get" | "select" | "index" | "field" | "state-get" | "state-set"
             | "admit" => {}
+            "metric" => {
+                let series = if config.arg.is_empty() {
+                    1
+                } else {
+                    config
+                        .arg
+                        .parse::<usize>()
+                        .map_err(|e| format!("arg {:?}: {e}", config.arg))?
+                };
+                let _ = SLOTS.set((0..series.max(1)).map(|i| i.to_string()).collect());
+            }
             other => return Err(format!("unknown work {other:?}")),
         }
         let _ = CONFIG.set(config);
@@ -66,6 +84,11 @@ impl Plugin for Bench {
         let manifest = Manifest::new().subscribe(subscription).query(Gvk::pod());
         match config.work.as_str() {
             "state-get" | "state-set" => manifest.with_state(),
+            "metric" => manifest.metric(Metric::counter(
+                "events",
+                "Calls of the bench plugin",
+                &["slot"],
+            )),
             "admit" => manifest.admission(Admission::validating(vec![AdmissionRule::on(
                 Gvk::pod(),
                 &[Operation::Create],
@@ -104,6 +127,14 @@ impl Plugin for Bench {
             }
             "state-get" => {
                 std::hint::black_box(state::get(&config.arg));
+            }
+            "metric" => {
+                let slots = SLOTS.get().map(Vec::as_slice).unwrap_or_default();
+                if let Some(slot) =
+                    slots.get(CALLS.fetch_add(1, Ordering::Relaxed) % slots.len().max(1))
+                {
+                    metrics::inc("events", &[slot]).map_err(|e| HandleError::fatal(e.explain()))?;
+                }
             }
             "state-set" => {
                 state::set(&config.arg, "1").map_err(|e| HandleError::fatal(e.explain()))?;

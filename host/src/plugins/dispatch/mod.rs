@@ -243,8 +243,8 @@ struct AttemptFailure {
     retry: bool,
 }
 
-/// Calls the handler, recording its duration (into `durations`), the instance's memory and its
-/// slowest host call; what it answered and when it returned.
+/// Calls the handler and accounts for it (its duration into `durations`); what it answered
+/// and when it returned.
 fn timed(
     stats: &PluginStats,
     durations: &mut histogram::Tally,
@@ -254,27 +254,7 @@ fn timed(
     let started = Instant::now();
     let outcome = instance.call(call);
     let ended = Instant::now();
-    durations.observe(ended - started);
-    let memory = u64::try_from(instance.memory_bytes()).unwrap_or(u64::MAX);
-    stats.memory_bytes.store(memory, Ordering::Relaxed);
-    // Read first: the peak rarely moves.
-    if memory > stats.memory_peak_bytes.load(Ordering::Relaxed) {
-        stats.memory_peak_bytes.fetch_max(memory, Ordering::Relaxed);
-    }
-    let handles = u64::try_from(instance.handles_held()).unwrap_or(u64::MAX);
-    stats.handles.store(handles, Ordering::Relaxed);
-    let (sent, denied) = instance.take_http_counts();
-    if sent + denied > 0 {
-        stats.http_sent.fetch_add(sent, Ordering::Relaxed);
-        stats.http_denied.fetch_add(denied, Ordering::Relaxed);
-    }
-    let slowest = u64::try_from(instance.slowest_host_call().as_micros()).unwrap_or(u64::MAX);
-    // Read first: the shared maximum rarely moves, and a read takes no lock.
-    if slowest > stats.slowest_host_call_us.load(Ordering::Relaxed) {
-        stats
-            .slowest_host_call_us
-            .fetch_max(slowest, Ordering::Relaxed);
-    }
+    stats.account(durations, ended - started, &instance.usage());
     (outcome, ended)
 }
 
