@@ -59,6 +59,8 @@ pub struct Row {
     pub p95: Option<Duration>,
     /// Events waiting in its queue.
     pub queued: usize,
+    /// Seconds the oldest of them has waited.
+    pub oldest_seconds: f64,
     /// Linear memory of its instance now, and the most one held.
     pub memory_bytes: u64,
     /// The most linear memory one of its instances held after a call.
@@ -95,6 +97,7 @@ pub fn rows(before: &Status, after: &Status, elapsed: Duration) -> Vec<Row> {
                 calls_per_second: window.count as f64 / seconds,
                 p95: quantile(&window, 0.95),
                 queued: now.queued,
+                oldest_seconds: now.queued_oldest_ms as f64 / 1e3,
                 memory_bytes: now.memory_bytes,
                 peak_bytes: now.memory_peak_bytes,
                 writes_per_second: delta(|p| p.writes_sent),
@@ -104,6 +107,16 @@ pub fn rows(before: &Status, after: &Status, elapsed: Duration) -> Vec<Row> {
             }
         })
         .collect()
+}
+
+/// A wait for the table: `-` for none, then seconds, minutes or hours.
+fn seconds(s: f64) -> String {
+    match s {
+        s if s <= 0.0 => "-".into(),
+        s if s < 60.0 => format!("{s:.1}s"),
+        s if s < 3600.0 => format!("{:.0}m", s / 60.0),
+        s => format!("{:.0}h", s / 3600.0),
+    }
 }
 
 /// `now` less `was`, or `now` when there was nothing before (or the counter went back).
@@ -167,12 +180,13 @@ pub fn render(mut rows: Vec<Row>, sort: SortBy, title: &str) -> String {
     let mut out = format!("{title}\n");
     let _ = writeln!(
         out,
-        "{:<24} {:>6} {:>9} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9}",
+        "{:<24} {:>6} {:>9} {:>8} {:>6} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>9}",
         "PLUGIN",
         "CPU%",
         "CALLS/s",
         "P95",
         "QUEUE",
+        "OLDEST",
         "MEM MiB",
         "PEAK MiB",
         "WRITES/s",
@@ -188,12 +202,13 @@ pub fn render(mut rows: Vec<Row>, sort: SortBy, title: &str) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<24} {:>6.1} {:>9.1} {:>8} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.1} {:>9.1}",
+            "{:<24} {:>6.1} {:>9.1} {:>8} {:>6} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.1} {:>9.1}",
             r.name.chars().take(24).collect::<String>(),
             r.cpu_percent,
             r.calls_per_second,
             p95,
             r.queued,
+            seconds(r.oldest_seconds),
             mib(r.memory_bytes),
             mib(r.peak_bytes),
             r.writes_per_second,

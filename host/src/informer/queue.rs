@@ -8,6 +8,10 @@
 //! gets the newest state instead of every step on the way (client-go's DeltaFIFO compresses
 //! the same way): at most about one entry per object is held, whatever the event rate. Every
 //! folded notification is counted.
+//!
+//! The age of the oldest waiting entry is kept without a clock reading per entry: a sender's
+//! wake, once per batch, stamps the entries pushed since the last stamp, and the head's stamp
+//! is published as entries are taken.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -16,6 +20,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::informer::Notification;
+
+/// The instant queue stamps count from.
+static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+/// Nanoseconds from [`EPOCH`] to `at`, plus one (zero means no stamp).
+fn stamp_of(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(*EPOCH).as_nanos())
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
+}
 
 /// Slots an empty queue keeps allocated.
 const IDLE_SLOTS: usize = 64;
@@ -44,6 +58,9 @@ pub struct QueueStats {
     bytes: AtomicUsize,
     coalesced: AtomicU64,
     wakes: AtomicU64,
+    /// The stamp ([`stamp_of`]) of the oldest waiting entry; zero when none waits or it is
+    /// not stamped yet.
+    oldest: AtomicU64,
 }
 
 impl QueueStats {
@@ -65,6 +82,18 @@ impl QueueStats {
     /// Times a sender woke the waiting receiver.
     pub fn wakes(&self) -> u64 {
         self.wakes.load(Ordering::Relaxed)
+    }
+
+    /// How long the oldest waiting entry has waited (to within its batch); zero when none
+    /// waits.
+    pub fn oldest_age(&self) -> Duration {
+        match self.oldest.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            stamp => {
+                let since = Duration::from_nanos(stamp - 1);
+                EPOCH.elapsed().saturating_sub(since)
+            }
+        }
     }
 }
 
@@ -96,6 +125,11 @@ struct Inner {
     interrupted: bool,
     /// Set by [`QueueSender::nudge`]: the receiver's current or next wait ends once.
     nudged: bool,
+    /// Per batch of waiting entries, the sequence number of its first and when it was
+    /// stamped, oldest first.
+    stamps: VecDeque<(u64, Instant)>,
+    /// The sequence number after the last stamped entry.
+    stamped_end: u64,
 }
 
 struct Shared {
@@ -134,6 +168,8 @@ pub fn queue(threshold: usize, byte_threshold: usize) -> (QueueSender, QueueRece
             receiver_waiting: false,
             interrupted: false,
             nudged: false,
+            stamps: VecDeque::new(),
+            stamped_end: 0,
         }),
         ready: Condvar::new(),
         threshold,
@@ -210,6 +246,31 @@ impl Inner {
             }
         }
         None
+    }
+
+    /// Stamps the entries pushed since the last stamp with `now`.
+    fn stamp(&mut self, now: Instant) {
+        let end = self.head + self.slots.len() as u64;
+        let from = self.stamped_end.max(self.head);
+        if end > from {
+            self.stamps.push_back((from, now));
+            self.stamped_end = end;
+        }
+    }
+
+    /// Drops the stamps of entries taken and publishes the head's into `stats`.
+    fn publish_oldest(&mut self, stats: &QueueStats) {
+        if self.slots.is_empty() {
+            self.stamps.clear();
+        }
+        while self.stamps.len() >= 2 && self.stamps[1].0 <= self.head {
+            self.stamps.pop_front();
+        }
+        let oldest = match self.stamps.front() {
+            Some(&(first, at)) if first <= self.head => stamp_of(at),
+            _ => 0,
+        };
+        stats.oldest.store(oldest, Ordering::Relaxed);
     }
 
     /// The per-object index of waiting events, built from the slots if it is not kept yet.
@@ -327,6 +388,10 @@ impl QueueSender {
     /// batch of pushes, not per entry.
     pub fn wake(&self) {
         let mut inner = self.shared.lock();
+        if inner.head + inner.slots.len() as u64 > inner.stamped_end.max(inner.head) {
+            inner.stamp(Instant::now());
+            inner.publish_oldest(&self.shared.stats);
+        }
         if inner.receiver_waiting && !inner.slots.is_empty() {
             inner.receiver_waiting = false;
             self.shared.stats.wakes.fetch_add(1, Ordering::Relaxed);
@@ -417,6 +482,7 @@ impl QueueReceiver {
             let stats = &self.shared.stats;
             stats.depth.store(inner.slots.len(), Ordering::Relaxed);
             stats.bytes.store(inner.bytes, Ordering::Relaxed);
+            inner.publish_oldest(stats);
             if let Some(taken) = taken {
                 self.busy.store(true, Ordering::Relaxed);
                 return Ok(taken);
@@ -476,6 +542,8 @@ impl Drop for QueueReceiver {
         inner.slots.clear();
         inner.bytes = 0;
         inner.newest = None;
+        inner.stamps.clear();
+        self.shared.stats.oldest.store(0, Ordering::Relaxed);
         self.shared.stats.depth.store(0, Ordering::Relaxed);
         self.shared.stats.bytes.store(0, Ordering::Relaxed);
     }
@@ -691,6 +759,50 @@ mod tests {
         assert_eq!(rx.stats().coalesced(), 2);
         assert_eq!(drained(&rx), ["~a@1>4", "~b@1>2"]);
         assert_eq!(rx.stats().bytes(), 0, "what is taken no longer counts");
+        Ok(())
+    }
+
+    #[test]
+    fn the_oldest_waiting_entrys_age_follows_the_head_batch_by_batch() -> Result<(), Closed> {
+        let (tx, rx) = queue(10, usize::MAX);
+        let stats = rx.stats();
+        assert_eq!(stats.oldest_age(), Duration::ZERO, "nothing waits");
+        tx.push(add("a", "1"))?;
+        tx.push(add("b", "1"))?;
+        tx.wake();
+        std::thread::sleep(Duration::from_millis(60));
+        tx.send(add("c", "1"))?;
+        let first = stats.oldest_age();
+        assert!(first >= Duration::from_millis(60), "{first:?}");
+        // Taking one of the first batch leaves the other at the head: still as old.
+        assert_eq!(
+            rx.recv_timeout(Duration::ZERO).map(|d| short(&d)),
+            Ok("+a@1".into())
+        );
+        assert!(stats.oldest_age() >= first, "{:?}", stats.oldest_age());
+        // With the first batch taken, the head is the one sent just now.
+        assert_eq!(
+            rx.recv_timeout(Duration::ZERO).map(|d| short(&d)),
+            Ok("+b@1".into())
+        );
+        let second = stats.oldest_age();
+        assert!(second < Duration::from_millis(60), "{second:?}");
+        assert_eq!(
+            rx.recv_timeout(Duration::ZERO).map(|d| short(&d)),
+            Ok("+c@1".into())
+        );
+        assert_eq!(stats.oldest_age(), Duration::ZERO, "nothing waits");
+        // A marker waits like an event.
+        tx.push_relisted()?;
+        tx.wake();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(stats.oldest_age() >= Duration::from_millis(20));
+        drop(rx);
+        assert_eq!(
+            stats.oldest_age(),
+            Duration::ZERO,
+            "a closed queue holds nothing"
+        );
         Ok(())
     }
 

@@ -852,6 +852,8 @@ impl PluginHost {
                     reloads: r.reloads,
                     running_seconds: r.loaded.elapsed().as_secs(),
                     queued: r.queue.depth(),
+                    queued_oldest_ms: u64::try_from(r.queue.oldest_age().as_millis())
+                        .unwrap_or(u64::MAX),
                     queued_bytes: r.queue.bytes(),
                     coalesced: r.queue.coalesced(),
                     log_dropped: r.logger.dropped(),

@@ -253,6 +253,9 @@ pub struct PluginStatus {
     pub running_seconds: u64,
     /// Events waiting in its queue.
     pub queued: usize,
+    /// Milliseconds the oldest event in its queue has waited (to within the batch it came in).
+    #[serde(default)]
+    pub queued_oldest_ms: u64,
     /// Bytes of the objects its waiting events hold (most shared with the cache).
     #[serde(default)]
     pub queued_bytes: usize,

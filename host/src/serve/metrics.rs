@@ -325,6 +325,20 @@ pub fn render(status: &Status) -> String {
         |p| (plugin(p), p.queued as f64),
     );
     w.family(
+        "kubewasm_plugin_write_wait_seconds_total",
+        "counter",
+        "Time the plugin's writes and Events waited for its write rate",
+        plugins,
+        |p| (plugin(p), p.write_wait_ms as f64 / 1e3),
+    );
+    w.family(
+        "kubewasm_plugin_queue_oldest_seconds",
+        "gauge",
+        "How long the oldest event in the plugin's queue has waited",
+        plugins,
+        |p| (plugin(p), p.queued_oldest_ms as f64 / 1e3),
+    );
+    w.family(
         "kubewasm_plugin_queue_bytes",
         "gauge",
         "Bytes of the objects the events in the plugin's queue hold",
@@ -450,19 +464,9 @@ fn controllers(w: &mut Writer, plugins: &[PluginStatus]) {
     );
 }
 
-/// The name a plugin's metric is exposed under: `kubewasm_custom_<plugin>_<metric>`, the
-/// plugin's name with what a metric name cannot hold as `_`.
-pub fn published_name(plugin: &str, metric: &str) -> String {
-    let plugin: String = plugin
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("kubewasm_custom_{plugin}_{metric}")
-}
-
 /// What plugins publish from their own code, labelled with the plugin and its version.
 fn published(w: &mut Writer, all: &[crate::plugin_metrics::PluginMetrics]) {
-    use crate::plugin_metrics::{Value, bounds};
+    use crate::plugin_metrics::{Value, bounds, published_name};
     let mut written = std::collections::HashSet::new();
     for p in all {
         for family in &p.families {
@@ -587,6 +591,58 @@ mod tests {
         }
         // Kinds it was never called for have no series.
         assert!(!text.contains(r#"call="handle""#), "{text}");
+    }
+
+    #[test]
+    fn the_charts_dashboard_and_alerts_ask_only_for_metrics_the_host_serves() {
+        let text = crate::serve::Status::new(
+            crate::serve::Parts::starting(),
+            std::time::Duration::from_secs(60),
+        )
+        .metrics();
+        let served: std::collections::HashMap<&str, &str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        let asked = |source: &str| -> Vec<String> {
+            let mut names = Vec::new();
+            let mut rest = source;
+            while let Some(at) = rest.find("kubewasm_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                names.push(name);
+            }
+            names
+        };
+        let sources = [
+            (
+                "dashboards/kubewasm.json",
+                include_str!("../../../examples/helm/kubewasm/dashboards/kubewasm.json"),
+            ),
+            (
+                "templates/prometheusrule.yaml",
+                include_str!("../../../examples/helm/kubewasm/templates/prometheusrule.yaml"),
+            ),
+        ];
+        for (file, source) in sources {
+            let names = asked(source);
+            assert!(names.len() >= 4, "{file}: {names:?}");
+            for name in names {
+                let known = served.contains_key(name.as_str())
+                    || ["_bucket", "_sum", "_count"].iter().any(|suffix| {
+                        name.strip_suffix(suffix)
+                            .is_some_and(|base| served.get(base) == Some(&"histogram"))
+                    });
+                assert!(
+                    known,
+                    "{file} asks for {name}, which /metrics does not serve"
+                );
+            }
+        }
     }
 
     #[test]

@@ -320,10 +320,10 @@ fn top_shows_what_each_plugin_costs_from_a_running_host() {
     for plugin in ["pod-phase", "deployment-view"] {
         assert!(names.contains(&plugin), "{plugin} missing: {stdout}");
     }
-    // Ordered by the memory column (the sixth), highest first.
+    // Ordered by the memory column (the seventh), highest first.
     let memory: Vec<f64> = lines[2..]
         .iter()
-        .filter_map(|l| l.split_whitespace().nth(5)?.parse().ok())
+        .filter_map(|l| l.split_whitespace().nth(6)?.parse().ok())
         .collect();
     assert_eq!(memory.len(), names.len(), "{stdout}");
     assert!(memory.windows(2).all(|w| w[0] >= w[1]), "{stdout}");

@@ -177,6 +177,80 @@ fn sharding_adds_a_disruption_budget_and_the_members_lease_rights() {
     assert!(!bad.status.success(), "the schema refuses an unknown key");
 }
 
+#[test]
+fn monitoring_adds_a_dashboard_the_grafana_sidecar_loads_and_alerts_on_what_to_act_on() {
+    let plain = rendered();
+    assert!(
+        !plain
+            .iter()
+            .any(|d| d["kind"] == "PrometheusRule" || d["metadata"]["name"] == "kubewasm-dashboard"),
+        "neither without asking"
+    );
+    let docs = rendered_with(&[
+        "--set",
+        "monitoring.dashboard.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.backlogSeconds=30",
+    ]);
+    let dashboard = find(&docs, "ConfigMap", "kubewasm-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value = serde_json::from_str(
+        dashboard["data"]["kubewasm.json"]
+            .as_str()
+            .expect("the dashboard's JSON"),
+    )
+    .expect("the dashboard parses");
+    assert_eq!(json["uid"], "kubewasm");
+    let panels = json["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    let rule = find(&docs, "PrometheusRule", "kubewasm");
+    let rules = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules");
+    let alert = |name: &str| -> &Value {
+        rules
+            .iter()
+            .find(|r| r["alert"] == name)
+            .unwrap_or_else(|| panic!("no alert {name} in {rules:?}"))
+    };
+    for name in [
+        "KubewasmPluginFailing",
+        "KubewasmBacklogGrowing",
+        "KubewasmFinalizersHeld",
+        "KubewasmWriteRateAtLimit",
+    ] {
+        let expr = alert(name)["expr"].as_str().expect("an expression");
+        assert!(expr.contains("kubewasm_plugin_"), "{name}: {expr}");
+    }
+    assert!(
+        alert("KubewasmBacklogGrowing")["expr"]
+            .as_str()
+            .is_some_and(|e| e.ends_with("> 30")),
+        "the threshold comes from the values"
+    );
+    // Grafana's and Prometheus' own templates reach them untouched.
+    assert!(
+        alert("KubewasmPluginFailing")["annotations"]["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("{{ $labels.plugin }}")),
+        "{:?}",
+        alert("KubewasmPluginFailing")
+    );
+    let bad = helm(&[
+        "template",
+        "kubewasm",
+        chart().to_str().expect("utf-8 path"),
+        "--set",
+        "monitoring.prometheusRule.failingFor=soon",
+    ]);
+    assert!(
+        !bad.status.success(),
+        "the schema refuses a duration that is none"
+    );
+}
+
 /// The RBAC of `docs` is exactly what `kubewasm rbac` prints for the configuration they hold.
 fn rbac_matches(docs: &[Value]) {
     let (dir, _) = chart_config(docs);
@@ -312,8 +386,15 @@ fn the_charts_webhooks_are_what_kubewasm_webhooks_prints_served_by_its_own_servi
 async fn every_rendered_object_passes_a_server_side_dry_run() {
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     use kube::discovery::{Scope, pinned_kind};
-    // With sharding: every object of the default rendering, and the disruption budget.
-    let docs = rendered_with(&["--set", "config.sharding.enabled=true"]);
+    // With sharding: every object of the default rendering, and the disruption budget; and
+    // the dashboard's ConfigMap (the PrometheusRule's CRD is the Prometheus Operator's, which
+    // the test server does not have).
+    let docs = rendered_with(&[
+        "--set",
+        "config.sharding.enabled=true",
+        "--set",
+        "monitoring.dashboard.enabled=true",
+    ]);
     let env = kubewasm_testenv::TestEnv::start()
         .await
         .expect("test environment");
