@@ -7,6 +7,13 @@
 //! more are dropped, 512 per request) and sent by our HTTP client (the registry client's
 //! hyper and rustls), each export bounded by the configured timeout. While traces are off,
 //! [`enabled`] is false and delivery builds nothing.
+//!
+//! A write an attempt sends to the API server is a child span `write` (kind client) with its
+//! verb, target and the server's answer, and the request carries that span's W3C
+//! `traceparent` header, so the API server's own spans (with its tracing on) join the trace.
+//! Each admission review is a span `review` (kind server) under the API server's request
+//! span when its `traceparent` names one, and each plugin load and registry pull a span
+//! (`load`, `pull`) of its own.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -69,12 +76,176 @@ impl TracesConfig {
 
     /// The URL spans are posted to.
     pub fn traces_url(&self) -> String {
-        let base = self.endpoint.trim_end_matches('/');
-        if base.ends_with("/v1/traces") {
-            base.to_owned()
-        } else {
-            format!("{base}/v1/traces")
+        otlp_url(&self.endpoint, "/v1/traces")
+    }
+}
+
+/// An OTLP/HTTP collector's URL for one signal (`/v1/traces`, `/v1/metrics`): `endpoint`
+/// with the signal's path added, unless it ends with it already.
+pub fn otlp_url(endpoint: &str, signal: &str) -> String {
+    let base = endpoint.trim_end_matches('/');
+    if base.ends_with(signal) {
+        base.to_owned()
+    } else {
+        format!("{base}{signal}")
+    }
+}
+
+/// The W3C `traceparent` header value naming `span` as the parent.
+pub fn traceparent(span: &opentelemetry::trace::SpanContext) -> String {
+    format!(
+        "00-{}-{}-{:02x}",
+        span.trace_id(),
+        span.span_id(),
+        span.trace_flags().to_u8()
+    )
+}
+
+/// Makes `span` the current context on this thread until the guard is dropped (so writes
+/// sent meanwhile become its children).
+pub fn enter(span: &impl opentelemetry::trace::Span) -> opentelemetry::ContextGuard {
+    use opentelemetry::trace::TraceContextExt as _;
+    opentelemetry::Context::current()
+        .with_remote_span_context(span.span_context().clone())
+        .attach()
+}
+
+/// The remote parent a W3C `traceparent` header value names, if it is well formed.
+pub fn parent_of(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+    let mut parts = traceparent.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if version != "00" || parts.next().is_some() || trace.len() != 32 || span.len() != 16 {
+        return None;
+    }
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    let context = SpanContext::new(
+        TraceId::from_hex(trace).ok()?,
+        SpanId::from_hex(span).ok()?,
+        TraceFlags::new(flags),
+        true,
+        TraceState::default(),
+    );
+    context.is_valid().then_some(context)
+}
+
+/// A span of the host's own work (a review, a load, a pull).
+pub struct Span(opentelemetry::global::BoxedSpan);
+
+impl Span {
+    /// Starts span `name` of `kind` with `attributes`, under the parent `traceparent` names
+    /// when it is well formed, else this thread's current span or none; nothing while
+    /// traces are off.
+    pub fn start(
+        name: &'static str,
+        kind: opentelemetry::trace::SpanKind,
+        traceparent: Option<&str>,
+        attributes: Vec<opentelemetry::KeyValue>,
+    ) -> Option<Self> {
+        use opentelemetry::trace::{TraceContextExt as _, Tracer as _};
+        if !enabled() {
+            return None;
         }
+        let parent = match traceparent.and_then(parent_of) {
+            Some(remote) => opentelemetry::Context::current().with_remote_span_context(remote),
+            None => opentelemetry::Context::current(),
+        };
+        let tracer = opentelemetry::global::tracer("kubewasm");
+        let span = tracer
+            .span_builder(name)
+            .with_kind(kind)
+            .with_attributes(attributes)
+            .start_with_context(&tracer, &parent);
+        Some(Self(span))
+    }
+
+    /// Sets one attribute.
+    pub fn set(&mut self, attribute: opentelemetry::KeyValue) {
+        use opentelemetry::trace::Span as _;
+        self.0.set_attribute(attribute);
+    }
+
+    /// Ends it, failed with `error` or ok.
+    pub fn end(mut self, error: Option<&str>) {
+        use opentelemetry::trace::{Span as _, Status};
+        match error {
+            None => self.0.set_status(Status::Ok),
+            Some(e) => self.0.set_status(Status::error(e.to_owned())),
+        }
+        self.0.end();
+    }
+}
+
+/// The span of one write to the API server, a child of the current attempt's.
+pub struct WriteSpan {
+    span: opentelemetry::global::BoxedSpan,
+    traceparent: String,
+}
+
+impl WriteSpan {
+    /// A span for `write` by `plugin` under this thread's current span; none while traces
+    /// are off or no sampled span is current.
+    pub fn start(plugin: &str, write: &crate::write::Write) -> Option<Self> {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
+        if !enabled() {
+            return None;
+        }
+        let parent = opentelemetry::Context::current();
+        if !parent.span().span_context().is_sampled() {
+            return None;
+        }
+        let t = &write.target;
+        let mut attributes = vec![
+            KeyValue::new("kubewasm.plugin", plugin.to_owned()),
+            KeyValue::new("kubewasm.write.verb", write.verb()),
+            KeyValue::new("k8s.resource", t.gvk.to_string()),
+            KeyValue::new("k8s.object.name", t.name.clone()),
+        ];
+        if let Some(ns) = &t.namespace {
+            attributes.push(KeyValue::new("k8s.namespace.name", ns.clone()));
+        }
+        if let Some(sub) = &t.subresource {
+            attributes.push(KeyValue::new("k8s.subresource", sub.clone()));
+        }
+        let tracer = opentelemetry::global::tracer("kubewasm");
+        let span = tracer
+            .span_builder("write")
+            .with_kind(SpanKind::Client)
+            .with_attributes(attributes)
+            .start_with_context(&tracer, &parent);
+        let traceparent = traceparent(span.span_context());
+        Some(Self { span, traceparent })
+    }
+
+    /// The `traceparent` header its request carries.
+    pub fn traceparent(&self) -> &str {
+        &self.traceparent
+    }
+
+    /// Ends it with the API server's answer: `status` of the last response (0 for none) and
+    /// the write's outcome.
+    pub fn end(mut self, status: u16, outcome: &Result<(), crate::write::Refusal>) {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::{Span as _, Status};
+        if status != 0 {
+            self.span.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            ));
+        }
+        match outcome {
+            Ok(()) => self.span.set_status(Status::Ok),
+            Err(refusal) => {
+                self.span.set_attribute(KeyValue::new(
+                    "kubewasm.write.reason",
+                    refusal.reason.clone(),
+                ));
+                self.span.set_status(Status::error(refusal.message.clone()));
+            }
+        }
+        self.span.end();
     }
 }
 
@@ -200,6 +371,25 @@ impl opentelemetry_http::HttpClient for ExportClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_traceparent_round_trips_and_a_malformed_one_names_no_parent() {
+        let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let parent = parent_of(header).expect("well formed");
+        assert!(parent.is_remote() && parent.is_sampled());
+        assert_eq!(traceparent(&parent), header);
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e47-00f067aa0ba902b7-01",
+            "00-zzf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert!(parent_of(bad).is_none(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_traces_path_is_added_once() {

@@ -1,8 +1,10 @@
 //! Traces of event handling reach an OTLP/HTTP receiver: one span per delivery attempt with
-//! the plugin, the object and the outcome. One test sends them to a real OpenTelemetry
-//! Collector; the other to a receiver double (a hyper server on loopback) that decodes each
-//! request with OpenTelemetry's own protobuf types, for exact checks of every field. The
-//! tracer provider is global to the process, so the two run one after the other.
+//! the plugin, the object and the outcome, and one per write it sends, whose `traceparent`
+//! the API server's own spans join. One test sends them to a real OpenTelemetry Collector;
+//! the others to a receiver double (a hyper server on loopback) that decodes each request
+//! with OpenTelemetry's own protobuf types, for exact checks of every field, one of them
+//! beside a real kube-apiserver exporting its spans to a real collector. The tracer provider
+//! is global to the process, so they run one after the other.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -233,7 +235,10 @@ async fn each_delivery_attempt_is_a_span_at_the_otlp_receiver() {
         spans
             .iter()
             .find(|r| {
-                r.attributes["kubewasm.plugin"] == plugin && r.attributes["k8s.object.key"] == key
+                r.attributes
+                    .get("kubewasm.plugin")
+                    .is_some_and(|p| p == plugin)
+                    && r.attributes.get("k8s.object.key").is_some_and(|k| k == key)
             })
             .unwrap_or_else(|| panic!("no span for {plugin} {key} in {spans:#?}"))
     };
@@ -254,6 +259,22 @@ async fn each_delivery_attempt_is_a_span_at_the_otlp_receiver() {
         Some(StatusCode::Ok as i32)
     );
 
+    // Each plugin's load is a span of its own, with what became of it.
+    let load = spans
+        .iter()
+        .find(|r| {
+            r.span.name == "load"
+                && r.attributes
+                    .get("kubewasm.plugin")
+                    .is_some_and(|p| p == "audit-log")
+        })
+        .unwrap_or_else(|| panic!("no load span for audit-log in {spans:#?}"));
+    assert_eq!(load.attributes["kubewasm.load.outcome"], "loaded");
+    assert_eq!(
+        load.attributes["kubewasm.plugin.digest"],
+        ok.attributes["kubewasm.plugin.digest"]
+    );
+
     let refused = find("hostile", "shop/bad");
     assert_eq!(refused.attributes["kubewasm.outcome"], "error");
     assert_eq!(refused.attributes["kubewasm.retry"], "false");
@@ -267,4 +288,106 @@ async fn each_delivery_attempt_is_a_span_at_the_otlp_receiver() {
         find("audit-log", "shop/bad").attributes["kubewasm.outcome"],
         "ok"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_is_the_attempts_child_and_the_api_servers_spans_join_its_trace() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    use kubewasm::gvk::Gvk;
+    use kubewasm::write::{Verb, WriteGrant};
+    let _one = ONE_AT_A_TIME.lock().await;
+    // kube-apiserver sends its own spans to a real collector over OTLP/gRPC, sampling only
+    // requests whose traceparent says so; kubewasm's go to the receiver double.
+    let collector = kubewasm_testenv::otel::Collector::start()
+        .await
+        .expect("collector");
+    let env = kubewasm_testenv::TestEnv::start_with(kubewasm_testenv::Options {
+        traces_to: Some(collector.grpc_endpoint.clone()),
+        ..Default::default()
+    })
+    .await
+    .expect("test environment");
+    let admin = env.client().await.expect("admin client");
+    kubewasm_testenv::resources::create_namespace(&admin, "shop")
+        .await
+        .expect("namespace");
+    let (address, received) = receiver().await;
+    let traces = Traces::start(&TracesConfig::new(&format!("http://{address}")).expect("endpoint"))
+        .expect("traces");
+    let mut config = support::configs(&[("labeler", r#"{"key": "team", "value": "shop"}"#)]);
+    let settings = config.plugins.named.get_mut("labeler").expect("configured");
+    settings.grants.writes = vec![WriteGrant {
+        resources: vec![Gvk::new("", "v1", "Pod")],
+        subresources: vec![],
+        verbs: vec![Verb::Patch],
+        namespaces: Some(vec!["shop".into()]),
+    }];
+    let options = AgentOptions::new(
+        Cluster::Kube(admin.clone()),
+        config,
+        Arc::new(MemorySink::default()),
+    );
+    let mut agent = Agent::start(options).await.expect("agent");
+    let plugins =
+        kubewasm_testenv::PluginFolder::with(&[("labeler", kubewasm_plugin_artifacts::LABELER)]);
+    agent.follow_plugins(plugins.path()).await.expect("plugins");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "c", "image": "example/c:1"}]}
+    }))
+    .expect("pod");
+    let pods = Api::<Pod>::namespaced(admin.clone(), "shop");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("created");
+    let start = Instant::now();
+    while support::plugin_status(&agent, "labeler").writes_sent == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no write sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .expect("flush");
+
+    let spans = received.lock().expect("spans").clone();
+    let write = spans
+        .iter()
+        .find(|r| r.span.name == "write")
+        .unwrap_or_else(|| panic!("no write span in {spans:#?}"));
+    let attempt = spans
+        .iter()
+        .find(|r| r.span.name == "handle" && r.span.span_id == write.span.parent_span_id)
+        .unwrap_or_else(|| panic!("no handle span is the write's parent: {spans:#?}"));
+    assert_eq!(attempt.span.trace_id, write.span.trace_id);
+    assert_eq!(attempt.attributes["k8s.object.key"], "shop/web");
+    assert_eq!(write.attributes["kubewasm.plugin"], "labeler");
+    assert_eq!(write.attributes["kubewasm.write.verb"], "apply");
+    assert_eq!(write.attributes["k8s.object.name"], "web");
+    assert_eq!(write.attributes["http.response.status_code"], "200");
+    assert_eq!(
+        write.span.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Ok as i32)
+    );
+    // The API server got the write span's traceparent: its own span of that request is the
+    // write span's child, in the same trace.
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let parent = format!("Parent ID      : {}", hex(&write.span.span_id));
+    let trace = format!("Trace ID       : {}", hex(&write.span.trace_id));
+    let start = Instant::now();
+    loop {
+        let output = collector.output();
+        if output.contains("service.name: Str(apiserver)")
+            && output.contains(&parent)
+            && output.contains(&trace)
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "kube-apiserver's span with {parent} did not reach the collector:\n{}",
+            collector.log_tail(80)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -205,6 +205,11 @@ async fn route(
     request: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
     let received = Instant::now();
+    let traceparent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let Some(plugin) = request.uri().path().strip_prefix(PATH).map(str::to_owned) else {
         return plain(
             StatusCode::NOT_FOUND,
@@ -246,20 +251,62 @@ async fn route(
         Err(bad) => return plain(StatusCode::BAD_REQUEST, format!("{bad}\n")),
     };
     let uid = review.request.uid.clone();
-    let answer = match queue(&admitter, &pool, review, until).await {
-        Ok(answer) => answer,
+    let span = review_span(&plugin, traceparent.as_deref(), &review);
+    let (answer, failure) = match queue(&admitter, &pool, review, until).await {
+        Ok(answer) => (answer, None),
         Err(failure) => {
             let (answer, decision) = failed(&admitter, &uid, &failure);
             admitter.record(decision, received.elapsed(), Some(&failure));
-            answer
+            (answer, Some(failure))
         }
     };
+    if let Some(mut span) = span {
+        use opentelemetry::KeyValue;
+        span.set(KeyValue::new("kubewasm.review.allowed", answer.allowed));
+        span.set(KeyValue::new(
+            "kubewasm.review.patched",
+            answer.patch.is_some(),
+        ));
+        if !answer.allowed {
+            span.set(KeyValue::new(
+                "kubewasm.review.message",
+                answer.message.clone(),
+            ));
+        }
+        span.end(failure.as_deref());
+    }
     let mut response = Response::new(Full::new(Bytes::from(answer.to_body())));
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The span of one review by `plugin`, under the API server's span its `traceparent` names.
+fn review_span(
+    plugin: &str,
+    traceparent: Option<&str>,
+    review: &Review,
+) -> Option<crate::traces::Span> {
+    use opentelemetry::KeyValue;
+    let r = &review.request;
+    let mut attributes = vec![
+        KeyValue::new("kubewasm.plugin", plugin.to_owned()),
+        KeyValue::new("kubewasm.review.uid", r.uid.clone()),
+        KeyValue::new("kubewasm.review.operation", r.operation.as_str()),
+        KeyValue::new("k8s.resource", r.gvk.to_string()),
+        KeyValue::new("k8s.object.name", r.name.clone()),
+    ];
+    if let Some(ns) = &r.namespace {
+        attributes.push(KeyValue::new("k8s.namespace.name", ns.clone()));
+    }
+    crate::traces::Span::start(
+        "review",
+        opentelemetry::trace::SpanKind::Server,
+        traceparent,
+        attributes,
+    )
 }
 
 /// `review`'s answer from `admitter` on `pool`, or why there is none by `until`: no place

@@ -500,6 +500,16 @@ impl PluginHost {
         if self.loaded_as(file) {
             return Ok(Outcome::Unchanged);
         }
+        let span = crate::traces::Span::start(
+            "load",
+            opentelemetry::trace::SpanKind::Internal,
+            None,
+            vec![
+                opentelemetry::KeyValue::new("kubewasm.plugin", file.name.clone()),
+                opentelemetry::KeyValue::new("kubewasm.plugin.digest", file.digest().to_owned()),
+                opentelemetry::KeyValue::new("kubewasm.load.from", file.path.display().to_string()),
+            ],
+        );
         let prepared = self.prepare(file);
         // Held while the version goes live, so that status never shows the new version with
         // the previous version's error (status takes this lock first).
@@ -530,6 +540,18 @@ impl PluginHost {
                         count,
                     },
                 );
+            }
+        }
+        if let Some(mut span) = span {
+            match &outcome {
+                Ok(o) => {
+                    span.set(opentelemetry::KeyValue::new(
+                        "kubewasm.load.outcome",
+                        format!("{o:?}").to_lowercase(),
+                    ));
+                    span.end(None);
+                }
+                Err(e) => span.end(Some(&e.reason.to_string())),
             }
         }
         outcome

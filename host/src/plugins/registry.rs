@@ -194,7 +194,33 @@ impl Follower {
         if self.loaded.as_ref() == Some(&manifest.digest) {
             return Ok(None);
         }
-        let pulled = puller.pull(manifest).await?;
+        let span = crate::traces::Span::start(
+            "pull",
+            opentelemetry::trace::SpanKind::Client,
+            None,
+            vec![
+                opentelemetry::KeyValue::new("kubewasm.plugin", self.name.clone()),
+                opentelemetry::KeyValue::new(
+                    "kubewasm.pull.reference",
+                    self.source.reference.to_string(),
+                ),
+                opentelemetry::KeyValue::new("kubewasm.pull.manifest", manifest.digest.to_string()),
+            ],
+        );
+        let pulled = puller.pull(manifest).await;
+        if let Some(mut span) = span {
+            match &pulled {
+                Ok(p) => {
+                    span.set(opentelemetry::KeyValue::new(
+                        "kubewasm.pull.verified",
+                        p.verified_with.is_some(),
+                    ));
+                    span.end(None);
+                }
+                Err(e) => span.end(Some(&e.to_string())),
+            }
+        }
+        let pulled = pulled?;
         if let Some(kind) = pulled.verified_with {
             tracing::info!(plugin = %self.name, manifest = %pulled.manifest, "cosign signature verified with the {kind} key");
         }

@@ -12,8 +12,8 @@ pub mod generate;
 pub mod hostile_registry;
 pub mod oci;
 pub mod otel;
-mod plugin_folder;
 mod pki;
+mod plugin_folder;
 mod process;
 pub mod proxy;
 pub mod resources;
@@ -51,6 +51,10 @@ pub struct Options {
     /// the `ShardedListAndWatch` gate on. With `false`, kube-apiserver 1.34, which has no
     /// such feature and ignores the parameter.
     pub sharded_lists: bool,
+    /// Export kube-apiserver's own traces over OTLP/gRPC to this `host:port`, sampling only
+    /// requests that arrive with a sampled `traceparent` (its spans then join the client's
+    /// trace). None: no traces.
+    pub traces_to: Option<String>,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             watch_cache: true,
             streaming_lists: true,
             sharded_lists: true,
+            traces_to: None,
         }
     }
 }
@@ -273,7 +278,7 @@ impl TestEnv {
 
         let port = free_port()?;
         let issuer = "https://kubernetes.default.svc.cluster.local";
-        let apiserver_args: Vec<String> = vec![
+        let mut apiserver_args: Vec<String> = vec![
             format!("--etcd-servers={client_url}"),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
@@ -311,6 +316,20 @@ impl TestEnv {
                 format!("--feature-gates=WatchList={}", options.streaming_lists)
             },
         ];
+        if let Some(endpoint) = &options.traces_to {
+            // No sampling of its own: only what a client's sampled parent asks for.
+            std::fs::write(
+                path("tracing.yaml"),
+                format!(
+                    "apiVersion: apiserver.config.k8s.io/v1\nkind: TracingConfiguration\n\
+                     endpoint: {endpoint}\nsamplingRatePerMillion: 0\n"
+                ),
+            )?;
+            apiserver_args.push(format!(
+                "--tracing-config-file={}",
+                path("tracing.yaml").display()
+            ));
+        }
         let apiserver_log = path("kube-apiserver.log");
         let mut env = Self {
             controller_manager: None,

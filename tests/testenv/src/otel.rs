@@ -1,5 +1,6 @@
 //! A real OpenTelemetry Collector (the OTLP receiver and the debug exporter, built from the Go
-//! module proxy by `scripts/test-tools.sh`) on loopback, for tests that export traces.
+//! module proxy by `scripts/test-tools.sh`) on loopback, for tests that export traces and
+//! metrics.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -9,12 +10,14 @@ use anyhow::bail;
 use crate::process::Server;
 use crate::{free_port, tools_dir};
 
-/// A running collector that prints every span it receives, in detail, to its log.
+/// A running collector that prints every span and metric it receives, in detail, to its log.
 pub struct Collector {
     server: Server,
     log: PathBuf,
     /// Its OTLP/HTTP endpoint, `http://127.0.0.1:PORT`.
     pub endpoint: String,
+    /// Its OTLP/gRPC endpoint, `127.0.0.1:PORT` (kube-apiserver exports there).
+    pub grpc_endpoint: String,
     _dir: tempfile::TempDir,
 }
 
@@ -25,13 +28,16 @@ impl Collector {
             .prefix("kubewasm-otelcol-")
             .tempdir()?;
         let address = format!("127.0.0.1:{}", free_port()?);
+        let grpc = format!("127.0.0.1:{}", free_port()?);
         let config = dir.path().join("config.yaml");
         std::fs::write(
             &config,
             format!(
                 "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: {address}\n\
+                 \x20     grpc:\n        endpoint: {grpc}\n\
                  exporters:\n  debug:\n    verbosity: detailed\n\
                  service:\n  pipelines:\n    traces:\n      receivers: [otlp]\n      exporters: [debug]\n\
+                 \x20   metrics:\n      receivers: [otlp]\n      exporters: [debug]\n\
                  \x20 telemetry:\n    metrics:\n      level: none\n"
             ),
         )?;
@@ -62,6 +68,7 @@ impl Collector {
             server,
             log,
             endpoint: format!("http://{address}"),
+            grpc_endpoint: grpc,
             _dir: dir,
         })
     }

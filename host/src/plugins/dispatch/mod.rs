@@ -736,6 +736,8 @@ impl Worker {
         let _span =
             tracing::debug_span!("event", plugin = %self.ctx.name, key = %n.key()).entered();
         let span = crate::traces::enabled().then(|| AttemptSpan::start(&self.ctx, n));
+        // The writes it sends are the attempt's children.
+        let current = span.as_ref().map(|s| crate::traces::enter(&s.0));
         let previous = self.take_write_failures(n);
         let outcome = match self.ensure_instance() {
             Err(reason) => Err(AttemptFailure {
@@ -744,6 +746,7 @@ impl Worker {
             }),
             Ok(()) => self.call(n, previous),
         };
+        drop(current);
         // Whatever the plugin said, a bounded part of it is logged and kept in status.
         let outcome = outcome.map_err(|f| AttemptFailure {
             reason: cut(f.reason, MAX_MESSAGE_BYTES),

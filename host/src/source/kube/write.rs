@@ -1,16 +1,21 @@
 //! Writes to the API server: server-side apply with the plugin's field manager, merge and
 //! JSON patches (subresources included), create, delete with a uid precondition, and Events
-//! (events.k8s.io/v1) whose repeats are folded into a series.
+//! (events.k8s.io/v1) whose repeats are folded into a series. Requests are built here and
+//! sent as they are (not through kube's `Api`), so that with traces on each write's requests
+//! carry its span's `traceparent` (see `traces.rs`) and its answer's status is known.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
+use kube::Resource as _;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-    PostParams, Preconditions, PropagationPolicy,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Preconditions, PropagationPolicy,
 };
+use kube::core::Request;
 use kube::discovery::Scope;
 use kube::{Client, discovery};
 use serde_json::{Value, json};
@@ -21,6 +26,9 @@ use crate::write::{
     Action, EventSeries, Occurrence, Refusal, Write, Writer, event_object, field_manager,
     micro_time,
 };
+
+/// Most of an error answer read.
+const MAX_ERROR_BYTES: usize = 1 << 20;
 
 /// Longest one write may take, discovery included.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,6 +74,18 @@ fn refused(error: kube::Error) -> Refusal {
     }
 }
 
+tokio::task_local! {
+    /// The traced write this task sends: the header its requests carry, and the status of
+    /// the last answer.
+    static TRACED: Arc<Traced>;
+}
+
+/// See [`TRACED`].
+struct Traced {
+    traceparent: http::HeaderValue,
+    status: AtomicU16,
+}
+
 impl KubeWriter {
     /// Writes through `client`, on `tasks` (call [`Writer::send`] off the runtime).
     pub fn new(client: Client, tasks: Handle) -> Self {
@@ -81,8 +101,8 @@ impl KubeWriter {
 }
 
 impl Sender {
-    /// The API for `gvk` in `namespace`, found through discovery once per type.
-    async fn api(&self, gvk: &Gvk, namespace: Option<&str>) -> Result<Api<DynamicObject>, Refusal> {
+    /// Requests for `gvk` in `namespace`, its resource found through discovery once per type.
+    async fn api(&self, gvk: &Gvk, namespace: Option<&str>) -> Result<Request, Refusal> {
         let known = self
             .resources
             .lock()
@@ -105,8 +125,8 @@ impl Sender {
             }
         };
         match (namespaced, namespace) {
-            (true, Some(ns)) => Ok(Api::namespaced_with(self.client.clone(), ns, &resource)),
-            (false, None) => Ok(Api::all_with(self.client.clone(), &resource)),
+            (true, Some(ns)) => Ok(Request::new(DynamicObject::url_path(&resource, Some(ns)))),
+            (false, None) => Ok(Request::new(DynamicObject::url_path(&resource, None))),
             (true, None) => Err(refusal(
                 "Invalid",
                 format!("{gvk} is namespaced: the write names no namespace"),
@@ -158,10 +178,9 @@ impl Sender {
                     field_manager: Some(manager),
                     ..PostParams::default()
                 };
-                api.create(&params, &object)
-                    .await
-                    .map(drop)
-                    .map_err(refused)
+                let body = serde_json::to_vec(&object)
+                    .map_err(|e| refusal("Invalid", e.to_string(), false))?;
+                self.send(api.create(&params, body)).await
             }
             Action::Delete(options) => {
                 let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
@@ -180,10 +199,7 @@ impl Sender {
                     propagation_policy,
                     ..DeleteParams::default()
                 };
-                api.delete(&t.name, &params)
-                    .await
-                    .map(drop)
-                    .map_err(refused)
+                self.send(api.delete(&t.name, &params)).await
             }
             Action::RecordEvent { .. } => {
                 let namespace = t.namespace.as_deref().unwrap_or("default");
@@ -194,16 +210,56 @@ impl Sender {
 
     async fn patch(
         &self,
-        api: &Api<DynamicObject>,
+        api: &Request,
         t: &crate::write::Target,
         params: &PatchParams,
         body: &Patch<Value>,
     ) -> Result<(), Refusal> {
-        let sent = match &t.subresource {
-            Some(sub) => api.patch_subresource(sub, &t.name, params, body).await,
-            None => api.patch(&t.name, params, body).await,
+        let request = match &t.subresource {
+            Some(sub) => api.patch_subresource(sub, &t.name, params, body),
+            None => api.patch(&t.name, params, body),
         };
-        sent.map(drop).map_err(refused)
+        self.send(request).await
+    }
+
+    /// Sends `request` (with the traced write's `traceparent`, when this task sends one, and
+    /// its answer noted); the API server's refusal as a refusal.
+    async fn send(
+        &self,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<(), Refusal> {
+        use http_body_util::BodyExt as _;
+        let mut request = request.map_err(|e| refusal("Invalid", e.to_string(), false))?;
+        let traced = TRACED.try_with(Arc::clone).ok();
+        if let Some(t) = &traced {
+            request
+                .headers_mut()
+                .insert("traceparent", t.traceparent.clone());
+        }
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await
+            .map_err(refused)?;
+        let code = response.status();
+        if let Some(t) = traced {
+            t.status.store(code.as_u16(), Ordering::Relaxed);
+        }
+        if code.is_success() {
+            return Ok(());
+        }
+        // The server's Status, as kube reads it; a body that is none is the status line.
+        let body = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BYTES)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
+            let text = String::from_utf8_lossy(&body);
+            kube::core::Status::failure(text.trim(), code.canonical_reason().unwrap_or(""))
+                .with_code(code.as_u16())
+        });
+        Err(refused(kube::Error::Api(status.boxed())))
     }
 
     async fn record(&self, plugin: &str, write: &Write, namespace: &str) -> Result<(), Refusal> {
@@ -217,7 +273,7 @@ impl Sender {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .observe(plugin, write, fresh, Instant::now());
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let api = Request::new(Event::url_path(&(), Some(namespace)));
         let name = match &occurrence {
             Occurrence::New(name) | Occurrence::Repeat(name, _) => name.clone(),
         };
@@ -228,10 +284,8 @@ impl Sender {
                     field_manager: Some(field_manager(plugin)),
                     ..PatchParams::default()
                 };
-                api.patch(&name, &params, &Patch::Merge(body))
+                self.send(api.patch(&name, &params, &Patch::Merge(body)))
                     .await
-                    .map(drop)
-                    .map_err(refused)
             }
             Occurrence::New(name) => {
                 let event: Event = event_object(plugin, write, &name, namespace, now)
@@ -243,7 +297,9 @@ impl Sender {
                     field_manager: Some(field_manager(plugin)),
                     ..PostParams::default()
                 };
-                api.create(&params, &event).await.map(drop).map_err(refused)
+                let body = serde_json::to_vec(&event)
+                    .map_err(|e| refusal("Invalid", e.to_string(), false))?;
+                self.send(api.create(&params, body)).await
             }
         };
         // An Event that could not be created or raised starts afresh next time.
@@ -264,14 +320,45 @@ impl Writer for KubeWriter {
 
     fn send_within(&self, plugin: &str, write: &Write, within: Duration) -> Result<(), Refusal> {
         let bound = within.min(WRITE_TIMEOUT);
+        let span = crate::traces::WriteSpan::start(plugin, write);
+        let traced = span.as_ref().and_then(|s| {
+            Some(Arc::new(Traced {
+                traceparent: http::HeaderValue::from_str(s.traceparent()).ok()?,
+                status: AtomicU16::new(0),
+            }))
+        });
         // Sent from the runtime's own threads, not polled on this (plugin) thread: a thread
         // the request starts there, such as the blocking pool's for a name lookup, would
         // inherit this thread's lowered priority and go on serving the host with it.
         let (sender, plugin, write) = (self.sender.clone(), plugin.to_owned(), write.clone());
+        let scoped = traced.clone();
         let sending = self.tasks.spawn(async move {
-            tokio::time::timeout(bound, sender.send_async(&plugin, &write)).await
+            let send = tokio::time::timeout(bound, sender.send_async(&plugin, &write));
+            match scoped {
+                Some(traced) => TRACED.scope(traced, send).await,
+                None => send.await,
+            }
         });
-        match self.tasks.block_on(sending) {
+        let outcome = self.answer(self.tasks.block_on(sending), bound);
+        if let Some(span) = span {
+            let status = traced.map_or(0, |t| t.status.load(Ordering::Relaxed));
+            span.end(status, &outcome);
+        }
+        outcome
+    }
+}
+
+impl KubeWriter {
+    /// What a write's task ended with, as the write's outcome.
+    fn answer(
+        &self,
+        ended: Result<
+            Result<Result<(), Refusal>, tokio::time::error::Elapsed>,
+            tokio::task::JoinError,
+        >,
+        bound: Duration,
+    ) -> Result<(), Refusal> {
+        match ended {
             Ok(Ok(sent)) => sent,
             Ok(Err(_)) if bound < WRITE_TIMEOUT => Err(refusal(
                 "Abandoned",
