@@ -36,6 +36,10 @@
 //!   endpoint: http://otel-collector:4318  # OTLP over HTTP (protobuf); /v1/traces is added
 //!   sampleRatio: 1.0           # the fraction of event traces kept
 //!   serviceName: kubewasm      # the service.name resource attribute
+//! otlpMetrics:                 # plugins' own metrics over OTLP; off when absent
+//!   endpoint: http://otel-collector:4318  # OTLP over HTTP (protobuf); /v1/metrics is added
+//!   intervalSeconds: 60        # between exports (1 to 3600)
+//!   serviceName: kubewasm      # the service.name resource attribute
 //! leaderElection:              # off when absent; --leader-elect / KUBEWASM_LEADER_ELECT
 //!   enabled: true
 //!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
@@ -609,6 +613,34 @@ impl AdmissionFile {
     }
 }
 
+/// The OTLP metrics settings as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct OtlpMetricsFile {
+    endpoint: String,
+    interval_seconds: Option<u64>,
+    service_name: Option<String>,
+}
+
+impl OtlpMetricsFile {
+    fn parse(self) -> Result<crate::otlp_metrics::OtlpMetricsConfig, String> {
+        let every = Duration::from_secs(self.interval_seconds.unwrap_or(60));
+        let mut config = crate::otlp_metrics::OtlpMetricsConfig::new(&self.endpoint, every)
+            .map_err(|e| match e {
+                crate::otlp_metrics::OtlpMetricsError::Endpoint(_) => {
+                    format!("otlpMetrics.endpoint: {e}")
+                }
+                crate::otlp_metrics::OtlpMetricsError::Interval(_) => {
+                    format!("otlpMetrics.intervalSeconds: {e}")
+                }
+            })?;
+        if let Some(name) = self.service_name {
+            config.service_name = name;
+        }
+        Ok(config)
+    }
+}
+
 /// The traces settings as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -663,6 +695,7 @@ struct FileConfig {
     #[serde(default)]
     readiness_follows_api_server: bool,
     traces: Option<TracesFile>,
+    otlp_metrics: Option<OtlpMetricsFile>,
     admission: Option<AdmissionFile>,
     #[serde(default)]
     leader_election: LeaderElectionConfig,
@@ -703,6 +736,8 @@ pub struct HostConfig {
     pub readiness_follows_api_server: bool,
     /// Where traces of event handling go; `None`: off.
     pub traces: Option<TracesConfig>,
+    /// Where plugins' own metrics are exported over OTLP; `None`: off.
+    pub otlp_metrics: Option<crate::otlp_metrics::OtlpMetricsConfig>,
     /// Where admission webhooks are served; `None`: off.
     pub admission: Option<ServeConfig>,
     /// Every plugin's settings.
@@ -740,6 +775,7 @@ impl Default for HostConfig {
             plugin_resources: false,
             readiness_follows_api_server: false,
             traces: None,
+            otlp_metrics: None,
             admission: None,
             plugins: PluginsConfig::default(),
         }
@@ -820,6 +856,7 @@ impl HostConfig {
             plugin_resources: file.plugin_resources,
             readiness_follows_api_server: file.readiness_follows_api_server,
             traces: file.traces.map(TracesFile::parse).transpose()?,
+            otlp_metrics: file.otlp_metrics.map(OtlpMetricsFile::parse).transpose()?,
             admission: file.admission.map(AdmissionFile::parse).transpose()?,
             sync_timeout: file
                 .sync_timeout_seconds
@@ -1101,6 +1138,14 @@ plugins:
         assert!(zero.contains("plugins.v.limits.maxHandles"), "{zero}");
         for (text, field) in [
             ("traces: {endpoint: 'ftp://c:21'}", "traces.endpoint: "),
+            (
+                "otlpMetrics: {endpoint: 'ftp://c:21'}",
+                "otlpMetrics.endpoint: ",
+            ),
+            (
+                "otlpMetrics: {endpoint: 'http://c', intervalSeconds: 0}",
+                "otlpMetrics.intervalSeconds: ",
+            ),
             (
                 "traces: {endpoint: 'http://c', sampleRatio: 2}",
                 "traces.sampleRatio: ",

@@ -10,7 +10,7 @@
 //! `tests/all/layers.rs`, which also keeps this list whole): `clock`, `text`, `priority`, `rate`,
 //! `cpu`, `schedule`, `captured_log` (tests only), `whole_file`, `gvk`, `yaml`, `object`,
 //! `shard`, `write`, `histogram`, `plugin_metrics`, `follow`, `leader`, `members`, `rbac`,
-//! `oci`, `traces` · `source` · `informer` · `controller` · `wasm` · `plugins` · `keeper`,
+//! `oci`, `traces`, `otlp_metrics` · `source` · `informer` · `controller` · `wasm` · `plugins` · `keeper`,
 //! `admission` · `config` · `crd`,
 //! `split`, `serve` · `agent` · `testing`. [`keeper`] writes plugin state through to the
 //! cluster while this replica leads; [`admission`] serves plugins' admission webhooks.
@@ -33,6 +33,7 @@ pub mod leader;
 pub mod members;
 pub mod object;
 pub mod oci;
+pub mod otlp_metrics;
 pub mod plugin_metrics;
 pub mod plugins;
 pub mod priority;

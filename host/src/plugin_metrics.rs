@@ -444,6 +444,16 @@ pub struct PluginMetrics {
     pub families: Vec<FamilySnapshot>,
 }
 
+/// The name a plugin's metric is exposed under: `kubewasm_custom_<plugin>_<metric>`, the
+/// plugin's name with what a metric name cannot hold as `_`.
+pub fn published_name(plugin: &str, metric: &str) -> String {
+    let plugin: String = plugin
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("kubewasm_custom_{plugin}_{metric}")
+}
+
 /// A histogram's bucket bounds: as declared, or the defaults.
 pub fn bounds(declared: &Declared) -> &[f64] {
     if declared.buckets.is_empty() {

@@ -76,6 +76,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..AgentOptions::new(cluster, config, Arc::new(TracingSink))
     };
     let mut shutdown = std::pin::pin!(shutdown_signal()?);
+    let otlp_metrics = options.config.otlp_metrics.clone();
     let traces = match &options.config.traces {
         Some(config) => Some(Traces::start(config)?),
         None => None,
@@ -89,6 +90,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
+    // Plugins' own metrics over OTLP, from every replica, until the process ends.
+    let _exporting = otlp_metrics.map(|config| {
+        let host = agent.plugins().clone();
+        tokio::spawn(kubewasm::otlp_metrics::run(config, move || host.metrics()))
+    });
     let exit = tokio::select! {
         first = agent.follow_plugins(&plugins) => {
             let first = first?;

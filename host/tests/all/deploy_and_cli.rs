@@ -376,6 +376,52 @@ fn host_with(plugins: &[(&str, &str)], config: &str, config_maps: usize) -> Host
 }
 
 #[test]
+fn plugins_own_metrics_reach_a_real_collector_over_otlp() {
+    let runtime = support::tokio();
+    let collector = runtime
+        .block_on(kubewasm_testenv::otel::Collector::start())
+        .expect("collector");
+    // The flooding plugin makes series until its bound of 5 refuses the next.
+    let config = format!(
+        "otlpMetrics: {{endpoint: '{}', intervalSeconds: 1}}\nplugins:\n  flood:\n    config: {{mode: metric-flood}}\n    limits: {{metricSeries: 5}}\n",
+        collector.endpoint
+    );
+    let Hosted { mut agent, .. } =
+        host_with(&[("flood", kubewasm_plugin_artifacts::HOSTILE)], &config, 3);
+    let wanted = [
+        "Name: kubewasm_custom_flood_seen_total",
+        "-> plugin: Str(flood)",
+        "-> digest: Str(",
+        "DataType: Sum",
+        "IsMonotonic: true",
+        "AggregationTemporality: Cumulative",
+    ];
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let output = collector.output();
+        let missing: Vec<&&str> = wanted.iter().filter(|w| !output.contains(**w)).collect();
+        if missing.is_empty() {
+            // At most its 5 series, whatever it asked for.
+            let last = output
+                .rsplit("Name: kubewasm_custom_flood_seen_total")
+                .next()
+                .unwrap_or_default();
+            let points = last.split("Metric #").next().unwrap_or_default();
+            let count = points.matches("NumberDataPoints #").count();
+            assert!((1..=5).contains(&count), "{count} series in:\n{points}");
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the collector did not print {missing:?}:\n{}",
+            collector.log_tail(80)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    agent.terminate(Duration::from_secs(30)).expect("exits");
+}
+
+#[test]
 fn sigterm_exits_within_the_shutdown_timeout_while_a_call_is_stuck() {
     // The hostile plugin loops in every call, and its deadline is a minute: a shutdown that
     // waited for the call would take that minute.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The library's top-level modules, lowest first.
-const LAYERS: [&str; 34] = [
+const LAYERS: [&str; 35] = [
     "clock",
     "text",
     "priority",
@@ -27,6 +27,7 @@ const LAYERS: [&str; 34] = [
     "rbac",
     "oci",
     "traces",
+    "otlp_metrics",
     "source",
     "informer",
     "controller",
