@@ -281,6 +281,76 @@ fn a_spinning_plugin_is_held_to_its_cpu_budget_over_time() {
 }
 
 #[test]
+fn each_plugins_cpu_and_memory_follow_what_it_burns_and_holds() {
+    // One plugin burns about 20 ms of CPU per event, one keeps 3 MiB more per event, one
+    // only counts: over the same ten ConfigMaps, the figures tell them apart.
+    let runtime = support::tokio();
+    let cluster = tempfile::tempdir().expect("temp dir");
+    for i in 0..10 {
+        fs::write(
+            cluster.path().join(format!("cm-{i}.yaml")),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: t}}\n"),
+        )
+        .expect("write");
+    }
+    let config = support::configs(&[
+        ("burner", r#"{"mode": "slow"}"#),
+        ("holder", r#"{"mode": "leak"}"#),
+        ("calm", r#"{"mode": "count"}"#),
+    ]);
+    let sink = Arc::new(MemorySink::default());
+    let (mut agent, _folder) = support::snapshot_agent(&runtime, cluster.path(), config, sink);
+    let plugins = kubewasm_testenv::PluginFolder::with(&[
+        ("burner", kubewasm_plugin_artifacts::HOSTILE),
+        ("holder", kubewasm_plugin_artifacts::HOSTILE),
+        ("calm", kubewasm_plugin_artifacts::HOSTILE),
+    ]);
+    runtime
+        .block_on(agent.follow_plugins(plugins.path()))
+        .expect("plugins");
+    let end = Instant::now() + WAIT;
+    let status = |name: &str| support::plugin_status(&agent, name);
+    while ["burner", "holder", "calm"]
+        .iter()
+        .any(|p| status(p).delivered < 10)
+    {
+        assert!(Instant::now() < end, "{:#?}", agent.plugins().status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (burner, holder, calm) = (status("burner"), status("holder"), status("calm"));
+    assert!(
+        burner.cpu_us >= 10 * 15_000 && burner.cpu_us >= 10 * calm.cpu_us,
+        "burner {} us, calm {} us",
+        burner.cpu_us,
+        calm.cpu_us
+    );
+    let mib = 1 << 20;
+    assert!(
+        holder.memory_peak_bytes >= calm.memory_peak_bytes + 20 * mib,
+        "holder peak {}, calm peak {}",
+        holder.memory_peak_bytes,
+        calm.memory_peak_bytes
+    );
+    assert!(holder.memory_bytes >= 20 * mib, "{holder:?}");
+    // The same figures on /metrics, per plugin.
+    let text = agent.status().metrics();
+    let value = |name: &str, plugin: &str| -> f64 {
+        let prefix = format!("{name}{{plugin=\"{plugin}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in:\n{text}"))
+    };
+    assert!(
+        value("kubewasm_plugin_cpu_seconds_total", "burner")
+            > 10.0 * value("kubewasm_plugin_cpu_seconds_total", "calm")
+    );
+    assert!(
+        value("kubewasm_plugin_memory_peak_bytes", "holder")
+            >= value("kubewasm_plugin_memory_peak_bytes", "calm") + 20.0 * mib as f64
+    );
+}
+
+#[test]
 fn memory_a_replaced_version_still_holds_counts_against_the_plugins_cap() {
     // Each call for t/cm-2 takes 8 MiB and spins for two seconds of CPU; the cap is 16 MiB.
     let mut settings = tight();
