@@ -20,6 +20,9 @@ pub const RETRY_RATE: Rate = Rate {
     burst: 100,
 };
 
+/// Stale timer entries kept beyond twice the live ones before the heap is rebuilt.
+const STALE_TIMERS: usize = 64;
+
 /// The keys of one controller: waiting, being processed, and timed.
 pub struct WorkQueue {
     /// Keys ready to hand out, oldest first; each is also in `dirty`.
@@ -72,6 +75,16 @@ impl WorkQueue {
             _ => {
                 self.due.insert(key.clone(), at);
                 self.timers.push(Reverse((at, key)));
+                // A key moved earlier leaves its later entry behind until that comes due: a
+                // plugin moving its keys earlier again and again would grow the heap without
+                // bound. Past twice the live timers, it is rebuilt from them.
+                if self.timers.len() > 2 * self.due.len() + STALE_TIMERS {
+                    self.timers = self
+                        .due
+                        .iter()
+                        .map(|(key, at)| Reverse((*at, key.clone())))
+                        .collect();
+                }
             }
         }
     }
@@ -268,6 +281,34 @@ mod tests {
         q.add_after(key("b"), Duration::from_secs(10), now);
         q.add(key("b"));
         assert_eq!(q.get(now), Some(key("b")));
+    }
+
+    #[test]
+    fn timers_moved_earlier_again_and_again_keep_the_heap_bounded() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new(now);
+        for i in 0..10_000u64 {
+            q.add_after(key("a"), Duration::from_secs(100_000 - i), now);
+            q.add_after(
+                key(&format!("k{}", i % 10)),
+                Duration::from_secs(100_000 - i),
+                now,
+            );
+        }
+        assert!(
+            q.timers.len() <= 2 * 11 + STALE_TIMERS + 1,
+            "{}",
+            q.timers.len()
+        );
+        // Nothing was lost: each key comes due once, at its earliest time.
+        let latest = now + Duration::from_secs(100_000);
+        let mut got = Vec::new();
+        while let Some(k) = q.get(latest) {
+            q.done(&k);
+            got.push(k);
+        }
+        assert_eq!(got.len(), 11, "{got:?}");
+        assert_eq!(got[0], key("a"), "a's earliest time is the earliest of all");
     }
 
     #[test]

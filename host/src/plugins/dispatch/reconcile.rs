@@ -281,9 +281,14 @@ impl Worker {
             let Some(store) = self.ctx.grants.get(gvk).map(|i| i.store()) else {
                 continue;
             };
+            // Children are found by their applyset label; without the index a prune would
+            // read every object of the type, so it is refused instead.
             let labelled = store
                 .by_index(crate::informer::index::LABEL, &value)
-                .unwrap_or_else(|_| store.list());
+                .map_err(|e| AttemptFailure {
+                    reason: format!("children of type {gvk} cannot be found to prune: {e}"),
+                    retry: false,
+                })?;
             for child in labelled {
                 if !children::is_child_of(&child, parent, &id)
                     || children::applied(&applies, &child)
