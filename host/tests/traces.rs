@@ -19,6 +19,7 @@ use kubewasm::wasm::logging::MemorySink;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use prost::Message;
 
@@ -390,4 +391,118 @@ async fn a_write_is_the_attempts_child_and_the_api_servers_spans_join_its_trace(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_joins_the_trace_the_api_server_carries_to_its_webhook() {
+    use kube::api::PostParams;
+    use kubewasm::admission::ServeConfig;
+    use kubewasm::admission::webhooks::{Target, render};
+    let _one = ONE_AT_A_TIME.lock().await;
+    // kube-apiserver traces (only what arrives sampled) and passes its context on to the
+    // webhooks it calls; kubewasm's spans go to the receiver double.
+    let collector = kubewasm_testenv::otel::Collector::start()
+        .await
+        .expect("collector");
+    let env = kubewasm_testenv::TestEnv::start_with(kubewasm_testenv::Options {
+        traces_to: Some(collector.grpc_endpoint.clone()),
+        ..Default::default()
+    })
+    .await
+    .expect("test environment");
+    let admin = env.client().await.expect("admin client");
+    kubewasm_testenv::resources::create_namespace(&admin, "shop")
+        .await
+        .expect("namespace");
+    let (address, received) = receiver().await;
+    let traces = Traces::start(&TracesConfig::new(&format!("http://{address}")).expect("endpoint"))
+        .expect("traces");
+    let tls = tempfile::tempdir().expect("temp dir");
+    let (cert_file, key_file) = (tls.path().join("tls.crt"), tls.path().join("tls.key"));
+    let cert = env.serving_cert().expect("serving certificate");
+    std::fs::write(&cert_file, &cert.cert).expect("write");
+    std::fs::write(&key_file, &cert.key).expect("write");
+    let mut config = support::configs(&[("image-policy", "{}")]);
+    config.admission = Some(ServeConfig {
+        address: "127.0.0.1:0".parse().expect("address"),
+        cert_file,
+        key_file,
+        concurrency: 2,
+    });
+    let options = AgentOptions::new(
+        Cluster::Kube(admin.clone()),
+        config,
+        Arc::new(MemorySink::default()),
+    );
+    let mut agent = Agent::start(options).await.expect("agent");
+    let plugins = kubewasm_testenv::PluginFolder::with(&[(
+        "image-policy",
+        kubewasm_plugin_artifacts::IMAGE_POLICY,
+    )]);
+    agent.follow_plugins(plugins.path()).await.expect("plugins");
+    let admission = agent
+        .plugins()
+        .admitter("image-policy")
+        .expect("image-policy serves admission")
+        .admission
+        .clone();
+    let served = agent.webhooks_address().expect("webhooks served");
+    let ca = env.ca_cert();
+    let yaml = render(
+        "kubewasm",
+        &[("image-policy".to_owned(), admission)],
+        &Target::Url(format!("https://{served}")),
+        Some(ca.as_bytes()),
+    )
+    .expect("webhook configuration");
+    support::apply_yaml(&admin, &yaml)
+        .await
+        .expect("registered");
+
+    // Pods created with a sampled traceparent of ours, until the webhook (no allow list yet:
+    // every image refused) answers.
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let body = serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"containers": [{"name": "c", "image": "example.com/c:1"}]}
+    }))
+    .expect("pod");
+    let start = Instant::now();
+    loop {
+        let mut request = kube::core::Request::new("/api/v1/namespaces/shop/pods")
+            .create(&PostParams::default(), body.clone())
+            .expect("request");
+        request.headers_mut().insert(
+            "traceparent",
+            format!("00-{trace}-00f067aa0ba902b7-01")
+                .parse()
+                .expect("header"),
+        );
+        match admin.request_text(request).await {
+            Err(e) if e.to_string().contains("image-policy") => break,
+            other => assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the webhook never refused: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .expect("flush");
+    let spans = received.lock().expect("spans").clone();
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let review = spans
+        .iter()
+        .find(|r| r.span.name == "review" && hex(&r.span.trace_id) == trace)
+        .unwrap_or_else(|| panic!("no review span in our trace: {spans:#?}"));
+    assert_eq!(review.attributes["kubewasm.plugin"], "image-policy");
+    assert_eq!(review.attributes["kubewasm.review.operation"], "CREATE");
+    assert_eq!(review.attributes["k8s.object.name"], "web");
+    assert_eq!(review.attributes["kubewasm.review.allowed"], "false");
+    // Its parent is the API server's span of the webhook call, not ours.
+    assert!(!review.span.parent_span_id.is_empty());
+    assert_ne!(hex(&review.span.parent_span_id), "00f067aa0ba902b7");
+    assert_eq!(review.span.kind, SpanKind::Server as i32);
 }
