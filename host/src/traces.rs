@@ -171,7 +171,10 @@ impl Span {
         use opentelemetry::trace::{Span as _, Status};
         match error {
             None => self.0.set_status(Status::Ok),
-            Some(e) => self.0.set_status(Status::error(e.to_owned())),
+            Some(e) => self.0.set_status(Status::error(crate::text::cut(
+                e.to_owned(),
+                crate::text::MAX_MESSAGE_BYTES,
+            ))),
         }
         self.0.end();
     }
@@ -242,7 +245,11 @@ impl WriteSpan {
                     "kubewasm.write.reason",
                     refusal.reason.clone(),
                 ));
-                self.span.set_status(Status::error(refusal.message.clone()));
+                // The server's message, read up to 1 MiB, is cut as a plugin's are.
+                self.span.set_status(Status::error(crate::text::cut(
+                    refusal.message.clone(),
+                    crate::text::MAX_MESSAGE_BYTES,
+                )));
             }
         }
         self.span.end();
