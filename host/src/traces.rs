@@ -130,20 +130,20 @@ pub fn parent_of(traceparent: &str) -> Option<opentelemetry::trace::SpanContext>
     context.is_valid().then_some(context)
 }
 
-/// A span of the host's own work (a review, a load, a pull).
+/// A span of the host's own work (a review, a load, a pull, a write).
 pub struct Span(opentelemetry::global::BoxedSpan);
 
 impl Span {
-    /// Starts span `name` of `kind` with `attributes`, under the parent `traceparent` names
-    /// when it is well formed, else this thread's current span or none; nothing while
-    /// traces are off.
+    /// Starts span `name` of `kind` with the attributes `attributes` makes, under the parent
+    /// `traceparent` names when it is well formed, else this thread's current span or none;
+    /// nothing, and no attribute made, while traces are off.
     pub fn start(
         name: &'static str,
         kind: opentelemetry::trace::SpanKind,
         traceparent: Option<&str>,
-        attributes: Vec<opentelemetry::KeyValue>,
+        attributes: impl FnOnce() -> Vec<opentelemetry::KeyValue>,
     ) -> Option<Self> {
-        use opentelemetry::trace::{TraceContextExt as _, Tracer as _};
+        use opentelemetry::trace::TraceContextExt as _;
         if !enabled() {
             return None;
         }
@@ -151,13 +151,23 @@ impl Span {
             Some(remote) => opentelemetry::Context::current().with_remote_span_context(remote),
             None => opentelemetry::Context::current(),
         };
+        Some(Self::under(&parent, name, kind, attributes()))
+    }
+
+    fn under(
+        parent: &opentelemetry::Context,
+        name: &'static str,
+        kind: opentelemetry::trace::SpanKind,
+        attributes: Vec<opentelemetry::KeyValue>,
+    ) -> Self {
+        use opentelemetry::trace::Tracer as _;
         let tracer = opentelemetry::global::tracer("kubewasm");
         let span = tracer
             .span_builder(name)
             .with_kind(kind)
             .with_attributes(attributes)
-            .start_with_context(&tracer, &parent);
-        Some(Self(span))
+            .start_with_context(&tracer, parent);
+        Self(span)
     }
 
     /// Sets one attribute.
@@ -166,7 +176,7 @@ impl Span {
         self.0.set_attribute(attribute);
     }
 
-    /// Ends it, failed with `error` or ok.
+    /// Ends it, failed with `error` (cut to a plugin message's bound) or ok.
     pub fn end(mut self, error: Option<&str>) {
         use opentelemetry::trace::{Span as _, Status};
         match error {
@@ -182,7 +192,7 @@ impl Span {
 
 /// The span of one write to the API server, a child of the current attempt's.
 pub struct WriteSpan {
-    span: opentelemetry::global::BoxedSpan,
+    span: Span,
     traceparent: String,
 }
 
@@ -191,7 +201,7 @@ impl WriteSpan {
     /// are off or no sampled span is current.
     pub fn start(plugin: &str, write: &crate::write::Write) -> Option<Self> {
         use opentelemetry::KeyValue;
-        use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
+        use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _};
         if !enabled() {
             return None;
         }
@@ -212,13 +222,8 @@ impl WriteSpan {
         if let Some(sub) = &t.subresource {
             attributes.push(KeyValue::new("k8s.subresource", sub.clone()));
         }
-        let tracer = opentelemetry::global::tracer("kubewasm");
-        let span = tracer
-            .span_builder("write")
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&tracer, &parent);
-        let traceparent = traceparent(span.span_context());
+        let span = Span::under(&parent, "write", SpanKind::Client, attributes);
+        let traceparent = traceparent(span.0.span_context());
         Some(Self { span, traceparent })
     }
 
@@ -228,31 +233,25 @@ impl WriteSpan {
     }
 
     /// Ends it with the API server's answer: `status` of the last response (0 for none) and
-    /// the write's outcome.
+    /// the write's outcome (the server's message, read up to 1 MiB, cut as a plugin's is).
     pub fn end(mut self, status: u16, outcome: &Result<(), crate::write::Refusal>) {
         use opentelemetry::KeyValue;
-        use opentelemetry::trace::{Span as _, Status};
         if status != 0 {
-            self.span.set_attribute(KeyValue::new(
+            self.span.set(KeyValue::new(
                 "http.response.status_code",
                 i64::from(status),
             ));
         }
         match outcome {
-            Ok(()) => self.span.set_status(Status::Ok),
+            Ok(()) => self.span.end(None),
             Err(refusal) => {
-                self.span.set_attribute(KeyValue::new(
+                self.span.set(KeyValue::new(
                     "kubewasm.write.reason",
                     refusal.reason.clone(),
                 ));
-                // The server's message, read up to 1 MiB, is cut as a plugin's are.
-                self.span.set_status(Status::error(crate::text::cut(
-                    refusal.message.clone(),
-                    crate::text::MAX_MESSAGE_BYTES,
-                )));
+                self.span.end(Some(&refusal.message));
             }
         }
-        self.span.end();
     }
 }
 

@@ -205,11 +205,17 @@ async fn route(
     request: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
     let received = Instant::now();
-    let traceparent = request
-        .headers()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    // Read only while traces are exported: a review pays nothing for them otherwise.
+    let traceparent = crate::traces::enabled()
+        .then(|| {
+            request
+                .headers()
+                .get("traceparent")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        })
+        .flatten();
     let Some(plugin) = request.uri().path().strip_prefix(PATH).map(str::to_owned) else {
         return plain(
             StatusCode::NOT_FOUND,
@@ -291,21 +297,23 @@ fn review_span(
 ) -> Option<crate::traces::Span> {
     use opentelemetry::KeyValue;
     let r = &review.request;
-    let mut attributes = vec![
-        KeyValue::new("kubewasm.plugin", plugin.to_owned()),
-        KeyValue::new("kubewasm.review.uid", r.uid.clone()),
-        KeyValue::new("kubewasm.review.operation", r.operation.as_str()),
-        KeyValue::new("k8s.resource", r.gvk.to_string()),
-        KeyValue::new("k8s.object.name", r.name.clone()),
-    ];
-    if let Some(ns) = &r.namespace {
-        attributes.push(KeyValue::new("k8s.namespace.name", ns.clone()));
-    }
     crate::traces::Span::start(
         "review",
         opentelemetry::trace::SpanKind::Server,
         traceparent,
-        attributes,
+        || {
+            let mut attributes = vec![
+                KeyValue::new("kubewasm.plugin", plugin.to_owned()),
+                KeyValue::new("kubewasm.review.uid", r.uid.clone()),
+                KeyValue::new("kubewasm.review.operation", r.operation.as_str()),
+                KeyValue::new("k8s.resource", r.gvk.to_string()),
+                KeyValue::new("k8s.object.name", r.name.clone()),
+            ];
+            if let Some(ns) = &r.namespace {
+                attributes.push(KeyValue::new("k8s.namespace.name", ns.clone()));
+            }
+            attributes
+        },
     )
 }
 

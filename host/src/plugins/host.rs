@@ -504,11 +504,19 @@ impl PluginHost {
             "load",
             opentelemetry::trace::SpanKind::Internal,
             None,
-            vec![
-                opentelemetry::KeyValue::new("kubewasm.plugin", file.name.clone()),
-                opentelemetry::KeyValue::new("kubewasm.plugin.digest", file.digest().to_owned()),
-                opentelemetry::KeyValue::new("kubewasm.load.from", file.path.display().to_string()),
-            ],
+            || {
+                vec![
+                    opentelemetry::KeyValue::new("kubewasm.plugin", file.name.clone()),
+                    opentelemetry::KeyValue::new(
+                        "kubewasm.plugin.digest",
+                        file.digest().to_owned(),
+                    ),
+                    opentelemetry::KeyValue::new(
+                        "kubewasm.load.from",
+                        file.path.display().to_string(),
+                    ),
+                ]
+            },
         );
         let prepared = self.prepare(file);
         // Held while the version goes live, so that status never shows the new version with

@@ -198,14 +198,19 @@ impl Follower {
             "pull",
             opentelemetry::trace::SpanKind::Client,
             None,
-            vec![
-                opentelemetry::KeyValue::new("kubewasm.plugin", self.name.clone()),
-                opentelemetry::KeyValue::new(
-                    "kubewasm.pull.reference",
-                    self.source.reference.to_string(),
-                ),
-                opentelemetry::KeyValue::new("kubewasm.pull.manifest", manifest.digest.to_string()),
-            ],
+            || {
+                vec![
+                    opentelemetry::KeyValue::new("kubewasm.plugin", self.name.clone()),
+                    opentelemetry::KeyValue::new(
+                        "kubewasm.pull.reference",
+                        self.source.reference.to_string(),
+                    ),
+                    opentelemetry::KeyValue::new(
+                        "kubewasm.pull.manifest",
+                        manifest.digest.to_string(),
+                    ),
+                ]
+            },
         );
         let pulled = puller.pull(manifest).await;
         if let Some(mut span) = span {
