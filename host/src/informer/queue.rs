@@ -248,14 +248,17 @@ impl Inner {
         None
     }
 
-    /// Stamps the entries pushed since the last stamp with `now`.
-    fn stamp(&mut self, now: Instant) {
+    /// Stamps the entries pushed since the last stamp with the time now (read only when
+    /// there are some); whether there were.
+    fn stamp(&mut self) -> bool {
         let end = self.head + self.slots.len() as u64;
         let from = self.stamped_end.max(self.head);
-        if end > from {
-            self.stamps.push_back((from, now));
-            self.stamped_end = end;
+        if end <= from {
+            return false;
         }
+        self.stamps.push_back((from, Instant::now()));
+        self.stamped_end = end;
+        true
     }
 
     /// Drops the stamps of entries taken and publishes the head's into `stats`.
@@ -388,8 +391,7 @@ impl QueueSender {
     /// batch of pushes, not per entry.
     pub fn wake(&self) {
         let mut inner = self.shared.lock();
-        if inner.head + inner.slots.len() as u64 > inner.stamped_end.max(inner.head) {
-            inner.stamp(Instant::now());
+        if inner.stamp() {
             inner.publish_oldest(&self.shared.stats);
         }
         if inner.receiver_waiting && !inner.slots.is_empty() {

@@ -339,7 +339,7 @@ impl Writer for KubeWriter {
                 None => send.await,
             }
         });
-        let outcome = self.answer(self.tasks.block_on(sending), bound);
+        let outcome = ended_as(self.tasks.block_on(sending), bound);
         if let Some(span) = span {
             let status = traced.map_or(0, |t| t.status.load(Ordering::Relaxed));
             span.end(status, &outcome);
@@ -348,35 +348,29 @@ impl Writer for KubeWriter {
     }
 }
 
-impl KubeWriter {
-    /// What a write's task ended with, as the write's outcome.
-    fn answer(
-        &self,
-        ended: Result<
-            Result<Result<(), Refusal>, tokio::time::error::Elapsed>,
-            tokio::task::JoinError,
-        >,
-        bound: Duration,
-    ) -> Result<(), Refusal> {
-        match ended {
-            Ok(Ok(sent)) => sent,
-            Ok(Err(_)) if bound < WRITE_TIMEOUT => Err(refusal(
-                "Abandoned",
-                format!(
-                    "no answer within {bound:?}, when this replica's Lease was confirmed until: abandoned, as another replica may lead by then (a request already on its way may still land)"
-                ),
-                true,
-            )),
-            Ok(Err(_)) => Err(refusal(
-                "Timeout",
-                format!("no answer from the API server within {WRITE_TIMEOUT:?}"),
-                true,
-            )),
-            Err(e) => Err(refusal(
-                "Unavailable",
-                format!("the write's task ended: {e}"),
-                true,
-            )),
-        }
+/// What a write's task ended with, as the write's outcome: `bound` is the time it was given.
+fn ended_as(
+    ended: Result<Result<Result<(), Refusal>, tokio::time::error::Elapsed>, tokio::task::JoinError>,
+    bound: Duration,
+) -> Result<(), Refusal> {
+    match ended {
+        Ok(Ok(sent)) => sent,
+        Ok(Err(_)) if bound < WRITE_TIMEOUT => Err(refusal(
+            "Abandoned",
+            format!(
+                "no answer within {bound:?}, when this replica's Lease was confirmed until: abandoned, as another replica may lead by then (a request already on its way may still land)"
+            ),
+            true,
+        )),
+        Ok(Err(_)) => Err(refusal(
+            "Timeout",
+            format!("no answer from the API server within {WRITE_TIMEOUT:?}"),
+            true,
+        )),
+        Err(e) => Err(refusal(
+            "Unavailable",
+            format!("the write's task ended: {e}"),
+            true,
+        )),
     }
 }
