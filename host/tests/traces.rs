@@ -291,15 +291,18 @@ async fn each_delivery_attempt_is_a_span_at_the_otlp_receiver() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_is_the_attempts_child_and_the_api_servers_spans_join_its_trace() {
-    use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{Api, PostParams};
-    use kubewasm::gvk::Gvk;
-    use kubewasm::write::{Verb, WriteGrant};
-    let _one = ONE_AT_A_TIME.lock().await;
-    // kube-apiserver sends its own spans to a real collector over OTLP/gRPC, sampling only
-    // requests whose traceparent says so; kubewasm's go to the receiver double.
+/// A real kube-apiserver (namespace `shop` made) whose own spans go to a real collector over
+/// OTLP/gRPC, sampling only requests whose traceparent says so (it passes its context on to
+/// the webhooks it calls), and kubewasm's traces going to the receiver double.
+struct TracedCluster {
+    collector: kubewasm_testenv::otel::Collector,
+    env: kubewasm_testenv::TestEnv,
+    admin: kube::Client,
+    received: Arc<Mutex<Vec<Received>>>,
+    traces: Traces,
+}
+
+async fn traced_cluster() -> TracedCluster {
     let collector = kubewasm_testenv::otel::Collector::start()
         .await
         .expect("collector");
@@ -316,14 +319,33 @@ async fn a_write_is_the_attempts_child_and_the_api_servers_spans_join_its_trace(
     let (address, received) = receiver().await;
     let traces = Traces::start(&TracesConfig::new(&format!("http://{address}")).expect("endpoint"))
         .expect("traces");
-    let mut config = support::configs(&[("labeler", r#"{"key": "team", "value": "shop"}"#)]);
-    let settings = config.plugins.named.get_mut("labeler").expect("configured");
-    settings.grants.writes = vec![WriteGrant {
-        resources: vec![Gvk::new("", "v1", "Pod")],
-        subresources: vec![],
-        verbs: vec![Verb::Patch],
-        namespaces: Some(vec!["shop".into()]),
-    }];
+    TracedCluster {
+        collector,
+        env,
+        admin,
+        received,
+        traces,
+    }
+}
+
+/// Trace and span ids as the collector prints them.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_is_the_attempts_child_and_the_api_servers_spans_join_its_trace() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    let _one = ONE_AT_A_TIME.lock().await;
+    let TracedCluster {
+        collector,
+        env: _env,
+        admin,
+        received,
+        traces,
+    } = traced_cluster().await;
+    let config = support::labeler_in("shop");
     let options = AgentOptions::new(
         Cluster::Kube(admin.clone()),
         config,
@@ -372,7 +394,6 @@ async fn a_write_is_the_attempts_child_and_the_api_servers_spans_join_its_trace(
     );
     // The API server got the write span's traceparent: its own span of that request is the
     // write span's child, in the same trace.
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let parent = format!("Parent ID      : {}", hex(&write.span.span_id));
     let trace = format!("Trace ID       : {}", hex(&write.span.trace_id));
     let start = Instant::now();
@@ -399,24 +420,13 @@ async fn a_review_joins_the_trace_the_api_server_carries_to_its_webhook() {
     use kubewasm::admission::ServeConfig;
     use kubewasm::admission::webhooks::{Target, render};
     let _one = ONE_AT_A_TIME.lock().await;
-    // kube-apiserver traces (only what arrives sampled) and passes its context on to the
-    // webhooks it calls; kubewasm's spans go to the receiver double.
-    let collector = kubewasm_testenv::otel::Collector::start()
-        .await
-        .expect("collector");
-    let env = kubewasm_testenv::TestEnv::start_with(kubewasm_testenv::Options {
-        traces_to: Some(collector.grpc_endpoint.clone()),
-        ..Default::default()
-    })
-    .await
-    .expect("test environment");
-    let admin = env.client().await.expect("admin client");
-    kubewasm_testenv::resources::create_namespace(&admin, "shop")
-        .await
-        .expect("namespace");
-    let (address, received) = receiver().await;
-    let traces = Traces::start(&TracesConfig::new(&format!("http://{address}")).expect("endpoint"))
-        .expect("traces");
+    let TracedCluster {
+        collector: _collector,
+        env,
+        admin,
+        received,
+        traces,
+    } = traced_cluster().await;
     let tls = tempfile::tempdir().expect("temp dir");
     let (cert_file, key_file) = (tls.path().join("tls.crt"), tls.path().join("tls.key"));
     let cert = env.serving_cert().expect("serving certificate");
@@ -492,7 +502,6 @@ async fn a_review_joins_the_trace_the_api_server_carries_to_its_webhook() {
         .await
         .expect("flush");
     let spans = received.lock().expect("spans").clone();
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let review = spans
         .iter()
         .find(|r| r.span.name == "review" && hex(&r.span.trace_id) == trace)

@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use kubewasm::agent::{Agent, AgentOptions, Cluster};
-use kubewasm::gvk::Gvk;
 use kubewasm::object::Transform;
 use kubewasm::source::kube::KubeSource;
 use kubewasm::source::kube::write::KubeWriter;
 use kubewasm::wasm::logging::MemorySink;
-use kubewasm::write::{Verb, WriteGrant, Writer};
+use kubewasm::write::Writer;
 use kubewasm_testenv::proxy::FreezableProxy;
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
@@ -54,14 +53,8 @@ async fn a_write_failing_through_an_outage_lands_once_it_is_over() -> anyhow::Re
         tasks.clone(),
     ));
     let writer: Arc<dyn Writer> = Arc::new(KubeWriter::new(through_proxy, tasks));
-    let mut config = support::configs(&[("labeler", r#"{"key": "team", "value": "shop"}"#)]);
+    let mut config = support::labeler_in("e2e");
     let settings = config.plugins.named.get_mut("labeler").expect("configured");
-    settings.grants.writes = vec![WriteGrant {
-        resources: vec![Gvk::new("", "v1", "Pod")],
-        subresources: vec![],
-        verbs: vec![Verb::Patch],
-        namespaces: Some(vec!["e2e".into()]),
-    }];
     // The default cap (60 s) would land the write up to a minute after the outage; a
     // shorter one keeps this test short and changes nothing else.
     settings.delivery.backoff.cap = Duration::from_secs(5);

@@ -80,6 +80,22 @@ pub fn configs(configs: &[(&str, &str)]) -> kubewasm::config::HostConfig {
     config
 }
 
+/// A host configuration for the labeler (labelling pods `team: shop`), granted to patch
+/// Pods in `namespace` and nothing else.
+pub fn labeler_in(namespace: &str) -> kubewasm::config::HostConfig {
+    use kubewasm::write::{Verb, WriteGrant};
+    let mut config = configs(&[("labeler", r#"{"key": "team", "value": "shop"}"#)]);
+    if let Some(settings) = config.plugins.named.get_mut("labeler") {
+        settings.grants.writes = vec![WriteGrant {
+            resources: vec![kubewasm::gvk::Gvk::new("", "v1", "Pod")],
+            subresources: vec![],
+            verbs: vec![Verb::Patch],
+            namespaces: Some(vec![namespace.to_owned()]),
+        }];
+    }
+    config
+}
+
 /// An agent on the manifests folder `cluster`, started the way `kubewasm run --cluster` starts
 /// it, with plugin lines going to `sink`.
 pub fn folder_agent(
