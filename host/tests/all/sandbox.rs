@@ -282,7 +282,7 @@ fn a_spinning_plugin_is_held_to_its_cpu_budget_over_time() {
 
 #[test]
 fn each_plugins_cpu_and_memory_follow_what_it_burns_and_holds() {
-    // One plugin burns about 20 ms of CPU per event, one keeps 3 MiB more per event, one
+    // One plugin burns 20 million iterations of CPU per event, one keeps 3 MiB more per event, one
     // only counts: over the same ten ConfigMaps, the figures tell them apart.
     let runtime = support::tokio();
     let cluster = tempfile::tempdir().expect("temp dir");
@@ -319,7 +319,9 @@ fn each_plugins_cpu_and_memory_follow_what_it_burns_and_holds() {
     }
     let (burner, holder, calm) = (status("burner"), status("holder"), status("calm"));
     assert!(
-        burner.cpu_us >= 10 * 15_000 && burner.cpu_us >= 10 * calm.cpu_us,
+        // 20 million iterations an event: 8 ms on one machine here, 20 ms on another, and
+        // not under 2 ms on any.
+        burner.cpu_us >= 10 * 2_000 && burner.cpu_us >= 10 * calm.cpu_us,
         "burner {} us, calm {} us",
         burner.cpu_us,
         calm.cpu_us
