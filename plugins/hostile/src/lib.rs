@@ -9,7 +9,7 @@
 //! a query, its own object's `/binaryData`, logging each answer's value; `metadata-only`
 //! declares metadata only and reads the same; `count`
 //! is harmless: it logs how many events this instance has handled, to observe recycling;
-//! `slow` burns about 20 ms of CPU per event, to fall behind; `huge-args` passes 1 MiB
+//! `slow` burns about 20 ms of CPU per event (`rounds`: 20,000,000 by default), to fall behind; `huge-args` passes 1 MiB
 //! arguments to every query; `huge-log` logs a 1 MiB message with 48 fields of 16 KiB and
 //! fails with a 1 MiB error; `copy-flood` asks the host to copy tens of MiB in one call (`key`:
 //! `log`, `get` or `error`); `squat` declares an index under deployment-view's index
@@ -55,6 +55,9 @@ struct Config {
     mode: String,
     #[serde(default)]
     key: String,
+    /// Rounds `slow` burns per event (default 20,000,000).
+    #[serde(default)]
+    rounds: Option<u64>,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -499,7 +502,7 @@ impl Plugin for Hostile {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
                 log::info("woke", &[("key", &key)]);
             }
-            "slow" => burn(20_000_000),
+            "slow" => burn(config.rounds.unwrap_or(20_000_000)),
             // Every event but a delete asks to be delivered again at once.
             "requeue-now" if !matches!(event, Event::Deleted(_)) => {
                 kubewasm_sdk::triggers::requeue_after(0).map_err(HandleError::fatal)?;
