@@ -30,6 +30,8 @@ WIT = os.path.join(ROOT, "wit", "plugin.wit")
 # The contract's imported interfaces a plugin calls through its language's bindings, with the
 # prefix each language reaches them by.
 BOUND = ("cache", "cluster", "state", "triggers", "metrics")
+# The Go SDK's subpackages with helpers of their own (config has only Parse, named in a row).
+GO_PACKAGES = ("config", "status")
 
 
 def read(*parts):
@@ -117,7 +119,7 @@ def python_items():
     """Public names of the Python SDK (`__all__`, and the public members of the classes and
     objects it exports: `state.get`, `Selector.matches`), with their docstrings."""
     items = {}
-    for module in ("__init__.py", "selector.py"):
+    for module in ("__init__.py", "selector.py", "status.py"):
         tree = ast.parse(read(SDK, "python", "kubewasm_sdk", module))
         classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         exported = None
@@ -175,7 +177,7 @@ def javascript_items():
     """Exports of the JavaScript SDK, with the members of exported objects and classes
     (`state.get`, `Selector.matches`), and their `/** */` docs."""
     items = {}
-    for module in ("index.js", "selector.js"):
+    for module in ("index.js", "selector.js", "status.js"):
         text = read(SDK, "javascript", module)
         lines = text.splitlines()
         doc, in_doc, container, depth = [], False, None, 0
@@ -223,13 +225,17 @@ def go_items(generated=False):
     with `generated` the contract's bindings (bindings.go, every type and call of the WIT)."""
     items = {}
     holders = {}  # unexported type -> the exported variable of that type
-    names = [n for n in sorted(os.listdir(os.path.join(SDK, "go")))
-             if n.endswith(".go") and not n.endswith("_test.go")]
-    for n in names:
+    # The SDK's package, and its subpackages by their name (`status.New`).
+    files = [("", n) for n in sorted(os.listdir(os.path.join(SDK, "go")))]
+    for package in GO_PACKAGES:
+        files += [(f"{package}.", os.path.join(package, n))
+                  for n in sorted(os.listdir(os.path.join(SDK, "go", package)))]
+    files = [(p, n) for p, n in files if n.endswith(".go") and not n.endswith("_test.go")]
+    for _, n in files:
         for m in re.finditer(r"^var ([A-Z]\w*) ([a-z]\w*)$", read(SDK, "go", n), re.M):
             holders[m.group(2)] = m.group(1)
-    sources = [read(SDK, "go", n) for n in names if (n == "bindings.go") == generated]
-    for text in sources:
+    sources = [(p, read(SDK, "go", n)) for p, n in files if (n == "bindings.go") == generated]
+    for prefix, text in sources:
         doc = []
         block = None  # "var" or "const" inside a ( ... ) block
         for line in text.splitlines():
@@ -245,7 +251,7 @@ def go_items(generated=False):
                     block = None
                 m = re.match(r"([A-Z]\w*)\b(?: \w+)?\s*(?:=|$)", s)
                 if m and block == "const" or m and block == "var":
-                    items[m.group(1)] = (first_paragraph("\n".join(doc)), "")
+                    items[prefix + m.group(1)] = (first_paragraph("\n".join(doc)), "")
                 doc = [] if s else doc
                 continue
             m = re.match(r"(var|const) \($", s)
@@ -260,17 +266,17 @@ def go_items(generated=False):
                 implements = m.group(2) in ("Error", "String") and m.group(3).startswith(")")
                 if owner and not implements:
                     signature = re.sub(r"\s*\{.*$", "", s)
-                    items[f"{owner}.{m.group(2)}"] = (first_paragraph("\n".join(doc)), signature)
+                    items[f"{prefix}{owner}.{m.group(2)}"] = (first_paragraph("\n".join(doc)), signature)
                 doc = []
                 continue
             m = re.match(r"func ([A-Z]\w*)(?:\[[^\]]*\])?\(", s)
             if m:
-                items[m.group(1)] = (first_paragraph("\n".join(doc)), re.sub(r"\s*\{.*$", "", s))
+                items[prefix + m.group(1)] = (first_paragraph("\n".join(doc)), re.sub(r"\s*\{.*$", "", s))
                 doc = []
                 continue
             m = re.match(r"(type|var|const) ([A-Z]\w*)\b", s)
             if m:
-                items[m.group(2)] = (first_paragraph("\n".join(doc)), "")
+                items[prefix + m.group(2)] = (first_paragraph("\n".join(doc)), "")
             doc = []
     return items
 
@@ -331,7 +337,7 @@ def bound_items(language):
 def python_parameters():
     """Parameter names of the Python SDK's functions, by function name."""
     out = {}
-    for module in ("__init__.py", "selector.py"):
+    for module in ("__init__.py", "selector.py", "status.py"):
         for node in ast.walk(ast.parse(read(SDK, "python", "kubewasm_sdk", module))):
             if isinstance(node, ast.FunctionDef):
                 a = node.args
@@ -345,7 +351,7 @@ def javascript_parameters():
     """Parameter names of the JavaScript SDK's exported functions (destructured options
     included), by function name."""
     out = {}
-    for module in ("index.js", "selector.js"):
+    for module in ("index.js", "selector.js", "status.js"):
         text = read(SDK, "javascript", module)
         for m in re.finditer(r"export function (\w+)\((.*?)\)\s*\{\n", text, re.S):
             out[m.group(1)] = set(re.findall(r"(?:\.\.\.)?\b([A-Za-z_]\w*)\b(?=\s*(?:=|,|\}|$))", m.group(2)))

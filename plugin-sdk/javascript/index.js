@@ -14,8 +14,33 @@ import { log as hostLog } from "kubewasm:plugin/logging@0.5.0";
 import * as hostState from "kubewasm:plugin/state@0.5.0";
 import * as hostMetrics from "kubewasm:plugin/metrics@0.5.0";
 import { requeueAfter as hostRequeueAfter } from "kubewasm:plugin/triggers@0.5.0";
+import { apply as hostApply } from "kubewasm:plugin/cluster@0.5.0";
+import { Status as StatusRules } from "./status.js";
 
 export { Selector } from "./selector.js";
+export { condition } from "./status.js";
+
+/**
+ * The status a plugin owns on one object, its conditions and other fields, applied only when
+ * they change (see status.js).
+ */
+export class Status extends StatusRules {
+  /**
+   * Stages a server-side apply of this status to `obj`'s `status` subresource unless the
+   * object, as cached, already has it; whether a write was staged. The object must be read
+   * whole or with `/status` among its declared fields. A refused write throws.
+   */
+  apply(obj) {
+    const value = obj.field("/status");
+    // Now, to the second, as `metav1.Time` is written.
+    const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+    const status = this.changes(value?.tag === "json" ? JSON.parse(value.val) : null, now);
+    if (status === null) return false;
+    const target = { gvk: obj.gvk(), namespace: obj.namespace(), name: obj.name(), subresource: "status" };
+    hostApply(target, JSON.stringify({ status }));
+    return true;
+  }
+}
 
 /**
  * The `apiVersion` string for a group and version: `group/version`, or `version` for the core

@@ -66,6 +66,8 @@ pub fn key(namespace: Option<&str>, name: &str) -> String {
 #[cfg(feature = "guest")]
 mod guest;
 #[cfg(feature = "guest")]
+pub mod status;
+#[cfg(feature = "guest")]
 pub use guest::*;
 
 /// Typed Kubernetes objects (the `k8s` feature): `object.parse::<k8s::api::core::v1::Pod>()`.

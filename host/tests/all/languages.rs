@@ -391,7 +391,23 @@ fn the_javascript_sdk_passes_its_own_tests() {
     );
 }
 
-/// The three SDKs offer the same helpers: scripts/sdk_reference.py --check against
+#[test]
+fn the_go_sdk_passes_its_own_tests() {
+    let root = support::root();
+    // The packages that need no bindings run on the machine's own Go (status: the shared
+    // status cases); the rest is wasm-only and vetted by scripts/test.sh.
+    let text = succeeds(
+        "go test ./status/ (Go is needed to build the Go plugins too)",
+        &root.join("plugin-sdk/go"),
+        std::process::Command::new("go").args(["test", "-count=1", "-v", "./status/"]),
+    );
+    assert!(
+        text.contains("--- PASS: TestWritesWhatTheOtherSDKsWrite"),
+        "{text}"
+    );
+}
+
+/// The four SDKs offer the same helpers: scripts/sdk_reference.py --check against
 /// plugin-sdk/parity.json, which also keeps docs/SDK-REFERENCE.md current.
 #[test]
 fn the_sdks_offer_the_same_helpers_and_the_reference_page_is_current() {

@@ -12,6 +12,8 @@ What it gives:
   it uses: ``class Handler(Plugin, exports.Handler)``;
 - controllers: ``manifest(controller=controller(APP, owns=[DEPLOYMENT], finalizer=True))``
   (``watch_label``, ``watch_index`` for other types that wake keys), then ``reconcile(key)``;
+- status: ``Status().condition(condition("Ready", True, "Running")).field("url", u).apply(obj)``
+  writes the object's status only when it changed, keeping each condition's transition time;
 - metrics: ``manifest(metrics=[counter("sent_total", "Alerts sent", ["to"])])``, then
   ``metrics.inc("sent_total", ["ops"])`` (``gauge``, ``histogram``; ``set``, ``observe``);
 - ``manifest(...)`` and ``subscribe(...)``: the manifest and its subscriptions with every
@@ -40,6 +42,7 @@ import traceback
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from kubewasm_sdk.selector import Selector
+from kubewasm_sdk.status import Status, condition
 
 from componentize_py_types import Err
 from wit_world.imports import logging as _logging
@@ -61,7 +64,7 @@ __all__ = [
     "log", "fail", "to_handle_error", "handle_errors", "Plugin", "manifest", "subscribe",
     "schedule", "state", "requeue_after", "rule", "validating", "mutating", "allow", "deny",
     "patch_to", "Selector", "controller", "watch_label", "watch_index", "counter", "gauge",
-    "histogram", "metrics",
+    "histogram", "metrics", "Status", "condition",
 ]
 
 
