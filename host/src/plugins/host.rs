@@ -386,6 +386,30 @@ impl PluginHost {
         Ok(())
     }
 
+    /// Queues key `key` (`namespace/name`, or `name`) of running controller plugin `name` for
+    /// a reconcile now, as if an event had woken it (for `kubewasm test`); the error says why
+    /// it cannot.
+    pub fn reconcile(&self, name: &str, key: &str) -> Result<(), String> {
+        let plugins = self.plugins();
+        let running = plugins
+            .running
+            .get(name)
+            .ok_or_else(|| format!("plugin {name} is not delivering"))?;
+        if running.reconciles.is_none() {
+            return Err(format!(
+                "plugin {name} is not a controller (its manifest declares none)"
+            ));
+        }
+        running
+            .stats
+            .asked_reconciles
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(crate::object::Key::new(key.to_owned()));
+        running.open.nudge();
+        Ok(())
+    }
+
     /// Workers abandoned because a call outlived its wall cap while they stopped.
     pub fn abandoned(&self) -> u64 {
         self.abandoned.load(Ordering::Relaxed)

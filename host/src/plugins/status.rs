@@ -85,6 +85,8 @@ pub struct PluginStats {
     pub idle: AtomicBool,
     /// Schedules asked to run once now (`kubewasm test`'s `tick`).
     pub asked_ticks: Mutex<Vec<String>>,
+    /// Controller keys asked to be reconciled now (`kubewasm test`'s `reconcile`).
+    pub asked_reconciles: Mutex<Vec<crate::object::Key>>,
 }
 
 impl PluginStats {

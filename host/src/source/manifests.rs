@@ -295,6 +295,15 @@ impl ManifestFolder {
             .collect()
     }
 
+    /// The object of type `gvk` at `namespace`/`name` as the folder holds it now (its files
+    /// and the writes on top of them), as JSON.
+    pub fn object(&self, gvk: &Gvk, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let state = self.shared.state();
+        let id = (gvk.clone(), object_key(namespace, name));
+        let reported = state.objects.get(&id)?;
+        serde_json::from_str(&reported.object.json()).ok()
+    }
+
     /// Number of objects currently in the folder.
     pub fn len(&self) -> usize {
         self.shared.state().objects.len()

@@ -145,6 +145,23 @@ fn show_write(
     out
 }
 
+/// What is wrong with the object `wanted` names in `folder`: missing, or not holding every
+/// field `wanted` gives (as [`contains`] compares); empty when it matches.
+pub fn object(wanted: &Value, folder: &crate::source::manifests::ManifestFolder) -> Vec<String> {
+    let Ok(r) = super::spec::Reference::of(wanted) else {
+        return vec![format!("objects: {wanted} names no object")];
+    };
+    match folder.object(&r.gvk(), r.namespace.as_deref(), &r.name) {
+        None => vec![format!("{}: not in the cluster", r.display())],
+        Some(got) if contains(&got, wanted) => Vec::new(),
+        Some(got) => vec![format!(
+            "{}: expected to hold {wanted}, is {}",
+            r.display(),
+            crate::text::cut(got.to_string(), 2000)
+        )],
+    }
+}
+
 /// True when `got` holds everything in `want`: an object's keys recursively, a list item by
 /// item, any other value equal.
 pub fn contains(got: &Value, want: &Value) -> bool {

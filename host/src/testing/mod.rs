@@ -211,24 +211,34 @@ async fn settle(
     }
 }
 
-/// Waits until the tick asked after `before` was handled or failed.
-async fn tick_settled(
+/// Waits until `ran` says of the plugin's status that what was asked (`what`) was called.
+async fn ran(
     agent: &Agent,
     name: &str,
-    before: &PluginStatus,
+    what: &str,
+    ran: impl Fn(&PluginStatus) -> bool,
     timeout: Duration,
 ) -> Result<PluginStatus, String> {
     let start = Instant::now();
     loop {
         let now = status_of(agent, name).ok_or("the plugin is not loaded")?;
-        if now.ticks > before.ticks || now.failed > before.failed {
+        if ran(&now) {
             return Ok(now);
         }
         if start.elapsed() > timeout {
-            return Err(format!("the tick did not run within {timeout:?}"));
+            return Err(format!("{what} did not run within {timeout:?}"));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Calls of `reconcile` and `finalize` so far, failed ones included.
+fn controller_calls(status: &PluginStatus) -> u64 {
+    ["reconcile", "finalize"]
+        .iter()
+        .filter_map(|kind| status.calls.get(*kind))
+        .map(|h| h.count)
+        .sum()
 }
 
 /// Sends `review` to plugin `name` as the webhook server would, and its answer.
@@ -356,15 +366,18 @@ pub async fn run(
         // A step that changes nothing starts where the last one settled: a tick runs at once.
         let unchanged =
             !std::ptr::eq(step, first) && step.apply.is_empty() && step.delete.is_empty();
+        let asks = step.tick.is_some() || !step.reconcile.is_empty();
         let mut settled = match status_of(&agent, &spec.name) {
-            Some(status) if unchanged && step.tick.is_some() => Ok(status),
+            Some(status) if unchanged && asks => Ok(status),
             _ => settle(&agent, &spec.name, &sink, &recorder, options.step_timeout).await,
         };
         let mut problems = Vec::new();
         if let (Some(schedule), Ok(before)) = (&step.tick, &settled) {
             match agent.plugins().tick(&spec.name, schedule) {
                 Ok(()) => {
-                    settled = tick_settled(&agent, &spec.name, before, options.step_timeout)
+                    let done =
+                        |now: &PluginStatus| now.ticks > before.ticks || now.failed > before.failed;
+                    settled = ran(&agent, &spec.name, "the tick", done, options.step_timeout)
                         .await
                         .and(
                             settle(&agent, &spec.name, &sink, &recorder, options.step_timeout)
@@ -373,6 +386,20 @@ pub async fn run(
                 }
                 Err(e) => problems.push(format!("tick: {e}")),
             }
+        }
+        if let (false, Ok(before)) = (step.reconcile.is_empty(), &settled) {
+            let (from, mut asked) = (controller_calls(before), 0);
+            for r in &step.reconcile {
+                let key = crate::object::object_key(r.namespace.as_deref(), &r.name);
+                match agent.plugins().reconcile(&spec.name, &key) {
+                    Ok(()) => asked += 1,
+                    Err(e) => problems.push(format!("reconcile: {e}")),
+                }
+            }
+            let done = |now: &PluginStatus| controller_calls(now) >= from + asked;
+            settled = ran(&agent, &spec.name, "reconcile", done, options.step_timeout)
+                .await
+                .and(settle(&agent, &spec.name, &sink, &recorder, options.step_timeout).await);
         }
         let answer = match &step.review {
             Some(review) => match send_review(&agent, &spec.name, review).await {
@@ -432,6 +459,17 @@ pub async fn run(
         }
         if let (Some(wanted), Some(answer)) = (&step.expect.admission, &answer) {
             problems.extend(check::answer(wanted, answer));
+        }
+        for wanted in step.expect.objects.iter().flatten() {
+            problems.extend(check::object(wanted, &folder));
+        }
+        for gone in step.expect.absent.iter().flatten() {
+            if folder
+                .object(&gone.gvk(), gone.namespace.as_deref(), &gone.name)
+                .is_some()
+            {
+                problems.push(format!("{}: still there, expected gone", gone.display()));
+            }
         }
         let result = StepResult {
             name: step.name.clone(),

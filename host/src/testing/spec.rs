@@ -18,6 +18,8 @@
 //!     delete:                    # objects removed
 //!       - {apiVersion: v1, kind: Pod, namespace: shop, name: old}
 //!     tick: summary              # then run this schedule once (as if it were due)
+//!     reconcile:                 # then reconcile these keys of its controller once
+//!       - {apiVersion: demo.kubewasm.dev/v1, kind: App, namespace: shop, name: web}
 //!     review:                    # then send this admission review to the plugin
 //!       operation: CREATE        # CREATE, UPDATE, DELETE or CONNECT
 //!       object: {apiVersion: v1, kind: Pod, metadata: {name: web, namespace: shop}}
@@ -33,6 +35,11 @@
 //!       givenUp: 0               # events given up (default 0: any is a failure)
 //!       state: {seen/shop/web: "1"}  # the plugin's whole state after the step
 //!       stateIncludes: {seen/shop/web: "1", gone: null}  # these keys (null: absent)
+//!       objects:                 # objects the cluster holds after it: fields a subset
+//!         - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web, namespace: shop},
+//!            spec: {replicas: 2}}
+//!       absent:                  # objects gone after it (pruned, or deleted)
+//!         - {apiVersion: v1, kind: Service, namespace: shop, name: old}
 //!       admission:               # the answer to the step's review
 //!         allowed: false
 //!         message: not allowed   # a part of the refusal's message
@@ -96,6 +103,8 @@ struct StepFile {
     #[serde(default)]
     delete: Vec<Reference>,
     tick: Option<String>,
+    #[serde(default)]
+    reconcile: Vec<Reference>,
     review: Option<Review>,
     #[serde(default)]
     expect: Expect,
@@ -196,6 +205,10 @@ pub struct Expect {
     pub state_includes: Option<BTreeMap<String, Option<String>>>,
     /// The answer to the step's review.
     pub admission: Option<ExpectedAnswer>,
+    /// Objects the cluster holds after the step, each with at least the fields given.
+    pub objects: Option<Vec<Value>>,
+    /// Objects the cluster no longer holds after the step.
+    pub absent: Option<Vec<Reference>>,
 }
 
 /// An expected log line: its message, and optionally its level and some of its fields.
@@ -242,6 +255,8 @@ pub struct Step {
     pub delete: Vec<Reference>,
     /// A schedule to run once after the changes.
     pub tick: Option<String>,
+    /// Keys of the plugin's controller to reconcile once after the changes (and the tick).
+    pub reconcile: Vec<Reference>,
     /// An admission review to send after the changes.
     pub review: Option<Review>,
     /// What it must produce.
@@ -369,6 +384,7 @@ impl Spec {
                     apply,
                     delete: step.delete,
                     tick: step.tick,
+                    reconcile: step.reconcile,
                     review: step.review,
                     expect: step.expect,
                 })
@@ -407,6 +423,9 @@ fn check_expect(expect: &Expect) -> Result<(), String> {
                 LEVELS.join(", ")
             ));
         }
+    }
+    for (i, object) in expect.objects.iter().flatten().enumerate() {
+        Reference::of(object).map_err(|e| format!("objects[{i}]: {e}"))?;
     }
     for (i, write) in expect.writes.iter().flatten().enumerate() {
         if !ACTIONS.contains(&write.action.as_str()) {
@@ -457,6 +476,27 @@ steps:
     }
 
     #[test]
+    fn a_controller_step_reads_its_keys_and_the_objects_it_expects() {
+        let spec = parse(
+            "plugin: c.wasm
+steps:
+  - reconcile: [{apiVersion: v1, kind: Namespace, name: team-a}]
+    expect:
+      objects: [{apiVersion: v1, kind: ResourceQuota, metadata: {name: q, namespace: team-a}}]
+      absent: [{apiVersion: v1, kind: LimitRange, namespace: team-a, name: l}]
+",
+        )
+        .expect("valid");
+        let step = &spec.steps[0];
+        assert_eq!(step.reconcile[0].display(), "v1/Namespace team-a");
+        assert_eq!(step.expect.objects.as_ref().map(Vec::len), Some(1));
+        assert_eq!(
+            step.expect.absent.as_ref().map(|a| a[0].display()),
+            Some("v1/LimitRange team-a/l".to_owned())
+        );
+    }
+
+    #[test]
     fn mistakes_name_their_field() {
         let cases = [
             ("steps: [{}]", "plugin:"),
@@ -474,6 +514,14 @@ steps:
                 "steps[0].expect.writes[0].action",
             ),
             ("plugin: a.wasm\nsteps: [{aply: []}]", "aply"),
+            (
+                "plugin: a.wasm\nsteps: [{expect: {objects: [{apiVersion: v1, kind: Pod}]}}]",
+                "steps[0].expect.objects[0]: no metadata.name",
+            ),
+            (
+                "plugin: a.wasm\nsteps: [{reconcile: [{apiVersion: v1, name: x}]}]",
+                "kind",
+            ),
             (
                 "plugin: a.wasm\nnow: tomorrow\nsteps: [{}]",
                 "now: \"tomorrow\" is not a time",

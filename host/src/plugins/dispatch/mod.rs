@@ -539,6 +539,17 @@ impl Worker {
             }
             return true;
         }
+        let keys = std::mem::take(
+            &mut *self
+                .stats
+                .asked_reconciles
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if let Some(c) = self.controller.as_mut().filter(|_| !keys.is_empty()) {
+            c.wake_now(keys);
+            return true;
+        }
         if self.schedules.next_due().is_some_and(|at| at <= now) {
             let now_ts = crate::clock::now();
             if let Some((name, due)) = self.schedules.take_due(now_ts, now) {

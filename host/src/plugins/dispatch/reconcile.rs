@@ -31,6 +31,13 @@ impl Controller {
             finalizer: finalizer(plugin),
         }
     }
+
+    /// Queues `keys` as if events had woken them.
+    pub(super) fn wake_now(&mut self, keys: Vec<crate::object::Key>) {
+        for key in keys {
+            self.queue.add(key);
+        }
+    }
 }
 
 /// A JSON patch of `object`'s finalizers, conditional on its resourceVersion (a newer object
