@@ -117,6 +117,7 @@ fn other_languages(root: &Path, target: &Path) -> String {
     let py = componentize_py("plugins/python/owner-chain", "owner_chain_py.wasm");
     let labeler_py = componentize_py("plugins/python/labeler", "labeler_py.wasm");
     let alert_py = componentize_py("plugins/python/service-alert", "service_alert_py.wasm");
+    let app_py = componentize_py("plugins/python/app-operator", "app_operator_py.wasm");
     let js_tools = root.join("plugins/javascript/node_modules/@bytecodealliance/componentize-js");
     // With weval (`scripts/setup.sh --weval`, which the benchmarks run), the JavaScript is
     // compiled ahead of time, as a user wanting speed would build it; the tests do without.
@@ -154,12 +155,19 @@ fn other_languages(root: &Path, target: &Path) -> String {
         "service_alert_js.wasm",
         false,
     );
+    let app_js = componentize_js(
+        "plugins/javascript/app-operator/app-operator.js",
+        "app_operator_js.wasm",
+        false,
+    );
     for dir in [
         "plugins/python/owner-chain",
         "plugins/python/labeler",
         "plugins/python/service-alert",
+        "plugins/python/app-operator",
         "plugins/javascript/owner-chain",
         "plugins/javascript/service-alert",
+        "plugins/javascript/app-operator",
         "plugins/javascript/build.mjs",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
@@ -201,6 +209,8 @@ fn other_languages(root: &Path, target: &Path) -> String {
         + &constant("OWNER_CHAIN_JS", "JavaScript owner-chain", js)
         + &constant("SERVICE_ALERT_PY", "Python service-alert", alert_py)
         + &constant("SERVICE_ALERT_JS", "JavaScript service-alert", alert_js)
+        + &constant("APP_OPERATOR_PY", "Python app-operator", app_py)
+        + &constant("APP_OPERATOR_JS", "JavaScript app-operator", app_js)
         + &go
 }
 
@@ -214,6 +224,7 @@ const GO_PLUGINS: &[(&str, &str)] = &[
     ("image-policy", "IMAGE_POLICY_GO"),
     ("pod-defaults", "POD_DEFAULTS_GO"),
     ("noop", "NOOP_GO"),
+    ("namespace-provisioner", "NAMESPACE_PROVISIONER_GO"),
 ];
 
 /// True when Go's tool chain is on PATH (the test suite needs it anyway, for the API server).

@@ -258,6 +258,36 @@ fn a_finalizer_holds_a_deleted_object_until_finalize_lets_it_go() {
 }
 
 #[test]
+fn a_trapping_reconcile_backs_off_for_its_key_while_the_others_go_on() {
+    let run = Run::start(
+        &[
+            ("bad.yaml", namespace("bad", "{team: shop}")),
+            ("good.yaml", namespace("good", "{team: shop}")),
+        ],
+        provisioner(r#"{"trapOn": "bad"}"#),
+    );
+    run.until("good's children", |r| r.children_in("good") == 4);
+    // Another key goes on while `bad` fails: a change of `good` is reconciled at once.
+    run.write("good.yaml", &namespace("good", "{team: ops}"));
+    run.until("good's binding follows its team", |r| {
+        r.object(&children_types()[3], "good/team-edit")
+            .is_some_and(|b| b.json().contains("\"ops\""))
+    });
+    // `bad` is retried with its own backoff (5 ms doubling, client-go's): about ten
+    // attempts in three seconds, not one per loop of the worker; never given up.
+    let start = support::plugin_status(&run.agent, "provisioner").traps;
+    std::thread::sleep(Duration::from_secs(3));
+    let status = support::plugin_status(&run.agent, "provisioner");
+    let traps = status.traps - start;
+    assert!(
+        (1..=12).contains(&traps) && status.traps >= 3,
+        "{traps} traps in 3 s after {start}: {status:#?}"
+    );
+    assert_eq!(run.children_in("bad"), 0);
+    assert_eq!(status.given_up, 0, "{status:#?}");
+}
+
+#[test]
 fn a_controller_without_the_grants_it_needs_is_refused_naming_them() {
     let mut settings = provisioner(r#"{"finalizer": true}"#);
     settings.grants.writes.truncate(1);

@@ -4,7 +4,9 @@
 //! goes, and a ResourceQuota made by hand beside them is never touched; the host keeps its
 //! finalizer on every Namespace and, when one is deleted, removes it only after `finalize`
 //! returned Ok: the real namespace controller empties it meanwhile, then it is gone. Once the
-//! plugin is removed, `kubewasm finalizers release` lets the objects it held go.
+//! plugin is removed, `kubewasm finalizers release` lets the objects it held go. A finalizer
+//! outlives a host killed in the middle of `finalize` and a hot swap there; and the App
+//! operator (Python, JavaScript) keeps an App's children and status on the same control plane.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -199,5 +201,285 @@ async fn children_are_owned_pruned_by_uid_and_a_finalizer_waits_for_finalize() -
         !finalizers(&plain).iter().any(|f| f == FINALIZER),
         "{plain:?}"
     );
+    Ok(())
+}
+
+/// An App's only condition as (status, reason, observedGeneration), when it is `Available`.
+fn available(app: &kube::api::DynamicObject) -> Option<(&str, &str, i64)> {
+    let c = app.data.pointer("/status/conditions/0")?;
+    (c["type"] == "Available").then(|| {
+        (
+            c["status"].as_str().unwrap_or(""),
+            c["reason"].as_str().unwrap_or(""),
+            c["observedGeneration"].as_i64().unwrap_or(0),
+        )
+    })
+}
+
+/// The App operator (Python and JavaScript, one after the other on the same control plane):
+/// children owned by the App, a status taken from what the real deployment controller says of
+/// the Deployment and written only when it changes, and a finalizer that unregisters the App
+/// before the server lets it go, after which the real garbage collector deletes its children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_gets_children_a_status_from_its_deployment_and_unregisters_first()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+    let mut env = TestEnv::start().await?;
+    env.start_controller_manager().await?;
+    let admin = env.client().await?;
+    let crd = std::fs::read_to_string(support::root().join("examples/apps/app-crd.yaml"))?;
+    resources::install_crd(&admin, serde_yaml_ng::from_str(&crd)?).await?;
+    let kind = ApiResource::from_gvk(&GroupVersionKind::gvk("demo.kubewasm.dev", "v1", "App"));
+    for (language, plugin) in [
+        ("python", kubewasm_plugin_artifacts::APP_OPERATOR_PY),
+        ("javascript", kubewasm_plugin_artifacts::APP_OPERATOR_JS),
+    ] {
+        let plugin =
+            plugin.ok_or_else(|| anyhow::anyhow!("the {language} app-operator is not built"))?;
+        let ns = format!("shop-{language}");
+        resources::create_namespace(&admin, &ns).await?;
+        let apps: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &kind);
+        let app: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "demo.kubewasm.dev/v1", "kind": "App",
+            "metadata": {"name": "web"},
+            "spec": {"image": "registry.example/web:1", "replicas": 1, "port": 8080}
+        }))?;
+        apps.create(&PostParams::default(), &app).await?;
+
+        let mut config = support::configs(&[("app-operator", "{}")]);
+        let settings = config
+            .plugins
+            .named
+            .get_mut("app-operator")
+            .ok_or_else(|| anyhow::anyhow!("configured"))?;
+        settings.grants.writes = vec![
+            WriteGrant {
+                resources: vec![
+                    Gvk::new("apps", "v1", "Deployment"),
+                    Gvk::new("", "v1", "Service"),
+                    Gvk::new("policy", "v1", "PodDisruptionBudget"),
+                ],
+                subresources: vec![],
+                verbs: vec![Verb::Patch, Verb::Delete],
+                namespaces: None,
+            },
+            WriteGrant {
+                resources: vec![Gvk::new("", "v1", "ConfigMap")],
+                subresources: vec![],
+                verbs: vec![Verb::Patch],
+                namespaces: None,
+            },
+            WriteGrant {
+                resources: vec![Gvk::new("demo.kubewasm.dev", "v1", "App")],
+                subresources: vec!["status".into()],
+                verbs: vec![Verb::Patch],
+                namespaces: None,
+            },
+        ];
+        let sink = Arc::new(MemorySink::default());
+        let dir = kubewasm_testenv::PluginFolder::new();
+        std::fs::copy(plugin, dir.path().join("app-operator.wasm"))?;
+        let options = AgentOptions::new(Cluster::Kube(admin.clone()), config, sink.clone());
+        let mut agent = Agent::start(options).await?;
+        let report = agent.follow_plugins(dir.path()).await?;
+        anyhow::ensure!(report.failed.is_empty(), "{language}: {report:?}");
+
+        // Children, owned by the App; the registry lists it; the real deployment controller
+        // says one replica is not available (no node runs it), and so does the App.
+        let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+        let registry: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+        until(
+            &format!("{language}: the App unavailable, as its Deployment"),
+            || async {
+                let app = apps.get("web").await?;
+                Ok(available(&app) == Some(("False", "MinimumReplicasUnavailable", 1)))
+            },
+        )
+        .await?;
+        let deployment = deployments.get("web").await?;
+        let owner = deployment
+            .metadata
+            .owner_references
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            owner
+                .iter()
+                .map(|o| (o.kind.as_str(), o.controller))
+                .collect::<Vec<_>>(),
+            [("App", Some(true))],
+            "{language}"
+        );
+        let entries = registry.get("app-registry").await?.data.unwrap_or_default();
+        assert_eq!(
+            entries.get("web").map(String::as_str),
+            Some(format!("http://web.{ns}.svc:8080").as_str())
+        );
+
+        // No replicas wanted: the deployment controller calls that available, and the App's
+        // condition follows, observed at generation 2, its transition time moved.
+        let patched = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let scale = json!({"spec": {"replicas": 0}});
+        apps.patch("web", &PatchParams::default(), &Patch::Merge(&scale))
+            .await?;
+        until(&format!("{language}: the App available"), || async {
+            let app = apps.get("web").await?;
+            Ok(available(&app) == Some(("True", "MinimumReplicasAvailable", 2)))
+        })
+        .await?;
+        let app = apps.get("web").await?;
+        let since = app
+            .data
+            .pointer("/status/conditions/0/lastTransitionTime")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        assert!(
+            since >= patched.as_str(),
+            "{language}: moved at {since}, patched at {patched}"
+        );
+
+        // Settled: reconciles that find everything as it was write nothing, so the App's
+        // resourceVersion stays (a status loop would move it on every reconcile).
+        let settled = apps.get("web").await?.metadata.resource_version;
+        agent
+            .plugins()
+            .reconcile("app-operator", &format!("{ns}/web"))
+            .map_err(anyhow::Error::msg)?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            apps.get("web").await?.metadata.resource_version,
+            settled,
+            "{language}: no status loop"
+        );
+
+        // Deleted: finalize unregisters it first, then it goes, and the real garbage
+        // collector deletes its Deployment.
+        apps.delete("web", &DeleteParams::default()).await?;
+        until(&format!("{language}: the App gone"), || async {
+            Ok(apps.get_opt("web").await?.is_none())
+        })
+        .await?;
+        let entries = registry.get("app-registry").await?.data.unwrap_or_default();
+        assert!(!entries.contains_key("web"), "{language}: {entries:?}");
+        let unregistered = support::field_values(&sink.records(), "app unregistered", "app");
+        assert_eq!(unregistered, [format!("{ns}/web")], "{language}");
+        until(&format!("{language}: the Deployment collected"), || async {
+            Ok(deployments.get_opt("web").await?.is_none())
+        })
+        .await?;
+        let status = support::plugin_status(&agent, "app-operator");
+        assert_eq!(
+            (status.given_up, status.finalizers_failing),
+            (0, 0),
+            "{language}: {status:#?}"
+        );
+        assert!(agent.plugins().unload("app-operator"));
+    }
+    Ok(())
+}
+
+/// `kubewasm run` with the provisioner, whose `finalize` takes four seconds.
+fn finalizing_host(
+    env: &TestEnv,
+    dir: &std::path::Path,
+) -> anyhow::Result<kubewasm_testenv::agent_process::AgentProcess> {
+    let address = kubewasm_testenv::agent_process::free_address()?;
+    let args = kubewasm_testenv::agent_process::run_args(dir, env.kubeconfig(), address);
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    kubewasm_testenv::agent_process::AgentProcess::start(
+        env!("CARGO_BIN_EXE_kubewasm").as_ref(),
+        &args,
+    )
+}
+
+/// Waits (up to a minute) for a log line of `host` holding every one of `words`.
+fn logged(
+    host: &kubewasm_testenv::agent_process::AgentProcess,
+    words: &[&str],
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + WAIT;
+    while let Some((_, line)) =
+        host.next_line(deadline.saturating_duration_since(std::time::Instant::now()))
+    {
+        if words.iter().all(|w| line.contains(w)) {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("no line with {words:?} within {WAIT:?}")
+}
+
+/// A Namespace deleted while the provisioner's `finalize` runs: the host is killed (SIGKILL)
+/// in the middle, so the finalizer stays and the Namespace with it; the next host finalizes
+/// it again and lets it go. Then a hot swap of the plugin in the middle of the next
+/// `finalize`: that Namespace goes too, its finalizer removed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_outlives_a_killed_host_and_a_hot_swap_mid_finalize() -> anyhow::Result<()> {
+    let mut env = TestEnv::start().await?;
+    env.start_controller_manager().await?;
+    let admin = env.client().await?;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for name in ["team-a", "team-b"] {
+        let team: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"team": "shop"}}
+        }))?;
+        namespaces.create(&PostParams::default(), &team).await?;
+    }
+    let plugin = std::path::Path::new(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER);
+    let dir = kubewasm_testenv::agent_process::run_dir(
+        &[("provisioner", plugin)],
+        "plugins:\n  provisioner:\n    config: {finalizer: true, finalizeMs: 4000}\n    \
+         limits: {deadlineMs: 10000}\n    grants:\n      writes:\n        \
+         - {resources: [v1/ResourceQuota, v1/LimitRange, networking.k8s.io/v1/NetworkPolicy, \
+         rbac.authorization.k8s.io/v1/RoleBinding], verbs: [patch, create, delete]}\n        \
+         - {resources: [v1/Namespace], verbs: [patch]}\n",
+    )?;
+    let held = |ns: &Namespace| finalizers(ns).iter().any(|f| f == FINALIZER);
+    let mut first = finalizing_host(&env, dir.path())?;
+    until("the finalizer on both", || async {
+        Ok(held(&namespaces.get("team-a").await?) && held(&namespaces.get("team-b").await?))
+    })
+    .await?;
+
+    // Killed in the middle of finalize: the Namespace stays, terminating, still held.
+    namespaces
+        .delete("team-a", &DeleteParams::default())
+        .await?;
+    logged(&first, &["finalizing", "team-a"])?;
+    first.kill()?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let a = namespaces.get("team-a").await?;
+    assert!(
+        held(&a) && a.metadata.deletion_timestamp.is_some(),
+        "held while no host runs: {a:?}"
+    );
+    // The next host finalizes it from the start and lets it go.
+    let second = finalizing_host(&env, dir.path())?;
+    logged(&second, &["released", "team-a"])?;
+    until("team-a gone", || async {
+        Ok(namespaces.get_opt("team-a").await?.is_none())
+    })
+    .await?;
+
+    // A new version dropped in while team-b's finalize runs: team-b goes all the same.
+    namespaces
+        .delete("team-b", &DeleteParams::default())
+        .await?;
+    logged(&second, &["finalizing", "team-b"])?;
+    let swapped = kubewasm_plugin_artifacts::variant(
+        kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER,
+        "swap",
+    );
+    let tmp = dir.path().join("plugins/.provisioner.tmp");
+    std::fs::write(&tmp, swapped)?;
+    std::fs::rename(&tmp, dir.path().join("plugins/provisioner.wasm"))?;
+    until("team-b gone", || async {
+        Ok(namespaces.get_opt("team-b").await?.is_none())
+    })
+    .await?;
     Ok(())
 }

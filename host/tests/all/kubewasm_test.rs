@@ -70,6 +70,11 @@ fn the_example_test_files_pass() {
             kubewasm_plugin_artifacts::POD_AGE,
             4,
         ),
+        (
+            "plugins/namespace-provisioner/tests/namespace-provisioner.test.yaml",
+            kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER,
+            4,
+        ),
     ] {
         let results = run_file(file, plugin);
         assert_eq!(results.len(), steps, "{file}");
@@ -79,26 +84,54 @@ fn the_example_test_files_pass() {
     }
 }
 
-/// The Python and JavaScript service-alert pass the Rust one's test file: the same edge kept
-/// in state, on a fresh instance per call, from each SDK.
-#[test]
-fn service_alert_passes_its_test_file_in_python_and_javascript() {
-    for (language, plugin) in [
-        ("python", kubewasm_plugin_artifacts::SERVICE_ALERT_PY),
-        ("javascript", kubewasm_plugin_artifacts::SERVICE_ALERT_JS),
-    ] {
-        let plugin = plugin.unwrap_or_else(|| {
-            panic!("the {language} service-alert is not built: run scripts/setup.sh")
-        });
-        let results = run_file(
-            "plugins/service-alert/tests/service-alert.test.yaml",
-            plugin,
-        );
-        assert_eq!(results.len(), 5, "{language}");
+/// Runs the test file `file` on the Python and the JavaScript build of plugin `what`, each of
+/// which must pass its `steps` steps.
+fn passes_in_python_and_javascript(
+    what: &str,
+    file: &str,
+    [python, javascript]: [Option<&str>; 2],
+    steps: usize,
+) {
+    for (language, plugin) in [("python", python), ("javascript", javascript)] {
+        let plugin = plugin
+            .unwrap_or_else(|| panic!("the {language} {what} is not built: run scripts/setup.sh"));
+        let results = run_file(file, plugin);
+        assert_eq!(results.len(), steps, "{language}");
         for step in &results {
             assert!(step.passed(), "{language}: {step:#?}");
         }
     }
+}
+
+/// The Python and JavaScript service-alert pass the Rust one's test file: the same edge kept
+/// in state, on a fresh instance per call, from each SDK.
+#[test]
+fn service_alert_passes_its_test_file_in_python_and_javascript() {
+    passes_in_python_and_javascript(
+        "service-alert",
+        "plugins/service-alert/tests/service-alert.test.yaml",
+        [
+            kubewasm_plugin_artifacts::SERVICE_ALERT_PY,
+            kubewasm_plugin_artifacts::SERVICE_ALERT_JS,
+        ],
+        5,
+    );
+}
+
+/// The App operator, in Python and in JavaScript, passes its test file: children applied and
+/// owned, a status written once and not again by a reconcile that finds all as it was, the
+/// finalizer's work done before the App goes.
+#[test]
+fn the_app_operator_passes_its_test_file_in_python_and_javascript() {
+    passes_in_python_and_javascript(
+        "app-operator",
+        "plugins/python/app-operator/tests/app-operator.test.yaml",
+        [
+            kubewasm_plugin_artifacts::APP_OPERATOR_PY,
+            kubewasm_plugin_artifacts::APP_OPERATOR_JS,
+        ],
+        4,
+    );
 }
 
 /// The Go twins of the example plugins pass the Rust ones' test files: events, writes, state
@@ -133,6 +166,11 @@ fn the_go_examples_pass_the_rust_ones_test_files() {
             "plugins/pod-defaults/tests/pod-defaults.test.yaml",
             go(kubewasm_plugin_artifacts::POD_DEFAULTS_GO),
             3,
+        ),
+        (
+            "plugins/namespace-provisioner/tests/namespace-provisioner.test.yaml",
+            go(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER_GO),
+            4,
         ),
     ] {
         // Under the Rust plugin's file name: the test files' grants name the plugin by it.

@@ -4,9 +4,12 @@
 //! deletes the children a reconcile no longer applies: when the label goes, so do they.
 //!
 //! Configuration (the defaults): `{"label": "team", "pods": "20", "finalizer": false,
-//! "reconcileMs": 0}`. `finalizer` keeps `kubewasm.dev/<plugin>` on every team Namespace and
-//! logs `released` in `finalize`; `reconcileMs` makes each reconcile wait that long (to show
-//! how events that arrive meanwhile fold into one more reconcile).
+//! "reconcileMs": 0, "finalizeMs": 0, "trapOn": ""}`. `finalizer` keeps `kubewasm.dev/<plugin>`
+//! on every team Namespace and logs `finalizing`, then `released`, in `finalize`
+//! (`finalizeMs` apart, to show a host killed or swapped in the middle); `reconcileMs` makes
+//! each reconcile wait that long (to show how events that arrive meanwhile fold into one more reconcile); `trapOn`
+//! makes the reconcile of that Namespace trap (to show one key backing off while the others
+//! go on).
 //!
 //! Metrics: `reconciles_total{outcome}` (`applied`, `unlabelled`, `gone`) and
 //! `children` (the children the last reconcile applied).
@@ -33,6 +36,10 @@ struct Config {
     finalizer: bool,
     #[serde(default)]
     reconcile_ms: u64,
+    #[serde(default)]
+    finalize_ms: u64,
+    #[serde(default)]
+    trap_on: String,
 }
 
 fn default_label() -> String {
@@ -90,6 +97,14 @@ fn children(team: &str, pods: &str) -> Vec<(Gvk, &'static str, serde_json::Value
     ]
 }
 
+/// Waits `ms` milliseconds by the clock (sleeping: it costs no CPU).
+fn wait(ms: u64) {
+    let until = Instant::now() + Duration::from_millis(ms);
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn outcome(what: &str) {
     // A refused update (past the series bound) costs the plugin a metric, not its work.
     if let Err(e) = metrics::inc("reconciles_total", &[what]) {
@@ -134,13 +149,11 @@ impl Plugin for Provisioner {
         let Some(config) = CONFIG.get() else {
             return Err(HandleError::fatal("not initialised"));
         };
-        if config.reconcile_ms > 0 {
-            let until = Instant::now() + Duration::from_millis(config.reconcile_ms);
-            while Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
+        wait(config.reconcile_ms);
         let name = key.name.as_str();
+        if !config.trap_on.is_empty() && config.trap_on == name {
+            panic!("asked to trap on {name}");
+        }
         let Some(namespace) = cache::get(&Gvk::namespace(), None, name)? else {
             // Gone: its children went with it.
             outcome("gone");
@@ -176,6 +189,8 @@ impl Plugin for Provisioner {
     }
 
     fn finalize(key: ObjectKey) -> Result<(), HandleError> {
+        log::info("finalizing", &[("namespace", &key.name)]);
+        wait(CONFIG.get().map_or(0, |c| c.finalize_ms));
         log::info("released", &[("namespace", &key.name)]);
         Ok(())
     }
