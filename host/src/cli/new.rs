@@ -29,6 +29,9 @@ pub struct NewArgs {
     /// The language.
     #[arg(long, value_enum)]
     lang: Lang,
+    /// A controller (`reconcile` by key, owned children pruned) instead of an event handler.
+    #[arg(long)]
+    controller: bool,
     /// Where to create it (default: a folder NAME here).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -39,6 +42,7 @@ pub struct NewArgs {
 }
 
 const TEST: &str = include_str!("../../templates/test.yaml");
+const CONTROLLER_TEST: &str = include_str!("../../templates/controller.test.yaml");
 /// The checkout's own tool chain file: a new Rust project pins the same channel.
 const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
 
@@ -51,8 +55,30 @@ fn rust_channel() -> &'static str {
 }
 const WIT: &str = include_str!("../../../wit/plugin.wit");
 
-/// The files of a project in `lang`: path and template.
-fn files(lang: Lang, name: &str) -> Vec<(String, &'static str)> {
+/// The files of a project in `lang`, a controller or an event handler: path and template.
+fn files(lang: Lang, name: &str, controller: bool) -> Vec<(String, &'static str)> {
+    let mut files = handler_files(lang, name);
+    if controller {
+        let source = match lang {
+            Lang::Rust => include_str!("../../templates/rust/controller.rs"),
+            Lang::Python => include_str!("../../templates/python/controller.py"),
+            Lang::Javascript => include_str!("../../templates/javascript/controller.js"),
+            Lang::Go => include_str!("../../templates/go/controller.go"),
+        };
+        let main = ["src/lib.rs", "app.py", "plugin.js", "main.go"];
+        for (path, template) in &mut files {
+            if main.contains(&path.as_str()) {
+                *template = source;
+            } else if path.ends_with(".test.yaml") {
+                *template = CONTROLLER_TEST;
+            }
+        }
+    }
+    files
+}
+
+/// The files of an event handler's project in `lang`: path and template.
+fn handler_files(lang: Lang, name: &str) -> Vec<(String, &'static str)> {
     let test = (format!("tests/{name}.test.yaml"), TEST);
     match lang {
         Lang::Rust => vec![
@@ -211,7 +237,7 @@ pub async fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
                 &checkout.join("plugin-sdk/go").display().to_string(),
             )
     };
-    for (path, template) in files(args.lang, name) {
+    for (path, template) in files(args.lang, name, args.controller) {
         let path = dir.join(path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).with_context(|| parent.display().to_string())?;
@@ -256,7 +282,7 @@ mod tests {
     #[test]
     fn every_placeholder_of_every_template_is_filled() {
         for lang in [Lang::Rust, Lang::Python, Lang::Javascript, Lang::Go] {
-            for (path, template) in files(lang, "x") {
+            for (path, template) in [files(lang, "x", false), files(lang, "x", true)].concat() {
                 let known = [
                     "{{name}}",
                     "{{crate}}",

@@ -10,10 +10,16 @@ const KUBEWASM: &str = env!("CARGO_BIN_EXE_kubewasm");
 
 /// Creates plugin `name` in `lang` under `parent`; its folder.
 fn create(parent: &Path, lang: &str, name: &str) -> PathBuf {
+    create_with(parent, lang, name, &[])
+}
+
+/// [`create`], with more arguments of `kubewasm new`.
+fn create_with(parent: &Path, lang: &str, name: &str, more: &[&str]) -> PathBuf {
     let dir = parent.join(name);
     let out = Command::new(KUBEWASM)
         .args(["new", "--lang", lang, name, "--dir"])
         .arg(&dir)
+        .args(more)
         .output()
         .expect("kubewasm runs");
     assert!(out.status.success(), "{out:?}");
@@ -169,6 +175,63 @@ fn a_new_go_plugin_passes_its_test_from_go_test() {
         "an edited source builds again: {out}"
     );
     assert_ne!(std::fs::read(&wasm).expect("rebuilt"), before);
+}
+
+/// `kubewasm new --controller`: in every language, a controller whose test file reconciles a
+/// key, checks the child it owns and sees it pruned, passes from the language's own test.
+#[test]
+fn a_new_controller_passes_its_test_in_every_language() {
+    let pyenv = support::root().join("target/pyenv/bin");
+    assert!(
+        pyenv.join("pytest").exists(),
+        "no target/pyenv/bin/pytest: run scripts/setup.sh"
+    );
+    let parent = tempfile::tempdir().expect("temp dir");
+    for lang in ["go", "python", "javascript", "rust"] {
+        let started = std::time::Instant::now();
+        let dir = create_with(
+            parent.path(),
+            lang,
+            &format!("quota-{lang}"),
+            &["--controller"],
+        );
+        let test = std::fs::read_to_string(dir.join(format!("tests/quota-{lang}.test.yaml")))
+            .expect("a test file");
+        assert!(
+            test.contains("reconcile:") && test.contains("absent:"),
+            "{test}"
+        );
+        let commands: Vec<Command> = match lang {
+            "go" => {
+                let mut test = Command::new("go");
+                test.args(["test", "./..."]);
+                vec![test]
+            }
+            "python" => {
+                let mut pytest = Command::new(pyenv.join("pytest"));
+                pytest
+                    .arg("-q")
+                    .env("COMPONENTIZE_PY", pyenv.join("componentize-py"));
+                vec![pytest]
+            }
+            "javascript" => {
+                let mut install = Command::new("npm");
+                install.args(["install", "--no-audit", "--no-fund", "--loglevel=error"]);
+                let mut test = Command::new("npm");
+                test.arg("test");
+                vec![install, test]
+            }
+            _ => {
+                let mut cargo = Command::new(env!("CARGO"));
+                cargo.args(["test", "--quiet"]);
+                vec![cargo]
+            }
+        };
+        for command in commands {
+            passes(command, &dir);
+        }
+        took(&format!("{lang} --controller"), started);
+    }
 }
 
 #[test]
