@@ -917,8 +917,12 @@ impl HostConfig {
         let name = le.name.as_deref().unwrap_or("kubewasm");
         let mut election = ElectionConfig::new(&namespace, name, identity);
         if let Some(seconds) = le.lease_duration_seconds {
+            // client-go's proportions (15 s, 10 s, 2 s): a short lease renews as often, in
+            // proportion, as the default one; a retry as long as the renew deadline would
+            // let the deadline pass before the first renewal was tried.
             election.lease_duration = Duration::from_secs(seconds);
             election.renew_deadline = election.lease_duration * 2 / 3;
+            election.retry = election.lease_duration * 2 / 15;
         }
         election
     }
@@ -939,6 +943,7 @@ impl HostConfig {
         let mut members = MembersConfig::new(&election.namespace, group, identity);
         members.lease_duration = election.lease_duration;
         members.renew_deadline = election.renew_deadline;
+        members.retry = election.retry;
         Some((members, self.sharding.key))
     }
 }
@@ -946,6 +951,29 @@ impl HostConfig {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_lease_is_renewed_several_times_before_its_deadline() {
+        for seconds in [2, 3, 15, 60] {
+            let mut config = HostConfig::default();
+            config.leader_election.enabled = true;
+            config.sharding.enabled = true;
+            config.leader_election.lease_duration_seconds = Some(seconds);
+            let election = config.election("me");
+            let (members, _) = config.members("me").expect("sharding is on");
+            for (retry, deadline) in [
+                (election.retry, election.renew_deadline),
+                (members.retry, members.renew_deadline),
+            ] {
+                assert!(
+                    retry * 4 < deadline,
+                    "{seconds} s: {retry:?} against {deadline:?}"
+                );
+            }
+        }
+        let default = HostConfig::default().election("me");
+        assert_eq!(default.retry, Duration::from_secs(2));
+    }
 
     #[test]
     fn an_unreadable_file_names_its_cause_once_however_it_is_printed() {
