@@ -383,17 +383,32 @@ async fn an_app_gets_children_a_status_from_its_deployment_and_unregisters_first
     Ok(())
 }
 
-/// `kubewasm run` with the provisioner, whose `finalize` takes four seconds.
-fn finalizing_host(
+/// `kubewasm run` working in `dir` (its plugins and configuration), and its address.
+fn host_process(
     env: &TestEnv,
     dir: &std::path::Path,
-) -> anyhow::Result<kubewasm_testenv::agent_process::AgentProcess> {
+) -> anyhow::Result<(
+    kubewasm_testenv::agent_process::AgentProcess,
+    std::net::SocketAddr,
+)> {
     let address = kubewasm_testenv::agent_process::free_address()?;
     let args = kubewasm_testenv::agent_process::run_args(dir, env.kubeconfig(), address);
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    kubewasm_testenv::agent_process::AgentProcess::start(
+    let process = kubewasm_testenv::agent_process::AgentProcess::start(
         env!("CARGO_BIN_EXE_kubewasm").as_ref(),
         &args,
+    )?;
+    Ok((process, address))
+}
+
+/// The provisioner's entry in a `kubewasm run` configuration, with `config`.
+fn provisioner_config(config: &str) -> String {
+    format!(
+        "plugins:\n  provisioner:\n    config: {config}\n    \
+         limits: {{deadlineMs: 10000}}\n    grants:\n      writes:\n        \
+         - {{resources: [v1/ResourceQuota, v1/LimitRange, networking.k8s.io/v1/NetworkPolicy, \
+         rbac.authorization.k8s.io/v1/RoleBinding], verbs: [patch, create, delete]}}\n        \
+         - {{resources: [v1/Namespace], verbs: [patch]}}\n"
     )
 }
 
@@ -432,14 +447,10 @@ async fn a_finalizer_outlives_a_killed_host_and_a_hot_swap_mid_finalize() -> any
     let plugin = std::path::Path::new(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER);
     let dir = kubewasm_testenv::agent_process::run_dir(
         &[("provisioner", plugin)],
-        "plugins:\n  provisioner:\n    config: {finalizer: true, finalizeMs: 4000}\n    \
-         limits: {deadlineMs: 10000}\n    grants:\n      writes:\n        \
-         - {resources: [v1/ResourceQuota, v1/LimitRange, networking.k8s.io/v1/NetworkPolicy, \
-         rbac.authorization.k8s.io/v1/RoleBinding], verbs: [patch, create, delete]}\n        \
-         - {resources: [v1/Namespace], verbs: [patch]}\n",
+        &provisioner_config("{finalizer: true, finalizeMs: 4000}"),
     )?;
     let held = |ns: &Namespace| finalizers(ns).iter().any(|f| f == FINALIZER);
-    let mut first = finalizing_host(&env, dir.path())?;
+    let (mut first, _) = host_process(&env, dir.path())?;
     until("the finalizer on both", || async {
         Ok(held(&namespaces.get("team-a").await?) && held(&namespaces.get("team-b").await?))
     })
@@ -458,7 +469,7 @@ async fn a_finalizer_outlives_a_killed_host_and_a_hot_swap_mid_finalize() -> any
         "held while no host runs: {a:?}"
     );
     // The next host finalizes it from the start and lets it go.
-    let second = finalizing_host(&env, dir.path())?;
+    let (second, _) = host_process(&env, dir.path())?;
     logged(&second, &["released", "team-a"])?;
     until("team-a gone", || async {
         Ok(namespaces.get_opt("team-a").await?.is_none())
@@ -481,5 +492,143 @@ async fn a_finalizer_outlives_a_killed_host_and_a_hot_swap_mid_finalize() -> any
         Ok(namespaces.get_opt("team-b").await?.is_none())
     })
     .await?;
+    Ok(())
+}
+
+/// Each reconcile a `kubewasm run` logged, by namespace: from its `reconciling` line to the
+/// line that ends it (`team namespace provisioned` or `not a team namespace`), or to `gone`
+/// (when the process ended) for one it never finished.
+fn reconciles(
+    lines: &[(std::time::Instant, String)],
+    gone: std::time::Instant,
+) -> std::collections::BTreeMap<String, Vec<(std::time::Instant, std::time::Instant)>> {
+    let mut open = std::collections::BTreeMap::new();
+    let mut done: std::collections::BTreeMap<String, Vec<_>> = std::collections::BTreeMap::new();
+    for (at, line) in lines {
+        let Ok(record) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let message = record["fields"]["message"].as_str().unwrap_or("");
+        let Some(ns) = message
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("namespace="))
+        else {
+            continue;
+        };
+        let ns = ns.trim_matches('"').to_owned();
+        if message.starts_with("reconciling") {
+            open.insert(ns, *at);
+        } else if (message.starts_with("team namespace provisioned")
+            || message.starts_with("not a team namespace"))
+            && let Some(start) = open.remove(&ns)
+        {
+            done.entry(ns).or_default().push((start, *at));
+        }
+    }
+    for (ns, start) in open {
+        done.entry(ns).or_default().push((start, gone));
+    }
+    done
+}
+
+/// A hand-over as a rolling update makes it: the leading replica is told to stop (SIGTERM)
+/// while it reconciles a stream of changes, and the other takes over. No key is reconciled
+/// by both at once: every reconcile of the old leader ended before the new one's first
+/// reconcile of that key began; and every Namespace ends with its children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_never_reconciles_a_key_on_both_replicas_at_once() -> anyhow::Result<()> {
+    const TEAMS: usize = 8;
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for i in 0..TEAMS {
+        let team: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": format!("hand-{i}"), "labels": {"team": "shop"}}
+        }))?;
+        namespaces.create(&PostParams::default(), &team).await?;
+    }
+    let plugin = std::path::Path::new(kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER);
+    let config = format!(
+        "leaderElection: {{enabled: true, namespace: default, name: hand-over, \
+         leaseDurationSeconds: 3}}\n{}",
+        provisioner_config("{reconcileMs: 300}")
+    );
+    let leads = |address| {
+        let (code, body) = kubewasm_testenv::agent_process::http_get(address, "/status");
+        code == 200
+            && serde_json::from_str::<kubewasm::serve::Status>(&body)
+                .is_ok_and(|s| s.leader && s.ready)
+    };
+    let dirs = [
+        kubewasm_testenv::agent_process::run_dir(&[("provisioner", plugin)], &config)?,
+        kubewasm_testenv::agent_process::run_dir(&[("provisioner", plugin)], &config)?,
+    ];
+    let (mut old, old_address) = host_process(&env, dirs[0].path())?;
+    until("the first replica leads", || async {
+        Ok(leads(old_address))
+    })
+    .await?;
+    let (new, new_address) = host_process(&env, dirs[1].path())?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Changes of every namespace, round after round, across the hand-over.
+    let churn = {
+        let namespaces = namespaces.clone();
+        tokio::spawn(async move {
+            for round in 0..60 {
+                for i in 0..TEAMS {
+                    let patch = json!({"metadata": {"labels": {"round": round.to_string()}}});
+                    let name = format!("hand-{i}");
+                    let _ = namespaces
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (clean, _) = old.terminate(Duration::from_secs(30))?;
+    let gone = std::time::Instant::now();
+    let old_lines = old.take_lines();
+    let tail: Vec<_> = old_lines.iter().rev().take(5).map(|(_, l)| l).collect();
+    assert!(clean, "the old leader stops cleanly: {tail:#?}");
+    until("the other replica leads", || async {
+        Ok(leads(new_address))
+    })
+    .await?;
+    churn.await?;
+    let quotas: Api<ResourceQuota> = Api::all(admin.clone());
+    until("every namespace's quota", || async {
+        Ok(quotas.list(&Default::default()).await?.items.len() == TEAMS)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let before = reconciles(&old_lines, gone);
+    let after = reconciles(&new.take_lines(), std::time::Instant::now());
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "both reconciled: {before:?} {after:?}"
+    );
+    let gaps: Vec<_> = after
+        .iter()
+        .filter_map(|(ns, theirs)| {
+            let first = theirs.iter().map(|(start, _)| *start).min()?;
+            let last = before.get(ns)?.iter().map(|(_, end)| *end).max()?;
+            Some(first.saturating_duration_since(last))
+        })
+        .collect();
+    eprintln!("from the old leader's last reconcile of a key to the new one's first: {gaps:?}");
+    for (ns, theirs) in &after {
+        let first = theirs.iter().map(|(start, _)| *start).min();
+        for (_, end) in before.get(ns).into_iter().flatten() {
+            assert!(
+                first.is_some_and(|first| *end <= first),
+                "{ns}: the old leader's reconcile ended {:?} after the new one's began",
+                first.map(|f| end.saturating_duration_since(f))
+            );
+        }
+    }
     Ok(())
 }

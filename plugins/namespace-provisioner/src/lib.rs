@@ -7,9 +7,9 @@
 //! "reconcileMs": 0, "finalizeMs": 0, "trapOn": ""}`. `finalizer` keeps `kubewasm.dev/<plugin>`
 //! on every team Namespace and logs `finalizing`, then `released`, in `finalize`
 //! (`finalizeMs` apart, to show a host killed or swapped in the middle); `reconcileMs` makes
-//! each reconcile wait that long (to show how events that arrive meanwhile fold into one more reconcile); `trapOn`
-//! makes the reconcile of that Namespace trap (to show one key backing off while the others
-//! go on).
+//! each reconcile log `reconciling` and wait that long first (to show how events that arrive
+//! meanwhile fold into one more reconcile, and when reconciles ran); `trapOn` makes the
+//! reconcile of that Namespace trap (to show one key backing off while the others go on).
 //!
 //! Metrics: `reconciles_total{outcome}` (`applied`, `unlabelled`, `gone`) and
 //! `children` (the children the last reconcile applied).
@@ -149,7 +149,10 @@ impl Plugin for Provisioner {
         let Some(config) = CONFIG.get() else {
             return Err(HandleError::fatal("not initialised"));
         };
-        wait(config.reconcile_ms);
+        if config.reconcile_ms > 0 {
+            log::info("reconciling", &[("namespace", &key.name)]);
+            wait(config.reconcile_ms);
+        }
         let name = key.name.as_str();
         if !config.trap_on.is_empty() && config.trap_on == name {
             panic!("asked to trap on {name}");
