@@ -15,6 +15,9 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 
+/// Longest each call of a release may take (client-go's retry period, 2 s).
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
 /// Why an attempt on the Lease failed.
 #[derive(Debug, thiserror::Error)]
 enum ElectionError {
@@ -250,7 +253,10 @@ impl Elector {
         if !std::mem::take(&mut self.holding) {
             return;
         }
-        let within = self.config.retry;
+        // Each call bounded by the renew deadline, at most RELEASE_WAIT: a short lease's
+        // retry period (400 ms for 3 s) is too little for a loaded API server, and a release
+        // that times out leaves the follower to wait out the whole lease.
+        let within = self.config.renew_deadline.min(RELEASE_WAIT);
         let Ok(Ok(Some(mut lease))) =
             tokio::time::timeout(within, self.api.get_opt(&self.config.name)).await
         else {
