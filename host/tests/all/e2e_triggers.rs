@@ -206,10 +206,14 @@ async fn filters_requeues_and_synced_on_a_real_api_server() -> anyhow::Result<()
     Ok(())
 }
 
+/// An election whose hand-over is quick (the stopping leader releases the Lease and the other
+/// retries every 300 ms) and whose leader keeps the Lease through seconds of a starved
+/// machine: with a 3 s renew deadline, the leader lost it once in a full test run, its
+/// alert never came and the test failed.
 fn election(identity: &str) -> Option<ElectionConfig> {
     let mut config = ElectionConfig::new("kubewasm", "kubewasm", identity);
-    config.lease_duration = Duration::from_secs(4);
-    config.renew_deadline = Duration::from_secs(3);
+    config.lease_duration = Duration::from_secs(15);
+    config.renew_deadline = Duration::from_secs(10);
     config.retry = Duration::from_millis(300);
     Some(config)
 }
