@@ -389,8 +389,13 @@ pub async fn run(
         }
         if let (false, Ok(before)) = (step.reconcile.is_empty(), &settled) {
             let (from, mut asked) = (controller_calls(before), 0);
-            for r in &step.reconcile {
-                let key = crate::object::object_key(r.namespace.as_deref(), &r.name);
+            // A key named twice is queued, and reconciled, once.
+            let keys: std::collections::BTreeSet<_> = step
+                .reconcile
+                .iter()
+                .map(|r| crate::object::object_key(r.namespace.as_deref(), &r.name))
+                .collect();
+            for key in keys {
                 match agent.plugins().reconcile(&spec.name, &key) {
                     Ok(()) => asked += 1,
                     Err(e) => problems.push(format!("reconcile: {e}")),
