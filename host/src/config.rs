@@ -44,7 +44,8 @@
 //!   enabled: true
 //!   namespace: kubewasm        # of the Lease (default: $POD_NAMESPACE, else "default")
 //!   name: kubewasm             # of the Lease
-//!   leaseDurationSeconds: 15   # a follower takes over this long after the leader vanished
+//!   leaseDurationSeconds: 15   # a follower takes over this long after the leader vanished;
+//!                              # renewed every 2/15 of it, given up after 2/3 (client-go's)
 //! sharding:                    # replicas split namespaced objects between them, each
 //!   enabled: true              # delivering its slices; off when absent. Implies leader
 //!                              # election (cluster-scoped work stays with the leader)
