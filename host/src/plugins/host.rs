@@ -75,6 +75,8 @@ struct Running {
     stats: Arc<PluginStats>,
     queue: Arc<QueueStats>,
     stop: Arc<AtomicBool>,
+    /// Set when its worker ends: the next version's controller waits for it.
+    ended: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// Its registrations with the informers, shared with its worker (for resync).
     subscriptions: Arc<Mutex<Vec<Subscription>>>,
@@ -1082,6 +1084,13 @@ fn activate(
     let queue = rx.stats();
     let stats = Arc::new(PluginStats::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(AtomicBool::new(false));
+    // A controller's new version reconciles nothing while the old one may be in a call: at
+    // most the old one's longest call by the wall clock, and the grace a stop gives it.
+    let after = old.as_ref().map(|o| {
+        let longest = crate::wasm::deadline::wall_cap(o.deadline) + STOP_GRACE;
+        (o.ended.clone(), Instant::now() + longest)
+    });
     let runs =
         crate::plugins::manifest::with_configured(&p.manifest.schedules, &p.settings.schedules);
     let schedules: Vec<String> = runs.iter().map(|s| s.name.clone()).collect();
@@ -1122,6 +1131,8 @@ fn activate(
         duty: duty.clone(),
         write_limits: p.write_limits,
         controller: p.manifest.controller.clone(),
+        ended: ended.clone(),
+        after,
     })
     .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
     let (outcome, reloads) = match old {
@@ -1154,6 +1165,7 @@ fn activate(
             stats,
             queue,
             stop,
+            ended,
             thread: Some(thread),
             subscriptions,
             reloads,

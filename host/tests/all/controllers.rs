@@ -288,6 +288,53 @@ fn a_trapping_reconcile_backs_off_for_its_key_while_the_others_go_on() {
 }
 
 #[test]
+fn a_hot_swap_reconciles_a_key_only_after_the_old_versions_call_on_it_ended() {
+    let run = Run::start(
+        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
+        provisioner(r#"{"reconcileMs": 1500}"#),
+    );
+    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    quiet(&run);
+    // A change starts a reconcile; a new version arrives while it waits.
+    run.write("team-a.yaml", &namespace("team-a", "{team: shop, n: '1'}"));
+    run.until("a reconcile is running", |r| {
+        !support::plugin_status(&r.agent, "provisioner").idle
+    });
+    let old = run.agent.plugins().digest("provisioner").expect("loaded");
+    let variant = kubewasm_plugin_artifacts::variant(
+        kubewasm_plugin_artifacts::NAMESPACE_PROVISIONER,
+        "fenced",
+    );
+    let built = tempfile::NamedTempFile::new().expect("temp file");
+    fs::write(built.path(), variant).expect("write");
+    let path = run._plugins.put("provisioner", built.path());
+    let file = kubewasm::plugins::PluginFile::read(&path, 64 << 20).expect("read");
+    run.agent.plugins().apply(&file).expect("replaced");
+    quiet(&run);
+    // In the order they were logged: the new version's first reconcile of team-a starts
+    // after the old version's last one ended.
+    let lines: Vec<_> = run
+        .sink
+        .records()
+        .into_iter()
+        .filter(|r| r.field("namespace") == Some("team-a"))
+        .collect();
+    let old_end = lines
+        .iter()
+        .rposition(|r| r.digest == old && r.message == "team namespace provisioned")
+        .expect("the old version's reconcile ended");
+    let new_start = lines
+        .iter()
+        .position(|r| r.digest != old && r.message == "reconciling")
+        .expect("the new version reconciled team-a");
+    let shown: Vec<_> = lines
+        .iter()
+        .map(|r| format!("{} {}", &r.digest[..6], r.message))
+        .collect();
+    assert!(old_end < new_start, "{shown:#?}");
+}
+
+#[test]
 fn a_controller_without_the_grants_it_needs_is_refused_naming_them() {
     let mut settings = provisioner(r#"{"finalizer": true}"#);
     settings.grants.writes.truncate(1);

@@ -185,6 +185,11 @@ pub struct Setup {
     pub write_limits: Arc<Mutex<WriteLimits>>,
     /// The controller it is, if any: its events wake keys.
     pub controller: Option<crate::controller::Spec>,
+    /// Set by the worker when it ends: the next version's controller waits for it.
+    pub ended: Arc<AtomicBool>,
+    /// The previous version's `ended`, and the latest it may be waited for (its longest call
+    /// by the wall clock, and a grace): a controller reconciles no key before then.
+    pub after: Option<(Arc<AtomicBool>, Instant)>,
 }
 
 /// What a worker counts locally between [`Worker::publish`]es.
@@ -235,6 +240,8 @@ struct Worker {
     duty: Arc<Duty>,
     /// The controller's keys, when it is one.
     controller: Option<reconcile::Controller>,
+    /// Set when it ends (`Setup::ended`).
+    ended: Arc<AtomicBool>,
 }
 
 /// Why an attempt failed, and whether trying again may help.
@@ -309,9 +316,10 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         crate::clock::now(),
         Instant::now(),
     );
+    let after = setup.after;
     let controller = setup
         .controller
-        .map(|spec| reconcile::Controller::new(spec, &setup.ctx.name));
+        .map(|spec| reconcile::Controller::new(spec, &setup.ctx.name, after));
     let worker = Worker {
         engine: setup.engine,
         code: setup.code,
@@ -343,6 +351,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         stats: setup.stats,
         stop: setup.stop,
         duty: setup.duty,
+        ended: setup.ended,
     };
     // Below the host: the informers every plugin waits on go first (`priority.rs`).
     crate::priority::spawn_below_host(format!("plugin-{name}"), move || worker.run())
@@ -361,6 +370,7 @@ impl Worker {
     fn run(mut self) {
         self.deliver();
         self.publish(Instant::now());
+        self.ended.store(true, Ordering::Release);
     }
 
     /// Delivers the queue until the worker is stopped or the queue closes (then pending

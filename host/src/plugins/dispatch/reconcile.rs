@@ -5,7 +5,8 @@
 //! once `finalize` returns Ok, each by a JSON patch that names the resourceVersion the plugin
 //! saw (a conflict is retried, never a lost finalizer).
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::controller::{Spec, WorkQueue, children, finalizer, finalizers, terminating};
@@ -15,21 +16,39 @@ use crate::plugins::dispatch::{AttemptFailure, Keyed, Work, Worker};
 use crate::wasm::cluster::Staged;
 use crate::write::{Action, Target, Write};
 
+/// How often a controller looks whether the previous version's worker has ended.
+const AFTER_POLL: Duration = Duration::from_millis(5);
+
 /// A controller's declaration and its keys.
 pub(super) struct Controller {
     spec: Spec,
     queue: WorkQueue,
     /// `kubewasm.dev/<plugin>`.
     finalizer: String,
+    /// The previous version's worker's end, and the latest it is waited for: a hot swap
+    /// reconciles no key while the old version may still be in a call on it.
+    after: Option<(Arc<AtomicBool>, Instant)>,
 }
 
 impl Controller {
-    pub(super) fn new(spec: Spec, plugin: &str) -> Self {
+    pub(super) fn new(spec: Spec, plugin: &str, after: Option<(Arc<AtomicBool>, Instant)>) -> Self {
         Self {
             spec,
             queue: WorkQueue::new(Instant::now()),
             finalizer: finalizer(plugin),
+            after,
         }
+    }
+
+    /// Whether the previous version's worker may still be in a call (then no key starts).
+    fn behind_predecessor(&mut self) -> bool {
+        let waiting = self.after.as_ref().is_some_and(|(ended, until)| {
+            !ended.load(Ordering::Acquire) && Instant::now() < *until
+        });
+        if !waiting {
+            self.after = None;
+        }
+        waiting
     }
 
     /// Queues `keys` as if events had woken them.
@@ -90,6 +109,9 @@ impl Worker {
     pub(super) fn keys_due(&mut self) -> Option<Instant> {
         let c = self.controller.as_mut()?;
         if c.queue.ready_len() > 0 {
+            if c.behind_predecessor() {
+                return Some(Instant::now() + AFTER_POLL);
+            }
             return Some(Instant::now());
         }
         c.queue.next_due()
@@ -100,6 +122,9 @@ impl Worker {
         let Some(c) = &mut self.controller else {
             return false;
         };
+        if c.behind_predecessor() {
+            return false;
+        }
         let Some(key) = c.queue.get(now) else {
             return false;
         };
