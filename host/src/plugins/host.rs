@@ -362,52 +362,61 @@ impl PluginHost {
     /// Runs schedule `schedule` of running plugin `name` once, as if it were due (for
     /// `kubewasm test`); the error says why it cannot.
     pub fn tick(&self, name: &str, schedule: &str) -> Result<(), String> {
-        let plugins = self.plugins();
-        let running = plugins
-            .running
-            .get(name)
-            .ok_or_else(|| format!("plugin {name} is not delivering"))?;
-        if !running.schedules.iter().any(|s| s == schedule) {
-            return Err(format!(
-                "plugin {name} has no schedule {schedule:?} (it has: {})",
-                if running.schedules.is_empty() {
-                    "none".to_owned()
-                } else {
-                    running.schedules.join(", ")
-                }
-            ));
-        }
-        running
-            .stats
-            .asked_ticks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(schedule.to_owned());
-        // The worker may be in a long idle wait: it runs the tick now, not at its next timer.
-        running.open.nudge();
-        Ok(())
+        self.ask(name, |running, asked| {
+            if !running.schedules.iter().any(|s| s == schedule) {
+                return Err(format!(
+                    "plugin {name} has no schedule {schedule:?} (it has: {})",
+                    if running.schedules.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        running.schedules.join(", ")
+                    }
+                ));
+            }
+            asked.ticks.push(schedule.to_owned());
+            Ok(())
+        })
     }
 
     /// Queues key `key` (`namespace/name`, or `name`) of running controller plugin `name` for
     /// a reconcile now, as if an event had woken it (for `kubewasm test`); the error says why
     /// it cannot.
     pub fn reconcile(&self, name: &str, key: &str) -> Result<(), String> {
+        self.ask(name, |running, asked| {
+            if running.reconciles.is_none() {
+                return Err(format!(
+                    "plugin {name} is not a controller (its manifest declares none)"
+                ));
+            }
+            asked
+                .reconciles
+                .push(crate::object::Key::new(key.to_owned()));
+            Ok(())
+        })
+    }
+
+    /// Adds to what running plugin `name`'s worker is asked to run now, as `add` decides, and
+    /// wakes the worker; the error says why it cannot.
+    fn ask(
+        &self,
+        name: &str,
+        add: impl FnOnce(&Running, &mut crate::plugins::Asked) -> Result<(), String>,
+    ) -> Result<(), String> {
         let plugins = self.plugins();
         let running = plugins
             .running
             .get(name)
             .ok_or_else(|| format!("plugin {name} is not delivering"))?;
-        if running.reconciles.is_none() {
-            return Err(format!(
-                "plugin {name} is not a controller (its manifest declares none)"
-            ));
-        }
-        running
-            .stats
-            .asked_reconciles
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(crate::object::Key::new(key.to_owned()));
+        add(
+            running,
+            &mut running
+                .stats
+                .asked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )?;
+        // The worker may be in a long idle wait: it runs what was asked now, not at its next
+        // timer.
         running.open.nudge();
         Ok(())
     }

@@ -25,5 +25,5 @@ pub use settings::{
     DEFAULT_STATE_WRITE_BYTES_PER_SECOND, Delivery, Grants, PluginSettings, PluginsConfig,
 };
 pub use status::{
-    CALL_KINDS, DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus, WRITE_RESULTS,
+    Asked, CALL_KINDS, DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus, WRITE_RESULTS,
 };

@@ -83,10 +83,17 @@ pub struct PluginStats {
     pub http_denied: AtomicU64,
     /// Set while the worker waits for an event with no retry pending.
     pub idle: AtomicBool,
-    /// Schedules asked to run once now (`kubewasm test`'s `tick`).
-    pub asked_ticks: Mutex<Vec<String>>,
-    /// Controller keys asked to be reconciled now (`kubewasm test`'s `reconcile`).
-    pub asked_reconciles: Mutex<Vec<crate::object::Key>>,
+    /// What `kubewasm test` asked it to run now (one lock, which the worker takes each loop).
+    pub asked: Mutex<Asked>,
+}
+
+/// Calls `kubewasm test` asked a worker for, to run at once.
+#[derive(Debug, Default)]
+pub struct Asked {
+    /// Schedules to run once (`tick`).
+    pub ticks: Vec<String>,
+    /// Controller keys to reconcile (`reconcile`).
+    pub reconciles: Vec<crate::object::Key>,
 }
 
 impl PluginStats {

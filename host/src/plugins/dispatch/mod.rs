@@ -538,26 +538,18 @@ impl Worker {
         let asked = std::mem::take(
             &mut *self
                 .stats
-                .asked_ticks
+                .asked
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        if !asked.is_empty() {
-            for name in asked {
+        if !asked.ticks.is_empty() || !asked.reconciles.is_empty() {
+            if let Some(c) = &mut self.controller {
+                c.wake_now(asked.reconciles);
+            }
+            for name in asked.ticks {
                 self.ctx.state.whole().set_tick(&name, crate::clock::now());
                 self.start(Work::Tick(name));
             }
-            return true;
-        }
-        let keys = std::mem::take(
-            &mut *self
-                .stats
-                .asked_reconciles
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        if let Some(c) = self.controller.as_mut().filter(|_| !keys.is_empty()) {
-            c.wake_now(keys);
             return true;
         }
         if self.schedules.next_due().is_some_and(|at| at <= now) {
