@@ -14,12 +14,14 @@ use kubewasm::gvk::Gvk;
 use kubewasm::plugins::PluginSettings;
 use kubewasm::source::manifests::ManifestFolder;
 use kubewasm::wasm::logging::MemorySink;
-use kubewasm::write::{Verb, WriteGrant};
 
 use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const PART_OF: &str = "applyset.kubernetes.io/part-of";
+/// The provisioner's test file, which grants it the writes it needs.
+pub const PROVISIONER_TEST: &str =
+    "plugins/namespace-provisioner/tests/namespace-provisioner.test.yaml";
 
 fn namespace(name: &str, labels: &str) -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {labels}\n")
@@ -38,20 +40,7 @@ fn children_types() -> [Gvk; 4] {
 fn provisioner(config: &str) -> PluginSettings {
     let mut settings = support::configs(&[]).plugins.defaults.clone();
     settings.config = config.to_owned();
-    settings.grants.writes = vec![
-        WriteGrant {
-            resources: children_types().to_vec(),
-            subresources: vec![],
-            verbs: vec![Verb::Patch, Verb::Create, Verb::Delete],
-            namespaces: None,
-        },
-        WriteGrant {
-            resources: vec![Gvk::new("", "v1", "Namespace")],
-            subresources: vec![],
-            verbs: vec![Verb::Patch],
-            namespaces: None,
-        },
-    ];
+    settings.grants.writes = support::writes_granted_by(PROVISIONER_TEST, "provisioner");
     settings.limits.deadline = Duration::from_secs(10);
     settings
 }

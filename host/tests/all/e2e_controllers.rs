@@ -16,9 +16,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubewasm::agent::{Agent, AgentOptions, Cluster};
-use kubewasm::gvk::Gvk;
 use kubewasm::wasm::logging::MemorySink;
-use kubewasm::write::{Verb, WriteGrant};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
@@ -26,6 +24,8 @@ use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 const FINALIZER: &str = "kubewasm.dev/provisioner";
+/// The App operator's test file, which grants it the writes it needs.
+const APP_OPERATOR_TEST: &str = "plugins/python/app-operator/tests/app-operator.test.yaml";
 
 /// Polls an async `check` until it holds.
 async fn until<F: Future<Output = anyhow::Result<bool>>>(
@@ -45,25 +45,8 @@ async fn start(
         .named
         .get_mut("provisioner")
         .ok_or_else(|| anyhow::anyhow!("configured"))?;
-    settings.grants.writes = vec![
-        WriteGrant {
-            resources: vec![
-                Gvk::new("", "v1", "ResourceQuota"),
-                Gvk::new("", "v1", "LimitRange"),
-                Gvk::new("networking.k8s.io", "v1", "NetworkPolicy"),
-                Gvk::new("rbac.authorization.k8s.io", "v1", "RoleBinding"),
-            ],
-            subresources: vec![],
-            verbs: vec![Verb::Patch, Verb::Create, Verb::Delete],
-            namespaces: None,
-        },
-        WriteGrant {
-            resources: vec![Gvk::new("", "v1", "Namespace")],
-            subresources: vec![],
-            verbs: vec![Verb::Patch],
-            namespaces: None,
-        },
-    ];
+    settings.grants.writes =
+        support::writes_granted_by(crate::controllers::PROVISIONER_TEST, "provisioner");
     let dir = kubewasm_testenv::PluginFolder::new();
     dir.put(
         "provisioner",
@@ -255,33 +238,10 @@ async fn an_app_gets_children_a_status_from_its_deployment_and_unregisters_first
             .named
             .get_mut("app-operator")
             .ok_or_else(|| anyhow::anyhow!("configured"))?;
-        settings.grants.writes = vec![
-            WriteGrant {
-                resources: vec![
-                    Gvk::new("apps", "v1", "Deployment"),
-                    Gvk::new("", "v1", "Service"),
-                    Gvk::new("policy", "v1", "PodDisruptionBudget"),
-                ],
-                subresources: vec![],
-                verbs: vec![Verb::Patch, Verb::Delete],
-                namespaces: None,
-            },
-            WriteGrant {
-                resources: vec![Gvk::new("", "v1", "ConfigMap")],
-                subresources: vec![],
-                verbs: vec![Verb::Patch],
-                namespaces: None,
-            },
-            WriteGrant {
-                resources: vec![Gvk::new("demo.kubewasm.dev", "v1", "App")],
-                subresources: vec!["status".into()],
-                verbs: vec![Verb::Patch],
-                namespaces: None,
-            },
-        ];
+        settings.grants.writes = support::writes_granted_by(APP_OPERATOR_TEST, "app-operator");
         let sink = Arc::new(MemorySink::default());
         let dir = kubewasm_testenv::PluginFolder::new();
-        std::fs::copy(plugin, dir.path().join("app-operator.wasm"))?;
+        dir.put("app-operator", plugin);
         let options = AgentOptions::new(Cluster::Kube(admin.clone()), config, sink.clone());
         let mut agent = Agent::start(options).await?;
         let report = agent.follow_plugins(dir.path()).await?;

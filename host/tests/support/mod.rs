@@ -80,6 +80,14 @@ pub fn configs(configs: &[(&str, &str)]) -> kubewasm::config::HostConfig {
     config
 }
 
+/// The writes the test file `file` (relative to the checkout) grants plugin `name`: tests of
+/// an example plugin on other clusters grant it what its `kubewasm test` file does.
+pub fn writes_granted_by(file: &str, name: &str) -> Vec<kubewasm::write::WriteGrant> {
+    let spec = kubewasm::testing::spec::Spec::load(&root().join(file), None)
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    spec.host.plugins.named[name].grants.writes.clone()
+}
+
 /// A host configuration for the labeler (labelling pods `team: shop`), granted to patch
 /// Pods in `namespace` and nothing else.
 pub fn labeler_in(namespace: &str) -> kubewasm::config::HostConfig {
