@@ -30,6 +30,9 @@ WIT = os.path.join(ROOT, "wit", "plugin.wit")
 # The contract's imported interfaces a plugin calls through its language's bindings, with the
 # prefix each language reaches them by.
 BOUND = ("cache", "cluster", "state", "triggers", "metrics")
+# The modules of the Python and the JavaScript SDK that define helpers.
+PYTHON_MODULES = ("__init__.py", "selector.py", "status.py")
+JAVASCRIPT_MODULES = ("index.js", "selector.js", "status.js")
 # The Go SDK's subpackages with helpers of their own (config has only Parse, named in a row).
 GO_PACKAGES = ("config", "status")
 
@@ -119,7 +122,7 @@ def python_items():
     """Public names of the Python SDK (`__all__`, and the public members of the classes and
     objects it exports: `state.get`, `Selector.matches`), with their docstrings."""
     items = {}
-    for module in ("__init__.py", "selector.py", "status.py"):
+    for module in PYTHON_MODULES:
         tree = ast.parse(read(SDK, "python", "kubewasm_sdk", module))
         classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         exported = None
@@ -177,7 +180,7 @@ def javascript_items():
     """Exports of the JavaScript SDK, with the members of exported objects and classes
     (`state.get`, `Selector.matches`), and their `/** */` docs."""
     items = {}
-    for module in ("index.js", "selector.js", "status.js"):
+    for module in JAVASCRIPT_MODULES:
         text = read(SDK, "javascript", module)
         lines = text.splitlines()
         doc, in_doc, container, depth = [], False, None, 0
@@ -337,7 +340,7 @@ def bound_items(language):
 def python_parameters():
     """Parameter names of the Python SDK's functions, by function name."""
     out = {}
-    for module in ("__init__.py", "selector.py", "status.py"):
+    for module in PYTHON_MODULES:
         for node in ast.walk(ast.parse(read(SDK, "python", "kubewasm_sdk", module))):
             if isinstance(node, ast.FunctionDef):
                 a = node.args
@@ -351,7 +354,7 @@ def javascript_parameters():
     """Parameter names of the JavaScript SDK's exported functions (destructured options
     included), by function name."""
     out = {}
-    for module in ("index.js", "selector.js", "status.js"):
+    for module in JAVASCRIPT_MODULES:
         text = read(SDK, "javascript", module)
         for m in re.finditer(r"export function (\w+)\((.*?)\)\s*\{\n", text, re.S):
             out[m.group(1)] = set(re.findall(r"(?:\.\.\.)?\b([A-Za-z_]\w*)\b(?=\s*(?:=|,|\}|$))", m.group(2)))

@@ -3,15 +3,11 @@
 package itself needs componentize-py's generated bindings."""
 
 import gc
-import importlib.util
 import weakref
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "kubewasm_sdk_handles", Path(__file__).resolve().parents[1] / "kubewasm_sdk" / "_handles.py"
-)
-handles = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(handles)
+from sdk_module import load
+
+handles = load("_handles")
 
 
 class Wrapper:

@@ -1,18 +1,15 @@
 """The Python SDK's selector matches as the host's (the Rust SDK's) does, case by case:
 plugin-sdk/selector-cases.json is checked by all three SDKs."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from sdk_module import load
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "kubewasm_sdk_selector", ROOT / "python" / "kubewasm_sdk" / "selector.py"
-)
-selector = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(selector)
+selector = load("selector")
 
 CASES = json.loads((ROOT / "selector-cases.json").read_text())
 

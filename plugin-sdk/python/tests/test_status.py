@@ -1,20 +1,16 @@
 """The Python SDK's status helper writes what the Rust SDK's does, case by case:
-plugin-sdk/status-cases.json is checked by all four SDKs. Loaded by path, as the package itself
-needs componentize-py's generated bindings."""
+plugin-sdk/status-cases.json is checked by all four SDKs."""
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from sdk_module import load
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "kubewasm_sdk_status", ROOT / "python" / "kubewasm_sdk" / "status.py"
-)
-status = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(status)
+status = load("status")
 
 CASES = json.loads((ROOT / "status-cases.json").read_text())
 
