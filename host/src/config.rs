@@ -75,6 +75,9 @@
 //!     recycleAfterCalls: 100000  # fresh instance after this many calls (0: never)
 //!     releaseIdleSeconds: 60   # an instance idle this long is released; the next event
 //!                              # gets a fresh one (0: never)
+//!     reconcileDebounceMs: 0   # a controller: a key an event wakes waits this long for more
+//!                              # events before its reconcile, so a storm costs at most one
+//!                              # reconcile per key per period (0: at once, as client-go)
 //!     backlog: 10000           # queued events past which an object's events fold into one
 //!     backlogMiB: 64           # the same for the bytes of the objects queued events hold
 //!     writesPerSecond: 10      # writes to the cluster (0: no limit); the plugin waits
@@ -192,6 +195,7 @@ struct LimitsConfig {
     cpu_millis_per_second: Option<u32>,
     recycle_after_calls: Option<u64>,
     release_idle_seconds: Option<u64>,
+    reconcile_debounce_ms: Option<u64>,
     backlog: Option<usize>,
     #[serde(rename = "backlogMiB")]
     backlog_mib: Option<usize>,
@@ -277,6 +281,9 @@ impl LimitsConfig {
         }
         if let Some(seconds) = self.release_idle_seconds {
             delivery.release_idle_after = Duration::from_secs(seconds);
+        }
+        if let Some(ms) = self.reconcile_debounce_ms {
+            delivery.debounce = Duration::from_millis(ms);
         }
         if let Some(n) = self.backlog {
             delivery.backlog = n;

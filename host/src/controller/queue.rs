@@ -89,6 +89,14 @@ impl WorkQueue {
         }
     }
 
+    /// Adds `key` once `delay` has passed from `now`, unless it already waits: events within
+    /// `delay` of the first fold into one reconcile (a zero delay adds it at once).
+    pub fn add_debounced(&mut self, key: Key, delay: Duration, now: Instant) {
+        if !self.dirty.contains(&key) {
+            self.add_after(key, delay, now);
+        }
+    }
+
     /// Adds `key` after its backoff: one more failure in a row, and the overall rate.
     pub fn add_rate_limited(&mut self, key: Key, now: Instant) -> Duration {
         let failures = self.failures.entry(key.clone()).or_insert(0);
@@ -189,6 +197,36 @@ mod tests {
 
     fn key(name: &str) -> Key {
         Key::new(format!("ns/{name}"))
+    }
+
+    #[test]
+    fn debounced_events_of_a_key_fold_until_its_delay_has_passed() {
+        let start = Instant::now();
+        let delay = Duration::from_millis(100);
+        let mut q = WorkQueue::new(start);
+        for ms in 0..50 {
+            q.add_debounced(key("a"), delay, start + Duration::from_millis(ms));
+        }
+        assert_eq!(q.waiting(), 1);
+        assert_eq!(q.get(start + Duration::from_millis(99)), None, "not yet");
+        assert_eq!(q.next_due(), Some(start + delay), "the first event's time");
+        let a = q.get(start + delay).expect("due");
+        // An event while it is processed is timed anew, and not handed out meanwhile.
+        q.add_debounced(key("a"), delay, start + delay);
+        q.done(&a);
+        assert_eq!(q.get(start + delay + Duration::from_millis(50)), None);
+        assert!(
+            q.get(start + delay * 2).is_some(),
+            "once more after its delay"
+        );
+        // A key already ready is not timed again.
+        q.add(key("b"));
+        q.add_debounced(key("b"), delay, start);
+        assert_eq!(q.next_due(), None);
+        assert_eq!(q.get(start), Some(key("b")));
+        // No delay: at once.
+        q.add_debounced(key("c"), Duration::ZERO, start);
+        assert_eq!(q.get(start), Some(key("c")));
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct Delivery {
     /// How long an instance may wait for work before it is released (the next event gets a
     /// fresh one); zero for never.
     pub release_idle_after: Duration,
+    /// How long a key an event wakes waits for more events before a controller reconciles
+    /// it; zero: at once, as client-go's work queue does.
+    pub debounce: Duration,
     /// Queued events past which new ones fold into the waiting state of their object.
     pub backlog: usize,
     /// The same, in bytes of the objects the queued events hold.
@@ -71,6 +74,7 @@ impl Default for Delivery {
             backoff: Backoff::default(),
             recycle_after_calls: 100_000,
             release_idle_after: DEFAULT_RELEASE_IDLE_AFTER,
+            debounce: Duration::ZERO,
             backlog: 10_000,
             backlog_bytes: 64 << 20,
             // client-go's client defaults to 5 a second, burst 10; a plugin is a small

@@ -183,6 +183,19 @@ fn children_are_applied_owned_and_pruned_and_a_stranger_is_left_alone() {
     );
 }
 
+/// Changes team-a's labels once for each of `n`, waits for quiet, and gives the reconciles
+/// that found it labelled since `before`.
+fn changes(run: &Run, n: std::ops::RangeInclusive<u32>, before: f64) -> f64 {
+    for n in n {
+        run.write(
+            "team-a.yaml",
+            &namespace("team-a", &format!("{{team: shop, n: '{n}'}}")),
+        );
+    }
+    quiet(run);
+    run.reconciles("applied") - before
+}
+
 #[test]
 fn events_during_a_reconcile_fold_into_one_more() {
     let run = Run::start(
@@ -197,17 +210,30 @@ fn events_during_a_reconcile_fold_into_one_more() {
     run.until("a reconcile is running", |r| {
         !support::plugin_status(&r.agent, "provisioner").idle
     });
-    for n in 1..=300 {
-        run.write(
-            "team-a.yaml",
-            &namespace("team-a", &format!("{{team: shop, n: '{n}'}}")),
-        );
-    }
-    quiet(&run);
-    let reconciles = run.reconciles("applied") - before;
+    let reconciles = changes(&run, 1..=300, before);
     assert!(
         (1.0..=2.0).contains(&reconciles),
         "301 changes of one key gave {reconciles} reconciles"
+    );
+}
+
+#[test]
+fn a_debounce_folds_a_burst_of_changes_into_one_reconcile() {
+    let mut settings = provisioner("{}");
+    settings.delivery.debounce = Duration::from_millis(1500);
+    let run = Run::start(
+        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
+        settings,
+    );
+    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    quiet(&run);
+    let before = run.reconciles("applied");
+    let reconciles = changes(&run, 0..=29, before);
+    // Thirty rescans take well under the debounce on an idle machine; a loaded one may split
+    // them in two.
+    assert!(
+        (1.0..=2.0).contains(&reconciles),
+        "30 changes within the debounce gave {reconciles} reconciles"
     );
 }
 

@@ -93,13 +93,20 @@ impl Worker {
         }
         let store = self.ctx.grants.get(&c.spec.reconciles).map(|i| i.store());
         let exists = |key: &str| store.is_some_and(|s| s.get(key).is_some());
+        // The clock is read only for a debounce: the event path stays as short as it was.
+        let debounce = self.delivery.debounce;
+        let now = (!debounce.is_zero()).then(Instant::now);
+        let mut wake = |key| match now {
+            Some(now) => c.queue.add_debounced(key, debounce, now),
+            None => c.queue.add(key),
+        };
         for key in c.spec.wakes(gvk, object, exists) {
-            c.queue.add(key);
+            wake(key);
         }
         // A child whose controller changed wakes the one it left too.
         if let Notification::Updated { old, .. } = n {
             for key in c.spec.wakes(gvk, old, exists) {
-                c.queue.add(key);
+                wake(key);
             }
         }
         true
