@@ -268,7 +268,8 @@ export const state = Object.freeze({
   keys: (prefix = "") => hostState.keys(prefix),
 });
 
-/** Calls `handle` again for the event's object `seconds` from now (during `handle`). */
+/** Calls `handle` again for the event's object `seconds` from now (during `handle`); during
+ * `reconcile`, reconciles the key again then (an earlier wake wins). */
 export function requeueAfter(seconds) {
   hostRequeueAfter(seconds);
 }

@@ -843,7 +843,8 @@ pub mod triggers {
 
     /// Calls `handle` again for the event's object `seconds` from now, with its current state
     /// (an [`Event::Requeue`](super::Event::Requeue)); a real event for it meanwhile takes
-    /// its place, a delete cancels it. Only during `handle`.
+    /// its place, a delete cancels it. During `reconcile`: reconciles the key again then (an
+    /// earlier wake wins). Only during `handle` and `reconcile`.
     pub fn requeue_after(seconds: u32) -> Result<(), String> {
         host::requeue_after(seconds)
     }

@@ -35,6 +35,9 @@ pub struct WorkQueue {
     /// entry of the heap that is not it is stale.
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
     due: HashMap<Key, Instant>,
+    /// The timed keys whose time a plugin's `requeue-after` set: work it asked for later, not
+    /// work pending (see [`Self::pending`]). Each is in `due`.
+    later: HashSet<Key>,
     /// Failures in a row per key, for its backoff.
     failures: HashMap<Key, u32>,
     retries: Bucket,
@@ -49,6 +52,7 @@ impl WorkQueue {
             processing: HashSet::new(),
             timers: BinaryHeap::new(),
             due: HashMap::new(),
+            later: HashSet::new(),
             failures: HashMap::new(),
             retries: Bucket::new(RETRY_RATE, now),
         }
@@ -71,8 +75,12 @@ impl WorkQueue {
         }
         let at = now + delay;
         match self.due.get(&key) {
-            Some(earlier) if *earlier <= at => {}
+            // Work the earlier time now stands for too, whoever set it.
+            Some(earlier) if *earlier <= at => {
+                self.later.remove(&key);
+            }
             _ => {
+                self.later.remove(&key);
                 self.due.insert(key.clone(), at);
                 self.timers.push(Reverse((at, key)));
                 // A key moved earlier leaves its later entry behind until that comes due: a
@@ -87,6 +95,21 @@ impl WorkQueue {
                 }
             }
         }
+    }
+
+    /// Adds `key` once `delay` has passed from `now` at the plugin's asking (`requeue-after`):
+    /// as [`Self::add_after`], but not counted as work [`Self::pending`] until it is due.
+    pub fn add_later(&mut self, key: Key, delay: Duration, now: Instant) {
+        self.add_after(key.clone(), delay, now);
+        if self.due.get(&key) == Some(&(now + delay)) {
+            self.later.insert(key);
+        }
+    }
+
+    /// Whether a key is ready or timed by an event or a failure: work the controller has,
+    /// unlike keys only requeued for later (a plugin polling every minute is idle meanwhile).
+    pub fn pending(&self) -> bool {
+        !self.ready.is_empty() || self.due.len() > self.later.len()
     }
 
     /// Adds `key` once `delay` has passed from `now`, unless it already waits: events within
@@ -136,6 +159,7 @@ impl WorkQueue {
             };
             if self.due.get(&key) == Some(&at) {
                 self.due.remove(&key);
+                self.later.remove(&key);
                 self.add(key);
             }
         }
@@ -187,6 +211,7 @@ impl WorkQueue {
         self.ready.retain(&keep);
         self.dirty.retain(&keep);
         self.due.retain(|k, _| keep(k));
+        self.later.retain(|k| keep(k));
         self.failures.retain(|k, _| keep(k));
     }
 }
@@ -197,6 +222,29 @@ mod tests {
 
     fn key(name: &str) -> Key {
         Key::new(format!("ns/{name}"))
+    }
+
+    #[test]
+    fn a_key_requeued_for_later_is_not_pending_work_until_an_event_times_it() {
+        let start = Instant::now();
+        let mut q = WorkQueue::new(start);
+        assert!(!q.pending());
+        q.add_later(key("a"), Duration::from_secs(60), start);
+        assert!(!q.pending(), "asked for later: idle meanwhile");
+        assert_eq!(q.waiting(), 1);
+        // An event's debounce or a failure's backoff that comes due later: now it is work.
+        q.add_debounced(key("a"), Duration::from_secs(90), start);
+        assert!(q.pending());
+        // Due, handed out, done: nothing left.
+        let a = q.get(start + Duration::from_secs(60)).expect("due");
+        q.done(&a);
+        assert!(!q.pending());
+        // An earlier event time replaces a later requeue: work.
+        q.add_later(key("b"), Duration::from_secs(60), start);
+        q.add_after(key("b"), Duration::from_secs(1), start);
+        assert!(q.pending());
+        q.retain(|_| false);
+        assert!(!q.pending());
     }
 
     #[test]

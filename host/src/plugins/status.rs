@@ -81,7 +81,8 @@ pub struct PluginStats {
     pub http_sent: AtomicU64,
     /// HTTP requests refused (host not granted).
     pub http_denied: AtomicU64,
-    /// Set while the worker waits for an event with no retry pending.
+    /// Set while the worker waits for an event with no retry or key pending (a controller's
+    /// keys requeued for later are not).
     pub idle: AtomicBool,
     /// What `kubewasm test` asked it to run now (one lock, which the worker takes each loop).
     pub asked: Mutex<Asked>,
@@ -373,7 +374,8 @@ pub struct PluginStatus {
     pub http_denied: u64,
     /// Log lines dropped for exceeding its log rate.
     pub log_dropped: u64,
-    /// Waiting for an event, with no call running and no retry pending.
+    /// Waiting for an event, with no call running and no retry or key pending (a
+    /// controller's keys requeued for later are not).
     #[serde(default)]
     pub idle: bool,
     /// CPU time its calls, and the host's work for it, used, in microseconds.

@@ -180,6 +180,7 @@ async fn settle(
         let status = status_of(agent, name).ok_or("the plugin is not loaded")?;
         let mark = (
             status.delivered,
+            controller_calls(&status),
             status.failed,
             status.given_up,
             status.writes_failed,
@@ -191,6 +192,7 @@ async fn settle(
                 .unwrap_or_else(PoisonError::into_inner)
                 .len(),
         );
+        // `idle` also says no key waits but those requeued for later.
         let ready = status.synced && status.idle && status.queued == 0;
         if !ready || last != Some(mark) {
             last = Some(mark);

@@ -238,6 +238,29 @@ fn a_debounce_folds_a_burst_of_changes_into_one_reconcile() {
 }
 
 #[test]
+fn a_key_requeued_for_later_leaves_the_controller_idle_until_then() {
+    let run = Run::start(
+        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
+        provisioner(r#"{"requeueSeconds": 3600}"#),
+    );
+    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    // Idle with the key timed an hour ahead, as with a schedule: `kubewasm test` steps and
+    // instance release wait for idle.
+    run.until("the provisioner idle", |r| {
+        let s = support::plugin_status(&r.agent, "provisioner");
+        s.synced && s.idle && s.queued == 0
+    });
+    let s = support::plugin_status(&run.agent, "provisioner");
+    assert_eq!(s.keys_waiting, 1, "the requeued key waits: {s:#?}");
+    // An event on it is work again, reconciled at once.
+    let before = run.reconciles("applied");
+    run.write("team-a.yaml", &namespace("team-a", "{team: shop, n: '1'}"));
+    run.until("team-a reconciled again", |r| {
+        r.reconciles("applied") > before
+    });
+}
+
+#[test]
 fn a_finalizer_holds_a_deleted_object_until_finalize_lets_it_go() {
     let run = Run::start(
         &[("team-a.yaml", namespace("team-a", "{team: shop}"))],

@@ -389,7 +389,8 @@ state = _State()
 
 def requeue_after(seconds: int) -> None:
     """Calls ``handle`` again for the event's object ``seconds`` from now, with its current
-    state (a ``requeue`` event). Only during ``handle``."""
+    state (a ``requeue`` event). During ``reconcile``: reconciles the key again then (an
+    earlier wake wins). Only during ``handle`` and ``reconcile``."""
     _triggers.requeue_after(seconds)
 
 

@@ -4,12 +4,14 @@
 //! deletes the children a reconcile no longer applies: when the label goes, so do they.
 //!
 //! Configuration (the defaults): `{"label": "team", "pods": "20", "finalizer": false,
-//! "reconcileMs": 0, "finalizeMs": 0, "trapOn": ""}`. `finalizer` keeps `kubewasm.dev/<plugin>`
+//! "reconcileMs": 0, "finalizeMs": 0, "trapOn": "", "requeueSeconds": 0}`. `finalizer` keeps `kubewasm.dev/<plugin>`
 //! on every team Namespace and logs `finalizing`, then `released`, in `finalize`
 //! (`finalizeMs` apart, to show a host killed or swapped in the middle); `reconcileMs` makes
 //! each reconcile log `reconciling` and wait that long first (to show how events that arrive
 //! meanwhile fold into one more reconcile, and when reconciles ran); `trapOn` makes the
-//! reconcile of that Namespace trap (to show one key backing off while the others go on).
+//! reconcile of that Namespace trap (to show one key backing off while the others go on);
+//! `requeueSeconds` has each reconcile of a team Namespace ask to be run again that much
+//! later (to look for drift on a clock, not only on events).
 //!
 //! Metrics: `reconciles_total{outcome}` (`applied`, `unlabelled`, `gone`) and
 //! `children` (the children the last reconcile applied).
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 use kubewasm_sdk::cluster::{self, Target};
 use kubewasm_sdk::{
     Controller, Gvk, HandleError, Manifest, Metric, ObjectKey, Plugin, cache, export_plugin, log,
-    metrics,
+    metrics, triggers,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -40,6 +42,8 @@ struct Config {
     finalize_ms: u64,
     #[serde(default)]
     trap_on: String,
+    #[serde(default)]
+    requeue_seconds: u32,
 }
 
 fn default_label() -> String {
@@ -184,6 +188,9 @@ impl Plugin for Provisioner {
         }
         outcome("applied");
         let _ = metrics::set("children", &[], applied.len() as f64);
+        if config.requeue_seconds > 0 {
+            triggers::requeue_after(config.requeue_seconds).map_err(HandleError::fatal)?;
+        }
         log::info(
             "team namespace provisioned",
             &[("namespace", name), ("team", &team)],

@@ -442,9 +442,9 @@ impl Worker {
                 }
                 continue;
             }
-            let idle = self.retries.next_due().is_none()
-                && self.taken.is_empty()
-                && self.keys_due().is_none();
+            // A key requeued for later is like a schedule: the plugin is idle until then.
+            let idle =
+                self.retries.next_due().is_none() && self.taken.is_empty() && !self.keys_pending();
             let release = self.release_at().filter(|_| idle);
             if release.is_some_and(|at| at <= now) {
                 self.release_instance();

@@ -112,6 +112,11 @@ impl Worker {
         true
     }
 
+    /// Whether the controller has keys to reconcile besides those requeued for later.
+    pub(super) fn keys_pending(&self) -> bool {
+        self.controller.as_ref().is_some_and(|c| c.queue.pending())
+    }
+
     /// When the next key is ready: now when one is, else when the next timed one is due.
     pub(super) fn keys_due(&mut self) -> Option<Instant> {
         let c = self.controller.as_mut()?;
@@ -366,7 +371,7 @@ impl Worker {
     /// Reconciles `key` again after `after` (the plugin's `requeue-after` during `reconcile`).
     pub(super) fn requeue_key(&mut self, key: Key, after: Duration) {
         if let Some(c) = &mut self.controller {
-            c.queue.add_after(key, after, Instant::now());
+            c.queue.add_later(key, after, Instant::now());
         }
     }
 }
