@@ -203,7 +203,7 @@ def main():
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
-        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `sharding.rs`, `cluster.rs`, `delivery.rs`, "
+        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `sharding.rs`, `cluster.rs`, `controllers.rs`, `delivery.rs`, "
         "`reload.rs`; "
         "inputs from `tests/testenv/src/generate.rs`, served by the API server double "
         "(`tests/testenv/src/double.rs`).",
@@ -864,8 +864,8 @@ def main():
             "",
         ]
     out += flood_section()
-    out += sharding_section()
-    out += cluster_section()
+    for _, section in STANDALONE.values():
+        out += section()
     sys.stdout.write("\n".join(out))
 
 
@@ -1015,5 +1015,213 @@ def cluster_section():
     return out
 
 
+def controllers_section():
+    """Section 11: the controller model's costs."""
+    calls = rounds("controllers") if os.path.exists(os.path.join(RESULTS, "controllers.txt")) else {}
+    storms, queue = tagged("controllers", "STORM"), tagged("controllers", "QUEUE")
+    held = tagged("controllers", "FINALIZED")
+    if not calls and not storms:
+        return []
+    out = [
+        "## 11. Controllers: reconcile by key",
+        "",
+        "`host/benches/controllers.rs`, with the bench plugin declaring a controller of "
+        "ConfigMaps that owns Services (`plugins/bench`, work `reconcile`).",
+        "",
+    ]
+    worker = tagged("controllers", "WORKER")
+    if "reconcile_call" in calls and "reconcile_host" in calls and worker:
+        per = [x / 2000 for x in calls["reconcile_call"]]
+        whole = [x / 2000 for x in calls["reconcile_host"]]
+        on_cpu = [x * 1e-9 for x in worker[0]["cpu_ns_per_reconcile"]]
+        beyond = statistics.median(on_cpu) - typical(per)[0]
+        out += [
+            "**Host work per reconcile.** 2,000 reconciles of a controller whose `reconcile` "
+            "returns at once: as calls on a live instance (the call alone), and through an "
+            "agent's worker on a manifests folder of 2,000 ConfigMaps, each key asked for as "
+            "`kubewasm test` asks (queued, taken, its object read from the cache, the call, its "
+            "outcome and accounting, pruning's look for children, the counts published); in "
+            "rounds side by side as in section 2. The worker's figure is its thread's own time "
+            "on a CPU (the kernel's schedstat) over each batch; the wall-clock one adds asking "
+            "for the keys from another thread and waking the worker.",
+            "",
+            table(
+                ["per reconcile", "median", "issue's bound"],
+                [
+                    ["the call alone (median of rounds)", fmt_time(typical(per)[0]), ""],
+                    ["through the worker: its thread on a CPU (median of batches)",
+                     fmt_time(statistics.median(on_cpu)), ""],
+                    ["through the worker: wall clock (median of rounds)", fmt_time(typical(whole)[0]), ""],
+                    ["the host's work beyond the call (worker on a CPU less the call)",
+                     fmt_time(beyond), "2 µs"],
+                ],
+            ),
+            "",
+        ]
+    if storms:
+        first = storms[0]
+        rows = []
+        for plugin in [r["plugin"] for r in first["reconciles"]]:
+            made = [next(r["reconciles"] for r in s["reconciles"] if r["plugin"] == plugin) for s in storms]
+            rows.append([
+                {"noop": "returns at once", "slow": "takes 1 ms",
+                 "debounced": "returns at once; `reconcileDebounceMs: 100`"}.get(plugin, plugin),
+                ", ".join(str(m) for m in made),
+                "200",
+            ])
+        applied = ", ".join(f"{s['applied_ms']:.0f}" for s in storms)
+        out += [
+            f"**A storm on the children.** {first['events']:,} updates of the Services owned by "
+            f"{first['parents']} ConfigMaps (ten each, each updated ten times) are applied to "
+            "the agent's Service cache as fast as it takes them "
+            f"({applied} ms for the {len(storms)} storms), beside three controllers of the same "
+            "parents; each counts the reconciles it made until it is idle again. Each event "
+            "wakes its parent's key; every event at hand wakes its keys before the next "
+            "reconcile, and a key already waiting is not queued again. Without a debounce a "
+            "key is reconciled as soon as the worker is free, as client-go's queue does: a "
+            "reconcile faster than the events arrive runs again for each few of them. With "
+            "one, a woken key waits that long, and the events meanwhile fold into it.",
+            "",
+            table(["the controller's reconcile", "reconciles per storm", "issue's bound"], rows),
+            "",
+        ]
+    if queue:
+        q = queue[0]
+        out += [
+            f"**The queue's memory.** {q['keys']:,} keys waiting in a `WorkQueue` (keys of "
+            f"{q['key_text_bytes']} characters), heap bytes per key by a counting allocator: "
+            "keys sharing their text with the cache (an event on the reconciled type hands "
+            "the cached object's key), keys made anew (an owner named by a child's reference), "
+            "and the latter added three times each while waiting.",
+            "",
+            table(
+                ["keys", "bytes per waiting key", "issue's bound"],
+                [
+                    ["shared with the cache", f"{q['bytes_per_key_shared']:.1f}", "100"],
+                    ["made anew", f"{q['bytes_per_key_made']:.1f}", "100"],
+                    ["made anew, each added three times", f"{q['bytes_per_key_added_thrice']:.1f}", "100"],
+                ],
+            ),
+            "",
+        ]
+    if held:
+        h = held[0]
+        out += [
+            f"**Objects already finalized.** {h['objects']:,} ConfigMaps on the test "
+            "environment's kube-apiserver 1.36, each already carrying the controller's "
+            f"finalizer (created in {h['created_s']:.0f} s); an agent starts, syncs and "
+            f"reconciles each once ({h['all_reconciled_s']:.0f} s from its start); then "
+            f"{h['quiet_s']:.0f} s more. Writes are the API server's audit log of writes to "
+            "ConfigMaps since the agent started, and the agent's own count. The controller "
+            "reconciles every ConfigMap, so the API server's own in kube-system, which carry no "
+            "finalizer, get it (and are reconciled once more for that update).",
+            "",
+            table(
+                ["what", "measured", "issue's bound"],
+                [
+                    ["reconciles", f"{h['reconciles']:,}", ""],
+                    ["writes to them in the audit log", h["writes_audited"], "0"],
+                    ["writes to other ConfigMaps in the audit log", "{}: {}".format(
+                        h.get("other_writes_audited", 0),
+                        ", ".join(f"`{w}`" for w in h.get("other_writes", [])) or "none"), ""],
+                    ["writes the agent counted, all of them", h["writes_sent"], ""],
+                    ["relists", h["relists"], "0"],
+                    [f"events received in the {h['quiet_s']:.0f} s after", h["events_while_quiet"], ""],
+                ],
+            ),
+            "",
+        ]
+    return out
+
+
+# Sections of one benchmark each, in page order: a rerun of these alone on a machine without
+# the others' results (every fresh checkout) rewrites them in the page and keeps the rest.
+STANDALONE = {
+    "sharding": (9, sharding_section),
+    "cluster": (10, cluster_section),
+    "controllers": (11, controllers_section),
+}
+# Every benchmark scripts/bench.sh runs, as it lists them.
+ALL = ["decode", "delivery", "queries", "contract", "reload", "folder", "admission", "hostile",
+       "peers", "sharding", "cluster", "controllers"]
+PAGE = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+
+
+def ran():
+    """The benchmarks with a result here, and the commit each ran on."""
+    out = {}
+    for bench in ALL:
+        path = os.path.join(RESULTS, f"{bench}.commit")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                out[bench] = f.read().strip()
+    return out
+
+
+def page_commits(page):
+    """The commit each benchmark shown in `page` ran on, from its Commit row."""
+    m = re.search(r"^\| Commit \| (.*) \|$", page, re.M)
+    if not m:
+        sys.exit("bench_report: the page has no Commit row to keep")
+    shown = [b for b in ALL if b not in STANDALONE or heading(page, STANDALONE[b][0])]
+    out = {}
+    for part in m.group(1).split("; "):
+        described, _, names = part.partition(": ")
+        # One commit named alone: every benchmark the page shows ran on it.
+        for name in names.split(", ") if names else shown:
+            out[name] = described.split(" ")[0]
+    return out
+
+
+def heading(text, number):
+    """Whether `text` starts a line with section `number`'s heading."""
+    return re.search(rf"(?m)^## {number}\. ", text) is not None
+
+
+def splice(results):
+    """The current page with the standalone sections of `results` rewritten, and its Commit row
+    naming the commit each section ran on."""
+    with open(PAGE, encoding="utf-8") as f:
+        page = f.read()
+    others = [b for b in results if b not in STANDALONE]
+    if others:
+        sys.exit(f"bench_report: {', '.join(others)} can only be rerun with every benchmark's "
+                 "results at hand: run scripts/bench.sh whole once")
+    commits = page_commits(page)
+    blocks = re.split(r"(?m)^(?=## )", page)
+    for bench, commit_id in results.items():
+        number, section = STANDALONE[bench]
+        new = "\n".join(section())
+        if not new:
+            sys.exit(f"bench_report: {bench} ran but printed no result")
+        at = [i for i, b in enumerate(blocks) if heading(b, number)]
+        if at:
+            blocks[at[0]] = new
+        else:
+            later = [i for i, b in enumerate(blocks)
+                     if (m := re.match(r"## (\d+)\. ", b)) and int(m.group(1)) > number]
+            blocks.insert(later[0] if later else len(blocks), new)
+        commits[bench] = commit_id
+    by_commit = {}
+    for bench in ALL:
+        if bench in commits:
+            by_commit.setdefault(commits[bench], []).append(bench)
+    row = "; ".join(
+        f"{c} (changes committed with this page)" if c.endswith("-dirty") else c
+        for c in by_commit
+    ) if len(by_commit) == 1 else "; ".join(
+        (f"{c} (changes committed with this page)" if c.endswith("-dirty") else c) + ": " + ", ".join(names)
+        for c, names in by_commit.items())
+    out = "".join(b if b.endswith("\n") else b + "\n" for b in blocks)
+    out = re.sub(r"(?m)^\| Commit \| .* \|$", f"| Commit | {row} |", out)
+    today = datetime.date.today().isoformat()
+    return re.sub(r"Generated by `scripts/bench.sh` on [0-9-]+\.",
+                  f"Generated by `scripts/bench.sh` on {today}.", out, count=1)
+
+
 if __name__ == "__main__":
-    main()
+    results = ran()
+    if all(b in results for b in ALL):
+        main()
+    else:
+        sys.stdout.write(splice(results))

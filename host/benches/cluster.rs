@@ -24,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kubewasm::serve::Status;
@@ -88,10 +87,9 @@ fn namespace(n: usize) -> String {
 /// The nodes, namespaces and pods (each bound to a node), created; returns every pod's key.
 async fn populate(client: &kube::Client, size: &Size) -> anyhow::Result<Vec<(String, String)>> {
     let nodes = Api::<Node>::all(client.clone());
-    futures::stream::iter(0..size.nodes)
-        .map(|i| {
-            let nodes = nodes.clone();
-            async move {
+    support::each::each(16, 0..size.nodes, |i| {
+        let nodes = nodes.clone();
+        async move {
                 let node: Node = serde_json::from_value(json!({
                     "metadata": {"name": format!("kwok-node-{i}"),
                                  "annotations": {"kwok.x-k8s.io/node": "fake"},
@@ -101,19 +99,14 @@ async fn populate(client: &kube::Client, size: &Size) -> anyhow::Result<Vec<(Str
                 anyhow::Ok(())
             }
         })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<()>>()?;
+        .await?;
     for n in 0..size.namespaces {
         resources::create_namespace(client, &namespace(n)).await?;
     }
     let keys: Vec<(String, String)> = (0..size.pods)
         .map(|i| (namespace(i % size.namespaces), format!("web-{i}")))
         .collect();
-    futures::stream::iter(keys.iter().enumerate())
-        .map(|(i, (ns, name))| {
+    support::each::each(32, keys.iter().enumerate(), |(i, (ns, name))| {
             let api = Api::<Pod>::namespaced(client.clone(), ns);
             let node = format!("kwok-node-{}", i % size.nodes);
             async move {
@@ -129,11 +122,7 @@ async fn populate(client: &kube::Client, size: &Size) -> anyhow::Result<Vec<(Str
                 anyhow::Ok(())
             }
         })
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<()>>()?;
+        .await?;
     Ok(keys)
 }
 

@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod cpu;
 pub mod double_process;
+pub mod each;
 pub mod instance;
 pub mod logging;
 pub mod rounds;

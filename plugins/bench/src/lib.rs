@@ -13,6 +13,9 @@
 //! - `admit`: also declares a validating webhook on Pods that allows every request;
 //! - `metric`: adds one to its counter `events`, on the series `slot` of the call's number
 //!   modulo `arg` (default 1), so `arg` calls make `arg` series.
+//! - `reconcile`: instead of subscribing, declares a controller of ConfigMaps that owns
+//!   Services, with the host's finalizer when `finalizer` is true; each `reconcile` (and
+//!   `finalize`) busies itself for `arg` microseconds (default 0: returns at once).
 //!
 //! `changes` subscribes with a change filter on those pointers.
 //!
@@ -20,11 +23,13 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
+use std::time::{Duration, Instant};
 
 use kubewasm_sdk::k8s::api::core::v1::Pod;
 use kubewasm_sdk::{
-    Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Event, Gvk, HandleError,
-    Manifest, Metric, Operation, Plugin, Subscription, cache, export_plugin, metrics, state,
+    Admission, AdmissionRequest, AdmissionResponse, AdmissionRule, Controller, Event, Gvk,
+    HandleError, Manifest, Metric, ObjectKey, Operation, Plugin, Subscription, cache,
+    export_plugin, metrics, state,
 };
 use serde::Deserialize;
 
@@ -36,6 +41,8 @@ struct Config {
     arg: String,
     #[serde(default)]
     changes: Vec<String>,
+    #[serde(default)]
+    finalizer: bool,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -44,6 +51,8 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 static POD: LazyLock<Gvk> = LazyLock::new(Gvk::pod);
 /// The `slot` label values of `metric`, made once so the update is what is timed.
 static SLOTS: OnceLock<Vec<String>> = OnceLock::new();
+/// How long each `reconcile` spends.
+static BUSY: OnceLock<Duration> = OnceLock::new();
 /// Calls of `metric` so far.
 static CALLS: AtomicUsize = AtomicUsize::new(0);
 
@@ -55,15 +64,11 @@ impl Plugin for Bench {
         match config.work.as_str() {
             "noop" | "parse" | "get" | "select" | "index" | "field" | "state-get" | "state-set"
             | "admit" => {}
+            "reconcile" => {
+                let _ = BUSY.set(Duration::from_micros(number(&config.arg, 0)?));
+            }
             "metric" => {
-                let series = if config.arg.is_empty() {
-                    1
-                } else {
-                    config
-                        .arg
-                        .parse::<usize>()
-                        .map_err(|e| format!("arg {:?}: {e}", config.arg))?
-                };
+                let series: usize = number(&config.arg, 1)?;
                 let _ = SLOTS.set((0..series.max(1)).map(|i| i.to_string()).collect());
             }
             other => return Err(format!("unknown work {other:?}")),
@@ -76,6 +81,13 @@ impl Plugin for Bench {
         let Some(config) = CONFIG.get() else {
             return Manifest::new();
         };
+        if config.work == "reconcile" {
+            let mut controller = Controller::of(Gvk::config_map()).owns(Gvk::service());
+            if config.finalizer {
+                controller = controller.with_finalizer();
+            }
+            return Manifest::new().controller(controller);
+        }
         let changes: Vec<&str> = config.changes.iter().map(String::as_str).collect();
         let mut subscription = Subscription::to(Gvk::pod());
         if !changes.is_empty() {
@@ -146,6 +158,41 @@ impl Plugin for Bench {
 
     fn admit(_request: AdmissionRequest<'_>) -> AdmissionResponse {
         AdmissionResponse::allow()
+    }
+
+    fn reconcile(key: ObjectKey) -> Result<(), HandleError> {
+        busy();
+        std::hint::black_box(key);
+        Ok(())
+    }
+
+    fn finalize(key: ObjectKey) -> Result<(), HandleError> {
+        busy();
+        std::hint::black_box(key);
+        Ok(())
+    }
+}
+
+/// The number `arg` holds, `default` when it is empty.
+fn number<T: std::str::FromStr>(arg: &str, default: T) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    if arg.is_empty() {
+        return Ok(default);
+    }
+    arg.parse().map_err(|e| format!("arg {arg:?}: {e}"))
+}
+
+/// Spends `reconcile`'s time on the CPU, by the clock.
+fn busy() {
+    let busy = BUSY.get().copied().unwrap_or_default();
+    if busy.is_zero() {
+        return;
+    }
+    let until = Instant::now() + busy;
+    while Instant::now() < until {
+        std::hint::spin_loop();
     }
 }
 
