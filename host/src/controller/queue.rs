@@ -100,8 +100,11 @@ impl WorkQueue {
     /// Adds `key` once `delay` has passed from `now` at the plugin's asking (`requeue-after`):
     /// as [`Self::add_after`], but not counted as work [`Self::pending`] until it is due.
     pub fn add_later(&mut self, key: Key, delay: Duration, now: Instant) {
+        // Later it stays if nothing but requeues timed it: a requeue of a key already
+        // requeued (each reconcile of a polling plugin asks again) is no work either.
+        let later = self.later.contains(&key) || !self.due.contains_key(&key);
         self.add_after(key.clone(), delay, now);
-        if self.due.get(&key) == Some(&(now + delay)) {
+        if later && self.due.contains_key(&key) {
             self.later.insert(key);
         }
     }
@@ -231,6 +234,17 @@ mod tests {
         assert!(!q.pending());
         q.add_later(key("a"), Duration::from_secs(60), start);
         assert!(!q.pending(), "asked for later: idle meanwhile");
+        q.add_later(
+            key("a"),
+            Duration::from_secs(60),
+            start + Duration::from_secs(1),
+        );
+        q.add_later(
+            key("a"),
+            Duration::from_secs(30),
+            start + Duration::from_secs(2),
+        );
+        assert!(!q.pending(), "asked again, later or sooner: still idle");
         assert_eq!(q.waiting(), 1);
         // An event's debounce or a failure's backoff that comes due later: now it is work.
         q.add_debounced(key("a"), Duration::from_secs(90), start);
