@@ -25,6 +25,9 @@ pub(super) struct Controller {
     queue: WorkQueue,
     /// `kubewasm.dev/<plugin>`.
     finalizer: String,
+    /// Keys finalized with success, and the version of their object then: until the cache
+    /// moves past it, the finalizer's removal is on its way.
+    finalized: std::collections::HashMap<Key, String>,
     /// The previous version's worker's end, and the latest it is waited for: a hot swap
     /// reconciles no key while the old version may still be in a call on it.
     after: Option<(Arc<AtomicBool>, Instant)>,
@@ -36,6 +39,7 @@ impl Controller {
             spec,
             queue: WorkQueue::new(Instant::now()),
             finalizer: finalizer(plugin),
+            finalized: std::collections::HashMap::new(),
             after,
         }
     }
@@ -69,13 +73,18 @@ fn finalizer_patch(object: &KubeObject, ops: serde_json::Value) -> Write {
         all.extend(more);
     }
     Write {
-        target: Target {
-            gvk: object.gvk().clone(),
-            namespace: object.namespace().map(str::to_owned),
-            name: object.name().to_owned(),
-            subresource: None,
-        },
+        target: target_of(object),
         action: Action::JsonPatch(serde_json::Value::Array(all).to_string()),
+    }
+}
+
+/// `object` itself as the target of a write.
+fn target_of(object: &KubeObject) -> Target {
+    Target {
+        gvk: object.gvk().clone(),
+        namespace: object.namespace().map(str::to_owned),
+        name: object.name().to_owned(),
+        subresource: None,
     }
 }
 
@@ -145,6 +154,15 @@ impl Worker {
         let finalizing = object
             .as_ref()
             .is_some_and(|o| terminating(o) && finalizers(o).contains(&c.finalizer));
+        // Finalized already, and the finalizer's removal sent from this very version: an
+        // event woke the key before the cache saw the removal. Not finalized twice.
+        let version = object.as_ref().map(|o| o.resource_version().to_owned());
+        if finalizing && c.finalized.get(&key) == version.as_ref() {
+            c.queue.forget(&key);
+            c.queue.done(&key);
+            return true;
+        }
+        c.finalized.remove(&key);
         let keyed = Keyed {
             gvk,
             key: key.clone(),
@@ -179,6 +197,12 @@ impl Worker {
         let Some(c) = &mut self.controller else {
             return true;
         };
+        if finalizing
+            && matches!(outcome, Some(Ok(())))
+            && let Some(version) = version
+        {
+            c.finalized.insert(key.clone(), version);
+        }
         match outcome {
             None | Some(Ok(())) => c.queue.forget(&key),
             Some(Err(failure)) => {
