@@ -73,18 +73,13 @@ fn finalizer_patch(object: &KubeObject, ops: serde_json::Value) -> Write {
         all.extend(more);
     }
     Write {
-        target: target_of(object),
+        target: Target {
+            gvk: object.gvk().clone(),
+            namespace: object.namespace().map(str::to_owned),
+            name: object.name().to_owned(),
+            subresource: None,
+        },
         action: Action::JsonPatch(serde_json::Value::Array(all).to_string()),
-    }
-}
-
-/// `object` itself as the target of a write.
-fn target_of(object: &KubeObject) -> Target {
-    Target {
-        gvk: object.gvk().clone(),
-        namespace: object.namespace().map(str::to_owned),
-        name: object.name().to_owned(),
-        subresource: None,
     }
 }
 
@@ -156,13 +151,19 @@ impl Worker {
             .is_some_and(|o| terminating(o) && finalizers(o).contains(&c.finalizer));
         // Finalized already, and the finalizer's removal sent from this very version: an
         // event woke the key before the cache saw the removal. Not finalized twice.
-        let version = object.as_ref().map(|o| o.resource_version().to_owned());
-        if finalizing && c.finalized.get(&key) == version.as_ref() {
+        // Read only when finalizing: a reconcile pays nothing for it.
+        let version = object
+            .as_ref()
+            .filter(|_| finalizing)
+            .map(|o| o.resource_version().to_owned());
+        if version.is_some() && c.finalized.get(&key) == version.as_ref() {
             c.queue.forget(&key);
             c.queue.done(&key);
             return true;
         }
-        c.finalized.remove(&key);
+        if !c.finalized.is_empty() {
+            c.finalized.remove(&key);
+        }
         let keyed = Keyed {
             gvk,
             key: key.clone(),
@@ -197,8 +198,7 @@ impl Worker {
         let Some(c) = &mut self.controller else {
             return true;
         };
-        if finalizing
-            && matches!(outcome, Some(Ok(())))
+        if matches!(outcome, Some(Ok(())))
             && let Some(version) = version
         {
             c.finalized.insert(key.clone(), version);
