@@ -82,6 +82,17 @@ impl Run {
         }
     }
 
+    /// [`Self::start`] with one Namespace, team-a, labelled `team: shop`, once its four
+    /// children are in place.
+    fn team_a(settings: PluginSettings) -> Self {
+        let run = Self::start(
+            &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
+            settings,
+        );
+        run.until("team-a's children", |r| r.children_in("team-a") == 4);
+        run
+    }
+
     fn write(&self, name: &str, text: &str) {
         fs::write(self.cluster.path().join(name), text).expect("write");
         self.folder.rescan();
@@ -198,11 +209,7 @@ fn changes(run: &Run, n: std::ops::RangeInclusive<u32>, before: f64) -> f64 {
 
 #[test]
 fn events_during_a_reconcile_fold_into_one_more() {
-    let run = Run::start(
-        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
-        provisioner(r#"{"reconcileMs": 1500}"#),
-    );
-    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    let run = Run::team_a(provisioner(r#"{"reconcileMs": 1500}"#));
     quiet(&run);
     let before = run.reconciles("applied");
     // A reconcile starts with the first change, then 300 more changes land while it waits.
@@ -221,11 +228,7 @@ fn events_during_a_reconcile_fold_into_one_more() {
 fn a_debounce_folds_a_burst_of_changes_into_one_reconcile() {
     let mut settings = provisioner("{}");
     settings.delivery.debounce = Duration::from_millis(1500);
-    let run = Run::start(
-        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
-        settings,
-    );
-    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    let run = Run::team_a(settings);
     quiet(&run);
     let before = run.reconciles("applied");
     let reconciles = changes(&run, 0..=29, before);
@@ -239,11 +242,7 @@ fn a_debounce_folds_a_burst_of_changes_into_one_reconcile() {
 
 #[test]
 fn a_key_requeued_for_later_leaves_the_controller_idle_until_then() {
-    let run = Run::start(
-        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
-        provisioner(r#"{"requeueSeconds": 3600}"#),
-    );
-    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    let run = Run::team_a(provisioner(r#"{"requeueSeconds": 3600}"#));
     // Idle with the key timed an hour ahead, as with a schedule: `kubewasm test` steps and
     // instance release wait for idle.
     run.until("the provisioner idle", |r| {
@@ -327,11 +326,7 @@ fn a_trapping_reconcile_backs_off_for_its_key_while_the_others_go_on() {
 
 #[test]
 fn a_hot_swap_reconciles_a_key_only_after_the_old_versions_call_on_it_ended() {
-    let run = Run::start(
-        &[("team-a.yaml", namespace("team-a", "{team: shop}"))],
-        provisioner(r#"{"reconcileMs": 1500}"#),
-    );
-    run.until("team-a's children", |r| r.children_in("team-a") == 4);
+    let run = Run::team_a(provisioner(r#"{"reconcileMs": 1500}"#));
     quiet(&run);
     // A change starts a reconcile; a new version arrives while it waits.
     run.write("team-a.yaml", &namespace("team-a", "{team: shop, n: '1'}"));
