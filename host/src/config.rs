@@ -77,7 +77,8 @@
 //!                              # gets a fresh one (0: never)
 //!     reconcileDebounceMs: 0   # a controller: a key an event wakes waits this long for more
 //!                              # events before its reconcile, so a storm costs at most one
-//!                              # reconcile per key per period (0: at once, as client-go)
+//!                              # reconcile per key per period (0: at once, as client-go;
+//!                              # at most 3600000)
 //!     backlog: 10000           # queued events past which an object's events fold into one
 //!     backlogMiB: 64           # the same for the bytes of the objects queued events hold
 //!     writesPerSecond: 10      # writes to the cluster (0: no limit); the plugin waits
@@ -283,6 +284,13 @@ impl LimitsConfig {
             delivery.release_idle_after = Duration::from_secs(seconds);
         }
         if let Some(ms) = self.reconcile_debounce_ms {
+            let most = crate::plugins::MAX_DEBOUNCE;
+            if u128::from(ms) > most.as_millis() {
+                return Err(format!(
+                    "{field}.reconcileDebounceMs: {ms} is more than {} (an hour)",
+                    most.as_millis()
+                ));
+            }
             delivery.debounce = Duration::from_millis(ms);
         }
         if let Some(n) = self.backlog {
@@ -1308,6 +1316,26 @@ plugins:
         );
         HostConfig::parse("defaults:\n  limits: {stateKiB: 140, stateEntries: 8192}\n")
             .expect("the most allowed");
+    }
+
+    #[test]
+    fn a_reconcile_debounce_is_at_most_an_hour() {
+        let long = HostConfig::parse(
+            "plugins:\n  a:\n    limits: {reconcileDebounceMs: 18446744073709551615}\n",
+        )
+        .expect_err("a debounce past any clock");
+        assert!(
+            long.contains(
+                "plugins.a.limits.reconcileDebounceMs: 18446744073709551615 is more than 3600000"
+            ),
+            "{long}"
+        );
+        let config = HostConfig::parse("defaults:\n  limits: {reconcileDebounceMs: 3600000}\n")
+            .expect("an hour is allowed");
+        assert_eq!(
+            config.plugins.settings("a").delivery.debounce,
+            Duration::from_secs(3600)
+        );
     }
 
     #[test]

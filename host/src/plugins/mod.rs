@@ -22,7 +22,8 @@ pub use host::{Outcome, PluginHost, Role};
 pub use retry::Backoff;
 pub use settings::{
     DEFAULT_COMPILE_TIMEOUT, DEFAULT_MAX_FILE_BYTES, DEFAULT_RELEASE_IDLE_AFTER,
-    DEFAULT_STATE_WRITE_BYTES_PER_SECOND, Delivery, Grants, PluginSettings, PluginsConfig,
+    DEFAULT_STATE_WRITE_BYTES_PER_SECOND, Delivery, Grants, MAX_DEBOUNCE, PluginSettings,
+    PluginsConfig,
 };
 pub use status::{
     Asked, CALL_KINDS, DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus, WRITE_RESULTS,

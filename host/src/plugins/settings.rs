@@ -54,7 +54,7 @@ pub struct Delivery {
     /// fresh one); zero for never.
     pub release_idle_after: Duration,
     /// How long a key an event wakes waits for more events before a controller reconciles
-    /// it; zero: at once, as client-go's work queue does.
+    /// it; zero: at once, as client-go's work queue does. At most [`MAX_DEBOUNCE`].
     pub debounce: Duration,
     /// Queued events past which new ones fold into the waiting state of their object.
     pub backlog: usize,
@@ -65,6 +65,10 @@ pub struct Delivery {
     /// The rate of the Events it records.
     pub event_rate: Rate,
 }
+
+/// The longest reconcile debounce a configuration may set (past any clock's range, a
+/// timer's instant could not be computed).
+pub const MAX_DEBOUNCE: Duration = Duration::from_secs(3600);
 
 impl Default for Delivery {
     fn default() -> Self {
