@@ -38,13 +38,50 @@ sign admin "/O=system:masters/CN=admin" extendedKeyUsage=clientAuth
 openssl genrsa -out sa.key 2048 2>/dev/null
 openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 
-"$servers/etcd" --name=default --data-dir="$dir/etcd" \
-  --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
-  --listen-peer-urls="http://127.0.0.1:$((etcd_port + 1))" \
-  --initial-advertise-peer-urls="http://127.0.0.1:$((etcd_port + 1))" \
-  --initial-cluster="default=http://127.0.0.1:$((etcd_port + 1))" \
-  --unsafe-no-fsync --log-level=warn > etcd.log 2>&1 &
-etcd=$!
+# etcd first, on its own until it answers: a port another process holds (loopback ports above
+# 32767 are also what the kernel hands to outgoing connections) makes it exit, and then it is
+# tried again on a port below that range.
+start_etcd() {
+  rm -rf "$dir/etcd"
+  "$servers/etcd" --name=default --data-dir="$dir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls="http://127.0.0.1:$((etcd_port + 1))" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$((etcd_port + 1))" \
+    --initial-cluster="default=http://127.0.0.1:$((etcd_port + 1))" \
+    --unsafe-no-fsync --log-level=warn > etcd.log 2>&1 &
+  etcd=$!
+  for _ in $(seq 1 300); do
+    if curl -sf -m 2 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q true; then return 0; fi
+    if ! kill -0 "$etcd" 2>/dev/null; then return 1; fi
+    sleep 0.1
+  done
+  echo "cluster: etcd not healthy after 30 s; see $dir/etcd.log" >&2
+  exit 1
+}
+etcd=
+apiserver=
+# The API server first (it waits for etcd while it shuts down), at most 10 s, then etcd.
+stop() {
+  trap - EXIT INT TERM
+  if [[ -n $apiserver ]]; then
+    kill "$apiserver" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$apiserver" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$apiserver" 2>/dev/null || true
+  fi
+  if [[ -n $etcd ]]; then kill "$etcd" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+  if [[ -n $made ]]; then rm -rf "$dir"; fi
+}
+trap stop EXIT INT TERM
+for attempt in 1 2 3 4 5; do
+  if start_etcd; then break; fi
+  if ((attempt == 5)); then
+    echo "cluster: etcd exited five times; its log:" >&2
+    tail -20 etcd.log >&2
+    exit 1
+  fi
+  etcd_port=$((20000 + RANDOM % 12000))
+done
 "$servers/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
   --cert-dir="$dir/certs" --tls-cert-file=server.crt --tls-private-key-file=server.key \
@@ -54,17 +91,6 @@ etcd=$!
   --disable-admission-plugins=ServiceAccount --endpoint-reconciler-type=none \
   --enable-priority-and-fairness=false > kube-apiserver.log 2>&1 &
 apiserver=$!
-# The API server first (it waits for etcd while it shuts down), at most 10 s, then etcd.
-stop() {
-  trap - EXIT INT TERM
-  kill "$apiserver" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "$apiserver" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$apiserver" 2>/dev/null || true
-  kill "$etcd" 2>/dev/null || true
-  wait "$apiserver" "$etcd" 2>/dev/null || true
-  if [[ -n $made ]]; then rm -rf "$dir"; fi
-}
-trap stop EXIT INT TERM
 
 cat > admin.kubeconfig <<CONFIG
 apiVersion: v1
@@ -82,7 +108,7 @@ current-context: local
 CONFIG
 
 for _ in $(seq 1 600); do
-  if curl -sf --cacert ca.crt --cert admin.crt --key admin.key "https://127.0.0.1:$port/readyz" >/dev/null; then
+  if curl -sf -m 5 --cacert ca.crt --cert admin.crt --key admin.key "https://127.0.0.1:$port/readyz" >/dev/null; then
     echo "kube-apiserver: https://127.0.0.1:$port"
     echo "kubeconfig:     $dir/admin.kubeconfig"
     echo "logs:           $dir/etcd.log, $dir/kube-apiserver.log"
