@@ -97,6 +97,10 @@
 //!                              # together; a new one past this is refused (at most 100000)
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
+//!     mode: serve              # serve; monitor: its admission answers are reported, and
+//!                              # every review is allowed as it came; dry-run: as monitor,
+//!                              # and its writes are sent as dry runs (dryRun=All) and
+//!                              # reported, its state stays in memory (/status "trial")
 //!     config: {namespaces: [shop]}   # handed to its init as JSON
 //!     limits: {deadlineMs: 500}      # overrides, field by field
 //!     grants:
@@ -111,6 +115,7 @@
 //!           verbs: [create, patch]   # record-event: create, and patch for repeats
 //!       http: [hooks.example.com, 127.0.0.1:8080]  # hosts it may send HTTP requests to
 //!                                    # (no port: 80 and 443); none without this
+//!       httpSafe: [127.0.0.1:8080]  # those of http it still reaches in dry-run mode
 //!     resyncSeconds: 0         # its resync period, over its manifest's (0: no resyncs, so
 //!                              # updates its change filters drop are never delivered whole)
 //!     schedules:               # its schedules, by name: one its manifest declares runs on
@@ -386,6 +391,8 @@ struct GrantsConfig {
     writes: Vec<WriteGrantConfig>,
     #[serde(default)]
     http: Vec<String>,
+    #[serde(default, rename = "httpSafe")]
+    http_safe: Vec<String>,
 }
 
 /// One rule of `grants.writes` as written.
@@ -492,6 +499,7 @@ struct PluginConfig {
     resync_seconds: Option<u64>,
     #[serde(default)]
     schedules: BTreeMap<String, ScheduleConfig>,
+    mode: Option<String>,
 }
 
 /// A schedule the operator gives a plugin, by name.
@@ -510,8 +518,27 @@ impl PluginConfig {
         let mut settings = self
             .limits
             .apply(defaults.clone(), &format!("{field}.limits"))?;
+        if let Some(mode) = self.mode {
+            settings.mode =
+                crate::plugins::Mode::parse(&mode).map_err(|e| format!("{field}.mode: {e}"))?;
+        }
         if let Some(grants) = self.grants {
             let field = format!("{field}.grants");
+            let http = parse_each(grants.http, &format!("{field}.http"), AllowedHost::parse)?;
+            let http_safe = parse_each(
+                grants.http_safe,
+                &format!("{field}.httpSafe"),
+                AllowedHost::parse,
+            )?;
+            if let Some((i, host)) = http_safe
+                .iter()
+                .enumerate()
+                .find(|(_, h)| !http.contains(h))
+            {
+                return Err(format!(
+                    "{field}.httpSafe[{i}]: {host} is not in {field}.http (a host safe in dry-run mode must be granted)"
+                ));
+            }
             settings.grants = Grants {
                 resources: match grants.resources {
                     Some(rs) => Some(parse_each(rs, &format!("{field}.resources"), Gvk::parse)?),
@@ -524,7 +551,8 @@ impl PluginConfig {
                     .enumerate()
                     .map(|(i, w)| w.parse(&format!("{field}.writes[{i}]")))
                     .collect::<Result<_, _>>()?,
-                http: parse_each(grants.http, &format!("{field}.http"), AllowedHost::parse)?,
+                http,
+                http_safe,
             };
         }
         if let Some(config) = self.config {
@@ -1316,6 +1344,36 @@ plugins:
         );
         HostConfig::parse("defaults:\n  limits: {stateKiB: 140, stateEntries: 8192}\n")
             .expect("the most allowed");
+    }
+
+    #[test]
+    fn a_plugins_mode_and_its_safe_hosts_are_read_and_checked() {
+        let config = HostConfig::parse(
+            "plugins:\n  a:\n    mode: dry-run\n    grants: {http: [hooks.example.com, x.example.com:8080], httpSafe: [x.example.com:8080]}\n  b: {}\n",
+        )
+        .expect("valid");
+        let a = config.plugins.settings("a");
+        assert_eq!(a.mode, crate::plugins::Mode::DryRun);
+        assert_eq!(a.grants.http_safe.len(), 1);
+        assert_eq!(a.grants.http_safe[0].to_string(), "x.example.com:8080");
+        assert_eq!(
+            config.plugins.settings("b").mode,
+            crate::plugins::Mode::Serve
+        );
+        let bad = HostConfig::parse("plugins:\n  a: {mode: audit}\n").expect_err("no such mode");
+        assert!(
+            bad.contains("plugins.a.mode: \"audit\": a mode is serve, monitor or dry-run"),
+            "{bad}"
+        );
+        let unsafe_host = HostConfig::parse(
+            "plugins:\n  a:\n    grants: {http: [a.example.com], httpSafe: [b.example.com]}\n",
+        )
+        .expect_err("a safe host must be granted");
+        assert!(
+            unsafe_host
+                .contains("plugins.a.grants.httpSafe[0]: b.example.com (ports 80, 443) is not in"),
+            "{unsafe_host}"
+        );
     }
 
     #[test]

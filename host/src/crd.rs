@@ -312,11 +312,31 @@ fn status(
     let digest = loaded
         .and_then(|p| p.path.to_str()?.rsplit_once('@').map(|(_, d)| d.to_owned()))
         .unwrap_or_default();
-    json!({
+    let mut status = json!({
         "observedGeneration": tracked.generation,
         "digest": digest,
         "conditions": [ready, degraded],
-    })
+    });
+    if let Some(p) = loaded {
+        status["mode"] = json!(p.mode);
+    }
+    // A summary; the reports themselves are in /status.
+    if let Some(t) = loaded.and_then(|p| p.trial.as_ref()) {
+        let refused: u64 = t
+            .writes
+            .values()
+            .flat_map(|by| by.iter().filter(|(o, _)| *o != "accepted").map(|(_, n)| n))
+            .sum();
+        status["trial"] = json!({
+            "dryRunWrites": t.writes_total(),
+            "dryRunWritesRefused": refused,
+            "monitoredReviews": t.reviews.values().flat_map(|d| d.values()).sum::<u64>(),
+            "monitoredDenied": t.reviews_decided("denied"),
+            "monitoredPatched": t.reviews_decided("patched"),
+            "lastWrite": t.last_writes.last().map(|w| format!("{} {}: {}", w.verb, w.target, w.outcome)),
+        });
+    }
+    status
 }
 
 /// `status` as written, less the transition times.

@@ -349,6 +349,23 @@ pub trait Writer: Send + Sync {
         let _ = within;
         self.send(plugin, write)
     }
+
+    /// Sends `write` as a dry run (`dryRun=All`): checked and admitted as it would be, kept
+    /// nowhere. The object the cluster answered with, when it answers with one; within
+    /// `within`, as [`Self::send_within`].
+    fn dry_run(
+        &self,
+        plugin: &str,
+        write: &Write,
+        within: Duration,
+    ) -> Result<Option<serde_json::Value>, Refusal> {
+        let _ = (plugin, write, within);
+        Err(Refusal {
+            reason: "NotSupported".into(),
+            message: "this cluster cannot dry-run writes".into(),
+            retry: false,
+        })
+    }
 }
 
 /// The field manager of a plugin's writes.

@@ -131,8 +131,45 @@ pub fn decide(admitter: &Admitter, review: &Review, until: Instant) -> (Answer, 
             (answer, decision, Some(failure))
         }
     };
+    let (answer, decision) = match &admitter.monitor {
+        Some(log) => monitored(log, review, answer, decision),
+        None => (answer, decision),
+    };
     admitter.record(decision, started.elapsed(), failure.as_deref());
     (answer, decision)
+}
+
+/// In monitor mode: `answer` (the plugin's `decision`) reported to `log`, and the review
+/// allowed as it came, with no patch and no warning.
+fn monitored(
+    log: &crate::plugins::trial::TrialLog,
+    review: &Review,
+    answer: Answer,
+    decision: Decision,
+) -> (Answer, Decision) {
+    let r = &review.request;
+    let object = match &r.namespace {
+        Some(ns) => format!("{} {ns}/{}", r.gvk, r.name),
+        None => format!("{} {}", r.gvk, r.name),
+    };
+    log.review(crate::plugins::trial::ReviewReport {
+        time: crate::clock::now().to_string(),
+        uid: crate::text::cut(r.uid.clone(), 64),
+        operation: r.operation.as_str().to_owned(),
+        object,
+        rule: format!("{} {}", r.gvk, r.operation.as_str()),
+        decision: decision.as_str().to_owned(),
+        message: answer.message,
+        patch: answer
+            .patch
+            .map(|p| crate::text::cut(p.to_string(), crate::plugins::trial::MAX_CHANGE_BYTES)),
+    });
+    let allowed = Answer {
+        uid: answer.uid,
+        allowed: true,
+        ..Answer::default()
+    };
+    (allowed, Decision::Allowed)
 }
 
 /// The answer for a verdict, or why the verdict cannot be given.

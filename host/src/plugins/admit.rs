@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::histogram::{Histogram, HistogramSnapshot};
 use crate::informer::factory::Lease;
 use crate::plugins::manifest::Admission;
+use crate::plugins::trial::TrialLog;
 use crate::wasm::admit::{AdmitRequest, Verdict};
 use crate::wasm::{Engine, Instance, PluginCode, PluginContext};
 
@@ -91,6 +92,9 @@ pub struct Admitter {
     last_failure: Mutex<Option<String>>,
     /// Its claims on the informers its reviews query.
     _leases: Vec<Lease>,
+    /// Where its answers are reported when they are not given (its mode monitors): each
+    /// review is then allowed as it came.
+    pub monitor: Option<Arc<TrialLog>>,
 }
 
 impl Admitter {
@@ -102,6 +106,7 @@ impl Admitter {
         config: String,
         admission: Admission,
         leases: Vec<Lease>,
+        monitor: Option<Arc<TrialLog>>,
     ) -> Self {
         Self {
             name: ctx.name.clone(),
@@ -117,6 +122,7 @@ impl Admitter {
             durations: Default::default(),
             last_failure: Mutex::default(),
             _leases: leases,
+            monitor,
         }
     }
 

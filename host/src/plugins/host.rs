@@ -16,6 +16,7 @@ use crate::plugins::dispatch;
 use crate::plugins::inspect::{Inspection, inspect};
 use crate::plugins::manifest::PluginManifest;
 use crate::plugins::throttle::{Rate, WriteLimits};
+use crate::plugins::trial::TrialLog;
 use crate::plugins::{
     FailedPlugin, PluginError, PluginFile, PluginSettings, PluginStats, PluginStatus, Version,
 };
@@ -161,6 +162,9 @@ struct Prepared {
     claims: Vec<IndexClaim>,
     logger: Arc<PluginLogger>,
     write_limits: Arc<Mutex<WriteLimits>>,
+    /// Where its writes and reviews are reported while they take no effect (its mode is not
+    /// `serve`).
+    trial: Option<Arc<TrialLog>>,
 }
 
 /// A file that failed to load, kept so that status can show it and the same content is
@@ -213,6 +217,9 @@ pub struct PluginHost {
     write_limits: Mutex<BTreeMap<String, Arc<Mutex<WriteLimits>>>>,
     /// The admission side of each loaded plugin that declares admission, by name.
     admitters: Mutex<BTreeMap<String, Arc<Admitter>>>,
+    /// What each plugin's writes and reviews would have done while on trial, by name: kept
+    /// across its versions and modes.
+    trials: Mutex<BTreeMap<String, Arc<TrialLog>>>,
     /// The cluster plugins write to; `None` when it takes no writes.
     writer: Option<Arc<dyn Writer>>,
     /// What this replica delivers, read by workers before each call and write.
@@ -257,6 +264,7 @@ impl PluginHost {
             states: Mutex::default(),
             metrics: Mutex::default(),
             admitters: Mutex::default(),
+            trials: Mutex::default(),
         }
     }
 
@@ -289,6 +297,16 @@ impl PluginHost {
     /// The state of plugin `name` (kept while the host runs, whatever its versions do).
     pub fn state_of(&self, name: &str) -> Arc<PluginState> {
         self.states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The trial reports of plugin `name` (kept while the host runs).
+    fn trial_of(&self, name: &str) -> Arc<TrialLog> {
+        self.trials
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(name.to_owned())
@@ -730,9 +748,22 @@ impl PluginHost {
             .filter(|l| !l.scope().is_everything())
             .map(|l| (l.informer().gvk().clone(), l.scope().clone()))
             .collect();
-        ctx.http_hosts = Arc::new(settings.grants.http.clone());
-        // One map per plugin name: its versions and instances share it.
-        ctx.state = self.state_of(&file.name);
+        let mode = settings.mode;
+        ctx.http_hosts = Arc::new(if mode.dry_run() {
+            settings.grants.http_safe.clone()
+        } else {
+            settings.grants.http.clone()
+        });
+        // One map per plugin name: its versions and instances share it. In dry-run, a copy
+        // of it, never written to the cluster nor seen by the serving versions.
+        ctx.state = if mode.dry_run() {
+            let copy = PluginState::default();
+            copy.whole()
+                .replace(self.state_of(&file.name).whole().snapshot());
+            Arc::new(copy)
+        } else {
+            self.state_of(&file.name)
+        };
         ctx.state_declared = manifest.state;
         let budget = self.budget_of(&file.name, settings.limits.cpu_millis_per_second);
         let pointers: usize = manifest
@@ -768,6 +799,7 @@ impl PluginHost {
             (settings.delivery.write_rate, settings.delivery.event_rate),
         );
         Ok(Prepared {
+            trial: mode.monitors().then(|| self.trial_of(&file.name)),
             write_limits,
             file: file.version(),
             loaded: Instant::now(),
@@ -799,6 +831,7 @@ impl PluginHost {
             p.settings.config.clone(),
             admission,
             leases,
+            p.trial.clone(),
         )))
     }
 
@@ -886,6 +919,7 @@ impl PluginHost {
             .unwrap_or_else(PoisonError::into_inner);
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
+        let trials = self.trials.lock().unwrap_or_else(PoisonError::into_inner);
         let reload = |name: &str, s: PluginStatus| {
             let state = states.get(name);
             let (state_entries, state_bytes) = state.map(|s| s.totals()).unwrap_or_default();
@@ -900,6 +934,7 @@ impl PluginHost {
                 reload_error: failures.get(name).map(|f| f.error.clone()),
                 reload_failures: failures.get(name).map_or(0, |f| f.count),
                 admission: admitters.get(name).map(|a| a.status()),
+                trial: trials.get(name).map(|t| t.status()),
                 state_entries,
                 state_bytes,
                 state_written_bytes: counted(|s| &s.written_bytes),
@@ -933,6 +968,7 @@ impl PluginHost {
                         .map(|c| c.unchecked.load(Ordering::Relaxed))
                         .sum(),
                     contract: r.contract.to_owned(),
+                    mode: r.settings.mode.to_string(),
                     reconciles: r.reconciles.clone(),
                     metric_series: r.metrics.series(),
                     http_by_host: r.http.snapshot(),
@@ -950,6 +986,7 @@ impl PluginHost {
                     digest: p.file.digest().to_owned(),
                     synced: p.leases.iter().all(|l| l.informer().has_synced()),
                     standby: true,
+                    mode: p.settings.mode.to_string(),
                     running_seconds: p.loaded.elapsed().as_secs(),
                     ..PluginStatus::default()
                 },
@@ -1142,6 +1179,7 @@ fn activate(
         controller: p.manifest.controller.clone(),
         ended: ended.clone(),
         after,
+        dry_run: p.trial.filter(|_| settings.mode.dry_run()),
     })
     .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
     let (outcome, reloads) = match old {

@@ -14,6 +14,7 @@ mod retry;
 mod settings;
 mod status;
 pub mod throttle;
+pub mod trial;
 pub mod triggers;
 
 pub use error::{PluginError, Reason};
@@ -28,3 +29,4 @@ pub use settings::{
 pub use status::{
     Asked, CALL_KINDS, DEGRADED_AFTER, FailedPlugin, PluginStats, PluginStatus, WRITE_RESULTS,
 };
+pub use trial::Mode;

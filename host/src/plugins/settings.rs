@@ -24,6 +24,8 @@ pub struct Grants {
     pub writes: Vec<WriteGrant>,
     /// The hosts it may send HTTP requests to; none without this.
     pub http: Vec<AllowedHost>,
+    /// Those of `http` it may still reach in dry-run mode (a request there changes nothing).
+    pub http_safe: Vec<AllowedHost>,
 }
 
 impl Grants {
@@ -128,6 +130,8 @@ pub struct PluginSettings {
     pub schedules: Vec<crate::plugins::manifest::Schedule>,
     /// The registry it is pulled from; `None`: the plugins folder.
     pub source: Option<Source>,
+    /// Whether its writes and admission answers take effect, or are only reported.
+    pub mode: crate::plugins::Mode,
 }
 
 impl PluginSettings {
@@ -152,6 +156,7 @@ impl Default for PluginSettings {
             resync_over_manifest: false,
             schedules: Vec::new(),
             source: None,
+            mode: crate::plugins::Mode::Serve,
         }
     }
 }

@@ -368,6 +368,14 @@ pub struct PluginStatus {
     /// What its admission reviews decided, when it serves admission.
     #[serde(default)]
     pub admission: Option<crate::plugins::admit::AdmissionStatus>,
+    /// `serve`, `monitor` or `dry-run`: whether its writes and admission answers take
+    /// effect, or are only reported.
+    #[serde(default)]
+    pub mode: String,
+    /// What its writes and reviews would have done while they took no effect, once it has
+    /// run in a mode other than `serve`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<crate::plugins::trial::TrialStatus>,
     /// HTTP requests sent to granted hosts.
     pub http_sent: u64,
     /// HTTP requests refused (host not granted).

@@ -422,6 +422,7 @@ pub fn render(status: &Status) -> String {
         |p| &p.http_by_host,
     );
     admission(&mut w, plugins);
+    trials(&mut w, plugins);
     controllers(&mut w, plugins);
     published(&mut w, &status.plugin_metrics);
     w.out
@@ -517,6 +518,35 @@ fn published(w: &mut Writer, all: &[crate::plugin_metrics::PluginMetrics]) {
             }
         }
     }
+}
+
+/// Each plugin's mode, and what its writes and reviews would have done while on trial.
+fn trials(w: &mut Writer, plugins: &[PluginStatus]) {
+    static NONE: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>> =
+        std::collections::BTreeMap::new();
+    let name = "kubewasm_plugin_mode";
+    w.header(
+        name,
+        "gauge",
+        "1 for the plugin's mode: serve, monitor (admission answers reported, not given) or dry-run (writes too)",
+    );
+    for p in plugins {
+        w.sample(name, &[("plugin", &p.name), ("mode", &p.mode)], 1);
+    }
+    w.counter_by_two(
+        "kubewasm_plugin_dry_run_writes_total",
+        "The plugin's writes sent as dry runs in dry-run mode, by kind and outcome (accepted, or the refusal's reason)",
+        plugins,
+        ("verb", "outcome"),
+        |p| p.trial.as_ref().map_or(&NONE, |t| &t.writes),
+    );
+    w.counter_by_two(
+        "kubewasm_admission_monitored_total",
+        "Admission reviews allowed in monitor mode, by rule (type and operation) and what the plugin decided",
+        plugins,
+        ("rule", "decision"),
+        |p| p.trial.as_ref().map_or(&NONE, |t| &t.reviews),
+    );
 }
 
 /// The admission reviews of the plugins that serve admission.

@@ -82,6 +82,16 @@ impl Writer for Recorder {
         }
         result
     }
+
+    /// Checked by the folder and not recorded: a plugin in dry-run mode writes nothing.
+    fn dry_run(
+        &self,
+        plugin: &str,
+        write: &Write,
+        within: std::time::Duration,
+    ) -> Result<Option<serde_json::Value>, Refusal> {
+        self.folder.dry_run(plugin, write, within)
+    }
 }
 
 /// A private folder, removed when dropped.

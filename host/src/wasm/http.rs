@@ -233,7 +233,7 @@ impl WasiHttpHooks for HttpHooks {
         let Some(grant) = self.allowed.iter().find(|a| a.allows(host, port)) else {
             self.denied += 1;
             self.tally.add(NOT_GRANTED, "denied");
-            tracing::warn!(plugin = %self.plugin, host = %crate::text::cut(host.to_owned(), 256), port, "HTTP request denied: the host is not in this plugin's grants.http");
+            tracing::warn!(plugin = %self.plugin, host = %crate::text::cut(host.to_owned(), 256), port, "HTTP request denied: the host is not in this plugin's grants.http (in dry-run mode: its grants.httpSafe)");
             return refuse(Error::HttpRequestDenied);
         };
         let grant = grant.to_string();

@@ -27,7 +27,7 @@ use crate::support;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn pod(name: &str, image: &str) -> anyhow::Result<Pod> {
+pub(super) fn pod(name: &str, image: &str) -> anyhow::Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "app", "image": image}]}
@@ -36,7 +36,7 @@ fn pod(name: &str, image: &str) -> anyhow::Result<Pod> {
 
 /// Creates `pod` until the answer satisfies `done` (webhook configurations and the host's
 /// cache take a moment to take effect); the last answer.
-async fn create_until(
+pub(super) async fn create_until(
     pods: &Api<Pod>,
     params: &PostParams,
     make: impl Fn(u32) -> anyhow::Result<Pod>,
@@ -57,7 +57,7 @@ async fn create_until(
     unreachable!("the loop returns")
 }
 
-fn refused_with(answer: &Result<Pod, kube::Error>, words: &str) -> bool {
+pub(super) fn refused_with(answer: &Result<Pod, kube::Error>, words: &str) -> bool {
     matches!(answer, Err(e) if e.to_string().contains(words))
 }
 
@@ -88,7 +88,7 @@ async fn served_cert(address: std::net::SocketAddr, ca: &str) -> anyhow::Result<
 /// A host serving `plugins` (name, built file, configuration) as webhooks on loopback with
 /// the test CA's certificate, on `concurrency` review threads: the agent, where it serves,
 /// and the folder of its certificate files (`tls.crt`, `tls.key`), which it keeps reading.
-async fn serving(
+pub(super) async fn serving(
     env: &TestEnv,
     admin: &kube::Client,
     plugins: &[(&str, &str, &str)],
@@ -125,12 +125,24 @@ async fn serving(
     Ok((agent, address, tls))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Result<()> {
-    let env = TestEnv::start().await?;
-    let admin = env.client().await?;
+/// The image policy and pod defaults, as `serving` takes them.
+pub(super) const POLICIES: [(&str, &str, &str); 2] = [
+    (
+        "image-policy",
+        kubewasm_plugin_artifacts::IMAGE_POLICY,
+        "{}",
+    ),
+    (
+        "pod-defaults",
+        kubewasm_plugin_artifacts::POD_DEFAULTS,
+        "{}",
+    ),
+];
+
+/// The namespaces the admission tests use: `kubewasm`, and `shop` labelled `team: shop`.
+pub(super) async fn namespaces(admin: &kube::Client) -> anyhow::Result<()> {
     for ns in ["kubewasm", "shop"] {
-        resources::create_namespace(&admin, ns).await?;
+        resources::create_namespace(admin, ns).await?;
     }
     Api::<Namespace>::all(admin.clone())
         .patch(
@@ -139,21 +151,50 @@ async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Resu
             &Patch::Merge(json!({"metadata": {"labels": {"team": "shop"}}})),
         )
         .await?;
+    Ok(())
+}
 
+/// Registers the webhooks of plugins `names`, served by the agent at the address, as the
+/// webhook configurations `name` (`kubewasm webhooks` renders them), trusted through the
+/// test CA.
+pub(super) async fn register(
+    (env, admin, agent, address): (&TestEnv, &kube::Client, &Agent, std::net::SocketAddr),
+    name: &str,
+    names: &[&str],
+) -> anyhow::Result<()> {
+    let declared = names
+        .iter()
+        .map(|n| {
+            let a = agent
+                .plugins()
+                .admitter(n)
+                .ok_or_else(|| anyhow::anyhow!("{n} serves admission"))?;
+            Ok(((*n).to_owned(), a.admission.clone()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let yaml = render(
+        name,
+        &declared,
+        &Target::Url(format!("https://{address}")),
+        Some(env.ca_cert().as_bytes()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    support::apply_yaml(admin, &yaml).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    namespaces(&admin).await?;
+
+    let [policy, defaults] = POLICIES;
     let (agent, address, tls) = serving(
         &env,
         &admin,
         &[
-            (
-                "image-policy",
-                kubewasm_plugin_artifacts::IMAGE_POLICY,
-                "{}",
-            ),
-            (
-                "pod-defaults",
-                kubewasm_plugin_artifacts::POD_DEFAULTS,
-                "{}",
-            ),
+            policy,
+            defaults,
             (
                 "trap-ignore",
                 kubewasm_plugin_artifacts::HOSTILE,
@@ -169,28 +210,14 @@ async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Resu
     )
     .await?;
     let (cert_file, key_file) = (tls.path().join("tls.crt"), tls.path().join("tls.key"));
-    let declared = |names: &[&str]| -> anyhow::Result<Vec<_>> {
-        names
-            .iter()
-            .map(|n| {
-                let a = agent
-                    .plugins()
-                    .admitter(n)
-                    .ok_or_else(|| anyhow::anyhow!("{n} serves admission"))?;
-                Ok(((*n).to_owned(), a.admission.clone()))
-            })
-            .collect()
-    };
-    let target = Target::Url(format!("https://{address}"));
     let ca = env.ca_cert();
-    let yaml = render(
+    let webhooks = (&env, &admin, &agent, address);
+    register(
+        webhooks,
         "kubewasm",
-        &declared(&["image-policy", "pod-defaults", "trap-ignore"])?,
-        &target,
-        Some(ca.as_bytes()),
+        &["image-policy", "pod-defaults", "trap-ignore"],
     )
-    .map_err(anyhow::Error::msg)?;
-    support::apply_yaml(&admin, &yaml).await?;
+    .await?;
 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
     let create = PostParams::default();
@@ -284,14 +311,7 @@ async fn plugins_answer_admission_reviews_of_a_real_api_server() -> anyhow::Resu
     };
     assert!(decided(&ignored, "failed_open") >= 1, "{ignored:?}");
     // ...under Fail it refuses, naming the plugin.
-    let fail_yaml = render(
-        "kubewasm-fail",
-        &declared(&["trap-fail"])?,
-        &target,
-        Some(ca.as_bytes()),
-    )
-    .map_err(anyhow::Error::msg)?;
-    support::apply_yaml(&admin, &fail_yaml).await?;
+    register(webhooks, "kubewasm-fail", &["trap-fail"]).await?;
     let deadline = Instant::now() + WAIT;
     let mut attempt = 0;
     let refusal = loop {

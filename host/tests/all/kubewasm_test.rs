@@ -383,3 +383,36 @@ steps:
     );
     assert!(!stdout.contains("empty/shop/other"), "{stdout}");
 }
+
+/// A plugin in dry-run mode writes nothing a step sees: the labeler's label is checked by the
+/// folder and not applied.
+#[test]
+fn a_plugin_in_dry_run_mode_writes_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("labeler.test.yaml");
+    let text = "config: {key: team, value: shop}
+host:
+  plugins:
+    labeler:
+      mode: dry-run
+      grants:
+        writes:
+          - {resources: [v1/Pod], verbs: [patch], namespaces: [shop]}
+steps:
+  - apply:
+      - {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
+    expect:
+      writes: []
+      logs:
+        - {message: labeling pod, fields: {pod: shop/web-1, label: team=shop}}
+";
+    std::fs::write(&file, text).expect("write");
+    let out = kubewasm_test(Path::new(kubewasm_plugin_artifacts::LABELER), &file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    // In serve mode the same file fails: the write is expected to be absent.
+    std::fs::write(&file, text.replace("mode: dry-run", "mode: serve")).expect("write");
+    let out = kubewasm_test(Path::new(kubewasm_plugin_artifacts::LABELER), &file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+}

@@ -23,6 +23,7 @@ mod e2e_recovery;
 mod e2e_scope;
 mod e2e_shard;
 mod e2e_split;
+mod e2e_trial;
 mod e2e_triggers;
 mod e2e_writes;
 mod example_cluster;

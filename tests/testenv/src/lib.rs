@@ -182,6 +182,8 @@ pub struct Audited {
     pub name: String,
     /// The HTTP status code of the answer.
     pub code: u16,
+    /// Sent as a dry run (`dryRun=All`): checked and admitted, persisted nowhere.
+    pub dry_run: bool,
 }
 
 impl TestEnv {
@@ -217,6 +219,7 @@ impl TestEnv {
                     .and_then(|c| c.as_u64())
                     .and_then(|c| u16::try_from(c).ok())
                     .unwrap_or(0),
+                dry_run: s("/requestURI").contains("dryRun=All"),
             });
         }
         Ok(out)

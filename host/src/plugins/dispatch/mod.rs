@@ -190,6 +190,9 @@ pub struct Setup {
     /// The previous version's `ended`, and the latest it may be waited for (its longest call
     /// by the wall clock, and a grace): a controller reconciles no key before then.
     pub after: Option<(Arc<AtomicBool>, Instant)>,
+    /// Where its writes are reported when they are sent as dry runs (its mode is
+    /// `dry-run`); none: they are sent.
+    pub dry_run: Option<Arc<crate::plugins::trial::TrialLog>>,
 }
 
 /// What a worker counts locally between [`Worker::publish`]es.
@@ -242,6 +245,8 @@ struct Worker {
     controller: Option<reconcile::Controller>,
     /// Set when it ends (`Setup::ended`).
     ended: Arc<AtomicBool>,
+    /// `Setup::dry_run`.
+    dry_run: Option<Arc<crate::plugins::trial::TrialLog>>,
 }
 
 /// Why an attempt failed, and whether trying again may help.
@@ -346,6 +351,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         requeues: Requeues::default(),
         schedules,
         outbox: Outbox::new(setup.write_limits),
+        dry_run: setup.dry_run,
         retry_bucket: Bucket::new(RETRY_RATE, Instant::now()),
         controller,
         stats: setup.stats,
@@ -912,6 +918,7 @@ impl Worker {
             stopped: &|| stop.load(Ordering::Relaxed),
             cached: &|target| cached(ctx, target),
             confirmed: &|| duty.confirmed_for(n.object()),
+            dry_run: self.dry_run.as_deref(),
         };
         self.outbox.send(&sending, staged)
     }

@@ -24,6 +24,7 @@ use super::{AttemptFailure, POLL};
 use crate::object::KubeObject;
 use crate::plugins::PluginStats;
 use crate::plugins::throttle::WriteLimits;
+use crate::plugins::trial::TrialLog;
 use crate::wasm::bindings::kubewasm::plugin::cluster::WriteFailure;
 use crate::wasm::cluster::{Staged, failure};
 use crate::write::{self, Action, Refusal, Writer};
@@ -68,6 +69,9 @@ pub(super) struct Sending<'a> {
     /// How long the replica's Lease is confirmed for now, when it holds one: a write is not
     /// waited on past it.
     pub confirmed: &'a dyn Fn() -> Option<Duration>,
+    /// Where writes are reported when the plugin runs in dry-run mode: each is then sent as
+    /// a dry run, and none lands.
+    pub dry_run: Option<&'a TrialLog>,
 }
 
 /// One plugin worker's writes: rates and loops (shared by the plugin's versions), what is on
@@ -125,20 +129,14 @@ impl Outbox {
                 retry: false,
             });
         };
+        if let Some(log) = s.dry_run {
+            return self.send_dry_run(s, writer, log, staged);
+        }
         let total = staged.writes.len();
         for (i, write) in staged.writes.iter().enumerate() {
             // Leadership or the object's slice lost between staging and sending: nothing
             // more goes out.
-            if (s.stopped)() || !(s.ours)() {
-                return Err(AttemptFailure {
-                    reason: format!(
-                        "this replica no longer delivers {}: {} of {total} staged writes not sent",
-                        s.key,
-                        total - i
-                    ),
-                    retry: true,
-                });
-            }
+            lost(s, total - i, total)?;
             let event = matches!(write.action, Action::RecordEvent { .. });
             let target = target_id(&write.target);
             // A write the API server answers, to the object its event is about, counts
@@ -220,6 +218,71 @@ impl Outbox {
         Ok(())
     }
 
+    /// Sends what a successful call staged as dry runs, in order, each reported to `log`:
+    /// checked as [`Self::send`] checks (a write that would change nothing is skipped, and
+    /// rates are waited for), but nothing lands, so no write is on its way and none can
+    /// loop. Events are reported, not sent (their series would count what never was). The
+    /// first refusal fails the attempt, as it would in earnest.
+    fn send_dry_run(
+        &mut self,
+        s: &Sending<'_>,
+        writer: &dyn Writer,
+        log: &TrialLog,
+        staged: Staged,
+    ) -> Result<(), AttemptFailure> {
+        let total = staged.writes.len();
+        for (i, write) in staged.writes.iter().enumerate() {
+            lost(s, total - i, total)?;
+            let event = matches!(write.action, Action::RecordEvent { .. });
+            let cached = (!event)
+                .then(|| (s.cached)(&write.target))
+                .flatten()
+                .map(|o| current_json(&o));
+            if let Some(current) = &cached
+                && write::changes_nothing(current, &write.action)
+            {
+                s.stats.writes_skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let answer = if event {
+                Err(Refusal {
+                    reason: "NotSent".into(),
+                    message: "Events are not sent in dry-run mode".into(),
+                    retry: false,
+                })
+            } else {
+                self.wait_for_rate(s, false);
+                if (s.stopped)() {
+                    continue;
+                }
+                let within = (s.confirmed)().unwrap_or(Duration::MAX);
+                writer.dry_run(s.plugin, write, within)
+            };
+            log.write(
+                write.verb(),
+                write.target.to_string(),
+                cached.as_ref(),
+                &answer,
+            );
+            if let Err(refusal) = answer
+                && !event
+            {
+                self.failures
+                    .insert(s.handling.to_owned(), vec![failure(write, &refusal)]);
+                return Err(AttemptFailure {
+                    reason: format!(
+                        "dry run of write {} of {total} ({} {}) refused: {refusal}",
+                        i + 1,
+                        write.verb(),
+                        write.target
+                    ),
+                    retry: refusal.retry,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// True when no write of this plugin to `target` is still on its way into the cache (the
     /// cache has moved past the version it held when the last one was sent).
     fn settled(&mut self, target: &str, current: &KubeObject) -> bool {
@@ -271,6 +334,21 @@ impl Outbox {
     }
 }
 
+/// The failure of an attempt whose worker stopped, or whose replica no longer delivers its
+/// work, with `left` of its `total` writes not sent.
+fn lost(s: &Sending<'_>, left: usize, total: usize) -> Result<(), AttemptFailure> {
+    if (s.stopped)() || !(s.ours)() {
+        return Err(AttemptFailure {
+            reason: format!(
+                "this replica no longer delivers {}: {left} of {total} staged writes not sent",
+                s.key
+            ),
+            retry: true,
+        });
+    }
+    Ok(())
+}
+
 /// An object's JSON as a tree, to compare a write against.
 fn current_json(object: &KubeObject) -> serde_json::Value {
     serde_json::from_str(&object.json()).unwrap_or(serde_json::Value::Null)
@@ -310,6 +388,29 @@ mod tests {
                 .push(format!("{} {body}", write.target.name));
             Ok(())
         }
+
+        /// Answers a merge patch as a server would: the patch merged into the object's
+        /// name, recorded as `dry-run NAME`.
+        fn dry_run(
+            &self,
+            _plugin: &str,
+            write: &Write,
+            _within: Duration,
+        ) -> Result<Option<serde_json::Value>, Refusal> {
+            if let Some(refusal) = self.refuse.lock().expect("lock").clone() {
+                return Err(refusal);
+            }
+            self.sent
+                .lock()
+                .expect("lock")
+                .push(format!("dry-run {}", write.target.name));
+            let mut answer = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": write.target.name, "namespace": "t", "resourceVersion": "9"}});
+            if let Action::MergePatch(body) = &write.action {
+                json_patch::merge(&mut answer, &serde_json::from_str(body).expect("JSON"));
+            }
+            Ok(Some(answer))
+        }
     }
 
     fn target(name: &str) -> Target {
@@ -348,6 +449,8 @@ mod tests {
         stats: PluginStats,
         ours: AtomicBool,
         cache: Mutex<HashMap<String, Arc<KubeObject>>>,
+        /// Set: the plugin runs in dry-run mode.
+        trial: Option<TrialLog>,
     }
 
     impl Rig {
@@ -365,6 +468,7 @@ mod tests {
                 stats: PluginStats::default(),
                 ours: AtomicBool::new(true),
                 cache: Mutex::new(HashMap::new()),
+                trial: None,
             }
         }
 
@@ -384,6 +488,7 @@ mod tests {
                 stats,
                 ours,
                 cache,
+                trial,
             } = self;
             let (cache, ours) = (&*cache, &*ours);
             let sending = Sending {
@@ -396,6 +501,7 @@ mod tests {
                 stopped: &|| false,
                 cached: &|t| cache.lock().expect("lock").get(&t.name).cloned(),
                 confirmed: &|| None,
+                dry_run: trial.as_ref(),
             };
             outbox.send(&sending, staged(writes))
         }
@@ -425,6 +531,70 @@ mod tests {
         assert!(rig.send("x", vec![patch("a", "old")]).is_ok());
         assert_eq!(rig.sent().len(), 2);
         assert!(!rig.outbox.on_its_way(&target_id(&target("a")), "1"));
+    }
+
+    #[test]
+    fn in_dry_run_writes_are_reported_with_their_changes_and_none_is_sent() {
+        let mut rig = Rig::new();
+        rig.trial = Some(TrialLog::default());
+        rig.cache(cm("a", "old", "1"));
+        // Writes that would change nothing are skipped, as in earnest.
+        assert!(rig.send("a", vec![patch("a", "old")]).is_ok());
+        // The object being handled, past the loop limit: nothing lands, so nothing loops,
+        // and each is reported (none is on its way into the cache).
+        for _ in 0..=LOOP_LIMIT {
+            assert!(rig.send("a", vec![patch("a", "new")]).is_ok());
+        }
+        let sent = rig.sent();
+        assert_eq!(sent.len(), LOOP_LIMIT + 1, "{sent:?}");
+        assert!(sent.iter().all(|s| s == "dry-run a"), "{sent:?}");
+        assert_eq!(rig.stats.writes_sent.load(Ordering::Relaxed), 0);
+        let status = rig.trial.as_ref().expect("trial").status();
+        let report = &status.last_writes[0];
+        assert_eq!(report.outcome, "accepted");
+        assert!(report.against_cache);
+        assert_eq!(
+            report.changes,
+            vec![json!({"op": "replace", "path": "/data/k", "value": "new"})]
+        );
+        // An Event is reported, not sent; the call's other writes go on.
+        let event = Write {
+            target: target("a"),
+            action: Action::RecordEvent {
+                regarding: crate::write::Regarding {
+                    gvk: Gvk::new("", "v1", "ConfigMap"),
+                    namespace: Some("t".into()),
+                    name: "a".into(),
+                    uid: "u".into(),
+                    resource_version: "1".into(),
+                },
+                warning: false,
+                reason: "Seen".into(),
+                note: "seen".into(),
+            },
+        };
+        assert!(rig.send("a", vec![event, patch("b", "1")]).is_ok());
+        let status = rig.trial.as_ref().expect("trial").status();
+        assert_eq!(status.writes["record-event"]["NotSent"], 1);
+        assert_eq!(rig.sent().last().map(String::as_str), Some("dry-run b"));
+        // A refusal is reported and fails the attempt, as it would in earnest.
+        *rig.writer.refuse.lock().expect("lock") = Some(Refusal {
+            reason: "Invalid".into(),
+            message: "data.k: bad".into(),
+            retry: false,
+        });
+        let failed = rig.send("x", vec![patch("c", "1")]).expect_err("refused");
+        assert!(
+            failed.reason.starts_with("dry run of write 1 of 1"),
+            "{}",
+            failed.reason
+        );
+        let status = rig.trial.as_ref().expect("trial").status();
+        assert_eq!(status.writes["merge-patch"]["Invalid"], 1);
+        assert_eq!(
+            status.writes["merge-patch"]["accepted"],
+            LOOP_LIMIT as u64 + 2
+        );
     }
 
     #[test]

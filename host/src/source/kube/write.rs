@@ -140,7 +140,14 @@ impl Sender {
         }
     }
 
-    async fn send_async(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
+    /// Sends `write`; with `dry_run`, as `dryRun=All` and the answered object kept (an Event
+    /// is then refused: its series would count occurrences that never were).
+    async fn send_async(
+        &self,
+        plugin: &str,
+        write: &Write,
+        dry_run: bool,
+    ) -> Result<Option<Vec<u8>>, Refusal> {
         let t = &write.target;
         let manager = field_manager(plugin);
         let parse = |text: &str| -> Result<Value, Refusal> {
@@ -148,13 +155,15 @@ impl Sender {
         };
         let params = PatchParams {
             field_manager: Some(manager.clone()),
+            dry_run,
             ..PatchParams::default()
         };
         match &write.action {
             Action::Apply(body) => {
                 let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
                 // A controller owns what it applies: conflicts with other managers are taken over.
-                let params = PatchParams::apply(&manager).force();
+                let mut params = PatchParams::apply(&manager).force();
+                params.dry_run = dry_run;
                 let body = Patch::Apply(parse(body)?);
                 self.patch(&api, t, &params, &body).await
             }
@@ -176,11 +185,11 @@ impl Sender {
                     .map_err(|e| refusal("Invalid", e.to_string(), false))?;
                 let params = PostParams {
                     field_manager: Some(manager),
-                    ..PostParams::default()
+                    dry_run,
                 };
                 let body = serde_json::to_vec(&object)
                     .map_err(|e| refusal("Invalid", e.to_string(), false))?;
-                self.send(api.create(&params, body)).await
+                self.send(api.create(&params, body), dry_run).await
             }
             Action::Delete(options) => {
                 let api = self.api(&t.gvk, t.namespace.as_deref()).await?;
@@ -197,13 +206,19 @@ impl Sender {
                 let params = DeleteParams {
                     preconditions,
                     propagation_policy,
+                    dry_run,
                     ..DeleteParams::default()
                 };
-                self.send(api.delete(&t.name, &params)).await
+                self.send(api.delete(&t.name, &params), dry_run).await
             }
+            Action::RecordEvent { .. } if dry_run => Err(refusal(
+                "NotSent",
+                "Events are not sent in dry-run mode".into(),
+                false,
+            )),
             Action::RecordEvent { .. } => {
                 let namespace = t.namespace.as_deref().unwrap_or("default");
-                self.record(plugin, write, namespace).await
+                self.record(plugin, write, namespace).await.map(|()| None)
             }
         }
     }
@@ -214,20 +229,22 @@ impl Sender {
         t: &crate::write::Target,
         params: &PatchParams,
         body: &Patch<Value>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Option<Vec<u8>>, Refusal> {
         let request = match &t.subresource {
             Some(sub) => api.patch_subresource(sub, &t.name, params, body),
             None => api.patch(&t.name, params, body),
         };
-        self.send(request).await
+        self.send(request, params.dry_run).await
     }
 
     /// Sends `request` (with the traced write's `traceparent`, when this task sends one, and
-    /// its answer noted); the API server's refusal as a refusal.
+    /// its answer noted); the API server's refusal as a refusal. With `keep`, the answer's
+    /// body (at most [`MAX_ERROR_BYTES`]) is returned.
     async fn send(
         &self,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<(), Refusal> {
+        keep: bool,
+    ) -> Result<Option<Vec<u8>>, Refusal> {
         use http_body_util::BodyExt as _;
         let mut request = request.map_err(|e| refusal("Invalid", e.to_string(), false))?;
         let traced = TRACED.try_with(Arc::clone).ok();
@@ -246,7 +263,14 @@ impl Sender {
             t.status.store(code.as_u16(), Ordering::Relaxed);
         }
         if code.is_success() {
-            return Ok(());
+            if !keep {
+                return Ok(None);
+            }
+            let body = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BYTES)
+                .collect()
+                .await
+                .map_err(|e| refusal("Unavailable", format!("reading the answer: {e}"), true))?;
+            return Ok(Some(body.to_bytes().to_vec()));
         }
         // The server's Status, as kube reads it; a body that is none is the status line.
         let body = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BYTES)
@@ -284,8 +308,9 @@ impl Sender {
                     field_manager: Some(field_manager(plugin)),
                     ..PatchParams::default()
                 };
-                self.send(api.patch(&name, &params, &Patch::Merge(body)))
+                self.send(api.patch(&name, &params, &Patch::Merge(body)), false)
                     .await
+                    .map(drop)
             }
             Occurrence::New(name) => {
                 let event: Event = event_object(plugin, write, &name, namespace, now)
@@ -299,7 +324,7 @@ impl Sender {
                 };
                 let body = serde_json::to_vec(&event)
                     .map_err(|e| refusal("Invalid", e.to_string(), false))?;
-                self.send(api.create(&params, body)).await
+                self.send(api.create(&params, body), false).await.map(drop)
             }
         };
         // An Event that could not be created or raised starts afresh next time.
@@ -319,6 +344,30 @@ impl Writer for KubeWriter {
     }
 
     fn send_within(&self, plugin: &str, write: &Write, within: Duration) -> Result<(), Refusal> {
+        self.run(plugin, write, within, false).map(drop)
+    }
+
+    fn dry_run(
+        &self,
+        plugin: &str,
+        write: &Write,
+        within: Duration,
+    ) -> Result<Option<Value>, Refusal> {
+        let answer = self.run(plugin, write, within, true)?;
+        Ok(answer.and_then(|body| serde_json::from_slice(&body).ok()))
+    }
+}
+
+impl KubeWriter {
+    /// Sends `write` within `within` (at most [`WRITE_TIMEOUT`]), traced, from the runtime's
+    /// threads; with `dry_run`, as `dryRun=All`, returning the answer's body.
+    fn run(
+        &self,
+        plugin: &str,
+        write: &Write,
+        within: Duration,
+        dry_run: bool,
+    ) -> Result<Option<Vec<u8>>, Refusal> {
         let bound = within.min(WRITE_TIMEOUT);
         let span = crate::traces::WriteSpan::start(plugin, write);
         let traced = span.as_ref().and_then(|s| {
@@ -333,7 +382,7 @@ impl Writer for KubeWriter {
         let (sender, plugin, write) = (self.sender.clone(), plugin.to_owned(), write.clone());
         let scoped = traced.clone();
         let sending = self.tasks.spawn(async move {
-            let send = tokio::time::timeout(bound, sender.send_async(&plugin, &write));
+            let send = tokio::time::timeout(bound, sender.send_async(&plugin, &write, dry_run));
             match scoped {
                 Some(traced) => TRACED.scope(traced, send).await,
                 None => send.await,
@@ -342,17 +391,17 @@ impl Writer for KubeWriter {
         let outcome = ended_as(self.tasks.block_on(sending), bound);
         if let Some(span) = span {
             let status = traced.map_or(0, |t| t.status.load(Ordering::Relaxed));
-            span.end(status, &outcome);
+            span.end(status, &outcome.as_ref().map(|_| ()).map_err(Clone::clone));
         }
         outcome
     }
 }
 
 /// What a write's task ended with, as the write's outcome: `bound` is the time it was given.
-fn ended_as(
-    ended: Result<Result<Result<(), Refusal>, tokio::time::error::Elapsed>, tokio::task::JoinError>,
+fn ended_as<T>(
+    ended: Result<Result<Result<T, Refusal>, tokio::time::error::Elapsed>, tokio::task::JoinError>,
     bound: Duration,
-) -> Result<(), Refusal> {
+) -> Result<T, Refusal> {
     match ended {
         Ok(Ok(sent)) => sent,
         Ok(Err(_)) if bound < WRITE_TIMEOUT => Err(refusal(

@@ -811,6 +811,68 @@ fn a_plugins_write_to_the_folder_is_logged_at_info() {
 }
 
 #[test]
+fn a_dry_run_answers_what_a_write_would_leave_and_changes_nothing() {
+    use crate::write::{Action, DeleteOptions, Target, Write, Writer};
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(dir.path().join("a.yaml"), cm("a", "1")).expect("write");
+    let folder = open(dir.path());
+    let before = contents(&folder);
+    let target = Target {
+        gvk: configmaps(),
+        namespace: Some("ns".into()),
+        name: "a".into(),
+        subresource: None,
+    };
+    let write = |action| Write {
+        target: target.clone(),
+        action,
+    };
+    let within = std::time::Duration::from_secs(1);
+    let patched = folder
+        .dry_run(
+            "p",
+            &write(Action::MergePatch(r#"{"data":{"k":"2"}}"#.into())),
+            within,
+        )
+        .expect("accepted")
+        .expect("an object");
+    assert_eq!(patched.pointer("/data/k"), Some(&serde_json::json!("2")));
+    let deleted = folder
+        .dry_run(
+            "p",
+            &write(Action::Delete(DeleteOptions::default())),
+            within,
+        )
+        .expect("accepted");
+    assert_eq!(deleted, None);
+    let renamed = folder.dry_run(
+        "p",
+        &write(Action::MergePatch(r#"{"metadata":{"name":"b"}}"#.into())),
+        within,
+    );
+    assert_eq!(renamed.expect_err("refused").reason, "Invalid");
+    let missing = Write {
+        target: Target {
+            name: "nope".into(),
+            ..target.clone()
+        },
+        action: Action::MergePatch("{}".into()),
+    };
+    assert_eq!(
+        folder
+            .dry_run("p", &missing, within)
+            .expect_err("refused")
+            .reason,
+        "NotFound"
+    );
+    assert_eq!(
+        contents(&folder),
+        before,
+        "a dry run changed the folder's objects"
+    );
+}
+
+#[test]
 fn each_watch_gets_objects_cut_to_what_its_scope_keeps() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("a.yaml");

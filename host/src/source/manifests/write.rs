@@ -65,13 +65,24 @@ fn parse(what: &str, text: &str) -> Result<Value, Refusal> {
 
 impl Writer for ManifestFolder {
     fn send(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
-        self.shared.write(plugin, write)
+        self.shared.write(plugin, write, false).map(drop)
+    }
+
+    fn dry_run(
+        &self,
+        plugin: &str,
+        write: &Write,
+        _within: std::time::Duration,
+    ) -> Result<Option<Value>, Refusal> {
+        self.shared.write(plugin, write, true)
     }
 }
 
 impl Shared {
-    /// Applies one write to the in-memory state and tells the watchers of its type.
-    fn write(&self, plugin: &str, write: &Write) -> Result<(), Refusal> {
+    /// Applies one write to the in-memory state and tells the watchers of its type; with
+    /// `dry_run`, only checks it and answers the object it would leave (none: deleted), as
+    /// the API server's `dryRun=All` does.
+    fn write(&self, plugin: &str, write: &Write, dry_run: bool) -> Result<Option<Value>, Refusal> {
         let t = &write.target;
         let mut state = self.state();
         let (gvk, namespace, name) = match &write.action {
@@ -172,11 +183,18 @@ impl Shared {
                     (name.clone(), None)
                 } else if terminating(&value) {
                     // Already being deleted: the API server changes nothing.
-                    return Ok(());
+                    return Ok(Some(value));
                 } else {
                     mark_deleted(&mut value);
                     (name.clone(), Some(value))
                 }
+            }
+            Action::RecordEvent { .. } if dry_run => {
+                return Err(refusal(
+                    "NotSent",
+                    "Events are not sent in dry-run mode".into(),
+                    false,
+                ));
             }
             Action::RecordEvent { regarding, .. } => {
                 let now = crate::clock::now();
@@ -202,6 +220,9 @@ impl Shared {
         };
         // The last finalizer of an object being deleted is gone: so is the object.
         let value = value.filter(|v| !terminating(v) || has_finalizers(v));
+        if dry_run {
+            return self.check(value, &gvk, namespace.as_deref(), &name, state.version + 1);
+        }
         let id = (gvk.clone(), object_key(namespace.as_deref(), &name));
         let mut dependents = Vec::new();
         let event = match value {
@@ -222,20 +243,8 @@ impl Shared {
             }
             Some(value) => {
                 state.version += 1;
-                let object = self
-                    .materialize(value, namespace.as_deref(), state.version, None)
-                    .map_err(|e| refusal("Invalid", e.to_string(), false))?;
-                if *object.gvk() != gvk || object.name() != name {
-                    return Err(refusal(
-                        "Invalid",
-                        format!(
-                            "the write changes the object's type or name to {} {}",
-                            object.gvk(),
-                            object.name()
-                        ),
-                        false,
-                    ));
-                }
+                let object =
+                    self.written(value, &gvk, namespace.as_deref(), &name, state.version)?;
                 let object = Arc::new(object);
                 // A file's object keeps the file's digest: the next scan leaves it alone until
                 // the file changes.
@@ -262,7 +271,51 @@ impl Shared {
         }
         // Against a folder nothing else shows a plugin's writes (the files do not change).
         tracing::info!(plugin, verb = write.verb(), target = %write.target, "write applied to the folder's objects (its files are not changed)");
-        Ok(())
+        Ok(None)
+    }
+
+    /// The object a dry run would leave (`value`, none when deleted), checked as a write of
+    /// it is.
+    fn check(
+        &self,
+        value: Option<Value>,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        version: u64,
+    ) -> Result<Option<Value>, Refusal> {
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        let object = self.written(value, gvk, namespace, name, version)?;
+        parse("the object", &object.json()).map(Some)
+    }
+
+    /// `value` as the object a write leaves at `version`: it must be an object of type
+    /// `gvk` named `name`.
+    fn written(
+        &self,
+        value: Value,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        version: u64,
+    ) -> Result<crate::object::KubeObject, Refusal> {
+        let object = self
+            .materialize(value, namespace, version, None)
+            .map_err(|e| refusal("Invalid", e.to_string(), false))?;
+        if object.gvk() != gvk || object.name() != name {
+            return Err(refusal(
+                "Invalid",
+                format!(
+                    "the write changes the object's type or name to {} {}",
+                    object.gvk(),
+                    object.name()
+                ),
+                false,
+            ));
+        }
+        Ok(object)
     }
 
     /// The garbage collector's part for one deleted owner (`uid`): each dependent is deleted
