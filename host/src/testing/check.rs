@@ -105,7 +105,8 @@ impl SentWrite {
         }
     }
 
-    fn show(&self) -> String {
+    /// As reports show it: `action target type=.. reason=.. body=..`.
+    pub fn show(&self) -> String {
         let body = self.body.as_ref().map(|b| ("=", b));
         show_write(
             self.action,

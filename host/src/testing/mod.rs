@@ -9,6 +9,7 @@
 //! events within the same step), and are recorded as the plugin sent them.
 
 pub mod check;
+pub mod compare;
 pub mod record;
 pub mod spec;
 
@@ -50,6 +51,8 @@ pub struct StepResult {
     pub lines: usize,
     /// Writes sent during it.
     pub writes: usize,
+    /// Those writes, as reports show them, in the order sent.
+    pub sent: Vec<String>,
     /// The plugin's state after it (empty when it keeps none).
     pub state: std::collections::BTreeMap<String, String>,
     /// The answer to its admission review, if it sent one.
@@ -492,6 +495,7 @@ pub async fn run(
             name: step.name.clone(),
             lines: lines.len(),
             writes: writes.len(),
+            sent: writes.iter().map(SentWrite::show).collect(),
             state: kept,
             answer,
             problems,

@@ -416,3 +416,52 @@ steps:
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
 }
+
+/// `--compare` replays one recording through two versions: alike, exit 0; a version that
+/// stops writing shows each write it no longer sends, exit 1.
+#[test]
+fn compare_shows_the_writes_one_version_sends_and_the_other_does_not() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("recorded.test.yaml");
+    let text = "# Recorded by kubewasm record (by hand here).
+name: labeler
+config: {key: team, value: shop}
+host:
+  plugins:
+    labeler:
+      grants:
+        writes:
+          - {resources: [v1/Pod], verbs: [patch], namespaces: [shop]}
+steps:
+  - name: initial
+    apply:
+      - {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
+  - name: another pod
+    apply:
+      - {apiVersion: v1, kind: Pod, metadata: {name: web-2, namespace: shop, labels: {team: shop}}}
+";
+    std::fs::write(&file, text).expect("write");
+    let compare = |old: &str, new: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+            .args(["test", "--compare", old, new])
+            .arg(&file)
+            .output()
+            .expect("kubewasm runs")
+    };
+    let labeler = kubewasm_plugin_artifacts::LABELER;
+    let out = compare(labeler, labeler);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("2 steps the same, 0 differ"), "{stdout}");
+    // pod-phase only logs: the labeler's one label is what it no longer writes.
+    let out = compare(labeler, kubewasm_plugin_artifacts::POD_PHASE);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("DIFF initial"), "{stdout}");
+    assert!(
+        stdout.contains(r#"- apply v1/Pod shop/web-1 body={"#),
+        "{stdout}"
+    );
+    assert!(stdout.contains("same another pod"), "{stdout}");
+    assert!(stdout.contains("1 steps the same, 1 differ"), "{stdout}");
+}
