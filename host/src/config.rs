@@ -97,6 +97,11 @@
 //!                              # together; a new one past this is refused (at most 100000)
 //! plugins:
 //!   deployment-view:           # the plugin's file name without .wasm
+//!     candidate:               # its candidate, the file NAME.candidate.wasm beside it: run
+//!       promoteAfter: 1000     # in dry-run on the same events, compared event by event, and
+//!                              # renamed over NAME.wasm after this many equal live events
+//!                              # with no difference and no failure (absent: only by
+//!                              # `kubewasm promote`)
 //!     mode: serve              # serve; monitor: its admission answers are reported, and
 //!                              # every review is allowed as it came; dry-run: as monitor,
 //!                              # and its writes are sent as dry runs (dryRun=All) and
@@ -500,6 +505,14 @@ struct PluginConfig {
     #[serde(default)]
     schedules: BTreeMap<String, ScheduleConfig>,
     mode: Option<String>,
+    candidate: Option<CandidateConfig>,
+}
+
+/// How a plugin's candidate version is promoted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CandidateConfig {
+    promote_after: Option<u64>,
 }
 
 /// A schedule the operator gives a plugin, by name.
@@ -518,6 +531,12 @@ impl PluginConfig {
         let mut settings = self
             .limits
             .apply(defaults.clone(), &format!("{field}.limits"))?;
+        if let Some(candidate) = self.candidate {
+            if candidate.promote_after == Some(0) {
+                return Err(format!("{field}.candidate.promoteAfter: must be positive"));
+            }
+            settings.promote_after = candidate.promote_after;
+        }
         if let Some(mode) = self.mode {
             settings.mode =
                 crate::plugins::Mode::parse(&mode).map_err(|e| format!("{field}.mode: {e}"))?;

@@ -180,6 +180,9 @@ impl Controller {
         if spec.get("source").is_none() {
             return Err("spec.source: required (where to pull the plugin from)".into());
         }
+        if spec.get("candidate").is_some() {
+            return Err("spec.candidate: a KubewasmPlugin's candidate version is not built yet; run one as NAME.candidate.wasm in the plugins folder".into());
+        }
         self.config.plugin_entry(spec, "spec")
     }
 }
@@ -459,7 +462,13 @@ mod tests {
             ),
         ] {
             let named = at(path);
-            for field in crate::config::tests::accepted(probe) {
+            // Refused in a KubewasmPlugin, with an error saying so: its candidate version
+            // is a file of the plugins folder.
+            let refused = ["candidate"];
+            for field in crate::config::tests::accepted(probe)
+                .into_iter()
+                .filter(|f| !refused.contains(&f.as_str()))
+            {
                 assert!(
                     named.contains(&field),
                     "examples/deploy/kubewasmplugin-crd.yaml: spec.{} lacks {field} (has {named:?})",

@@ -4,6 +4,7 @@ mod build;
 mod check;
 mod finalizers;
 mod new;
+mod promote;
 mod rbac;
 mod record;
 mod run;
@@ -79,6 +80,8 @@ pub enum Command {
     Test(test::TestArgs),
     /// Release the objects a removed controller plugin still holds with its finalizer.
     Finalizers(finalizers::FinalizersArgs),
+    /// Replace a plugin of the plugins folder by its candidate (NAME.candidate.wasm).
+    Promote(promote::PromoteArgs),
 }
 
 impl Command {
@@ -107,6 +110,7 @@ impl Command {
             Command::Build(args) => build::build(args).await,
             Command::Record(args) => record::record_cmd(args).await,
             Command::Finalizers(args) => finalizers::finalizers(args).await,
+            Command::Promote(args) => promote::promote(args).await,
         }
     }
 }

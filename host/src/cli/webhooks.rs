@@ -39,8 +39,10 @@ pub struct WebhooksArgs {
 /// `kubewasm webhooks`.
 pub async fn webhooks(args: WebhooksArgs) -> anyhow::Result<ExitCode> {
     let super::Folder { dir, loaded, .. } = args.folder.inspect("webhooks").await?;
+    // A candidate answers nothing (its reviews would be monitored): no webhook of its own.
     let declared: Vec<_> = loaded
         .into_iter()
+        .filter(|(file, _)| kubewasm::plugins::shadow::candidate_of(&file.name).is_none())
         .filter_map(|(file, inspection)| Some((file.name, inspection.manifest.admission?)))
         .collect();
     anyhow::ensure!(

@@ -15,6 +15,7 @@ use crate::plugins::admit::Admitter;
 use crate::plugins::dispatch;
 use crate::plugins::inspect::{Inspection, inspect};
 use crate::plugins::manifest::PluginManifest;
+use crate::plugins::shadow::{Comparison, Promotion, Side, candidate_of};
 use crate::plugins::throttle::{Rate, WriteLimits};
 use crate::plugins::trial::TrialLog;
 use crate::plugins::{
@@ -165,6 +166,11 @@ struct Prepared {
     /// Where its writes and reviews are reported while they take no effect (its mode is not
     /// `serve`).
     trial: Option<Arc<TrialLog>>,
+    /// Where it reports each live event's outcome while a candidate runs beside the serving
+    /// version, and which of the two it is.
+    compare: (Arc<Comparison>, Side),
+    /// A candidate's promotion on its own, when its settings ask for one.
+    promotion: Option<Promotion>,
 }
 
 /// A file that failed to load, kept so that status can show it and the same content is
@@ -220,6 +226,8 @@ pub struct PluginHost {
     /// What each plugin's writes and reviews would have done while on trial, by name: kept
     /// across its versions and modes.
     trials: Mutex<BTreeMap<String, Arc<TrialLog>>>,
+    /// The pairing of each plugin's serving and candidate versions, by the serving name.
+    comparisons: Mutex<BTreeMap<String, Arc<Comparison>>>,
     /// The cluster plugins write to; `None` when it takes no writes.
     writer: Option<Arc<dyn Writer>>,
     /// What this replica delivers, read by workers before each call and write.
@@ -265,6 +273,7 @@ impl PluginHost {
             metrics: Mutex::default(),
             admitters: Mutex::default(),
             trials: Mutex::default(),
+            comparisons: Mutex::default(),
         }
     }
 
@@ -302,6 +311,28 @@ impl PluginHost {
             .entry(name.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// The pairing of plugin `name`'s serving version and its candidate.
+    fn comparison_of(&self, name: &str) -> Arc<Comparison> {
+        self.comparisons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The settings plugin `name` runs with: its entry's, or for a candidate
+    /// (`NAME.candidate`) the serving plugin's, in dry-run mode.
+    fn settings_for(all: &PluginsConfig, name: &str) -> PluginSettings {
+        match candidate_of(name) {
+            Some(base) => PluginSettings {
+                mode: crate::plugins::Mode::DryRun,
+                ..all.settings(base).clone()
+            },
+            None => all.settings(name).clone(),
+        }
     }
 
     /// The trial reports of plugin `name` (kept while the host runs).
@@ -585,7 +616,9 @@ impl PluginHost {
             Ok(loaded) => {
                 failures.remove(&file.name);
                 if *loaded == Outcome::Loaded
-                    && let Some(warning) = self.settings().missing_entry(&file.name)
+                    && let Some(warning) = self
+                        .settings()
+                        .missing_entry(candidate_of(&file.name).unwrap_or(&file.name))
                 {
                     tracing::warn!(plugin = %file.name, "{warning}");
                 }
@@ -621,7 +654,7 @@ impl PluginHost {
     /// Whether `file`'s content is loaded under its name with the settings it would get now.
     fn loaded_as(&self, file: &PluginFile) -> bool {
         let settings = self.settings();
-        let wanted = settings.settings(&file.name);
+        let wanted = &Self::settings_for(&settings, &file.name);
         let plugins = self.plugins();
         let loaded = |version: &Version, with: &PluginSettings| {
             version.digest() == file.digest() && with == wanted
@@ -701,7 +734,7 @@ impl PluginHost {
 
     fn prepare(&self, file: &PluginFile) -> Result<Prepared, PluginError> {
         let all = self.settings();
-        let settings = all.settings(&file.name).clone();
+        let settings = Self::settings_for(&all, &file.name);
         let Inspection {
             code,
             mut ctx,
@@ -798,7 +831,24 @@ impl PluginHost {
             &file.name,
             (settings.delivery.write_rate, settings.delivery.event_rate),
         );
+        // Only files of the plugins folder are renamed: never a registry's cached artifact.
+        let promotion = candidate_of(&file.name).and_then(|base| {
+            let after = settings.promote_after?;
+            let in_folder = |n: &str| all.settings(n).source.is_none();
+            let to = file.path.with_file_name(format!("{base}.wasm"));
+            (in_folder(base) && in_folder(&file.name) && to.is_file()).then(|| Promotion {
+                after,
+                from: file.path.clone(),
+                to,
+            })
+        });
+        let compare = match candidate_of(&file.name) {
+            Some(base) => (self.comparison_of(base), Side::Candidate),
+            None => (self.comparison_of(&file.name), Side::Serving),
+        };
         Ok(Prepared {
+            compare,
+            promotion,
             trial: mode.monitors().then(|| self.trial_of(&file.name)),
             write_limits,
             file: file.version(),
@@ -863,6 +913,9 @@ impl PluginHost {
             return false;
         };
         drop(plugins);
+        if let Some(base) = candidate_of(name) {
+            self.comparison_of(base).stop();
+        }
         self.stop(&mut running);
         tracing::info!(plugin = %name, "plugin unloaded");
         self.warn_of_finalizers(name, running.finalizes.as_ref());
@@ -920,6 +973,10 @@ impl PluginHost {
         let states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         let budgets = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);
         let trials = self.trials.lock().unwrap_or_else(PoisonError::into_inner);
+        let comparisons = self
+            .comparisons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let reload = |name: &str, s: PluginStatus| {
             let state = states.get(name);
             let (state_entries, state_bytes) = state.map(|s| s.totals()).unwrap_or_default();
@@ -935,6 +992,11 @@ impl PluginHost {
                 reload_failures: failures.get(name).map_or(0, |f| f.count),
                 admission: admitters.get(name).map(|a| a.status()),
                 trial: trials.get(name).map(|t| t.status()),
+                candidate: comparisons.get(name).map(|c| c.status()).filter(|c| {
+                    c.running
+                        || c.dropped.is_some()
+                        || c.equal + c.different + c.candidate_failed > 0
+                }),
                 state_entries,
                 state_bytes,
                 state_written_bytes: counted(|s| &s.written_bytes),
@@ -1026,6 +1088,9 @@ impl PluginHost {
             .clear();
         for (name, running) in std::mem::take(&mut plugins.running) {
             running.halt();
+            if let Some(base) = candidate_of(&name) {
+                self.comparison_of(base).stop();
+            }
             tracing::info!(plugin = %name, "delivery stopped: no longer the leader");
         }
     }
@@ -1180,8 +1245,13 @@ fn activate(
         ended: ended.clone(),
         after,
         dry_run: p.trial.filter(|_| settings.mode.dry_run()),
+        compare: Some(p.compare.clone()),
     })
     .map_err(|e| Reason::Start(format!("cannot start its thread: {e}")))?;
+    if let (comparison, Side::Candidate) = &p.compare {
+        comparison.start(p.promotion.clone());
+        tracing::info!(plugin = %p.file.name, "candidate running beside the serving version, in dry-run mode: live events are compared");
+    }
     let (outcome, reloads) = match old {
         Some(mut old) => {
             tracing::info!(plugin = %p.file.name, from = %old.file.digest(), to = %p.file.digest(), file = %p.file.path.display(), "plugin replaced");

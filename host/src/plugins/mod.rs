@@ -12,6 +12,7 @@ pub mod manifest;
 pub mod registry;
 mod retry;
 mod settings;
+pub mod shadow;
 mod status;
 pub mod throttle;
 pub mod trial;

@@ -132,6 +132,9 @@ pub struct PluginSettings {
     pub source: Option<Source>,
     /// Whether its writes and admission answers take effect, or are only reported.
     pub mode: crate::plugins::Mode,
+    /// Equal live events after which its candidate (`NAME.candidate.wasm`) replaces it, with
+    /// no difference and no failure; `None`: only by the operator.
+    pub promote_after: Option<u64>,
 }
 
 impl PluginSettings {
@@ -157,6 +160,7 @@ impl Default for PluginSettings {
             schedules: Vec::new(),
             source: None,
             mode: crate::plugins::Mode::Serve,
+            promote_after: None,
         }
     }
 }

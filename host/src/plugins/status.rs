@@ -376,6 +376,9 @@ pub struct PluginStatus {
     /// run in a mode other than `serve`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trial: Option<crate::plugins::trial::TrialStatus>,
+    /// How its candidate (`NAME.candidate`) compares with it, once one has run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<crate::plugins::shadow::CandidateStatus>,
     /// HTTP requests sent to granted hosts.
     pub http_sent: u64,
     /// HTTP requests refused (host not granted).

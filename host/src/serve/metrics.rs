@@ -547,6 +547,24 @@ fn trials(w: &mut Writer, plugins: &[PluginStatus]) {
         ("rule", "decision"),
         |p| p.trial.as_ref().map_or(&NONE, |t| &t.reviews),
     );
+    let name = "kubewasm_plugin_candidate_events_total";
+    w.header(
+        name,
+        "counter",
+        "Live events the plugin's candidate (NAME.candidate, in dry-run mode) handled as the serving version did (equal), otherwise (different), failed where it did not (candidate_failed), or that found no pair (unmatched)",
+    );
+    for p in plugins {
+        if let Some(c) = &p.candidate {
+            for (outcome, n) in [
+                ("equal", c.equal),
+                ("different", c.different),
+                ("candidate_failed", c.candidate_failed),
+                ("unmatched", c.unmatched),
+            ] {
+                w.sample(name, &[("plugin", &p.name), ("outcome", outcome)], n);
+            }
+        }
+    }
 }
 
 /// The admission reviews of the plugins that serve admission.

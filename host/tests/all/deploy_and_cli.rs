@@ -759,3 +759,37 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `kubewasm promote NAME` renames the candidate over the serving file, and names what is
+/// missing when it cannot.
+#[test]
+fn promote_replaces_a_plugin_by_its_candidate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let promote = |name: &str| {
+        std::process::Command::new(KUBEWASM)
+            .args(["promote", name, "--plugins"])
+            .arg(dir.path())
+            .output()
+            .expect("kubewasm runs")
+    };
+    std::fs::write(dir.path().join("labeler.wasm"), b"old").expect("write");
+    let missing = promote("labeler");
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(
+        stderr.contains("labeler.candidate.wasm: no candidate of plugin labeler"),
+        "{stderr}"
+    );
+    std::fs::write(dir.path().join("labeler.candidate.wasm"), b"new").expect("write");
+    let done = promote("labeler");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("labeler.wasm")).expect("read"),
+        b"new"
+    );
+    assert!(!dir.path().join("labeler.candidate.wasm").exists());
+}

@@ -18,8 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm::admission::ServeConfig;
 use kubewasm::admission::webhooks::{Target, render};
-use kubewasm::agent::{Agent, AgentOptions, Cluster};
-use kubewasm::wasm::logging::MemorySink;
+use kubewasm::agent::{Agent, Cluster};
 use kubewasm_testenv::{TestEnv, resources};
 use serde_json::json;
 
@@ -111,14 +110,7 @@ pub(super) async fn serving(
     for (name, built, _) in plugins {
         folder.put(name, built);
     }
-    let options = AgentOptions::new(
-        Cluster::Kube(admin.clone()),
-        config,
-        Arc::new(MemorySink::default()),
-    );
-    let mut agent = Agent::start(options).await?;
-    let report = agent.follow_plugins(folder.path()).await?;
-    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    let agent = support::following(Cluster::Kube(admin.clone()), config, folder.path()).await?;
     let address = agent
         .webhooks_address()
         .ok_or_else(|| anyhow::anyhow!("webhooks served"))?;

@@ -5,16 +5,19 @@
 //!   `serve`, without a restart, its labels land;
 //! - an image policy in monitor mode admits what it denies in `serve`, and reports the denial;
 //!   switched back, the very next review is enforced; a mutating plugin in monitor mode
-//!   reports its patch and the pod is created without it.
+//!   reports its patch and the pod is created without it;
+//! - a candidate (`labeler.candidate.wasm`) runs beside the serving labeler: the same version
+//!   handles every live event alike, one that stops labelling shows each difference in full;
+//! - a matching candidate (the Go labeler beside the Rust one) is promoted after N equal
+//!   events, and every pod created before, during and after is labelled exactly once;
+//! - a looping candidate is dropped with its reason, and the serving version never notices.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
-use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::agent::{Agent, Cluster};
 use kubewasm::plugins::{Mode, PluginFile, PluginStatus};
-use kubewasm::wasm::logging::MemorySink;
 use kubewasm_testenv::{PluginFolder, TestEnv, resources};
 use serde_json::json;
 
@@ -80,14 +83,7 @@ async fn a_dry_run_plugin_changes_nothing_and_reports_what_it_would() -> anyhow:
     }
     let folder = PluginFolder::new();
     folder.put("labeler", kubewasm_plugin_artifacts::LABELER);
-    let options = AgentOptions::new(
-        Cluster::Kube(admin.clone()),
-        config,
-        Arc::new(MemorySink::default()),
-    );
-    let mut agent = Agent::start(options).await?;
-    let report = agent.follow_plugins(folder.path()).await?;
-    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    let agent = support::following(Cluster::Kube(admin.clone()), config, folder.path()).await?;
 
     let status = wait("three dry-run applies", || {
         let s = support::plugin_status(&agent, "labeler");
@@ -247,5 +243,218 @@ async fn monitor_mode_admits_what_serve_denies_and_the_switch_back_enforces_at_o
     let refused = pods.create(&create, &pod("served", "nginx:1.27")?).await;
     assert!(refused_with(&refused, "no image allow list"), "{refused:?}");
     assert_eq!(support::plugin_status(&agent, "image-policy").mode, "serve");
+    Ok(())
+}
+
+/// An agent with the labeler serving and `candidate` as `labeler.candidate` in one folder,
+/// on the real API server, once both have synced.
+async fn with_candidate(
+    admin: &kube::Client,
+    candidate: &str,
+    promote_after: Option<u64>,
+) -> anyhow::Result<(Agent, PluginFolder)> {
+    let folder = PluginFolder::new();
+    folder.put("labeler", kubewasm_plugin_artifacts::LABELER);
+    folder.put("labeler.candidate", candidate);
+    let mut config = support::labeler_in("e2e");
+    if let Some(settings) = config.plugins.named.get_mut("labeler") {
+        settings.promote_after = promote_after;
+    }
+    let agent = support::following(Cluster::Kube(admin.clone()), config, folder.path()).await?;
+    wait("both versions synced", || {
+        let synced = |n| support::plugin_status(&agent, n).synced;
+        Ok((synced("labeler") && synced("labeler.candidate")).then_some(()))
+    })
+    .await?;
+    Ok((agent, folder))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_runs_beside_the_serving_version_and_shows_where_they_differ()
+-> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "e2e").await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "e2e");
+
+    // The same version as candidate: every live event handled alike, only the serving
+    // version's writes land.
+    let (agent, _folder) = with_candidate(&admin, kubewasm_plugin_artifacts::LABELER, None).await?;
+    let candidate = support::plugin_status(&agent, "labeler.candidate");
+    assert_eq!(candidate.mode, "dry-run");
+    for name in ["a", "b", "c"] {
+        pods.create(&PostParams::default(), &pod(name, "example/app:1")?)
+            .await?;
+    }
+    let status = wait("three equal events", || {
+        let s = support::plugin_status(&agent, "labeler");
+        Ok(s.candidate.filter(|c| c.equal >= 3))
+    })
+    .await?;
+    assert!(status.running, "{status:?}");
+    assert_eq!(
+        (status.different, status.candidate_failed),
+        (0, 0),
+        "{status:?}"
+    );
+    let writes = env.audited_writes()?;
+    let patches: Vec<_> = writes
+        .iter()
+        .filter(|a| a.resource == "pods" && a.verb == "patch")
+        .collect();
+    assert!(patches.iter().any(|a| !a.dry_run), "{patches:?}");
+    for name in ["a", "b", "c"] {
+        let labels = pods.get(name).await?.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some("shop"),
+            "{name}"
+        );
+    }
+    let metrics = agent.status().metrics();
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            r#"kubewasm_plugin_candidate_events_total{plugin="labeler",outcome="equal"}"#
+        )),
+        "{metrics}"
+    );
+    drop(agent);
+
+    // A candidate that no longer labels (pod-phase only logs): each new pod is a difference,
+    // shown with what the serving version wrote.
+    let (agent, _folder) =
+        with_candidate(&admin, kubewasm_plugin_artifacts::POD_PHASE, None).await?;
+    pods.create(&PostParams::default(), &pod("d", "example/app:1")?)
+        .await?;
+    let status = wait("a difference", || {
+        let s = support::plugin_status(&agent, "labeler");
+        Ok(s.candidate.filter(|c| c.different >= 1))
+    })
+    .await?;
+    let first = &status.differences[0];
+    assert!(first.event.contains("e2e/d@"), "{first:?}");
+    assert!(
+        first.serving.starts_with("apply v1/Pod e2e/d ") && first.serving.contains("team"),
+        "{first:?}"
+    );
+    assert_eq!(first.candidate, "", "{first:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_that_matches_is_promoted_with_no_event_lost_or_doubled() -> anyhow::Result<()>
+{
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    resources::create_namespace(&admin, "e2e").await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "e2e");
+    // The Go labeler as the candidate of the Rust one: the same writes, another build.
+    let go = kubewasm_plugin_artifacts::LABELER_GO
+        .ok_or_else(|| anyhow::anyhow!("the Go plugins are built (Go's tool chain on PATH)"))?;
+    let (agent, folder) = with_candidate(&admin, go, Some(3)).await?;
+    let mut names: Vec<String> = Vec::new();
+    for i in 0..3 {
+        let name = format!("before-{i}");
+        pods.create(&PostParams::default(), &pod(&name, "example/app:1")?)
+            .await?;
+        names.push(name);
+    }
+    let status = wait("the promotion", || {
+        let s = support::plugin_status(&agent, "labeler");
+        Ok(s.candidate.filter(|c| c.promotion.is_some()))
+    })
+    .await?;
+    let promotion = status.promotion.clone().unwrap_or_default();
+    assert!(
+        promotion.starts_with("promoted after 3 equal events"),
+        "{status:?}"
+    );
+    assert_eq!(
+        (status.different, status.candidate_failed),
+        (0, 0),
+        "{status:?}"
+    );
+    // The folder swaps the candidate in and unloads it; pods created meanwhile and after
+    // are each labelled exactly once.
+    let go_digest = kubewasm::plugins::digest(&std::fs::read(go)?);
+    assert!(!folder.file("labeler.candidate").exists());
+    for i in 0..3 {
+        let name = format!("during-{i}");
+        pods.create(&PostParams::default(), &pod(&name, "example/app:1")?)
+            .await?;
+        names.push(name);
+    }
+    wait("the candidate serving, alone", || {
+        let plugins = agent.plugins().status();
+        let serving = plugins.iter().find(|p| p.name == "labeler");
+        let candidate = plugins.iter().any(|p| p.name == "labeler.candidate");
+        Ok((serving.is_some_and(|p| p.digest == go_digest) && !candidate).then_some(()))
+    })
+    .await?;
+    for i in 0..3 {
+        let name = format!("after-{i}");
+        pods.create(&PostParams::default(), &pod(&name, "example/app:1")?)
+            .await?;
+        names.push(name);
+    }
+    for name in &names {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let labels = pods.get(name).await?.metadata.labels.unwrap_or_default();
+            if labels.get("team").map(String::as_str) == Some("shop") {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "pod {name} not labelled");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let writes = env.audited_writes()?;
+    for name in &names {
+        let landed = writes
+            .iter()
+            .filter(|a| a.resource == "pods" && a.verb == "patch" && &a.name == name)
+            .filter(|a| !a.dry_run)
+            .count();
+        assert_eq!(landed, 1, "pod {name}: {landed} patches landed");
+    }
+    Ok(())
+}
+
+/// A candidate that loops is stopped at its deadline and dropped with the reason; the serving
+/// version (another plugin of the same name) goes on as before. On a manifests folder: the
+/// isolation is the host's, whatever the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_that_loops_is_dropped_and_the_serving_version_never_notices()
+-> anyhow::Result<()> {
+    let cluster = tempfile::tempdir()?;
+    std::fs::write(
+        cluster.path().join("objects.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: shop}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: shop}\n",
+    )?;
+    // pod-phase ignores its configuration; the hostile candidate loops on every ConfigMap.
+    let mut config = support::configs(&[("probe", r#"{"mode": "loop"}"#)]);
+    if let Some(settings) = config.plugins.named.get_mut("probe") {
+        settings.limits.deadline = Duration::from_millis(50);
+    }
+    let folder = PluginFolder::new();
+    folder.put("probe", kubewasm_plugin_artifacts::POD_PHASE);
+    folder.put("probe.candidate", kubewasm_plugin_artifacts::HOSTILE);
+    let cluster = Cluster::Folder(cluster.path().to_owned());
+    let agent = support::following(cluster, config, folder.path()).await?;
+    let status = wait("the candidate dropped", || {
+        let s = support::plugin_status(&agent, "probe");
+        Ok(s.candidate.filter(|c| c.dropped.is_some()))
+    })
+    .await?;
+    assert!(!status.running, "{status:?}");
+    let why = status.dropped.unwrap_or_default();
+    assert!(why.starts_with("trapped"), "{why}");
+    let serving = wait("the serving version delivering", || {
+        let s = support::plugin_status(&agent, "probe");
+        Ok((s.synced && s.delivered >= 1).then_some(s))
+    })
+    .await?;
+    assert_eq!((serving.failed, serving.traps), (0, 0), "{serving:?}");
     Ok(())
 }

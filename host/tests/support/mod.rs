@@ -281,3 +281,22 @@ pub async fn wait_for<T>(
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// An agent on `cluster` with `config`, following the plugins folder `folder`, once every
+/// plugin in it loaded.
+pub async fn following(
+    cluster: kubewasm::agent::Cluster,
+    config: kubewasm::config::HostConfig,
+    folder: &std::path::Path,
+) -> anyhow::Result<kubewasm::agent::Agent> {
+    use kubewasm::agent::{Agent, AgentOptions};
+    let options = AgentOptions::new(
+        cluster,
+        config,
+        std::sync::Arc::new(kubewasm::wasm::logging::MemorySink::default()),
+    );
+    let mut agent = Agent::start(options).await?;
+    let report = agent.follow_plugins(folder).await?;
+    anyhow::ensure!(report.failed.is_empty(), "plugins failed: {report:?}");
+    Ok(agent)
+}

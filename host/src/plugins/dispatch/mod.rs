@@ -29,6 +29,7 @@ use crate::informer::queue::{self, QueueReceiver};
 use crate::informer::{IndexClaim, Notification, Subscription};
 use crate::object::KubeObject;
 use crate::plugins::retry::{Failures, RetryQueue};
+use crate::plugins::shadow;
 use crate::plugins::throttle::{Bucket, WriteLimits};
 use crate::plugins::triggers::{Requeue, Requeues, Schedules};
 use crate::plugins::{CALL_KINDS, Delivery, PluginStats};
@@ -193,6 +194,9 @@ pub struct Setup {
     /// Where its writes are reported when they are sent as dry runs (its mode is
     /// `dry-run`); none: they are sent.
     pub dry_run: Option<Arc<crate::plugins::trial::TrialLog>>,
+    /// Where it reports what each live event made it do while a candidate runs beside the
+    /// serving version, and which of the two it is.
+    pub compare: Option<(Arc<shadow::Comparison>, shadow::Side)>,
 }
 
 /// What a worker counts locally between [`Worker::publish`]es.
@@ -247,6 +251,8 @@ struct Worker {
     ended: Arc<AtomicBool>,
     /// `Setup::dry_run`.
     dry_run: Option<Arc<crate::plugins::trial::TrialLog>>,
+    /// `Setup::compare`.
+    compare: Option<(Arc<shadow::Comparison>, shadow::Side)>,
 }
 
 /// Why an attempt failed, and whether trying again may help.
@@ -352,6 +358,7 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         schedules,
         outbox: Outbox::new(setup.write_limits),
         dry_run: setup.dry_run,
+        compare: setup.compare,
         retry_bucket: Bucket::new(RETRY_RATE, Instant::now()),
         controller,
         stats: setup.stats,
@@ -793,10 +800,22 @@ impl Worker {
             }
             Err(failure) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                self.stats
+                let failures = self
+                    .stats
                     .consecutive_failures
-                    .fetch_add(1, Ordering::Relaxed);
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
                 self.stats.set_last_error(&failure.reason);
+                // A candidate that traps (a loop past its deadline, its memory cap) or keeps
+                // failing is dropped: its worker ends, and the serving version goes on.
+                if let Some((comparison, shadow::Side::Candidate)) = &self.compare
+                    && (failure.reason.starts_with("trapped")
+                        || failures >= crate::plugins::DEGRADED_AFTER)
+                {
+                    comparison.drop_candidate(&failure.reason);
+                    self.stop.store(true, Ordering::Relaxed);
+                    tracing::warn!(plugin = %self.ctx.name, "candidate dropped: {}", failure.reason);
+                }
             }
         }
         outcome
@@ -840,6 +859,11 @@ impl Worker {
         let mut staged = instance.take_staged();
         let effects = instance.take_effects();
         self.last_call = ended;
+        if let Some((comparison, side)) = &self.compare
+            && comparison.active()
+        {
+            compare(comparison, *side, n, &called, &staged);
+        }
         match called {
             Ok(Ok(())) => {
                 self.controller_writes(n, &mut staged)?;
@@ -922,6 +946,36 @@ impl Worker {
         };
         self.outbox.send(&sending, staged)
     }
+}
+
+/// Reports what a live event (not an initial list, a resync or a requeue, which the serving
+/// version and a candidate get at different times) made this version do.
+fn compare(
+    comparison: &shadow::Comparison,
+    side: shadow::Side,
+    n: &Work,
+    called: &wasmtime::Result<Result<(), HandleError>>,
+    staged: &Staged,
+) {
+    let Work::Event(event) = n else { return };
+    let kind = match event {
+        Notification::Added { initial: false, .. } => "added",
+        Notification::Updated { .. } => "updated",
+        Notification::Deleted { .. } => "deleted",
+        _ => return,
+    };
+    let result = match called {
+        Ok(Ok(())) => Ok(&staged.writes[..]),
+        Ok(Err(e)) => Err(e.message.as_str()),
+        Err(_) => Err("trapped"),
+    };
+    let object = event.object();
+    comparison.report(
+        side,
+        &format!("{kind} {}", n.id()),
+        object.resource_version(),
+        shadow::outcome(result),
+    );
 }
 
 struct AttemptSpan(opentelemetry::global::BoxedSpan);
