@@ -32,6 +32,7 @@ use tokio::net::TcpListener;
 
 use crate::plugins::PluginHost;
 use crate::plugins::admit::{Admitter, Decision};
+use crate::plugins::shadow::Comparison;
 use review::{Answer, Review};
 
 /// The path prefix of the webhooks: `/admit/<plugin>`.
@@ -64,6 +65,9 @@ struct Job {
     review: Review,
     until: Instant,
     reply: tokio::sync::oneshot::Sender<Answer>,
+    /// The plugin's candidate, when one runs: it reviews the same request once the answer
+    /// has gone, and the two decisions are compared.
+    candidate: Option<(Arc<Admitter>, Arc<Comparison>)>,
     /// The plugin's place, given back when the review ends.
     _place: tokio::sync::OwnedSemaphorePermit,
 }
@@ -95,8 +99,18 @@ impl Pool {
                     if Instant::now() >= job.until || job.reply.is_closed() {
                         continue;
                     }
-                    let (answer, _) = decide(&job.admitter, &job.review, job.until);
+                    let compared = job.candidate.is_some();
+                    let (answer, _, decided) =
+                        decide_with(&job.admitter, &job.review, job.until, compared);
                     let _ = job.reply.send(answer);
+                    if let (Some((candidate, comparison)), Some(decided)) =
+                        (&job.candidate, decided)
+                    {
+                        let until = Instant::now() + budget(candidate.admission.timeout);
+                        let (_, _, theirs) = decide_with(candidate, &job.review, until, true);
+                        let event = format!("review {}", job.review.request.uid);
+                        comparison.pair(event, decided, theirs.unwrap_or_default());
+                    }
                 }
             })?;
         }
@@ -120,6 +134,18 @@ pub fn budget(timeout: Duration) -> Duration {
 /// the whole of a review's time in the host but for reading the body. Blocking: the plugin
 /// runs on this thread.
 pub fn decide(admitter: &Admitter, review: &Review, until: Instant) -> (Answer, Decision) {
+    let (answer, decision, _) = decide_with(admitter, review, until, false);
+    (answer, decision)
+}
+
+/// As [`decide`], and with `compared` what the plugin decided (before monitor mode allows
+/// it), as two versions' decisions are compared: the decision, a denial's message, the patch.
+fn decide_with(
+    admitter: &Admitter,
+    review: &Review,
+    until: Instant,
+    compared: bool,
+) -> (Answer, Decision, Option<String>) {
     let started = Instant::now();
     let outcome = admitter
         .admit(&review.request, until)
@@ -131,12 +157,22 @@ pub fn decide(admitter: &Admitter, review: &Review, until: Instant) -> (Answer, 
             (answer, decision, Some(failure))
         }
     };
+    // The host names the plugin in its messages: not a difference between two versions.
+    let decided = compared.then(|| match &answer.patch {
+        Some(patch) => format!("{} patch {patch}", decision.as_str()),
+        None if answer.allowed => decision.as_str().to_owned(),
+        None => format!(
+            "{}: {}",
+            decision.as_str(),
+            answer.message.replace(admitter.name.as_str(), "<plugin>")
+        ),
+    });
     let (answer, decision) = match &admitter.monitor {
         Some(log) => monitored(log, review, answer, decision),
         None => (answer, decision),
     };
     admitter.record(decision, started.elapsed(), failure.as_deref());
-    (answer, decision)
+    (answer, decision, decided)
 }
 
 /// In monitor mode: `answer` (the plugin's `decision`) reported to `log`, and the review
@@ -295,7 +331,8 @@ async fn route(
     };
     let uid = review.request.uid.clone();
     let span = review_span(&plugin, traceparent.as_deref(), &review);
-    let (answer, failure) = match queue(&admitter, &pool, review, until).await {
+    let candidate = host.candidate_admitter(&plugin);
+    let (answer, failure) = match queue(&admitter, candidate, &pool, review, until).await {
         Ok(answer) => (answer, None),
         Err(failure) => {
             let (answer, decision) = failed(&admitter, &uid, &failure);
@@ -359,6 +396,7 @@ fn review_span(
 /// wall cap).
 async fn queue(
     admitter: &Arc<Admitter>,
+    candidate: Option<(Arc<Admitter>, Arc<Comparison>)>,
     pool: &Pool,
     review: Review,
     until: Instant,
@@ -374,6 +412,7 @@ async fn queue(
         review,
         until,
         reply,
+        candidate,
         _place: place,
     };
     pool.jobs

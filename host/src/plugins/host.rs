@@ -287,6 +287,20 @@ impl PluginHost {
             .cloned()
     }
 
+    /// The admission side of plugin `name`'s candidate and the comparison of the two, while
+    /// a candidate runs.
+    pub fn candidate_admitter(&self, name: &str) -> Option<(Arc<Admitter>, Arc<Comparison>)> {
+        let comparison = self
+            .comparisons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .filter(|c| c.active())?
+            .clone();
+        let admitter = self.admitter(&format!("{name}{}", crate::plugins::shadow::CANDIDATE))?;
+        Some((admitter, comparison))
+    }
+
     fn set_admitter(&self, name: &str, admitter: Option<Arc<Admitter>>) {
         let mut admitters = self
             .admitters

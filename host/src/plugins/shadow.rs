@@ -138,6 +138,33 @@ struct Table {
     promotion: Option<Promotion>,
 }
 
+impl Table {
+    /// Counts one paired event; promotes once its time has come.
+    fn count(&mut self, event: String, serving: String, candidate: String) {
+        let s = &mut self.status;
+        if serving == candidate {
+            s.equal += 1;
+            if let Some(p) = self
+                .promotion
+                .take_if(|p| s.equal >= p.after && s.different == 0 && s.candidate_failed == 0)
+            {
+                s.promotion = Some(promote(&p));
+            }
+        } else if candidate.starts_with("failed") && !serving.starts_with("failed") {
+            s.candidate_failed += 1;
+        } else {
+            s.different += 1;
+            if s.differences.len() < KEPT {
+                s.differences.push(Difference {
+                    event,
+                    serving: crate::text::cut(serving, MAX_OUTCOME_BYTES),
+                    candidate: crate::text::cut(candidate, MAX_OUTCOME_BYTES),
+                });
+            }
+        }
+    }
+}
+
 /// The pairing of one plugin's serving and candidate reports.
 #[derive(Default)]
 pub struct Comparison {
@@ -199,26 +226,7 @@ impl Comparison {
                     Side::Candidate => (first, outcome),
                     Side::Serving => (outcome, first),
                 };
-                let s = &mut t.status;
-                if serving == candidate {
-                    s.equal += 1;
-                    if let Some(p) = t.promotion.take_if(|p| {
-                        s.equal >= p.after && s.different == 0 && s.candidate_failed == 0
-                    }) {
-                        s.promotion = Some(promote(&p));
-                    }
-                } else if candidate.starts_with("failed:") && !serving.starts_with("failed:") {
-                    s.candidate_failed += 1;
-                } else {
-                    s.different += 1;
-                    if s.differences.len() < KEPT {
-                        s.differences.push(Difference {
-                            event: key,
-                            serving: crate::text::cut(serving, MAX_OUTCOME_BYTES),
-                            candidate: crate::text::cut(candidate, MAX_OUTCOME_BYTES),
-                        });
-                    }
-                }
+                t.count(key, serving, candidate);
             }
             // A retry of an event this side already reported: the first attempt counts.
             Some(first) => {
@@ -236,6 +244,14 @@ impl Comparison {
                 }
                 t.waiting.insert(key, (side, outcome, now));
             }
+        }
+    }
+
+    /// Counts what both versions decided for one event (an admission review, which both
+    /// answer on one thread) at once.
+    pub fn pair(&self, event: String, serving: String, candidate: String) {
+        if self.active() {
+            self.table().count(event, serving, candidate);
         }
     }
 

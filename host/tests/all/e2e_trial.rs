@@ -10,10 +10,13 @@
 //!   handles every live event alike, one that stops labelling shows each difference in full;
 //! - a matching candidate (the Go labeler beside the Rust one) is promoted after N equal
 //!   events, and every pod created before, during and after is labelled exactly once;
-//! - a looping candidate is dropped with its reason, and the serving version never notices.
+//! - a looping candidate is dropped with its reason, and the serving version never notices;
+//! - a candidate of an admission plugin reviews each request after the serving answer went,
+//!   and the two decisions are compared.
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kubewasm::agent::{Agent, Cluster};
@@ -456,5 +459,65 @@ async fn a_candidate_that_loops_is_dropped_and_the_serving_version_never_notices
     })
     .await?;
     assert_eq!((serving.failed, serving.traps), (0, 0), "{serving:?}");
+    Ok(())
+}
+
+/// A candidate of an admission plugin reviews each request after the serving version's
+/// answer went, and the two decisions are compared: alike for the same version, otherwise
+/// shown in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_reviews_beside_the_serving_version() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    namespaces(&admin).await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let policy = kubewasm_plugin_artifacts::IMAGE_POLICY;
+    for (candidate, name, alike) in [
+        (policy, "same", true),
+        (kubewasm_plugin_artifacts::POD_DEFAULTS, "other", false),
+    ] {
+        let plugins = [
+            ("image-policy", policy, "{}"),
+            ("image-policy.candidate", candidate, "{}"),
+        ];
+        let concurrency = kubewasm::admission::default_concurrency();
+        let (agent, address, _tls) = serving(&env, &admin, &plugins, concurrency).await?;
+        let webhooks = (&env, &admin, &agent, address);
+        register(webhooks, "kubewasm", &["image-policy"]).await?;
+        let refused = create_until(
+            &pods,
+            &PostParams::default(),
+            |i| pod(&format!("{name}-{i}"), "nginx:1.27"),
+            |a| refused_with(a, "no image allow list"),
+        )
+        .await?;
+        assert!(refused.is_err());
+        let status = wait("a compared review", || {
+            let s = support::plugin_status(&agent, "image-policy");
+            Ok(s.candidate.filter(|c| c.equal + c.different > 0))
+        })
+        .await?;
+        // The next agent serves elsewhere: this one's webhook goes with it.
+        Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .delete("kubewasm", &Default::default())
+            .await?;
+        if alike {
+            assert_eq!(
+                (status.equal > 0, status.different),
+                (true, 0),
+                "{status:?}"
+            );
+        } else {
+            let first = status.differences.first().expect("a difference");
+            assert!(first.event.starts_with("review "), "{first:?}");
+            assert!(
+                first
+                    .serving
+                    .starts_with("denied: <plugin>: no image allow list"),
+                "{first:?}"
+            );
+            assert!(first.candidate.starts_with("patched patch"), "{first:?}");
+        }
+    }
     Ok(())
 }
