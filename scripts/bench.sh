@@ -4,8 +4,8 @@
 #   scripts/bench.sh                          # every benchmark, full sizes (about 50 minutes here)
 #   scripts/bench.sh folder contract          # these again; the others' last results are kept
 #   scripts/bench.sh controllers              # on a machine with no earlier results: sections
-#                                             # 9 to 11 (sharding, cluster, controllers) alone are
-#                                             # rewritten in the page, the rest of it kept
+#                                             # 9 to 12 (sharding, cluster, controllers, trial)
+#                                             # alone are rewritten in the page, the rest kept
 #   KUBEWASM_BENCH_QUICK=1 scripts/bench.sh   # small sizes (a few minutes)
 #
 # Each result is kept with the commit it ran on (target/bench-results/NAME.commit), and the
@@ -14,20 +14,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# weval too: the JavaScript plugins are measured compiled ahead of time. A build of them from
-# before weval was installed is made again with it.
-[[ -x target/weval/bin/weval ]] || new_weval=yes
-scripts/setup.sh --weval
-if [[ ${new_weval:-} == yes ]]; then touch plugins/javascript/build.mjs; fi
+# weval too when the JavaScript plugins are measured (delivery, in a whole run): compiled ahead
+# of time. A build of them from before weval was installed is made again with it.
+if (($# == 0)) || [[ " $* " == *" delivery "* ]]; then
+  [[ -x target/weval/bin/weval ]] || new_weval=yes
+  scripts/setup.sh --weval
+  if [[ ${new_weval:-} == yes ]]; then touch plugins/javascript/build.mjs; fi
+else
+  scripts/setup.sh
+fi
 # The real etcd and kube-apiserver the admission round trip is measured through.
 KUBEWASM_SERVERS=$(bash scripts/k8s-servers.sh)
 export KUBEWASM_SERVERS
 results=target/bench-results
-all=(decode delivery queries contract reload folder admission hostile peers sharding cluster controllers)
+all=(decode delivery queries contract reload folder admission hostile peers sharding cluster controllers trial)
 if (($#)); then
   # Without every other benchmark's earlier result, scripts/bench_report.py rewrites only the
   # sections of one benchmark each (these) in the page as it stands.
-  standalone=" sharding cluster controllers "
+  standalone=" sharding cluster controllers trial "
   benches=("$@")
   for bench in "${all[@]}"; do
     [[ " ${benches[*]} " == *" $bench "* || -e $results/$bench.commit ]] && continue
@@ -58,7 +62,7 @@ for bench in "${benches[@]}"; do
       echo "bench.sh: cluster" >&2
       cargo bench --locked -p kubewasm --bench cluster | tee "$results/cluster.txt"
       ;;
-    decode | delivery | queries | contract | reload | folder | admission | hostile | sharding | controllers)
+    decode | delivery | queries | contract | reload | folder | admission | hostile | sharding | controllers | trial)
       echo "bench.sh: $bench" >&2
       cargo bench --locked -p kubewasm --bench "$bench" | tee "$results/$bench.txt"
       ;;

@@ -203,7 +203,7 @@ def main():
         "```",
         "",
         "Sources: `host/benches/peers.rs` (throughput and memory against kube-rs and client-go, "
-        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `sharding.rs`, `cluster.rs`, `controllers.rs`, `delivery.rs`, "
+        "whose side is `host/benches/client-go`), `decode.rs`, `queries.rs`, `contract.rs`, `admission.rs`, `hostile.rs`, `sharding.rs`, `cluster.rs`, `controllers.rs`, `trial.rs`, `delivery.rs`, "
         "`reload.rs`; "
         "inputs from `tests/testenv/src/generate.rs`, served by the API server double "
         "(`tests/testenv/src/double.rs`).",
@@ -1134,16 +1134,92 @@ def controllers_section():
     return out
 
 
+def trial_section():
+    """Section 12: what trying a plugin costs."""
+    if not os.path.exists(os.path.join(RESULTS, "trial.txt")):
+        return []
+    calls = rounds("trial")
+    worker = tagged("trial", "WORKER")
+    if not calls or not worker:
+        return []
+    w = worker[0]
+    batch = w["batch"]
+    cpu = {k: [x * 1e-9 for x in w[f"{k}_cpu_ns_per_event"]]
+           for k in ("alone", "beside_other", "beside_candidate")}
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    wall = {k: typical([x / batch for x in calls[k]])[0]
+            for k in ("alone", "beside_other", "beside_candidate")}
+    enforced, monitored = calls["review_enforced"], calls["review_monitored"]
+    ratio = statistics.median(m / e for m, e in zip(monitored, enforced))
+    compare = typical(calls["compare_equal"])[0]
+    return [
+        "## 12. Plugins on trial: a candidate beside the serving version, monitor mode",
+        "",
+        "`host/benches/trial.rs`, in rounds side by side as in section 2. **Delivery with a "
+        f"candidate.** {batch} pod updates applied to an agent's cache, delivered to the bench "
+        "plugin (work `noop`) serving alone; beside another plugin (the same plugin under "
+        "another name: two workers busy at once on the two cores, nothing compared); and "
+        "beside itself as its candidate (`serving.candidate`, dry-run, every live event "
+        f"compared: {w['candidate_equal']:,} equal, {w['candidate_different']} different, "
+        f"{w['candidate_unmatched']} unmatched). Each in an agent of its own. The serving "
+        "worker's figure is its thread's own time on a CPU over each batch (the kernel's "
+        "schedstat); the wall clock waits for every plugin the agent runs.",
+        "",
+        table(
+            ["per event", "serving worker on a CPU (median of batches)",
+             "wall clock (median of rounds)", "issue's bound"],
+            [
+                ["alone", fmt_time(med["alone"]), fmt_time(wall["alone"]), ""],
+                ["beside another plugin", fmt_time(med["beside_other"]),
+                 fmt_time(wall["beside_other"]), ""],
+                ["beside its candidate", fmt_time(med["beside_candidate"]),
+                 fmt_time(wall["beside_candidate"]), "unchanged within noise"],
+                ["beside its candidate, to beside another plugin",
+                 f"{med['beside_candidate'] / med['beside_other']:.2f}", "", ""],
+            ],
+        ),
+        "",
+        "A second busy worker costs the serving one by itself (the two cores share caches "
+        "and memory): compare the candidate with another plugin, not with the worker alone. "
+        "**The comparison itself**, for an event both versions handled alike, is each "
+        "version's part measured together: the event's key, the outcome of its staged writes "
+        "(one server-side apply of a labelled pod, as text: parsed only when the two differ "
+        "as text), and its report, paired.",
+        "",
+        table(
+            ["per event", "median", "issue's bound"],
+            [["comparing an event both versions handled alike", fmt_time(compare), "1 µs"]],
+        ),
+        "",
+        "**Monitor mode.** One context-aware admission review (image-policy reading its allow "
+        "list from the cache; a 4 KB pod whose images it admits), decoded and decided by the "
+        "same plugin loaded twice in one agent: served, and in monitor mode (its decision "
+        "reported, \"allowed\" answered).",
+        "",
+        table(
+            ["per review", "median", "issue's bound"],
+            [
+                ["served (enforced)", fmt_time(typical(enforced)[0]), ""],
+                ["in monitor mode", fmt_time(typical(monitored)[0]), ""],
+                ["ratio, monitored to enforced (median of rounds' ratios)", f"{ratio:.2f}",
+                 "what an enforced one costs"],
+            ],
+        ),
+        "",
+    ]
+
+
 # Sections of one benchmark each, in page order: a rerun of these alone on a machine without
 # the others' results (every fresh checkout) rewrites them in the page and keeps the rest.
 STANDALONE = {
     "sharding": (9, sharding_section),
     "cluster": (10, cluster_section),
     "controllers": (11, controllers_section),
+    "trial": (12, trial_section),
 }
 # Every benchmark scripts/bench.sh runs, as it lists them.
 ALL = ["decode", "delivery", "queries", "contract", "reload", "folder", "admission", "hostile",
-       "peers", "sharding", "cluster", "controllers"]
+       "peers", "sharding", "cluster", "controllers", "trial"]
 PAGE = os.path.join(ROOT, "docs", "BENCHMARKS.md")
 
 

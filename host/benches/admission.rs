@@ -209,6 +209,7 @@ fn main() -> anyhow::Result<()> {
                 cert_file,
                 key_file,
                 concurrency: kubewasm::admission::default_concurrency(),
+                record_reviews: None,
             }),
             ..HostConfig::default()
         };

@@ -40,6 +40,7 @@ use serde_json::json;
 mod support;
 
 use support::instance::Discard;
+use support::plugins::review_body;
 use support::rounds::{self, Case, Plan};
 
 /// The agent's allocator, so what is measured is what the agent does.
@@ -167,27 +168,6 @@ fn cluster() -> tempfile::TempDir {
     )
     .expect("write");
     dir
-}
-
-/// A CREATE review of a pod with two containers from allowed registries.
-fn review_body() -> Vec<u8> {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "0a1b2c3d-0000-4000-8000-000000000001",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "operation": "CREATE",
-            "namespace": "shop",
-            "name": "web-1",
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-            "object": generate::pod(1, 4096, 10),
-            "dryRun": false
-        }
-    })
-    .to_string()
-    .into_bytes()
 }
 
 /// Cases reviewing `review_body()` with each of `plugins` (name, file, configuration), loaded

@@ -33,7 +33,6 @@ use kubewasm::config::HostConfig;
 use kubewasm::controller::WorkQueue;
 use kubewasm::gvk::Gvk;
 use kubewasm::object::{Key, KubeObject, Transform};
-use kubewasm::plugins::PluginStatus;
 use kubewasm::source::SourceEvent;
 use kubewasm::wasm::Call;
 use kubewasm::write::{Verb, WriteGrant};
@@ -44,6 +43,7 @@ use serde_json::json;
 mod support;
 
 use support::instance::Discard;
+use support::plugins::status;
 use support::rounds::{self, Case, Plan};
 
 /// The agent's allocator, counted (for the queue's memory; paused while timing).
@@ -120,16 +120,6 @@ fn host_config(plugins: &[Ctl]) -> HostConfig {
         config.plugins.named.insert(ctl.name.to_owned(), settings);
     }
     config
-}
-
-/// `name`'s status in `agent`.
-fn status(agent: &Agent, name: &str) -> PluginStatus {
-    agent
-        .plugins()
-        .status()
-        .into_iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("plugin {name} is running"))
 }
 
 /// Reconcile calls `name` has made so far.
@@ -252,10 +242,10 @@ fn per_reconcile(agent: &Agent) {
             std::hint::black_box((instance.take_staged(), instance.take_effects()));
         }
     });
-    let worker = worker_thread("plugin-noop");
+    let worker = support::cpu::thread_named("plugin-noop");
     let mut worker_ns = Vec::new();
     let host = Case::new("reconcile_host", || {
-        let (before, cpu) = (reconciles(agent, "noop"), on_cpu_ns(worker));
+        let (before, cpu) = (reconciles(agent, "noop"), support::cpu::on_cpu_ns(worker));
         for key in &keys {
             agent
                 .plugins()
@@ -265,7 +255,7 @@ fn per_reconcile(agent: &Agent) {
         while reconciles(agent, "noop") < before + BATCH as u64 {
             std::thread::sleep(Duration::from_micros(50));
         }
-        worker_ns.push((on_cpu_ns(worker) - cpu) as f64 / BATCH as f64);
+        worker_ns.push((support::cpu::on_cpu_ns(worker) - cpu) as f64 / BATCH as f64);
     });
     // Two cases of a few milliseconds a call, 60 ms a turn: about 4 s.
     support::alloc::paused(|| {
@@ -276,28 +266,6 @@ fn per_reconcile(agent: &Agent) {
         );
     });
     println!("WORKER {}", json!({"cpu_ns_per_reconcile": worker_ns}));
-}
-
-/// The id of this process's thread named `name` (the dispatch thread of a plugin).
-fn worker_thread(name: &str) -> u32 {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    tasks
-        .filter_map(Result::ok)
-        .find(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
-        })
-        .and_then(|t| t.file_name().to_str()?.parse().ok())
-        .unwrap_or_else(|| panic!("no thread named {name}"))
-}
-
-/// Nanoseconds thread `tid` has run on a CPU (the kernel's schedstat).
-fn on_cpu_ns(tid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        .expect("the thread's schedstat");
-    stat.split_whitespace()
-        .next()
-        .and_then(|ns| ns.parse().ok())
-        .expect("nanoseconds on CPU")
 }
 
 /// The storm, `repeats` times: reconciles made by each of `names` per storm.

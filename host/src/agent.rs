@@ -343,7 +343,15 @@ impl Agent {
                     .with_context(|| format!("admission address {}", serve.address))?;
                 let address = listener.local_addr()?;
                 tracing::info!(%address, "serving admission webhooks at /admit/<plugin>");
-                let pool = crate::admission::Pool::start(serve.concurrency)
+                let record = match &serve.record_reviews {
+                    Some(dir) => Some(
+                        crate::admission::record::ReviewRecorder::new(dir).with_context(|| {
+                            format!("admission.recordReviews {}", dir.display())
+                        })?,
+                    ),
+                    None => None,
+                };
+                let pool = crate::admission::Pool::start(serve.concurrency, record)
                     .context("admission webhooks: review threads")?;
                 let task = tokio::spawn(crate::admission::serve(
                     listener,

@@ -32,6 +32,9 @@
 //!                              # one per core, at least 2); each plugin gets all but one
 //!                              # (at most 4); one still waiting when the webhook's timeout
 //!                              # less a margin is up gets its failure policy's answer
+//!   recordReviews: /var/lib/kubewasm/reviews  # each plugin's answered reviews appended
+//!                              # to <plugin>.reviews.test.yaml here, for `kubewasm test
+//!                              # --compare` (Secrets' data left out; 64 MiB each at most)
 //! traces:                      # OpenTelemetry traces of event handling; off when absent
 //!   endpoint: http://otel-collector:4318  # OTLP over HTTP (protobuf); /v1/traces is added
 //!   sampleRatio: 1.0           # the fraction of event traces kept
@@ -654,6 +657,7 @@ struct AdmissionFile {
     cert_file: PathBuf,
     key_file: PathBuf,
     concurrency: Option<usize>,
+    record_reviews: Option<PathBuf>,
 }
 
 impl AdmissionFile {
@@ -672,6 +676,7 @@ impl AdmissionFile {
                 Some(n) => n,
                 None => crate::admission::default_concurrency(),
             },
+            record_reviews: self.record_reviews,
         })
     }
 }

@@ -23,10 +23,20 @@ pub fn spawn_below_host<T: Send + 'static>(
     name: String,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> io::Result<JoinHandle<T>> {
+    spawn_below(name, BELOW_HOST, work)
+}
+
+/// Starts thread `name` running `work` `steps` nice steps below the host's priority (a
+/// candidate version's worker: one below the serving version's).
+pub fn spawn_below<T: Send + 'static>(
+    name: String,
+    steps: i32,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<JoinHandle<T>> {
     std::thread::Builder::new().name(name).spawn(move || {
         let thread = std::thread::current();
         let thread = thread.name().unwrap_or_default();
-        match lower_this_thread() {
+        match lower_this_thread(steps) {
             Ok(nice) => tracing::debug!(thread, nice, "running below the host"),
             Err(e) => tracing::debug!(thread, "running at the host's priority: {e}"),
         }
@@ -34,16 +44,16 @@ pub fn spawn_below_host<T: Send + 'static>(
     })
 }
 
-/// Lowers the calling thread's priority by [`BELOW_HOST`]; returns its new nice value.
+/// Lowers the calling thread's priority by `steps`; returns its new nice value.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-fn lower_this_thread() -> io::Result<i32> {
+fn lower_this_thread(steps: i32) -> io::Result<i32> {
     // SAFETY: `__errno_location` points at this thread's errno, which is cleared so that a
     // new nice value of -1 can be told from a failure; `nice` changes only the calling thread
     // on Linux (NPTL keeps nice values per thread) and reads or writes no memory of ours.
     let now = unsafe {
         *libc::__errno_location() = 0;
-        libc::nice(BELOW_HOST)
+        libc::nice(steps)
     };
     if now == -1 {
         let e = io::Error::last_os_error();
@@ -56,7 +66,7 @@ fn lower_this_thread() -> io::Result<i32> {
 
 /// Elsewhere a thread's priority is the whole process's: left unchanged, said with an error.
 #[cfg(not(target_os = "linux"))]
-fn lower_this_thread() -> io::Result<i32> {
+fn lower_this_thread(_steps: i32) -> io::Result<i32> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "per-thread priority is only set on Linux",

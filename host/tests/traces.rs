@@ -438,6 +438,7 @@ async fn a_review_joins_the_trace_the_api_server_carries_to_its_webhook() {
         cert_file,
         key_file,
         concurrency: 2,
+        record_reviews: None,
     });
     let options = AgentOptions::new(
         Cluster::Kube(admin.clone()),

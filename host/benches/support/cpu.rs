@@ -69,3 +69,34 @@ pub fn process(pid: u32) -> Duration {
         .unwrap_or(0);
     Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
 }
+
+/// The ids of this process's threads named exactly `name` (the dispatch threads of plugins
+/// of one name, one per agent).
+pub fn threads_named_exactly(name: &str) -> Vec<u32> {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    tasks
+        .filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The id of this process's one thread named exactly `name`.
+pub fn thread_named(name: &str) -> u32 {
+    match threads_named_exactly(name)[..] {
+        [tid] => tid,
+        ref found => panic!("{} threads named {name}", found.len()),
+    }
+}
+
+/// Nanoseconds thread `tid` of this process has run on a CPU (the kernel's schedstat).
+pub fn on_cpu_ns(tid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .expect("the thread's schedstat");
+    stat.split_whitespace()
+        .next()
+        .and_then(|ns| ns.parse().ok())
+        .expect("nanoseconds on CPU")
+}

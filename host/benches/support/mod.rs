@@ -8,5 +8,6 @@ pub mod double_process;
 pub mod each;
 pub mod instance;
 pub mod logging;
+pub mod plugins;
 pub mod rounds;
 pub mod rss;

@@ -15,6 +15,7 @@
 //! in the host is up (the webhook's timeout less a margin) gets the failure policy's answer,
 //! so the API server never waits out its own deadline.
 
+pub mod record;
 pub mod review;
 pub mod tls;
 pub mod webhooks;
@@ -52,6 +53,8 @@ pub struct ServeConfig {
     pub key_file: PathBuf,
     /// Reviews running at once, all plugins together: the pool's threads.
     pub concurrency: usize,
+    /// The folder each plugin's answered reviews are recorded into, as a test file.
+    pub record_reviews: Option<PathBuf>,
 }
 
 /// Reviews running at once when the configuration does not say: one per core, at least two.
@@ -81,13 +84,16 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Starts `threads` review threads below the host's priority.
-    pub fn start(threads: usize) -> std::io::Result<Self> {
+    /// Starts `threads` review threads below the host's priority, recording each review they
+    /// answer to `record` when there is one.
+    pub fn start(threads: usize, record: Option<record::ReviewRecorder>) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(threads * 64);
         let queue = Arc::new(std::sync::Mutex::new(queue));
+        let record = record.map(Arc::new);
         for n in 0..threads {
             let queue = queue.clone();
+            let record = record.clone();
             crate::priority::spawn_below_host(format!("admit-{n}"), move || {
                 loop {
                     let next = queue
@@ -110,6 +116,9 @@ impl Pool {
                         let (_, _, theirs) = decide_with(candidate, &job.review, until, true);
                         let event = format!("review {}", job.review.request.uid);
                         comparison.pair(event, decided, theirs.unwrap_or_default());
+                    }
+                    if let Some(record) = &record {
+                        record.record(&job.admitter.name, &job.review);
                     }
                 }
             })?;

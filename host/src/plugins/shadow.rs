@@ -6,8 +6,9 @@
 //! [`Comparison`] pairs the reports by object and resourceVersion and counts where they agree.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -42,38 +43,69 @@ pub enum Side {
     Candidate,
 }
 
-/// What one call made a version do: its staged writes, normalised (one line each, sorted,
-/// bodies as canonical JSON), or why it failed (starting `failed:`).
+/// What one call made a version do: its staged writes, one line each (`verb`, target and
+/// body, tab-separated, the body as the plugin wrote it), or why it failed (starting
+/// `failed:`). Two outcomes that differ as text may still be the same writes ([`same`]).
 pub fn outcome(result: Result<&[Write], &str>) -> String {
     let writes = match result {
         Err(why) => return format!("failed: {why}"),
         Ok(writes) => writes,
     };
-    let canonical = |text: &str| {
-        serde_json::from_str::<serde_json::Value>(text)
-            .map_or_else(|_| text.to_owned(), |v| v.to_string())
-    };
-    let mut lines: Vec<String> = writes
-        .iter()
-        .map(|w| {
-            let body = match &w.action {
-                Action::Apply(b)
-                | Action::MergePatch(b)
-                | Action::JsonPatch(b)
-                | Action::Create(b) => canonical(b),
-                Action::Delete(o) => format!("{} uid={:?}", o.propagation.as_str(), o.uid),
-                Action::RecordEvent {
-                    warning,
-                    reason,
-                    note,
-                    ..
-                } => format!("warning={warning} reason={reason} note={note}"),
+    let mut out = String::new();
+    for w in writes {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let body = match &w.action {
+            Action::Apply(b) | Action::MergePatch(b) | Action::JsonPatch(b) | Action::Create(b) => {
+                std::borrow::Cow::Borrowed(b.as_str())
+            }
+            Action::Delete(o) => format!("{} uid={:?}", o.propagation.as_str(), o.uid).into(),
+            Action::RecordEvent {
+                warning,
+                reason,
+                note,
+                ..
+            } => format!("warning={warning} reason={reason} note={note}").into(),
+        };
+        let _ = write!(out, "{}\t{}\t", w.verb(), w.target);
+        // A body's own tabs and newlines are JSON whitespace: canonical forms drop them.
+        if body.contains(['\t', '\n']) {
+            out.push_str(&body.replace(['\t', '\n'], " "));
+        } else {
+            out.push_str(&body);
+        }
+    }
+    out
+}
+
+/// `outcome` with its writes in order and each JSON body canonical (keys sorted, no
+/// whitespace): how two versions that write the same in another order or spelling compare.
+fn canonical(outcome: &str) -> String {
+    if outcome.starts_with("failed: ") {
+        return outcome.to_owned();
+    }
+    let mut lines: Vec<String> = outcome
+        .lines()
+        .map(|line| {
+            let mut parts = line.splitn(3, '\t');
+            let (Some(verb), Some(target), Some(body)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return line.to_owned();
             };
-            format!("{} {} {body}", w.verb(), w.target)
+            let body = serde_json::from_str::<serde_json::Value>(body)
+                .map_or_else(|_| body.to_owned(), |v| v.to_string());
+            format!("{verb} {target} {body}")
         })
         .collect();
     lines.sort();
     lines.join("\n")
+}
+
+/// Whether two outcomes are the same writes: equal as text (the common case, no parsing), or
+/// once canonical.
+fn same(serving: &str, candidate: &str) -> bool {
+    serving == candidate || canonical(serving) == canonical(candidate)
 }
 
 /// One event both versions handled differently.
@@ -131,50 +163,61 @@ pub struct Promotion {
     pub to: PathBuf,
 }
 
+/// What is counted under one lock: all but the equal events (counted without one, as most
+/// events are), the kept differences and the promotion waiting for its count.
 #[derive(Default)]
 struct Table {
-    waiting: HashMap<String, (Side, String, Instant)>,
     status: CandidateStatus,
     promotion: Option<Promotion>,
 }
 
-impl Table {
-    /// Counts one paired event; promotes once its time has come.
-    fn count(&mut self, event: String, serving: String, candidate: String) {
-        let s = &mut self.status;
-        if serving == candidate {
-            s.equal += 1;
-            if let Some(p) = self
-                .promotion
-                .take_if(|p| s.equal >= p.after && s.different == 0 && s.candidate_failed == 0)
-            {
-                s.promotion = Some(promote(&p));
-            }
-        } else if candidate.starts_with("failed") && !serving.starts_with("failed") {
-            s.candidate_failed += 1;
-        } else {
-            s.different += 1;
-            if s.differences.len() < KEPT {
-                s.differences.push(Difference {
-                    event,
-                    serving: crate::text::cut(serving, MAX_OUTCOME_BYTES),
-                    candidate: crate::text::cut(candidate, MAX_OUTCOME_BYTES),
-                });
-            }
-        }
-    }
-}
+/// Reports waiting for their pair are kept in this many maps, each under its own lock, so
+/// the two versions' workers seldom wait for each other.
+const SHARDS: usize = 16;
+
+type Waiting = HashMap<String, (Side, String, Instant)>;
 
 /// The pairing of one plugin's serving and candidate reports.
 #[derive(Default)]
 pub struct Comparison {
     active: AtomicBool,
+    waiting: [Mutex<Waiting>; SHARDS],
+    equal: AtomicU64,
+    unmatched: AtomicU64,
+    /// Set while a promotion waits for its count.
+    armed: AtomicBool,
     table: Mutex<Table>,
+}
+
+/// The map of `key` (by its last bytes: keys differ most in their resourceVersion).
+fn shard_of(key: &str) -> usize {
+    key.bytes().rev().take(8).fold(0usize, |h, b| {
+        h.wrapping_mul(31).wrapping_add(usize::from(b))
+    }) % SHARDS
+}
+
+/// Drops the reports in `waiting` older than [`MAX_WAIT`]; how many.
+fn expire(waiting: &mut Waiting, now: Instant) -> u64 {
+    let before = waiting.len();
+    waiting.retain(|_, (_, _, at)| now.duration_since(*at) < MAX_WAIT);
+    (before - waiting.len()) as u64
 }
 
 impl Comparison {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn shard(&self, i: usize) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn clear_waiting(&self) {
+        for i in 0..SHARDS {
+            self.shard(i).clear();
+        }
     }
 
     /// True while a candidate runs: only then do versions report.
@@ -189,60 +232,66 @@ impl Comparison {
         *table = Table::default();
         table.status.running = true;
         table.status.promote_after = promotion.as_ref().map(|p| p.after);
+        self.armed.store(promotion.is_some(), Ordering::Relaxed);
         table.promotion = promotion;
+        self.equal.store(0, Ordering::Relaxed);
+        self.unmatched.store(0, Ordering::Relaxed);
+        self.clear_waiting();
         self.active.store(true, Ordering::Relaxed);
     }
 
     /// The candidate stopped: what was counted stays shown.
     pub fn stop(&self) {
-        let mut table = self.table();
-        table.waiting.clear();
-        table.status.running = false;
-        table.promotion = None;
-        self.active.store(false, Ordering::Relaxed);
+        self.halt(None);
     }
 
     /// The candidate failed past bearing (`why`): it is stopped, never promoted, and reports
     /// no more.
     pub fn drop_candidate(&self, why: &str) {
-        let mut table = self.table();
-        table.waiting.clear();
-        table.promotion = None;
-        table.status.running = false;
-        table.status.dropped = Some(crate::text::cut(why.to_owned(), MAX_OUTCOME_BYTES));
-        self.active.store(false, Ordering::Relaxed);
+        self.halt(Some(crate::text::cut(why.to_owned(), MAX_OUTCOME_BYTES)));
     }
 
-    /// Reports what version `side` did for the event of object `id` at `version`: counted
-    /// once the other version reports the same event.
-    pub fn report(&self, side: Side, id: &str, version: &str, outcome: String) {
-        let key = format!("{id}@{version}");
-        let now = Instant::now();
+    fn halt(&self, dropped: Option<String>) {
+        self.active.store(false, Ordering::Relaxed);
+        self.armed.store(false, Ordering::Relaxed);
         let mut table = self.table();
-        let t = &mut *table;
-        match t.waiting.remove(&key) {
+        table.promotion = None;
+        table.status.running = false;
+        if dropped.is_some() {
+            table.status.dropped = dropped;
+        }
+        drop(table);
+        self.clear_waiting();
+    }
+
+    /// Reports what version `side` did for the event `key` (its kind, object and
+    /// resourceVersion): counted once the other version reports the same event.
+    pub fn report(&self, side: Side, key: String, outcome: String) {
+        let now = Instant::now();
+        let mut waiting = self.shard(shard_of(&key));
+        match waiting.remove(&key) {
             Some((other, first, _)) if other != side => {
+                drop(waiting);
                 let (serving, candidate) = match side {
                     Side::Candidate => (first, outcome),
                     Side::Serving => (outcome, first),
                 };
-                t.count(key, serving, candidate);
+                self.count(key, serving, candidate);
             }
             // A retry of an event this side already reported: the first attempt counts.
             Some(first) => {
-                t.waiting.insert(key, first);
+                waiting.insert(key, first);
             }
             None => {
-                if t.waiting.len() >= MAX_WAITING {
-                    let before = t.waiting.len();
-                    t.waiting
-                        .retain(|_, (_, _, at)| now.duration_since(*at) < MAX_WAIT);
-                    if t.waiting.len() >= MAX_WAITING {
-                        t.waiting.clear();
+                if waiting.len() >= MAX_WAITING / SHARDS {
+                    let mut gone = expire(&mut waiting, now);
+                    if waiting.len() >= MAX_WAITING / SHARDS {
+                        gone += waiting.len() as u64;
+                        waiting.clear();
                     }
-                    t.status.unmatched += (before - t.waiting.len()) as u64;
+                    self.unmatched.fetch_add(gone, Ordering::Relaxed);
                 }
-                t.waiting.insert(key, (side, outcome, now));
+                waiting.insert(key, (side, outcome, now));
             }
         }
     }
@@ -251,21 +300,52 @@ impl Comparison {
     /// answer on one thread) at once.
     pub fn pair(&self, event: String, serving: String, candidate: String) {
         if self.active() {
-            self.table().count(event, serving, candidate);
+            self.count(event, serving, candidate);
+        }
+    }
+
+    /// Counts one paired event; promotes once its time has come.
+    fn count(&self, event: String, serving: String, candidate: String) {
+        if same(&serving, &candidate) {
+            let equal = self.equal.fetch_add(1, Ordering::Relaxed) + 1;
+            if !self.armed.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut table = self.table();
+            let t = &mut *table;
+            let clean = t.status.different == 0 && t.status.candidate_failed == 0;
+            if let Some(p) = t.promotion.take_if(|p| clean && equal >= p.after) {
+                self.armed.store(false, Ordering::Relaxed);
+                t.status.promotion = Some(promote(&p));
+            }
+            return;
+        }
+        let mut table = self.table();
+        let s = &mut table.status;
+        if candidate.starts_with("failed") && !serving.starts_with("failed") {
+            s.candidate_failed += 1;
+        } else {
+            s.different += 1;
+            if s.differences.len() < KEPT {
+                s.differences.push(Difference {
+                    event,
+                    serving: crate::text::cut(canonical(&serving), MAX_OUTCOME_BYTES),
+                    candidate: crate::text::cut(canonical(&candidate), MAX_OUTCOME_BYTES),
+                });
+            }
         }
     }
 
     /// The counts so far, reports waiting longer than [`MAX_WAIT`] counted unmatched.
     pub fn status(&self) -> CandidateStatus {
         let now = Instant::now();
-        let mut table = self.table();
-        let before = table.waiting.len();
-        table
-            .waiting
-            .retain(|_, (_, _, at)| now.duration_since(*at) < MAX_WAIT);
-        let expired = (before - table.waiting.len()) as u64;
-        table.status.unmatched += expired;
-        table.status.clone()
+        let expired: u64 = (0..SHARDS).map(|i| expire(&mut self.shard(i), now)).sum();
+        let unmatched = self.unmatched.fetch_add(expired, Ordering::Relaxed) + expired;
+        CandidateStatus {
+            equal: self.equal.load(Ordering::Relaxed),
+            unmatched,
+            ..self.table().status.clone()
+        }
     }
 }
 
@@ -321,25 +401,29 @@ mod tests {
     #[test]
     fn outcomes_compare_in_any_order_and_key_order() {
         let a = [apply("a", r#"{"x":1,"y":2}"#), apply("b", "{}")];
-        let b = [apply("b", "{}"), apply("a", r#"{"y": 2, "x": 1}"#)];
-        assert_eq!(outcome(Ok(&a)), outcome(Ok(&b)));
-        assert_ne!(outcome(Ok(&a)), outcome(Ok(&a[..1])));
+        let b = [apply("b", "{}"), apply("a", "{\"y\":\t2,\n\"x\": 1}")];
+        assert!(same(&outcome(Ok(&a)), &outcome(Ok(&b))));
+        assert!(!same(&outcome(Ok(&a)), &outcome(Ok(&a[..1]))));
         assert_eq!(outcome(Err("boom")), "failed: boom");
+        assert_eq!(
+            canonical(&outcome(Ok(&b))),
+            "apply v1/Pod shop/a {\"x\":1,\"y\":2}\napply v1/Pod shop/b {}"
+        );
     }
 
     #[test]
     fn reports_pair_by_event_whichever_comes_first() {
         let c = Comparison::default();
         c.start(None);
-        c.report(Side::Serving, "p/a", "1", "w".into());
-        c.report(Side::Candidate, "p/a", "1", "w".into());
-        c.report(Side::Candidate, "p/b", "1", "x".into());
-        c.report(Side::Serving, "p/b", "1", "y".into());
-        c.report(Side::Serving, "p/c", "1", "y".into());
-        c.report(Side::Candidate, "p/c", "1", "failed: trapped".into());
+        c.report(Side::Serving, "p/a@1".into(), "w".into());
+        c.report(Side::Candidate, "p/a@1".into(), "w".into());
+        c.report(Side::Candidate, "p/b@1".into(), "x".into());
+        c.report(Side::Serving, "p/b@1".into(), "y".into());
+        c.report(Side::Serving, "p/c@1".into(), "y".into());
+        c.report(Side::Candidate, "p/c@1".into(), "failed: trapped".into());
         // A retry on one side does not pair with itself.
-        c.report(Side::Serving, "p/d", "1", "failed: conflict".into());
-        c.report(Side::Serving, "p/d", "1", "w".into());
+        c.report(Side::Serving, "p/d@1".into(), "failed: conflict".into());
+        c.report(Side::Serving, "p/d@1".into(), "w".into());
         let s = c.status();
         assert_eq!((s.equal, s.different, s.candidate_failed), (1, 1, 1));
         assert_eq!(s.differences[0].event, "p/b@1");
@@ -350,7 +434,7 @@ mod tests {
             ),
             ("y", "x")
         );
-        c.report(Side::Candidate, "p/d", "1", "failed: conflict".into());
+        c.report(Side::Candidate, "p/d@1".into(), "failed: conflict".into());
         assert_eq!(c.status().equal, 2, "the first attempts pair");
         // A new candidate counts afresh; a stopped one keeps its counts shown.
         c.stop();
@@ -367,11 +451,18 @@ mod tests {
     fn waiting_reports_are_bounded_and_counted_unmatched() {
         let c = Comparison::default();
         c.start(None);
-        for i in 0..(MAX_WAITING + 5) {
-            c.report(Side::Candidate, &format!("p/{i}"), "1", String::new());
+        let sent = 3 * MAX_WAITING;
+        for i in 0..sent {
+            c.report(Side::Candidate, format!("p/{i}@1"), String::new());
         }
         let s = c.status();
-        assert_eq!(s.unmatched, MAX_WAITING as u64);
-        assert_eq!(c.table().waiting.len(), 5);
+        let waiting: usize = (0..SHARDS).map(|i| c.shard(i).len()).sum();
+        assert!(waiting <= MAX_WAITING, "{waiting}");
+        assert!(s.unmatched >= (sent - MAX_WAITING) as u64, "{s:?}");
+        assert_eq!(
+            s.unmatched + waiting as u64,
+            sent as u64,
+            "each report counted once"
+        );
     }
 }

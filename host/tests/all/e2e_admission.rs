@@ -93,6 +93,17 @@ pub(super) async fn serving(
     plugins: &[(&str, &str, &str)],
     concurrency: usize,
 ) -> anyhow::Result<(Agent, std::net::SocketAddr, tempfile::TempDir)> {
+    serving_recorded(env, admin, plugins, concurrency, None).await
+}
+
+/// As [`serving`], recording the reviews answered into `record` when it is given.
+pub(super) async fn serving_recorded(
+    env: &TestEnv,
+    admin: &kube::Client,
+    plugins: &[(&str, &str, &str)],
+    concurrency: usize,
+    record: Option<&std::path::Path>,
+) -> anyhow::Result<(Agent, std::net::SocketAddr, tempfile::TempDir)> {
     let tls = tempfile::tempdir()?;
     let (cert_file, key_file) = (tls.path().join("tls.crt"), tls.path().join("tls.key"));
     let cert = env.serving_cert()?;
@@ -105,6 +116,7 @@ pub(super) async fn serving(
         cert_file,
         key_file,
         concurrency,
+        record_reviews: record.map(std::path::Path::to_owned),
     });
     let folder = kubewasm_testenv::PluginFolder::new();
     for (name, built, _) in plugins {

@@ -25,7 +25,7 @@ use kubewasm_testenv::{PluginFolder, TestEnv, resources};
 use serde_json::json;
 
 use crate::e2e_admission::{
-    POLICIES, create_until, namespaces, pod, refused_with, register, serving,
+    POLICIES, create_until, namespaces, pod, refused_with, register, serving, serving_recorded,
 };
 use crate::support;
 
@@ -325,8 +325,9 @@ async fn a_candidate_runs_beside_the_serving_version_and_shows_where_they_differ
 
     // A candidate that no longer labels (pod-phase only logs): each new pod is a difference,
     // shown with what the serving version wrote.
-    let (agent, _folder) =
-        with_candidate(&admin, kubewasm_plugin_artifacts::POD_PHASE, None).await?;
+    // Asked to promote after one equal event: a difference keeps it from ever being.
+    let (agent, folder) =
+        with_candidate(&admin, kubewasm_plugin_artifacts::POD_PHASE, Some(1)).await?;
     pods.create(&PostParams::default(), &pod("d", "example/app:1")?)
         .await?;
     let status = wait("a difference", || {
@@ -341,6 +342,8 @@ async fn a_candidate_runs_beside_the_serving_version_and_shows_where_they_differ
         "{first:?}"
     );
     assert_eq!(first.candidate, "", "{first:?}");
+    assert_eq!(status.promotion, None, "{status:?}");
+    assert!(folder.file("labeler.candidate").exists(), "not promoted");
     Ok(())
 }
 
@@ -519,5 +522,68 @@ async fn a_candidate_reviews_beside_the_serving_version() -> anyhow::Result<()> 
             assert!(first.candidate.starts_with("patched patch"), "{first:?}");
         }
     }
+    Ok(())
+}
+
+/// Reviews recorded as they are answered (`admission.recordReviews`) replay through two
+/// versions with `kubewasm test --compare`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_reviews_replay_through_two_versions() -> anyhow::Result<()> {
+    let env = TestEnv::start().await?;
+    let admin = env.client().await?;
+    namespaces(&admin).await?;
+    let record = tempfile::tempdir()?;
+    let concurrency = kubewasm::admission::default_concurrency();
+    let (agent, address, _tls) = serving_recorded(
+        &env,
+        &admin,
+        &POLICIES[..1],
+        concurrency,
+        Some(record.path()),
+    )
+    .await?;
+    register(
+        (&env, &admin, &agent, address),
+        "kubewasm",
+        &["image-policy"],
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let refused = create_until(
+        &pods,
+        &PostParams::default(),
+        |i| pod(&format!("recorded-{i}"), "nginx:1.27"),
+        |a| refused_with(a, "no image allow list"),
+    )
+    .await?;
+    assert!(refused.is_err());
+    let file = record.path().join("image-policy.reviews.test.yaml");
+    let text = std::fs::read_to_string(&file)?;
+    assert!(
+        text.contains("review CREATE v1/Pod shop/recorded-"),
+        "{text}"
+    );
+    let compare = |new: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+            .args([
+                "test",
+                "--compare",
+                kubewasm_plugin_artifacts::IMAGE_POLICY,
+                new,
+            ])
+            .arg(&file)
+            .output()
+    };
+    let same = compare(kubewasm_plugin_artifacts::IMAGE_POLICY)?;
+    let stdout = String::from_utf8_lossy(&same.stdout);
+    assert_eq!(same.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(" 0 differ"), "{stdout}");
+    let other = compare(kubewasm_plugin_artifacts::POD_DEFAULTS)?;
+    let stdout = String::from_utf8_lossy(&other.stdout);
+    assert_eq!(other.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("admission: OLD denied") && stdout.contains("NEW allowed, patch"),
+        "{stdout}"
+    );
     Ok(())
 }

@@ -366,8 +366,11 @@ pub fn start(setup: Setup) -> std::io::Result<JoinHandle<()>> {
         duty: setup.duty,
         ended: setup.ended,
     };
-    // Below the host: the informers every plugin waits on go first (`priority.rs`).
-    crate::priority::spawn_below_host(format!("plugin-{name}"), move || worker.run())
+    // Below the host: the informers every plugin waits on go first (`priority.rs`); a
+    // candidate one step below the serving version.
+    let candidate = matches!(&worker.compare, Some((_, shadow::Side::Candidate)));
+    let steps = crate::priority::BELOW_HOST + i32::from(candidate);
+    crate::priority::spawn_below(format!("plugin-{name}"), steps, move || worker.run())
 }
 
 impl Worker {
@@ -970,12 +973,13 @@ fn compare(
         Err(_) => Err("trapped"),
     };
     let object = event.object();
-    comparison.report(
-        side,
-        &format!("{kind} {}", n.id()),
-        object.resource_version(),
-        shadow::outcome(result),
+    let key = format!(
+        "{kind} {} {}@{}",
+        object.gvk(),
+        object.key(),
+        object.resource_version()
     );
+    comparison.report(side, key, shadow::outcome(result));
 }
 
 struct AttemptSpan(opentelemetry::global::BoxedSpan);
