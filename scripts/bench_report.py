@@ -199,6 +199,7 @@ def main():
         "```sh",
         "scripts/bench.sh                          # everything; rewrites this page",
         "scripts/bench.sh folder contract          # these again, the others kept",
+        "scripts/bench.sh controllers trial        # sections 9 to 12 alone, on a fresh checkout too",
         "KUBEWASM_BENCH_QUICK=1 scripts/bench.sh   # small sizes, quicker",
         "```",
         "",
