@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kubewasm::admission::{self, review};
-use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::agent::{Agent, Cluster};
 use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::{Changes, Informer, Notification};
@@ -39,7 +39,6 @@ use serde_json::json;
 #[path = "support/mod.rs"]
 mod support;
 
-use support::instance::Discard;
 use support::plugins::review_body;
 use support::rounds::{self, Case, Plan};
 
@@ -183,14 +182,7 @@ fn reviews(
         settings.config = (*json).to_owned();
         config.plugins.named.insert((*name).to_owned(), settings);
     }
-    let options = AgentOptions {
-        compiled_cache: Some(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
-        ..AgentOptions::new(
-            Cluster::Folder(cluster.to_owned()),
-            config,
-            Arc::new(Discard),
-        )
-    };
+    let options = support::plugins::agent_options(Cluster::Folder(cluster.to_owned()), config);
     let agent = tasks.block_on(Agent::start(options)).expect("agent");
     let dir = kubewasm_testenv::PluginFolder::new();
     let body = review_body();
@@ -240,14 +232,8 @@ fn scrape(tasks: &tokio::runtime::Runtime) -> Case<'static> {
         config.plugins.named.insert(name.clone(), settings);
         plugins.put(&name, kubewasm_plugin_artifacts::BENCH);
     }
-    let options = AgentOptions {
-        compiled_cache: Some(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
-        ..AgentOptions::new(
-            Cluster::Folder(cluster.path().to_owned()),
-            config,
-            Arc::new(Discard),
-        )
-    };
+    let options =
+        support::plugins::agent_options(Cluster::Folder(cluster.path().to_owned()), config);
     let mut agent = tasks.block_on(Agent::start(options)).expect("agent");
     let report = tasks
         .block_on(agent.follow_plugins(plugins.path()))

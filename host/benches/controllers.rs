@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::agent::{Agent, Cluster};
 use kubewasm::config::HostConfig;
 use kubewasm::controller::WorkQueue;
 use kubewasm::gvk::Gvk;
@@ -42,7 +42,6 @@ use serde_json::json;
 #[path = "support/mod.rs"]
 mod support;
 
-use support::instance::Discard;
 use support::plugins::status;
 use support::rounds::{self, Case, Plan};
 
@@ -203,14 +202,8 @@ fn agent(
     cluster: &Path,
     plugins: &[Ctl],
 ) -> (Agent, kubewasm_testenv::PluginFolder) {
-    let options = AgentOptions {
-        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
-        ..AgentOptions::new(
-            Cluster::Folder(cluster.to_owned()),
-            host_config(plugins),
-            Arc::new(Discard),
-        )
-    };
+    let options =
+        support::plugins::agent_options(Cluster::Folder(cluster.to_owned()), host_config(plugins));
     let agent = tasks.block_on(Agent::start(options)).expect("agent");
     let dir = kubewasm_testenv::PluginFolder::new();
     for ctl in plugins {
@@ -374,17 +367,13 @@ async fn finalized(objects: usize, quiet: Duration) -> anyhow::Result<serde_json
     .await?;
     let created = began.elapsed();
     let writes_before = env.audited_writes()?.len();
-    let options = AgentOptions {
-        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
-        ..AgentOptions::new(
-            Cluster::Kube(client.clone()),
-            host_config(&[Ctl {
-                finalizer: true,
-                ..Ctl::new("held", 0)
-            }]),
-            Arc::new(Discard),
-        )
-    };
+    let options = support::plugins::agent_options(
+        Cluster::Kube(client.clone()),
+        host_config(&[Ctl {
+            finalizer: true,
+            ..Ctl::new("held", 0)
+        }]),
+    );
     let started = Instant::now();
     let agent = Agent::start(options).await?;
     let dir = kubewasm_testenv::PluginFolder::new();

@@ -159,19 +159,12 @@ fn loaded(language: &str, path: &str) {
 /// Resident memory each copy of the plugin at `path` adds, beyond the first, once every copy
 /// has handled the example's pods and, with a short `release`, let go of its instance.
 fn rss_per_copy(path: &str, release: Duration) -> f64 {
-    use kubewasm::agent::{Agent, AgentOptions, Cluster};
+    use kubewasm::agent::{Agent, Cluster};
     let tokio = tokio::runtime::Runtime::new().expect("tokio");
     let mut config = kubewasm::config::HostConfig::default();
     config.plugins.defaults.delivery.release_idle_after = release;
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
-    let options = AgentOptions {
-        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
-        ..AgentOptions::new(
-            Cluster::Folder(examples),
-            config,
-            Arc::new(support::instance::Discard),
-        )
-    };
+    let options = support::plugins::agent_options(Cluster::Folder(examples), config);
     let agent = tokio.block_on(Agent::start(options)).expect("agent");
     let host = agent.plugins().clone();
     let dir = kubewasm_testenv::PluginFolder::new();

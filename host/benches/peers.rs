@@ -35,7 +35,6 @@
 mod support;
 
 use support::double_process::{self, DoubleProcess, read_line};
-use support::instance::Discard;
 use support::{alloc, cpu};
 
 use std::io::BufReader;
@@ -49,7 +48,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::agent::{Agent, Cluster};
 use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::informer::factory::{InformerFactory, Lease};
@@ -151,10 +150,7 @@ fn bench_plugins(
             dir.put(&name, kubewasm_plugin_artifacts::BENCH)
         })
         .collect();
-    let options = AgentOptions {
-        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
-        ..AgentOptions::new(Cluster::Kube(client), config, Arc::new(Discard))
-    };
+    let options = support::plugins::agent_options(Cluster::Kube(client), config);
     let agent = rig
         .client_rt
         .block_on(Agent::start(options))

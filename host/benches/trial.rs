@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kubewasm::admission::{self, review};
-use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::agent::{Agent, Cluster};
 use kubewasm::config::HostConfig;
 use kubewasm::gvk::Gvk;
 use kubewasm::object::{KubeObject, Transform};
@@ -32,7 +32,6 @@ use serde_json::json;
 #[path = "support/mod.rs"]
 mod support;
 
-use support::instance::Discard;
 use support::plugins::{review_body, status};
 use support::rounds::{self, Case, Plan};
 
@@ -78,14 +77,7 @@ fn agent(
         settings.mode = *mode;
         config.plugins.named.insert((*name).to_owned(), settings);
     }
-    let options = AgentOptions {
-        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
-        ..AgentOptions::new(
-            Cluster::Folder(cluster.to_owned()),
-            config,
-            Arc::new(Discard),
-        )
-    };
+    let options = support::plugins::agent_options(Cluster::Folder(cluster.to_owned()), config);
     let agent = tasks.block_on(Agent::start(options)).expect("agent");
     let dir = kubewasm_testenv::PluginFolder::new();
     for (name, file, _, _) in plugins {

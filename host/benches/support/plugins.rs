@@ -1,9 +1,23 @@
-//! What benchmarks read of an agent's plugins, and the admission review they decide.
+//! How benchmarks start an agent, what they read of its plugins, and the admission review
+//! they decide.
 
-use kubewasm::agent::Agent;
+use std::path::Path;
+use std::sync::Arc;
+
+use kubewasm::agent::{Agent, AgentOptions, Cluster};
+use kubewasm::config::HostConfig;
 use kubewasm::plugins::PluginStatus;
 use kubewasm_testenv::generate;
 use serde_json::json;
+
+/// An agent's options as the benchmarks start one on `cluster` with `config`: compiled code
+/// cached across runs in the target folder, plugin lines dropped.
+pub fn agent_options(cluster: Cluster, config: HostConfig) -> AgentOptions {
+    AgentOptions {
+        compiled_cache: Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled")),
+        ..AgentOptions::new(cluster, config, Arc::new(super::instance::Discard))
+    }
+}
 
 /// `name`'s status in `agent`.
 pub fn status(agent: &Agent, name: &str) -> PluginStatus {

@@ -193,15 +193,11 @@ fn monitored(
     decision: Decision,
 ) -> (Answer, Decision) {
     let r = &review.request;
-    let object = match &r.namespace {
-        Some(ns) => format!("{} {ns}/{}", r.gvk, r.name),
-        None => format!("{} {}", r.gvk, r.name),
-    };
     log.review(crate::plugins::trial::ReviewReport {
         time: crate::clock::now().to_string(),
         uid: crate::text::cut(r.uid.clone(), 64),
         operation: r.operation.as_str().to_owned(),
-        object,
+        object: r.object_name(),
         rule: format!("{} {}", r.gvk, r.operation.as_str()),
         decision: decision.as_str().to_owned(),
         message: answer.message,

@@ -50,10 +50,7 @@ pub fn step(review: &Review) -> String {
             .and_then(|o| serde_json::from_str::<Value>(&o.json()).ok())
             .map(without_secrets)
     };
-    let target = match &r.namespace {
-        Some(ns) => format!("{} {ns}/{}", r.gvk, r.name),
-        None => format!("{} {}", r.gvk, r.name),
-    };
+    let target = r.object_name();
     let mut body = json!({
         "operation": r.operation.as_str(),
         "dryRun": r.dry_run,

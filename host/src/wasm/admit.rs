@@ -89,6 +89,14 @@ pub struct AdmitRequest {
     pub dry_run: bool,
 }
 
+impl AdmitRequest {
+    /// The object reviewed as reports name it: its type and `namespace/name`.
+    pub fn object_name(&self) -> String {
+        let key = crate::object::object_key(self.namespace.as_deref(), &self.name);
+        format!("{} {key}", self.gvk)
+    }
+}
+
 /// A change a mutating plugin asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mutation {
