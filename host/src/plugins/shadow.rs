@@ -20,6 +20,10 @@ pub const CANDIDATE: &str = ".candidate";
 /// Reports waiting for their pair, past which the oldest are counted unmatched.
 pub const MAX_WAITING: usize = 10_000;
 
+/// Bytes of the reports waiting (their keys and outcomes: a call may stage 4 MiB of writes),
+/// past which the oldest are counted unmatched too.
+pub const MAX_WAITING_BYTES: usize = 64 << 20;
+
 /// How long a report waits for its pair.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
@@ -130,9 +134,9 @@ pub struct CandidateStatus {
     pub different: u64,
     /// Events the serving version handled and the candidate failed.
     pub candidate_failed: u64,
-    /// Reports with no pair within a minute (an event one of them coalesced, retried or
-    /// never got, such as the candidate's initial list of objects the serving version saw
-    /// long ago).
+    /// Reports with no pair within a minute, or past the bounds on what waits (an event one of
+    /// them coalesced, retried or never got, such as the candidate's initial list of objects
+    /// the serving version saw long ago).
     pub unmatched: u64,
     /// The first differences, in full (cut).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -175,7 +179,52 @@ struct Table {
 /// the two versions' workers seldom wait for each other.
 const SHARDS: usize = 16;
 
-type Waiting = HashMap<String, (Side, String, Instant)>;
+/// The reports of one shard waiting for their pair, and the bytes they hold.
+#[derive(Default)]
+struct Waiting {
+    reports: HashMap<String, (Side, String, Instant)>,
+    bytes: usize,
+}
+
+impl Waiting {
+    fn insert(&mut self, key: String, report: (Side, String, Instant)) {
+        self.bytes += key.len() + report.1.len();
+        self.reports.insert(key, report);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<(Side, String, Instant)> {
+        let report = self.reports.remove(key)?;
+        self.bytes -= key.len() + report.1.len();
+        Some(report)
+    }
+
+    /// Whether adding a report of `bytes` would pass this shard's share of the bounds.
+    fn full(&self, bytes: usize) -> bool {
+        self.reports.len() >= MAX_WAITING / SHARDS
+            || self.bytes + bytes > MAX_WAITING_BYTES / SHARDS
+    }
+
+    /// Drops the reports older than [`MAX_WAIT`]; how many.
+    fn expire(&mut self, now: Instant) -> u64 {
+        let before = self.reports.len();
+        self.reports
+            .retain(|_, (_, _, at)| now.duration_since(*at) < MAX_WAIT);
+        self.bytes = self
+            .reports
+            .iter()
+            .map(|(key, (_, outcome, _))| key.len() + outcome.len())
+            .sum();
+        (before - self.reports.len()) as u64
+    }
+
+    /// Drops every report; how many.
+    fn clear(&mut self) -> u64 {
+        let gone = self.reports.len() as u64;
+        self.reports.clear();
+        self.bytes = 0;
+        gone
+    }
+}
 
 /// The pairing of one plugin's serving and candidate reports.
 #[derive(Default)]
@@ -194,13 +243,6 @@ fn shard_of(key: &str) -> usize {
     key.bytes().rev().take(8).fold(0usize, |h, b| {
         h.wrapping_mul(31).wrapping_add(usize::from(b))
     }) % SHARDS
-}
-
-/// Drops the reports in `waiting` older than [`MAX_WAIT`]; how many.
-fn expire(waiting: &mut Waiting, now: Instant) -> u64 {
-    let before = waiting.len();
-    waiting.retain(|_, (_, _, at)| now.duration_since(*at) < MAX_WAIT);
-    (before - waiting.len()) as u64
 }
 
 impl Comparison {
@@ -283,11 +325,11 @@ impl Comparison {
                 waiting.insert(key, first);
             }
             None => {
-                if waiting.len() >= MAX_WAITING / SHARDS {
-                    let mut gone = expire(&mut waiting, now);
-                    if waiting.len() >= MAX_WAITING / SHARDS {
-                        gone += waiting.len() as u64;
-                        waiting.clear();
+                let bytes = key.len() + outcome.len();
+                if waiting.full(bytes) {
+                    let mut gone = waiting.expire(now);
+                    if waiting.full(bytes) {
+                        gone += waiting.clear();
                     }
                     self.unmatched.fetch_add(gone, Ordering::Relaxed);
                 }
@@ -339,7 +381,7 @@ impl Comparison {
     /// The counts so far, reports waiting longer than [`MAX_WAIT`] counted unmatched.
     pub fn status(&self) -> CandidateStatus {
         let now = Instant::now();
-        let expired: u64 = (0..SHARDS).map(|i| expire(&mut self.shard(i), now)).sum();
+        let expired: u64 = (0..SHARDS).map(|i| self.shard(i).expire(now)).sum();
         let unmatched = self.unmatched.fetch_add(expired, Ordering::Relaxed) + expired;
         CandidateStatus {
             equal: self.equal.load(Ordering::Relaxed),
@@ -456,7 +498,7 @@ mod tests {
             c.report(Side::Candidate, format!("p/{i}@1"), String::new());
         }
         let s = c.status();
-        let waiting: usize = (0..SHARDS).map(|i| c.shard(i).len()).sum();
+        let waiting: usize = (0..SHARDS).map(|i| c.shard(i).reports.len()).sum();
         assert!(waiting <= MAX_WAITING, "{waiting}");
         assert!(s.unmatched >= (sent - MAX_WAITING) as u64, "{s:?}");
         assert_eq!(
@@ -464,5 +506,31 @@ mod tests {
             sent as u64,
             "each report counted once"
         );
+    }
+
+    #[test]
+    fn waiting_outcomes_are_bounded_in_bytes_too() {
+        let c = Comparison::default();
+        c.start(None);
+        // A call may stage 4 MiB of writes: 200 reports of 1 MiB never pair.
+        let sent = 200;
+        for i in 0..sent {
+            c.report(Side::Candidate, format!("p/{i}@1"), "x".repeat(1 << 20));
+        }
+        let s = c.status();
+        let held: usize = (0..SHARDS).map(|i| c.shard(i).bytes).sum();
+        let waiting: usize = (0..SHARDS).map(|i| c.shard(i).reports.len()).sum();
+        assert!(held <= MAX_WAITING_BYTES, "{held}");
+        assert_eq!(
+            s.unmatched + waiting as u64,
+            sent,
+            "each report counted once"
+        );
+        // The last report is still waiting: its pair pairs, and its bytes go with it.
+        let key = format!("p/{}@1", sent - 1);
+        c.report(Side::Serving, key.clone(), "x".repeat(1 << 20));
+        let after: usize = (0..SHARDS).map(|i| c.shard(i).bytes).sum();
+        assert_eq!(c.status().equal, 1);
+        assert_eq!(after, held - key.len() - (1 << 20));
     }
 }
