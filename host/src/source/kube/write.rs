@@ -30,6 +30,10 @@ use crate::write::{
 /// Most of an error answer read.
 const MAX_ERROR_BYTES: usize = 1 << 20;
 
+/// Most of a dry run's answer read: the object as it would be, which etcd's request bound
+/// (1.5 MiB by default) keeps well below this.
+const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 /// Longest one write may take, discovery included.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -239,7 +243,7 @@ impl Sender {
 
     /// Sends `request` (with the traced write's `traceparent`, when this task sends one, and
     /// its answer noted); the API server's refusal as a refusal. With `keep`, the answer's
-    /// body (at most [`MAX_ERROR_BYTES`]) is returned.
+    /// body (at most [`MAX_ANSWER_BYTES`]) is returned.
     async fn send(
         &self,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
@@ -266,7 +270,7 @@ impl Sender {
             if !keep {
                 return Ok(None);
             }
-            let body = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BYTES)
+            let body = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
                 .collect()
                 .await
                 .map_err(|e| refusal("Unavailable", format!("reading the answer: {e}"), true))?;
